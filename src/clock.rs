@@ -1,0 +1,14 @@
+//! The wall clock that leases and the fencing-token floor are measured on.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Unix time in milliseconds, the unit of `PEXPIREAT` and `PXAT`. A clock set before 1970
+/// reads as 0.
+#[must_use]
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+        })
+}

@@ -1,0 +1,104 @@
+//! How a lock's writes reach replicas and the AOF: as deterministic effects, never as the
+//! command itself.
+//!
+//! A replica or an AOF replay must not re-evaluate "now" or the fencing counter: it would
+//! compute another deadline and another token. So every write is sent as the state it left
+//! behind — `LOCK.APPLY key owner token holds [PXAT unix-ms]` with the absolute lease
+//! deadline and the explicit token — or as `DEL key` when the lock was freed. This is the
+//! "replicate effects, not commands" rule of Redis's module API (`RedisModule_Replicate`) and of
+//! Redis's own scripts since 7.0.
+
+use std::ffi::CStr;
+
+use redis_module::{
+    Context, ContextFlags, NextArg, RedisError, RedisResult, RedisString, RedisValue,
+};
+
+use crate::fence::{self, MAX_TOKEN};
+use crate::key::LockKey;
+use crate::lock::{Lock, check_owner};
+
+/// The internal command that carries a lock's state to replicas and the AOF.
+pub const APPLY: &CStr = c"LOCK.APPLY";
+
+/// [`APPLY`] as the `&str` that `Context::replicate` takes.
+const APPLY_NAME: &str = match APPLY.to_str() {
+    Ok(name) => name,
+    Err(_) => "",
+};
+
+/// Sends "`key` is held as `lock`" to replicas and the AOF, with the lease ending at unix time
+/// `deadline_ms`, or keeping the lease it has when `None`.
+pub fn replicate_hold(ctx: &Context, key: &RedisString, lock: &Lock, deadline_ms: Option<i64>) {
+    let token = lock.token.to_string();
+    let holds = lock.holds.to_string();
+    let deadline = deadline_ms.map(|deadline| deadline.to_string());
+    let mut args: Vec<&[u8]> = vec![
+        key.as_slice(),
+        &lock.owner,
+        token.as_bytes(),
+        holds.as_bytes(),
+    ];
+    if let Some(deadline) = &deadline {
+        args.extend([b"PXAT".as_slice(), deadline.as_bytes()]);
+    }
+    ctx.replicate(APPLY_NAME, args.as_slice());
+}
+
+/// Sends "`key` is free" to replicas and the AOF.
+pub fn replicate_free(ctx: &Context, key: &RedisString) {
+    ctx.replicate("DEL", &[key]);
+}
+
+/// `LOCK.APPLY key owner token holds [PXAT unix-time-ms]`: sets a lock's state as a master
+/// decided it, and raises the fencing counter to at least `token`.
+///
+/// Runs only from the master's replication stream or while loading the AOF; a client gets an
+/// error, so no client can make the server adopt a token of its choosing.
+///
+/// # Errors
+/// `ERR` when a client calls it; arity, syntax and range errors; `WRONGTYPE`.
+pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if !ctx
+        .get_flags()
+        .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
+    {
+        return Err(RedisError::Str(
+            "ERR LOCK.APPLY only carries a master's writes to replicas and the AOF; clients cannot call it",
+        ));
+    }
+    let mut args = args.into_iter().skip(1);
+    let name = args.next_arg()?;
+    let owner = args.next_arg()?;
+    let token = args.next_u64()?;
+    let holds = args.next_u64()?;
+    let deadline = match args.next() {
+        None => None,
+        Some(word) if word.as_slice().eq_ignore_ascii_case(b"PXAT") => Some(args.next_i64()?),
+        Some(_) => return Err(RedisError::Str("ERR syntax error")),
+    };
+    args.done()?;
+    let owner = check_owner(owner.as_slice())
+        .map_err(|_| RedisError::Str("ERR invalid owner in LOCK.APPLY"))?;
+    let holds = u32::try_from(holds)
+        .ok()
+        .filter(|holds| *holds > 0)
+        .ok_or(RedisError::Str("ERR invalid hold count in LOCK.APPLY"))?;
+    if !(1..=MAX_TOKEN).contains(&token) {
+        return Err(RedisError::Str("ERR invalid fencing token in LOCK.APPLY"));
+    }
+
+    let mut key = LockKey::write(ctx, &name)?;
+    key.store(Lock {
+        owner: owner.into(),
+        token,
+        holds,
+    })?;
+    if let Some(deadline) = deadline {
+        key.set_deadline(deadline)?;
+    }
+    fence::counter().observe(token);
+    // A replica's own AOF gets the effect too; its sub-replicas get the master's stream.
+    ctx.replicate_verbatim();
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}

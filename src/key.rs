@@ -1,0 +1,164 @@
+//! A lock's key, opened for one command: the type check, the [`Lock`] value and the lease.
+//!
+//! `redis-module`'s `RedisKeyWritable` hides its raw key, and the lease needs
+//! `RedisModule_SetAbsExpire` and `RedisModule_GetExpire`, which the crate does not wrap. So
+//! this is the one place that calls the module API on keys directly; everything else uses
+//! [`LockKey`].
+
+use std::os::raw::c_void;
+use std::ptr::NonNull;
+
+use redis_module::{Context, RedisError, RedisString, raw};
+
+use crate::datatype::LOCK_TYPE;
+use crate::lock::Lock;
+
+/// A key opened by a `LOCK.*` command; closed when dropped.
+pub struct LockKey {
+    /// The open key; `None` when a key opened for reading does not exist.
+    key: Option<NonNull<raw::RedisModuleKey>>,
+}
+
+impl LockKey {
+    /// Opens `name` for reading. An expired lease reads as no lock (also on a replica).
+    ///
+    /// # Errors
+    /// `WRONGTYPE` when the key holds another type.
+    pub fn read(ctx: &Context, name: &RedisString) -> Result<Self, RedisError> {
+        Self::open(ctx, name, raw::KeyMode::READ)
+    }
+
+    /// Opens `name` for writing; an expired lease is deleted first, as Redis does for any key.
+    ///
+    /// # Errors
+    /// `WRONGTYPE` when the key holds another type.
+    pub fn write(ctx: &Context, name: &RedisString) -> Result<Self, RedisError> {
+        Self::open(ctx, name, raw::KeyMode::READ | raw::KeyMode::WRITE)
+    }
+
+    fn open(ctx: &Context, name: &RedisString, mode: raw::KeyMode) -> Result<Self, RedisError> {
+        let key = NonNull::new(raw::open_key(ctx.get_raw(), name.inner, mode));
+        let opened = Self { key };
+        if let Some(key) = opened.key {
+            let kind = unsafe { api(raw::RedisModule_KeyType)?(key.as_ptr()) };
+            if kind != raw::REDISMODULE_KEYTYPE_EMPTY as i32 && !opened.holds_lock_type()? {
+                return Err(RedisError::WrongType);
+            }
+        }
+        Ok(opened)
+    }
+
+    fn holds_lock_type(&self) -> Result<bool, RedisError> {
+        let Some(key) = self.key else {
+            return Ok(false);
+        };
+        let found = unsafe { api(raw::RedisModule_ModuleTypeGetType)?(key.as_ptr()) };
+        Ok(!found.is_null() && found == *LOCK_TYPE.raw_type.borrow())
+    }
+
+    fn value(&self) -> Option<NonNull<Lock>> {
+        let key = self.key?;
+        if !self.holds_lock_type().unwrap_or(false) {
+            return None;
+        }
+        let get = unsafe { raw::RedisModule_ModuleTypeGetValue }?;
+        NonNull::new(unsafe { get(key.as_ptr()) }.cast::<Lock>())
+    }
+
+    /// The lock held under this key, or `None` when the lock is free.
+    #[must_use]
+    pub fn lock(&self) -> Option<&Lock> {
+        self.value().map(|lock| unsafe { &*lock.as_ptr() })
+    }
+
+    /// The lock held under this key, to change in place (key opened for writing).
+    #[must_use]
+    pub fn lock_mut(&mut self) -> Option<&mut Lock> {
+        self.value().map(|lock| unsafe { &mut *lock.as_ptr() })
+    }
+
+    /// Stores `lock` under this key (opened for writing). A lock already there is overwritten
+    /// in place and keeps its lease; a new key has no expiry until [`Self::set_deadline`].
+    ///
+    /// # Errors
+    /// When the key was opened for reading only.
+    pub fn store(&mut self, lock: Lock) -> Result<(), RedisError> {
+        if let Some(current) = self.lock_mut() {
+            *current = lock;
+            return Ok(());
+        }
+        let key = self.writable()?;
+        let value = Box::into_raw(Box::new(lock));
+        let stored = unsafe {
+            api(raw::RedisModule_ModuleTypeSetValue)?(
+                key.as_ptr(),
+                *LOCK_TYPE.raw_type.borrow(),
+                value.cast::<c_void>(),
+            )
+        };
+        if stored == raw::REDISMODULE_OK as i32 {
+            Ok(())
+        } else {
+            drop(unsafe { Box::from_raw(value) });
+            Err(RedisError::Str("ERR could not store the lock"))
+        }
+    }
+
+    /// Sets the lease to end at unix time `deadline_ms` (the key's absolute expiry, as
+    /// `PEXPIREAT` does).
+    ///
+    /// # Errors
+    /// When the key is empty or opened for reading only.
+    pub fn set_deadline(&mut self, deadline_ms: i64) -> Result<(), RedisError> {
+        let key = self.writable()?;
+        let status = unsafe { api(raw::RedisModule_SetAbsExpire)?(key.as_ptr(), deadline_ms) };
+        if status == raw::REDISMODULE_OK as i32 {
+            Ok(())
+        } else {
+            Err(RedisError::Str("ERR could not set the lease"))
+        }
+    }
+
+    /// The lease left in ms (what `PTTL` replies), or `None` for a key without expiry.
+    #[must_use]
+    pub fn remaining_ms(&self) -> Option<i64> {
+        let key = self.key?;
+        let get = unsafe { raw::RedisModule_GetExpire }?;
+        let remaining = unsafe { get(key.as_ptr()) };
+        (remaining >= 0).then_some(remaining)
+    }
+
+    /// Deletes the key (opened for writing).
+    ///
+    /// # Errors
+    /// When the key was opened for reading only.
+    pub fn delete(&mut self) -> Result<(), RedisError> {
+        let key = self.writable()?;
+        unsafe { api(raw::RedisModule_DeleteKey)?(key.as_ptr()) };
+        Ok(())
+    }
+
+    fn writable(&self) -> Result<NonNull<raw::RedisModuleKey>, RedisError> {
+        self.key
+            .ok_or(RedisError::Str("ERR the lock key is not open for writing"))
+    }
+}
+
+impl Drop for LockKey {
+    fn drop(&mut self) {
+        if let Some(key) = self.key {
+            raw::close_key(key.as_ptr());
+        }
+    }
+}
+
+/// A module API function, or an error reply when this server does not export it (instead of
+/// the panic that `unwrap` on a missing function would be).
+///
+/// # Errors
+/// `ERR` naming nothing more than that the server lacks the function.
+pub fn api<F>(function: Option<F>) -> Result<F, RedisError> {
+    function.ok_or(RedisError::Str(
+        "ERR this server lacks a module API function the lock module needs",
+    ))
+}

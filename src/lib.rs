@@ -1,0 +1,50 @@
+//! leasehold: distributed locks as Redis server commands (module `lock`).
+//!
+//! `LOCK.ACQUIRE`, `LOCK.RELEASE`, `LOCK.RENEW`, `LOCK.FENCE` and `LOCK.INFO` replace the Lua
+//! scripts lock clients ship today: owner checks, leases and fencing tokens run atomically in
+//! the server, and the fencing counter is persisted and replicated so tokens only go up.
+//! This file only registers things with Redis; each concern has its own module.
+
+mod clock;
+mod commands;
+mod datatype;
+mod effects;
+mod fence;
+mod key;
+mod lock;
+
+use redis_module::server_events::ServerRole;
+use redis_module::{Context, redis_module};
+use redis_module_macros::role_changed_event_handler;
+
+use datatype::LOCK_TYPE;
+
+/// The Redis allocator inside the server; the system one for unit tests, which run without it.
+#[cfg(not(test))]
+type Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(test)]
+type Allocator = std::alloc::System;
+
+/// A promoted replica may never have received the last tokens its old master issued: the next
+/// token skips the reserve (see [`fence`]).
+#[role_changed_event_handler]
+fn on_role_changed(_ctx: &Context, role: ServerRole) {
+    if role == ServerRole::Primary {
+        fence::counter().reserve();
+    }
+}
+
+redis_module! {
+    name: "lock",
+    version: 1,
+    allocator: (Allocator, Allocator {}),
+    data_types: [LOCK_TYPE],
+    commands: [
+        ["lock.acquire", commands::acquire, "write deny-oom fast", 1, 1, 1, ""],
+        ["lock.release", commands::release, "write fast", 1, 1, 1, ""],
+        ["lock.renew", commands::renew, "write fast", 1, 1, 1, ""],
+        ["lock.fence", commands::fence, "readonly fast", 1, 1, 1, ""],
+        ["lock.info", commands::info, "readonly fast", 1, 1, 1, ""],
+        ["lock.apply", effects::apply, "write fast", 1, 1, 1, ""],
+    ],
+}
