@@ -5,6 +5,17 @@
 //! the server, and the fencing counter is persisted and replicated so tokens only go up.
 //! This file only registers things with Redis; each concern has its own module.
 
+// A panic in a command handler would abort the whole Redis server.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
+
 mod clock;
 mod commands;
 mod datatype;

@@ -1,0 +1,30 @@
+# leasehold — distributed locks as a Redis module. `make help` lists the targets.
+
+PORT ?= 6379
+MODULE := target/release/libleasehold.so
+
+.PHONY: help deps build test run fmt lint
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+deps: ## install what is missing: redis-server, redis-cli, libclang (Debian packages)
+	@scripts/install-deps.sh
+
+build: deps ## build the module: target/release/libleasehold.so
+	cargo build --release
+
+test: deps ## build, then run every test against real redis-server processes
+	cargo build --all-targets
+	cargo test
+
+run: build ## start redis-server on 127.0.0.1:$(PORT) with the module loaded, in the foreground
+	redis-server --port $(PORT) --bind 127.0.0.1 --save "" --appendonly no \
+		--loadmodule $(CURDIR)/$(MODULE) --enable-module-command yes
+
+fmt: ## format the code
+	cargo fmt
+
+lint: ## formatting and clippy, warnings as errors
+	cargo fmt --check
+	cargo clippy --all-targets -- -D warnings

@@ -1,0 +1,335 @@
+//! Real `redis-server` processes for the integration tests: each on a free 127.0.0.1 port in
+//! its own temp dir with the module loaded, ready within a deadline, its log printed when a
+//! test fails, and killed and reaped when dropped.
+//!
+//! `LEASEHOLD_SERVER` names the server binary (default `redis-server` on `PATH`); the module is
+//! the `libleasehold.so` that `cargo build` put beside the test binaries' `deps/` folder, or
+//! `LEASEHOLD_MODULE`.
+
+#![allow(dead_code)] // each test file uses its own part of the harness
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redis::{Connection, Value};
+use tempfile::TempDir;
+
+/// How long a server may take to start answering `PING`.
+const READY_WITHIN: Duration = Duration::from_secs(20);
+
+/// A running `redis-server` with the lock module.
+pub struct Server {
+    pub port: u16,
+    dir: TempDir,
+    args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Server {
+    /// A server with no persistence and the given extra `redis.conf`-style arguments
+    /// (`["--appendonly", "yes"]`); later arguments override earlier ones.
+    pub fn start(args: &[&str]) -> Self {
+        let mut server = Self {
+            port: free_port(),
+            dir: tempfile::Builder::new()
+                .prefix("leasehold-test-")
+                .tempdir()
+                .expect("temp dir"),
+            args: args.iter().map(|arg| (*arg).to_owned()).collect(),
+            child: None,
+        };
+        server.launch();
+        server
+    }
+
+    fn launch(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("log file");
+        let child = Command::new(server_binary())
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--dir", &self.dir.path().to_string_lossy()])
+            .args(["--loadmodule", &module_path().to_string_lossy()])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--enable-debug-command", "yes", "--protected-mode", "no"])
+            .args(["--repl-diskless-sync-delay", "0"])
+            .args(&self.args)
+            .stdout(log.try_clone().expect("log file"))
+            .stderr(log)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", server_binary()));
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + READY_WITHIN;
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!("server exited at start ({status}):\n{}", self.log());
+            }
+            let ready = self
+                .try_client()
+                .and_then(|mut con| redis::cmd("PING").query::<String>(&mut con))
+                .is_ok();
+            if ready {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server not ready within {READY_WITHIN:?}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn try_client(&self) -> redis::RedisResult<Connection> {
+        redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(5))
+    }
+
+    /// `redis://127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// A RESP2 connection.
+    pub fn client(&self) -> Connection {
+        self.try_client().expect("connect")
+    }
+
+    /// A RESP3 connection.
+    pub fn resp3(&self) -> Connection {
+        redis::Client::open(format!("{}/?protocol=resp3", self.url()))
+            .and_then(|client| client.get_connection())
+            .expect("connect with RESP3")
+    }
+
+    /// The server's data directory (RDB, AOF).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("server.log")
+    }
+
+    /// Everything the server logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// `kill -9`: the process dies at once, losing whatever it had not written.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// `SHUTDOWN` with the given mode (`SAVE`, `NOSAVE`), then waits for the process to end.
+    pub fn shutdown(&mut self, mode: &str) {
+        let _ = redis::cmd("SHUTDOWN").arg(mode).exec(&mut self.client());
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, directory and arguments.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "stop the server before restarting it");
+        self.launch();
+    }
+
+    /// Makes this server a replica of `master` and waits until the link is up and in sync.
+    pub fn replicate(&self, master: &Server) {
+        let mut con = self.client();
+        redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(master.port)
+            .exec(&mut con)
+            .expect("REPLICAOF");
+        wait_until("replica link up", || {
+            info_field(&mut con, "replication", "master_link_status").as_deref() == Some("up")
+        });
+        master.wait_replicas(1);
+    }
+
+    /// Waits until `replicas` replicas acknowledged every write so far (`WAIT`).
+    pub fn wait_replicas(&self, replicas: usize) {
+        let acked: usize = redis::cmd("WAIT")
+            .arg(replicas)
+            .arg(10_000)
+            .query(&mut self.client())
+            .expect("WAIT");
+        assert!(acked >= replicas, "only {acked} replicas caught up");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- log of the server on port {} ---\n{}",
+                self.port,
+                self.log()
+            );
+        }
+        self.kill();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("free port")
+}
+
+fn server_binary() -> String {
+    std::env::var("LEASEHOLD_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
+}
+
+/// The module `cargo build` produced: `target/<profile>/libleasehold.so`, the parent of the
+/// test binary's `deps/` folder.
+pub fn module_path() -> PathBuf {
+    if let Ok(path) = std::env::var("LEASEHOLD_MODULE") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("test binary path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    let module = profile_dir.join("libleasehold.so");
+    assert!(
+        module.exists(),
+        "{} is missing: run `cargo build` (or `make test`) first",
+        module.display()
+    );
+    module
+}
+
+/// Polls `condition` every 20 ms for up to 20 s.
+pub fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// One field of `INFO section`.
+pub fn info_field(con: &mut Connection, section: &str, field: &str) -> Option<String> {
+    let info: String = redis::cmd("INFO").arg(section).query(con).ok()?;
+    info.lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .map(str::to_owned)
+}
+
+/// Runs a command and returns its reply as a value, errors included.
+pub fn call(con: &mut Connection, args: &[&str]) -> Value {
+    let mut cmd = redis::cmd(args[0]);
+    for arg in &args[1..] {
+        cmd.arg(*arg);
+    }
+    match cmd.query::<Value>(con) {
+        Ok(value) => value,
+        Err(error) => panic!("{args:?} failed on the connection: {error}"),
+    }
+}
+
+/// Runs a command that must fail and returns the error text as the server sent it
+/// (`ERR ...`, `WRONGTYPE ...`).
+pub fn error(con: &mut Connection, args: &[&str]) -> String {
+    let mut cmd = redis::cmd(args[0]);
+    for arg in &args[1..] {
+        cmd.arg(*arg);
+    }
+    match cmd.query::<Value>(con) {
+        Ok(value) => panic!("{args:?} should fail, replied {value:?}"),
+        Err(error) => {
+            let code = error.code().unwrap_or("");
+            let detail = error.detail().unwrap_or("");
+            format!("{code} {detail}").trim().to_owned()
+        }
+    }
+}
+
+/// `LOCK.ACQUIRE key owner ttl [options...]`: the token, or `None` when refused.
+pub fn acquire(
+    con: &mut Connection,
+    key: &str,
+    owner: &str,
+    ttl: u64,
+    options: &[&str],
+) -> Option<i64> {
+    redis::cmd("LOCK.ACQUIRE")
+        .arg(key)
+        .arg(owner)
+        .arg(ttl)
+        .arg(options)
+        .query(con)
+        .expect("LOCK.ACQUIRE")
+}
+
+/// `LOCK.INFO key` as (owner, token, ttl, holds, waiters), or `None` when free.
+pub fn lock_info(con: &mut Connection, key: &str) -> Option<(String, i64, i64, i64, i64)> {
+    let reply: Option<std::collections::HashMap<String, Value>> = redis::cmd("LOCK.INFO")
+        .arg(key)
+        .query(con)
+        .expect("LOCK.INFO");
+    let fields = reply?;
+    let int = |name: &str| match fields.get(name) {
+        Some(Value::Int(n)) => *n,
+        other => panic!("LOCK.INFO field {name}: {other:?}"),
+    };
+    let owner = match fields.get("owner") {
+        Some(Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
+        other => panic!("LOCK.INFO owner: {other:?}"),
+    };
+    Some((
+        owner,
+        int("token"),
+        int("ttl"),
+        int("holds"),
+        int("waiters"),
+    ))
+}
+
+/// The raw bytes of one reply, for checking the exact RESP encoding: sends `HELLO 3` first
+/// when `resp3`.
+pub fn raw_reply(port: u16, resp3: bool, args: &[&str]) -> Vec<u8> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let encode = |args: &[&str]| {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for arg in args {
+            out.extend(format!("${}\r\n{arg}\r\n", arg.len()).into_bytes());
+        }
+        out
+    };
+    if resp3 {
+        stream.write_all(&encode(&["HELLO", "3"])).expect("send");
+        let mut scratch = [0u8; 4096];
+        // The HELLO map is small and arrives in one read on loopback.
+        let _ = stream.read(&mut scratch).expect("HELLO reply");
+    }
+    stream.write_all(&encode(args)).expect("send");
+    let mut reply = vec![0u8; 4096];
+    let n = stream.read(&mut reply).expect("reply");
+    reply.truncate(n);
+    reply
+}

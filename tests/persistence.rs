@@ -1,0 +1,238 @@
+//! Locks and the fencing counter through every persistence path, really done: `DEBUG RELOAD`,
+//! restart from RDB, restart from AOF with and without the RDB preamble, `DUMP`/`RESTORE`,
+//! `COPY`, `MEMORY USAGE` and `DEBUG DIGEST-VALUE`.
+
+mod common;
+
+use common::{Server, acquire, call, lock_info, wait_until};
+use redis::{Connection, Value};
+
+type Info = (String, i64, i64, i64, i64);
+
+/// Takes two locks (one re-entered) and a third that is released, returning the largest token.
+fn take_locks(con: &mut Connection) -> i64 {
+    let a = acquire(con, "a", "alice", 600_000, &[]).expect("a");
+    acquire(con, "a", "alice", 600_000, &["REENTRANT"]).expect("a again");
+    let b = acquire(con, "b", "bob", 300_000, &[]).expect("b");
+    let c = acquire(con, "c", "carol", 300_000, &[]).expect("c");
+    assert_eq!(call(con, &["LOCK.RELEASE", "c", "carol"]), Value::Int(1));
+    a.max(b).max(c)
+}
+
+fn snapshot(con: &mut Connection) -> (Option<Info>, Option<Info>) {
+    (lock_info(con, "a"), lock_info(con, "b"))
+}
+
+/// The locks are the same after the reload (the lease only shorter), and the next token is
+/// larger than every token before.
+fn assert_survived(con: &mut Connection, before: &(Option<Info>, Option<Info>), last_token: i64) {
+    let after = snapshot(con);
+    for (was, is) in [(&before.0, &after.0), (&before.1, &after.1)] {
+        let (was, is) = (
+            was.as_ref().expect("held before"),
+            is.as_ref().expect("held after"),
+        );
+        assert_eq!(
+            (&was.0, was.1, was.3),
+            (&is.0, is.1, is.3),
+            "owner, token, holds"
+        );
+        assert!(
+            is.2 <= was.2 && is.2 > was.2 - 30_000,
+            "lease kept: {} then {}",
+            was.2,
+            is.2
+        );
+    }
+    assert_eq!(lock_info(con, "c"), None);
+    let next = acquire(con, "d", "dave", 1_000, &[]).expect("d");
+    assert!(
+        next > last_token,
+        "token went back: {next} after {last_token}"
+    );
+}
+
+/// The contents of the AOF's base file (written by the rewrite) and of its incremental files.
+fn aof_files(server: &Server) -> (String, String) {
+    let mut base = String::new();
+    let mut incremental = String::new();
+    let entries = std::fs::read_dir(server.dir().join("appendonlydir")).expect("appendonlydir");
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let text =
+            String::from_utf8_lossy(&std::fs::read(entry.path()).unwrap_or_default()).into_owned();
+        if name.contains(".base.") {
+            base.push_str(&text);
+        } else if name.contains(".incr.") {
+            incremental.push_str(&text);
+        }
+    }
+    (base, incremental)
+}
+
+#[test]
+fn debug_reload_keeps_locks_and_the_counter() {
+    let server = Server::start(&[]);
+    let mut con = server.client();
+    let last = take_locks(&mut con);
+    let before = snapshot(&mut con);
+    call(&mut con, &["DEBUG", "RELOAD"]);
+    assert_survived(&mut con, &before, last);
+}
+
+#[test]
+fn restart_from_rdb_keeps_locks_and_the_counter() {
+    let mut server = Server::start(&["--save", "3600 1"]);
+    let mut con = server.client();
+    let last = take_locks(&mut con);
+    let before = snapshot(&mut con);
+    server.shutdown("SAVE");
+    server.restart();
+    assert_survived(&mut server.client(), &before, last);
+}
+
+#[test]
+fn restart_from_an_rdb_with_no_locks_still_continues_the_counter() {
+    let mut server = Server::start(&["--save", "3600 1"]);
+    let mut con = server.client();
+    let last = take_locks(&mut con);
+    call(&mut con, &["FLUSHALL"]);
+    server.shutdown("SAVE");
+    server.restart();
+    let next = acquire(&mut server.client(), "a", "x", 1_000, &[]).expect("granted");
+    assert!(next > last);
+}
+
+fn restart_from_aof(preamble: &str) {
+    let mut server = Server::start(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--aof-use-rdb-preamble",
+        preamble,
+    ]);
+    let mut con = server.client();
+    take_locks(&mut con);
+    call(&mut con, &["BGREWRITEAOF"]);
+    wait_until("AOF rewrite", || {
+        common::info_field(&mut con, "persistence", "aof_rewrite_in_progress").as_deref()
+            == Some("0")
+            && common::info_field(&mut con, "persistence", "aof_rewrite_scheduled").as_deref()
+                == Some("0")
+    });
+    // Writes after the rewrite go to the incremental AOF as LOCK.APPLY effects.
+    let renewed = call(&mut con, &["LOCK.RENEW", "b", "bob", "400000"]);
+    assert_eq!(renewed, Value::Int(1));
+    let e = acquire(&mut con, "e", "erin", 300_000, &["REENTRANT"]).expect("e");
+    let before = snapshot(&mut con);
+    let (base, incremental) = aof_files(&server);
+    assert!(
+        incremental.contains("LOCK.APPLY"),
+        "effects in the incremental AOF"
+    );
+    if preamble == "no" {
+        assert!(
+            base.contains("LOCK.APPLY"),
+            "the type's AOF rewrite wrote the base"
+        );
+        assert!(!base.contains("REDIS0"), "no RDB preamble");
+    } else {
+        assert!(base.starts_with("REDIS0"), "an RDB preamble");
+    }
+    server.kill();
+    server.restart();
+    let mut con = server.client();
+    assert_eq!(lock_info(&mut con, "e").map(|i| (i.1, i.3)), Some((e, 1)));
+    assert_survived(&mut con, &before, e);
+}
+
+#[test]
+fn restart_from_aof_with_rdb_preamble_keeps_locks_and_the_counter() {
+    restart_from_aof("yes");
+}
+
+#[test]
+fn restart_from_aof_without_rdb_preamble_keeps_locks_and_the_counter() {
+    restart_from_aof("no");
+}
+
+#[test]
+fn dump_and_restore_carry_the_lock_and_raise_the_counter_of_the_target() {
+    let source = Server::start(&[]);
+    let target = Server::start(&[]);
+    let mut src = source.client();
+    let mut dst = target.client();
+    acquire(&mut src, "k", "alice", 60_000, &[]).expect("granted");
+    acquire(&mut src, "k", "alice", 60_000, &["REENTRANT"]).expect("re-entered");
+    // The target's counter starts lower: the source issued more tokens meanwhile.
+    for _ in 0..5 {
+        acquire(&mut src, "k", "alice", 60_000, &[]);
+    }
+    let payload: Vec<u8> = redis::cmd("DUMP").arg("k").query(&mut src).expect("DUMP");
+    let held = lock_info(&mut src, "k").expect("held");
+    for con in [&mut src, &mut dst] {
+        let restored: String = redis::cmd("RESTORE")
+            .arg("k2")
+            .arg(50_000)
+            .arg(&payload)
+            .query(con)
+            .expect("RESTORE");
+        assert_eq!(restored, "OK");
+        let copy = lock_info(con, "k2").expect("restored");
+        assert_eq!((&copy.0, copy.1, copy.3), (&held.0, held.1, held.3));
+        assert!(copy.2 <= 50_000 && copy.2 > 40_000);
+    }
+    let next = acquire(&mut dst, "other", "bob", 1_000, &[]).expect("granted");
+    assert!(next > held.1, "a restored lock raises the target's counter");
+}
+
+#[test]
+fn copy_duplicates_a_lock() {
+    let server = Server::start(&[]);
+    let mut con = server.client();
+    let token = acquire(&mut con, "k", "alice", 60_000, &[]).expect("granted");
+    assert_eq!(call(&mut con, &["COPY", "k", "k2"]), Value::Int(1));
+    assert_eq!(
+        lock_info(&mut con, "k2").map(|i| (i.0, i.1, i.3)),
+        Some(("alice".into(), token, 1))
+    );
+    call(&mut con, &["LOCK.RELEASE", "k", "alice"]);
+    assert!(
+        lock_info(&mut con, "k2").is_some(),
+        "the copy is independent"
+    );
+}
+
+#[test]
+fn memory_usage_counts_the_owner() {
+    let server = Server::start(&[]);
+    let mut con = server.client();
+    acquire(&mut con, "short", "o", 60_000, &[]).expect("granted");
+    acquire(&mut con, "long", &"o".repeat(200), 60_000, &[]).expect("granted");
+    let usage = |con: &mut Connection, key: &str| -> i64 {
+        redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(key)
+            .query(con)
+            .expect("MEMORY USAGE")
+    };
+    let short = usage(&mut con, "short");
+    let long = usage(&mut con, "long");
+    assert!(short > 0);
+    assert!(long - short >= 199, "{short} then {long}");
+}
+
+#[test]
+fn digest_covers_every_field_and_survives_reload() {
+    let server = Server::start(&[]);
+    let mut con = server.client();
+    let digest = |con: &mut Connection| -> Value { call(con, &["DEBUG", "DIGEST-VALUE", "k"]) };
+    acquire(&mut con, "k", "alice", 60_000, &[]).expect("granted");
+    let one_hold = digest(&mut con);
+    acquire(&mut con, "k", "alice", 60_000, &["REENTRANT"]).expect("re-entered");
+    let two_holds = digest(&mut con);
+    assert_ne!(one_hold, two_holds, "holds are in the digest");
+    call(&mut con, &["DEBUG", "RELOAD"]);
+    assert_eq!(digest(&mut con), two_holds);
+}

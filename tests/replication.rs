@@ -1,0 +1,107 @@
+//! A real master–replica pair: the replica holds the same owner, token and lease deadline;
+//! its reads work; the digest agrees; a promoted replica continues the counter.
+
+mod common;
+
+use common::{Server, acquire, call, error, lock_info};
+use redis::{Connection, Value};
+
+fn expiretime(con: &mut Connection, key: &str) -> i64 {
+    redis::cmd("PEXPIRETIME")
+        .arg(key)
+        .query(con)
+        .expect("PEXPIRETIME")
+}
+
+fn pair() -> (Server, Server) {
+    let master = Server::start(&[]);
+    let replica = Server::start(&[]);
+    replica.replicate(&master);
+    (master, replica)
+}
+
+#[test]
+fn the_replica_sees_the_same_owner_token_holds_and_deadline() {
+    let (master, replica) = pair();
+    let mut m = master.client();
+    let mut r = replica.client();
+    acquire(&mut m, "a", "alice", 60_000, &[]).expect("a");
+    acquire(&mut m, "a", "alice", 90_000, &["REENTRANT"]).expect("a again");
+    acquire(&mut m, "b", "bob", 60_000, &[]).expect("b");
+    assert_eq!(
+        call(&mut m, &["LOCK.RENEW", "b", "bob", "120000"]),
+        Value::Int(1)
+    );
+    acquire(&mut m, "c", "carol", 60_000, &[]).expect("c");
+    acquire(&mut m, "c", "carol", 60_000, &["REENTRANT"]).expect("c again");
+    assert_eq!(call(&mut m, &["LOCK.RELEASE", "c", "carol"]), Value::Int(1));
+    acquire(&mut m, "d", "dave", 60_000, &[]).expect("d");
+    assert_eq!(call(&mut m, &["LOCK.RELEASE", "d", "dave"]), Value::Int(1));
+    master.wait_replicas(1);
+
+    for key in ["a", "b", "c"] {
+        let on_master = lock_info(&mut m, key).expect("held on master");
+        let on_replica = lock_info(&mut r, key).expect("held on replica");
+        assert_eq!(
+            (&on_master.0, on_master.1, on_master.3),
+            (&on_replica.0, on_replica.1, on_replica.3)
+        );
+        assert_eq!(
+            expiretime(&mut m, key),
+            expiretime(&mut r, key),
+            "same absolute deadline"
+        );
+        assert_eq!(
+            call(&mut m, &["DEBUG", "DIGEST-VALUE", key]),
+            call(&mut r, &["DEBUG", "DIGEST-VALUE", key])
+        );
+        assert_eq!(call(&mut r, &["LOCK.FENCE", key]), Value::Int(on_master.1));
+    }
+    assert_eq!(
+        lock_info(&mut r, "d"),
+        None,
+        "a freed lock is gone on the replica too"
+    );
+    assert_eq!(
+        call(&mut m, &["DEBUG", "DIGEST"]),
+        call(&mut r, &["DEBUG", "DIGEST"])
+    );
+    assert!(error(&mut r, &["LOCK.ACQUIRE", "e", "eve", "1000"]).starts_with("READONLY"));
+}
+
+#[test]
+fn a_replica_that_syncs_later_gets_the_locks_and_the_counter() {
+    let master = Server::start(&[]);
+    let mut m = master.client();
+    let token = acquire(&mut m, "a", "alice", 60_000, &[]).expect("a");
+    let replica = Server::start(&[]);
+    replica.replicate(&master);
+    let mut r = replica.client();
+    assert_eq!(lock_info(&mut r, "a").map(|i| i.1), Some(token));
+    call(&mut r, &["REPLICAOF", "NO", "ONE"]);
+    let next = acquire(&mut r, "b", "bob", 1_000, &[]).expect("b");
+    assert!(next > token);
+}
+
+#[test]
+fn a_promoted_replica_issues_larger_tokens_than_its_old_master() {
+    let (master, replica) = pair();
+    let mut m = master.client();
+    let mut last = 0;
+    for i in 0..20 {
+        last = acquire(&mut m, &format!("k{i}"), "alice", 60_000, &[]).expect("granted");
+    }
+    master.wait_replicas(1);
+    let mut r = replica.client();
+    call(&mut r, &["REPLICAOF", "NO", "ONE"]);
+    assert_eq!(
+        lock_info(&mut r, "k19").map(|i| i.1),
+        Some(last),
+        "locks carried over"
+    );
+    let next = acquire(&mut r, "new", "bob", 1_000, &[]).expect("granted");
+    assert!(
+        next > last,
+        "promotion continues the counter: {next} after {last}"
+    );
+}
