@@ -236,3 +236,37 @@ fn digest_covers_every_field_and_survives_reload() {
     call(&mut con, &["DEBUG", "RELOAD"]);
     assert_eq!(digest(&mut con), two_holds);
 }
+
+#[test]
+fn an_unknown_encoding_version_refuses_to_load() {
+    let server = Server::start(&[]);
+    let mut con = server.client();
+    acquire(&mut con, "k", "alice", 60_000, &[]).expect("granted");
+    let mut payload: Vec<u8> = redis::cmd("DUMP").arg("k").query(&mut con).expect("DUMP");
+    // A module value starts with its type byte, then the 64-bit module type id (length
+    // prefix 0x81, big-endian) whose low 10 bits are the encoding version.
+    assert_eq!(payload[1], 0x81, "64-bit module id");
+    assert_eq!(
+        payload[8] & 0x03,
+        0,
+        "encoding version 1 lives in the last byte"
+    );
+    assert_eq!(payload[9], 1);
+    payload[9] = 2;
+    // The payload ends with the RDB version (2 bytes) and a CRC64 of everything before.
+    let body = payload.len() - 8;
+    let crc = crc::Crc::<u64>::new(&crc::CRC_64_REDIS).checksum(&payload[..body]);
+    payload[body..].copy_from_slice(&crc.to_le_bytes());
+    let refused = redis::cmd("RESTORE")
+        .arg("k2")
+        .arg(0)
+        .arg(&payload)
+        .query::<String>(&mut con)
+        .expect_err("version 2 is unknown");
+    assert!(refused.to_string().contains("Bad data format"), "{refused}");
+    assert_eq!(call(&mut con, &["EXISTS", "k2"]), Value::Int(0));
+    assert_eq!(
+        call(&mut con, &["PING"]),
+        Value::SimpleString("PONG".into())
+    );
+}
