@@ -8,6 +8,8 @@
 
 #![allow(dead_code)] // each test file uses its own part of the harness
 
+pub mod proxy;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -153,10 +155,15 @@ impl Server {
 
     /// Makes this server a replica of `master` and waits until the link is up and in sync.
     pub fn replicate(&self, master: &Server) {
+        self.replicate_through(master.port, master);
+    }
+
+    /// Like [`Self::replicate`], connecting to `port` (a proxy in front of `master`).
+    pub fn replicate_through(&self, port: u16, master: &Server) {
         let mut con = self.client();
         redis::cmd("REPLICAOF")
             .arg("127.0.0.1")
-            .arg(master.port)
+            .arg(port)
             .exec(&mut con)
             .expect("REPLICAOF");
         wait_until("replica link up", || {

@@ -1,0 +1,198 @@
+//! Fault injection: fencing tokens never go backwards, whatever was lost.
+//!
+//! Each test really does it — `kill -9` under each persistence setting, a replica cut off from
+//! its master while the master keeps granting, failover, the old master coming back — and
+//! checks that the next token is larger than every token a client was ever given
+//! (README, "Guarantees").
+
+mod common;
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use common::proxy::LinkProxy;
+use common::{Server, acquire, call, lock_info};
+use redis::{Connection, Value};
+
+/// How far the first token after a start jumps ahead of a loaded counter or the clock.
+const RESERVE: i64 = 1_000_000_000;
+
+/// Takes `count` locks `prefix:0..count` in pipelines and returns the tokens the server
+/// acknowledged.
+fn burst(con: &mut Connection, prefix: &str, count: usize) -> Vec<i64> {
+    let mut tokens = Vec::with_capacity(count);
+    for chunk in (0..count).collect::<Vec<_>>().chunks(1_000) {
+        let mut pipe = redis::pipe();
+        for i in chunk {
+            pipe.cmd("LOCK.ACQUIRE")
+                .arg(format!("{prefix}:{i}"))
+                .arg("owner")
+                .arg(600_000);
+        }
+        let granted: Vec<Option<i64>> = pipe.query(con).expect("burst");
+        tokens.extend(granted.into_iter().map(|token| token.expect("free key")));
+    }
+    tokens
+}
+
+fn max(tokens: &[i64]) -> i64 {
+    tokens.iter().copied().max().unwrap_or(0)
+}
+
+fn now_ms() -> i64 {
+    let elapsed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970");
+    i64::try_from(elapsed.as_millis()).expect("ms fit")
+}
+
+fn next_token(con: &mut Connection) -> i64 {
+    acquire(con, "after-restart", "newcomer", 60_000, &[]).expect("free key")
+}
+
+#[test]
+fn kill_with_appendfsync_always_loses_no_acknowledged_lock() {
+    let mut server = Server::start(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut con = server.client();
+    let tokens = burst(&mut con, "held", 300);
+    acquire(&mut con, "held:0", "owner", 600_000, &["REENTRANT"]).expect("re-entered");
+    let before: Vec<_> = (0..300)
+        .map(|i| lock_info(&mut con, &format!("held:{i}")))
+        .collect();
+    let killed_at = Instant::now();
+    server.kill();
+    server.restart();
+    let mut con = server.client();
+    let down_ms = i64::try_from(killed_at.elapsed().as_millis()).expect("ms") + 100;
+    for (i, was) in before.iter().enumerate() {
+        let was = was.as_ref().expect("held before");
+        let is = lock_info(&mut con, &format!("held:{i}")).expect("held after the kill");
+        assert_eq!((&is.0, is.1, is.3), (&was.0, was.1, was.3), "held:{i}");
+        assert!(
+            is.2 <= was.2 && is.2 >= was.2 - down_ms - 5_000,
+            "held:{i} lease {} then {}",
+            was.2,
+            is.2
+        );
+    }
+    assert_eq!(lock_info(&mut con, "held:0").map(|info| info.3), Some(2));
+    assert!(next_token(&mut con) > max(&tokens));
+}
+
+#[test]
+fn kill_with_appendfsync_everysec_after_a_burst_never_reissues_a_token() {
+    let mut server = Server::start(&["--appendonly", "yes", "--appendfsync", "everysec"]);
+    let mut con = server.client();
+    let tokens = burst(&mut con, "burst", 20_000);
+    server.kill();
+    server.restart();
+    assert!(next_token(&mut server.client()) > max(&tokens));
+}
+
+#[test]
+fn kill_with_rdb_snapshots_only_never_reissues_a_lost_token() {
+    let mut server = Server::start(&["--save", ""]);
+    let mut con = server.client();
+    let saved = burst(&mut con, "saved", 100);
+    call(&mut con, &["SAVE"]);
+    let lost = burst(&mut con, "lost", 20_000);
+    server.kill();
+    server.restart();
+    let mut con = server.client();
+    assert_eq!(
+        lock_info(&mut con, "saved:99").map(|info| info.1),
+        Some(saved[99])
+    );
+    assert_eq!(
+        lock_info(&mut con, "lost:0"),
+        None,
+        "the snapshot really lacked these"
+    );
+    let regranted = acquire(&mut con, "lost:0", "intruder", 60_000, &[]).expect("free again");
+    assert!(
+        regranted > max(&lost),
+        "the lock granted again has a larger token"
+    );
+}
+
+#[test]
+fn kill_with_no_persistence_at_all_still_moves_forward() {
+    // Nothing survives; the clock floor (unix-ms × 1000) and the reserve carry the order,
+    // assuming the clock did not go back across the restart.
+    let mut server = Server::start(&["--save", "", "--appendonly", "no"]);
+    let mut con = server.client();
+    let tokens = burst(&mut con, "gone", 20_000);
+    server.kill();
+    server.restart();
+    let mut con = server.client();
+    assert_eq!(call(&mut con, &["DBSIZE"]), Value::Int(0));
+    assert!(next_token(&mut con) > max(&tokens));
+}
+
+#[test]
+fn failover_to_a_replica_that_fell_behind_never_reissues_a_token() {
+    let mut old_master = Server::start(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let new_master = Server::start(&[]);
+    let link = LinkProxy::to(old_master.port);
+    new_master.replicate_through(link.port, &old_master);
+    let mut old = old_master.client();
+    let synced = burst(&mut old, "synced", 100);
+    old_master.wait_replicas(1);
+
+    link.cut();
+    let unseen = burst(&mut old, "unseen", 5_000);
+    old_master.kill();
+
+    let mut new = new_master.client();
+    call(&mut new, &["REPLICAOF", "NO", "ONE"]);
+    assert_eq!(
+        lock_info(&mut new, "synced:99").map(|info| info.1),
+        Some(synced[99])
+    );
+    assert_eq!(
+        lock_info(&mut new, "unseen:0"),
+        None,
+        "the replica never received these"
+    );
+    let regranted = acquire(&mut new, "unseen:0", "intruder", 60_000, &[]).expect("granted again");
+    let highest_old = max(&unseen);
+    assert!(regranted > highest_old, "{regranted} after {highest_old}");
+
+    // The old master comes back (with its AOF) and is made a replica of the new one.
+    old_master.restart();
+    old_master.replicate(&new_master);
+    let mut old = old_master.client();
+    assert_eq!(
+        lock_info(&mut old, "unseen:0").map(|info| info.0),
+        Some("intruder".into())
+    );
+    let later = acquire(&mut new, "later", "someone", 60_000, &[]).expect("granted");
+    assert!(later > regranted);
+    new_master.wait_replicas(1);
+    assert_eq!(call(&mut old, &["LOCK.FENCE", "later"]), Value::Int(later));
+
+    // And failing back over to it continues above everything either master issued.
+    call(&mut old, &["REPLICAOF", "NO", "ONE"]);
+    assert!(next_token(&mut old) > later);
+}
+
+#[test]
+fn tokens_follow_the_clock_and_stay_far_below_two_to_the_53() {
+    let server = Server::start(&[]);
+    let mut con = server.client();
+    let before = now_ms();
+    let first = next_token(&mut con);
+    let after = now_ms();
+    assert!(
+        first >= before * 1000 + RESERVE,
+        "first token {first} vs clock {before}"
+    );
+    assert!(
+        first <= after * 1000 + RESERVE + 1,
+        "first token {first} vs clock {after}"
+    );
+    let years_left_at_a_million_per_second = ((1_i64 << 53) - first) / 1_000_000 / 86_400 / 366;
+    assert!(
+        years_left_at_a_million_per_second > 100,
+        "{first}: a century of headroom"
+    );
+}
