@@ -8,15 +8,14 @@ MODULE := target/release/libleasehold.so
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
-deps: ## install what is missing: redis-server, redis-cli, libclang (Debian packages)
+deps: ## install what is missing: redis-server, redis-cli, libclang, pip (Debian packages)
 	@scripts/install-deps.sh
 
 build: deps ## build the module: target/release/libleasehold.so
 	cargo build --release
 
-test: deps ## build, then run every test against real redis-server processes
-	cargo build --all-targets
-	cargo test
+test: deps ## build, then run every test on Redis 7.0, Redis 8.2 and Valkey 8.1 (or LEASEHOLD_SERVER)
+	scripts/test.sh
 
 run: build ## start redis-server on 127.0.0.1:$(PORT) with the module loaded, in the foreground
 	redis-server --port $(PORT) --bind 127.0.0.1 --save "" --appendonly no \

@@ -10,7 +10,7 @@ mod common;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use common::proxy::LinkProxy;
-use common::{Server, acquire, call, lock_info};
+use common::{Server, acquire, call, lock_info, wait_replicas};
 use redis::{Connection, Value};
 
 /// How far the first token after a start jumps ahead of a loaded counter or the clock.
@@ -136,7 +136,7 @@ fn failover_to_a_replica_that_fell_behind_never_reissues_a_token() {
     new_master.replicate_through(link.port, &old_master);
     let mut old = old_master.client();
     let synced = burst(&mut old, "synced", 100);
-    old_master.wait_replicas(1);
+    wait_replicas(&mut old, 1);
 
     link.cut();
     let unseen = burst(&mut old, "unseen", 5_000);
@@ -167,7 +167,7 @@ fn failover_to_a_replica_that_fell_behind_never_reissues_a_token() {
     );
     let later = acquire(&mut new, "later", "someone", 60_000, &[]).expect("granted");
     assert!(later > regranted);
-    new_master.wait_replicas(1);
+    wait_replicas(&mut new, 1);
     assert_eq!(call(&mut old, &["LOCK.FENCE", "later"]), Value::Int(later));
 
     // And failing back over to it continues above everything either master issued.

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Server, acquire, call, error, lock_info};
+use common::{Server, acquire, call, error, lock_info, wait_replicas};
 use redis::{Connection, Value};
 
 fn expiretime(con: &mut Connection, key: &str) -> i64 {
@@ -37,7 +37,7 @@ fn the_replica_sees_the_same_owner_token_holds_and_deadline() {
     assert_eq!(call(&mut m, &["LOCK.RELEASE", "c", "carol"]), Value::Int(1));
     acquire(&mut m, "d", "dave", 60_000, &[]).expect("d");
     assert_eq!(call(&mut m, &["LOCK.RELEASE", "d", "dave"]), Value::Int(1));
-    master.wait_replicas(1);
+    wait_replicas(&mut m, 1);
 
     for key in ["a", "b", "c"] {
         let on_master = lock_info(&mut m, key).expect("held on master");
@@ -91,7 +91,7 @@ fn a_promoted_replica_issues_larger_tokens_than_its_old_master() {
     for i in 0..20 {
         last = acquire(&mut m, &format!("k{i}"), "alice", 60_000, &[]).expect("granted");
     }
-    master.wait_replicas(1);
+    wait_replicas(&mut m, 1);
     let mut r = replica.client();
     call(&mut r, &["REPLICAOF", "NO", "ONE"]);
     assert_eq!(

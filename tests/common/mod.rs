@@ -169,18 +169,18 @@ impl Server {
         wait_until("replica link up", || {
             info_field(&mut con, "replication", "master_link_status").as_deref() == Some("up")
         });
-        master.wait_replicas(1);
     }
+}
 
-    /// Waits until `replicas` replicas acknowledged every write so far (`WAIT`).
-    pub fn wait_replicas(&self, replicas: usize) {
-        let acked: usize = redis::cmd("WAIT")
-            .arg(replicas)
-            .arg(10_000)
-            .query(&mut self.client())
-            .expect("WAIT");
-        assert!(acked >= replicas, "only {acked} replicas caught up");
-    }
+/// Waits until `replicas` replicas acknowledged every write made on `con` (`WAIT`, which
+/// counts from the calling connection's own last write).
+pub fn wait_replicas(con: &mut Connection, replicas: usize) {
+    let acked: usize = redis::cmd("WAIT")
+        .arg(replicas)
+        .arg(10_000)
+        .query(con)
+        .expect("WAIT");
+    assert!(acked >= replicas, "only {acked} replicas caught up");
 }
 
 impl Drop for Server {
