@@ -6,47 +6,108 @@
 //! command` as `SET ... PX` has them, `WRONGTYPE` for a key of another type.
 
 use redis_module::{
-    Context, NextArg, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue,
+    Context, ContextFlags, NextArg, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue,
     redisvalue::RedisValueKey,
 };
 
+use crate::blocking::waiters;
 use crate::clock;
 use crate::effects::{replicate_free, replicate_hold};
 use crate::fence;
+use crate::handover;
 use crate::key::LockKey;
 use crate::lock::{self, Acquire, Lock, Release, Renew, check_owner};
 
-/// `LOCK.ACQUIRE key owner ttl-ms [REENTRANT]`: takes the lock for `owner` with a lease of
-/// `ttl-ms`, or resets the lease when `owner` already holds it (`REENTRANT` also counts one
-/// more hold).
+/// `LOCK.ACQUIRE key owner ttl-ms [REENTRANT] [WAIT timeout-ms]`: takes the lock for `owner`
+/// with a lease of `ttl-ms`, or resets the lease when `owner` already holds it (`REENTRANT`
+/// also counts one more hold). With `WAIT`, a client that finds the lock held blocks until
+/// the lock is handed to it, in arrival order, or `timeout-ms` passes (0: no limit).
 ///
-/// Replies with the holding's fencing token, or null when another owner holds the lock.
+/// Replies with the holding's fencing token, or null when another owner holds the lock (or
+/// kept it until the timeout).
 ///
 /// # Errors
-/// Arity, owner, TTL, syntax, `WRONGTYPE`, and exhausted fencing tokens.
+/// Arity, owner, TTL, timeout, syntax, `WRONGTYPE`, and exhausted fencing tokens.
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let mut args = args.into_iter().skip(1);
-    let name = args.next_arg()?;
-    let owner = args.next_arg()?;
-    let ttl = args.next_arg()?;
-    let mut reentrant = false;
-    for option in args {
-        if option.as_slice().eq_ignore_ascii_case(b"REENTRANT") && !reentrant {
-            reentrant = true;
-        } else {
-            return Err(RedisError::Str("ERR syntax error"));
-        }
-    }
-    let owner = parse_owner(&owner)?;
+    let request = AcquireRequest::parse(args)?;
+    let owner = parse_owner(&request.owner)?;
     let now = clock::now_ms();
-    let deadline = parse_deadline(&ttl, now, "lock.acquire")?;
+    let deadline = lease_deadline(now, request.ttl_ms, "lock.acquire")?;
 
-    let mut key = LockKey::write(ctx, &name)?;
+    // Waiters come first: a free lock with a queue is theirs, not this newcomer's.
+    handover::hand_over(ctx, &request.name)?;
+    let mut key = LockKey::write(ctx, &request.name)?;
+    let name = &request.name;
+    if let Some(token) = acquire_now(ctx, &mut key, name, owner, now, deadline, request.reentrant)?
+    {
+        return Ok(token_reply(token));
+    }
+    drop(key);
+    match request.wait_ms {
+        Some(timeout) if can_block(ctx) => {
+            handover::wait(ctx, name, owner, request.ttl_ms, timeout)
+        }
+        _ => Ok(RedisValue::Null),
+    }
+}
+
+/// The arguments of `LOCK.ACQUIRE`, options in any order, each at most once.
+struct AcquireRequest {
+    name: RedisString,
+    owner: RedisString,
+    ttl_ms: i64,
+    reentrant: bool,
+    wait_ms: Option<i64>,
+}
+
+impl AcquireRequest {
+    fn parse(args: Vec<RedisString>) -> Result<Self, RedisError> {
+        let mut args = args.into_iter().skip(1);
+        let name = args.next_arg()?;
+        let owner = args.next_arg()?;
+        let ttl = args.next_arg()?;
+        let (mut reentrant, mut wait_ms) = (false, None);
+        while let Some(option) = args.next() {
+            let option = option.as_slice();
+            if option.eq_ignore_ascii_case(b"REENTRANT") && !reentrant {
+                reentrant = true;
+            } else if option.eq_ignore_ascii_case(b"WAIT") && wait_ms.is_none() {
+                let timeout = args.next().ok_or(RedisError::Str("ERR syntax error"))?;
+                wait_ms = Some(parse_timeout(&timeout)?);
+            } else {
+                return Err(RedisError::Str("ERR syntax error"));
+            }
+        }
+        Ok(Self {
+            name,
+            owner,
+            ttl_ms: parse_ttl(&ttl)?,
+            reentrant,
+            wait_ms,
+        })
+    }
+}
+
+/// Applies `LOCK.ACQUIRE`'s rules to the open lock `key` named `name` at unix time `now_ms`,
+/// with the lease ending at `deadline_ms`: `Some(token)` when `owner` holds the lock
+/// afterwards (the change replicated and notified), `None` when another owner holds it.
+///
+/// # Errors
+/// Exhausted fencing tokens; a key that cannot be written.
+pub fn acquire_now(
+    ctx: &Context,
+    key: &mut LockKey,
+    name: &RedisString,
+    owner: &[u8],
+    now_ms: u64,
+    deadline_ms: i64,
+    reentrant: bool,
+) -> Result<Option<u64>, RedisError> {
     match lock::acquire(key.lock(), owner, reentrant) {
-        Acquire::Busy => return Ok(RedisValue::Null),
+        Acquire::Busy => return Ok(None),
         Acquire::New => {
             let token = fence::counter()
-                .issue(now)
+                .issue(now_ms)
                 .map_err(|_| RedisError::Str("ERR fencing tokens exhausted: 2^53 reached"))?;
             key.store(Lock::new(owner, token))?;
         }
@@ -56,11 +117,11 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             }
         }
     }
-    key.set_deadline(deadline)?;
-    let lock = held(&key)?;
-    replicate_hold(ctx, &name, lock, Some(deadline));
-    ctx.notify_keyspace_event(NotifyEvent::MODULE, "lock.acquire", &name);
-    Ok(token_reply(lock.token))
+    key.set_deadline(deadline_ms)?;
+    let lock = held(key)?;
+    replicate_hold(ctx, name, lock, Some(deadline_ms));
+    ctx.notify_keyspace_event(NotifyEvent::MODULE, "lock.acquire", name);
+    Ok(Some(lock.token))
 }
 
 /// `LOCK.RELEASE key owner`: releases one hold; the last one deletes the key.
@@ -79,6 +140,8 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         Release::Freed => {
             key.delete()?;
             replicate_free(ctx, &name);
+            drop(key);
+            handover::hand_over(ctx, &name)?;
         }
         Release::Decremented { holds } => {
             if let Some(lock) = key.lock_mut() {
@@ -104,7 +167,7 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let ttl = args.next_arg()?;
     args.done()?;
     let owner = parse_owner(&owner)?;
-    let deadline = parse_deadline(&ttl, clock::now_ms(), "lock.renew")?;
+    let deadline = lease_deadline(clock::now_ms(), parse_ttl(&ttl)?, "lock.renew")?;
 
     let mut key = LockKey::write(ctx, &name)?;
     match lock::renew(key.lock(), owner) {
@@ -155,7 +218,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         ("token", token_reply(lock.token)),
         ("ttl", RedisValue::Integer(key.remaining_ms().unwrap_or(-1))),
         ("holds", RedisValue::Integer(i64::from(lock.holds))),
-        ("waiters", RedisValue::Integer(0)),
+        ("waiters", RedisValue::Integer(waiting(&name))),
     ];
     Ok(RedisValue::OrderedMap(
         fields
@@ -177,19 +240,46 @@ fn parse_owner(owner: &RedisString) -> Result<&[u8], RedisError> {
     check_owner(owner.as_slice()).map_err(|_| RedisError::Str("ERR owner must be 1 to 256 bytes"))
 }
 
-/// The lease deadline (unix ms) for a TTL argument given at `now_ms`, checked as `SET ... PX`
-/// checks its expire time.
-fn parse_deadline(ttl: &RedisString, now_ms: u64, command: &str) -> Result<i64, RedisError> {
-    let ttl = ttl
-        .parse_integer()
-        .map_err(|_| RedisError::Str("ERR value is not an integer or out of range"))?;
+/// A lease in ms: a positive integer, as `SET ... PX` takes it.
+fn parse_ttl(ttl: &RedisString) -> Result<i64, RedisError> {
+    ttl.parse_integer()
+        .map_err(|_| RedisError::Str("ERR value is not an integer or out of range"))
+}
+
+/// The unix time in ms at which a lease of `ttl_ms` given at `now_ms` ends.
+///
+/// # Errors
+/// `ERR invalid expire time in '<command>' command` for a lease that is not positive or a
+/// deadline past the largest time Redis stores, as `SET ... PX` reports it.
+pub fn lease_deadline(now_ms: u64, ttl_ms: i64, command: &str) -> Result<i64, RedisError> {
     i64::try_from(now_ms)
         .ok()
-        .filter(|_| ttl > 0)
-        .and_then(|now| now.checked_add(ttl))
+        .filter(|_| ttl_ms > 0)
+        .and_then(|now| now.checked_add(ttl_ms))
         .ok_or_else(|| {
             RedisError::String(format!("ERR invalid expire time in '{command}' command"))
         })
+}
+
+/// A `WAIT` timeout in ms: 0 (no limit) or more, as `BLPOP` takes its timeout.
+fn parse_timeout(timeout: &RedisString) -> Result<i64, RedisError> {
+    let timeout = timeout
+        .parse_integer()
+        .map_err(|_| RedisError::Str("ERR timeout is not an integer or out of range"))?;
+    if timeout < 0 {
+        return Err(RedisError::Str("ERR timeout is negative"));
+    }
+    Ok(timeout)
+}
+
+/// False inside `MULTI`, scripts, functions and `RM_Call`, where a client cannot block.
+fn can_block(ctx: &Context) -> bool {
+    !ctx.get_flags()
+        .intersects(ContextFlags::DENY_BLOCKING | ContextFlags::MULTI | ContextFlags::LUA)
+}
+
+fn waiting(name: &RedisString) -> i64 {
+    i64::try_from(waiters().count(name.as_slice())).unwrap_or(i64::MAX)
 }
 
 /// The lock a command just wrote under `key`.

@@ -16,17 +16,20 @@
     )
 )]
 
+mod blocking;
 mod clock;
 mod commands;
 mod datatype;
 mod effects;
 mod fence;
+mod handover;
 mod key;
 mod lock;
+mod waiters;
 
-use redis_module::server_events::ServerRole;
+use redis_module::server_events::{FlushSubevent, ServerRole};
 use redis_module::{Context, redis_module};
-use redis_module_macros::role_changed_event_handler;
+use redis_module_macros::{flush_event_handler, role_changed_event_handler};
 
 use datatype::LOCK_TYPE;
 
@@ -45,17 +48,26 @@ fn on_role_changed(_ctx: &Context, role: ServerRole) {
     }
 }
 
+/// `FLUSHALL`/`FLUSHDB` freed every lock: hand them to their waiters.
+#[flush_event_handler]
+fn on_flush(ctx: &Context, event: FlushSubevent) {
+    handover::on_flush(ctx, event);
+}
+
 redis_module! {
     name: "lock",
     version: 1,
     allocator: (Allocator, Allocator {}),
     data_types: [LOCK_TYPE],
     commands: [
-        ["lock.acquire", commands::acquire, "write deny-oom fast", 1, 1, 1, ""],
+        ["lock.acquire", commands::acquire, "write deny-oom blocking", 1, 1, 1, ""],
         ["lock.release", commands::release, "write fast", 1, 1, 1, ""],
         ["lock.renew", commands::renew, "write fast", 1, 1, 1, ""],
         ["lock.fence", commands::fence, "readonly fast", 1, 1, 1, ""],
         ["lock.info", commands::info, "readonly fast", 1, 1, 1, ""],
         ["lock.apply", effects::apply, "write fast", 1, 1, 1, ""],
+    ],
+    event_handlers: [
+        [@GENERIC @EXPIRED @EVICTED: handover::on_key_event],
     ],
 }

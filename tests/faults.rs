@@ -133,7 +133,7 @@ fn failover_to_a_replica_that_fell_behind_never_reissues_a_token() {
     let mut old_master = Server::start(&["--appendonly", "yes", "--appendfsync", "always"]);
     let new_master = Server::start(&[]);
     let link = LinkProxy::to(old_master.port);
-    new_master.replicate_through(link.port, &old_master);
+    new_master.replicate_through(link.port);
     let mut old = old_master.client();
     let synced = burst(&mut old, "synced", 100);
     wait_replicas(&mut old, 1);

@@ -155,11 +155,11 @@ impl Server {
 
     /// Makes this server a replica of `master` and waits until the link is up and in sync.
     pub fn replicate(&self, master: &Server) {
-        self.replicate_through(master.port, master);
+        self.replicate_through(master.port);
     }
 
     /// Like [`Self::replicate`], connecting to `port` (a proxy in front of `master`).
-    pub fn replicate_through(&self, port: u16, master: &Server) {
+    pub fn replicate_through(&self, port: u16) {
         let mut con = self.client();
         redis::cmd("REPLICAOF")
             .arg("127.0.0.1")

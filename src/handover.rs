@@ -1,0 +1,147 @@
+//! Fair hand-over: a lock that becomes free goes straight to its first waiter, in the same
+//! step, so no client that arrives without waiting (or later) can take it in between.
+//!
+//! A lock becomes free in four ways, each covered:
+//! - `LOCK.RELEASE` drops the last hold: it hands over before it returns;
+//! - the lease ends: a timer set for the holder's deadline (re-armed when the lease was
+//!   renewed) hands over within a few ms of it, not whenever Redis's lazy or active expiry
+//!   would notice the key;
+//! - `DEL`, `UNLINK`, `FLUSHALL`, eviction and the like: their keyspace or flush events
+//!   schedule a hand-over on the next turn of the event loop;
+//! - and in between, `LOCK.ACQUIRE` hands over to queued waiters before it looks at a free
+//!   lock itself.
+//!
+//! Waiters live in the module's own registry ([`crate::waiters`]), which behaves the same on
+//! Redis 7.0, 8.x and Valkey.
+
+use std::time::Duration;
+
+use redis_module::server_events::FlushSubevent;
+use redis_module::{
+    Context, ContextFlags, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue,
+};
+
+use crate::blocking::{self, Outcome, waiters};
+use crate::clock;
+use crate::commands::{acquire_now, lease_deadline};
+use crate::key::LockKey;
+use crate::waiters::Waiter;
+
+/// Blocks the current client until it is granted `name` for `owner` (lease `ttl_ms` from the
+/// grant) or `timeout_ms` passes (0: no limit). Replies nothing now: the grant or the timeout
+/// answers later.
+///
+/// # Errors
+/// When the server cannot block the client.
+pub fn wait(
+    ctx: &Context,
+    name: &RedisString,
+    owner: &[u8],
+    ttl_ms: i64,
+    timeout_ms: i64,
+) -> RedisResult {
+    let handle = blocking::block(ctx, timeout_ms)?;
+    waiters().push(
+        name.as_slice(),
+        Waiter {
+            handle,
+            owner: owner.into(),
+            ttl_ms,
+        },
+    );
+    watch_lease(ctx, name)?;
+    Ok(RedisValue::NoReply)
+}
+
+/// If the lock `name` is free and has waiters, grants it to the first of them now, and makes
+/// sure the next waiter's turn is checked when the new lease ends.
+///
+/// # Errors
+/// `WRONGTYPE` when the key now holds another type (its waiters keep waiting).
+pub fn hand_over(ctx: &Context, name: &RedisString) -> Result<(), RedisError> {
+    if waiters().count(name.as_slice()) == 0 || is_replica(ctx) {
+        return Ok(());
+    }
+    let mut key = LockKey::write(ctx, name)?;
+    if key.lock().is_some() {
+        drop(key);
+        return watch_lease(ctx, name);
+    }
+    let waiter = waiters().pop(name.as_slice());
+    let Some(waiter) = waiter else {
+        return Ok(());
+    };
+    let now = clock::now_ms();
+    let granted = lease_deadline(now, waiter.ttl_ms, "lock.acquire")
+        .and_then(|deadline| acquire_now(ctx, &mut key, name, &waiter.owner, now, deadline, false));
+    drop(key);
+    blocking::unblock(
+        waiter.handle,
+        match granted {
+            Ok(Some(token)) => Outcome::Granted(token),
+            Ok(None) => Outcome::Failed("ERR the lock was taken during the hand-over"),
+            Err(_) => Outcome::Failed("ERR fencing tokens exhausted: 2^53 reached"),
+        },
+    );
+    watch_lease(ctx, name)
+}
+
+/// Arms a timer for the end of `name`'s lease (or for now when it is free), unless one that
+/// fires earlier is already armed for its waiters.
+fn watch_lease(ctx: &Context, name: &RedisString) -> Result<(), RedisError> {
+    let remaining = {
+        let key = LockKey::read(ctx, name)?;
+        match key.lock() {
+            Some(_) => key.remaining_ms(),
+            None => Some(0),
+        }
+    };
+    // A lease made persistent (PERSIST) never ends: only a release or a DEL frees it.
+    if let Some(remaining) = remaining {
+        let after = u64::try_from(remaining).unwrap_or(0);
+        schedule(ctx, name.as_slice(), clock::now_ms() + after);
+    }
+    Ok(())
+}
+
+/// Checks `key`'s waiters at unix time `at_ms` (at once if it has passed), if they need it.
+fn schedule(ctx: &Context, key: &[u8], at_ms: u64) {
+    if !waiters().needs_timer(key, at_ms) {
+        return;
+    }
+    let delay = Duration::from_millis(at_ms.saturating_sub(clock::now_ms()));
+    let key: Box<[u8]> = key.into();
+    ctx.create_timer(delay, on_timer, (key, at_ms));
+}
+
+fn on_timer(ctx: &Context, (key, at_ms): (Box<[u8]>, u64)) {
+    waiters().timer_fired(&key, at_ms);
+    let name = ctx.create_string(&*key);
+    // A key of another type: its waiters keep waiting until they time out.
+    let _ = hand_over(ctx, &name);
+}
+
+fn is_replica(ctx: &Context) -> bool {
+    ctx.get_flags().contains(ContextFlags::SLAVE)
+}
+
+/// A keyspace event (`del`, `expired`, `evicted`, `rename_from`, ...): if the key has waiters,
+/// check on the next turn of the event loop whether it became free. Writing to the keyspace
+/// inside the event itself is not allowed.
+pub fn on_key_event(ctx: &Context, _class: NotifyEvent, _event: &str, key: &[u8]) {
+    if waiters().count(key) > 0 {
+        schedule(ctx, key, clock::now_ms());
+    }
+}
+
+/// `FLUSHALL`/`FLUSHDB` freed every lock: check every lock with waiters.
+pub fn on_flush(ctx: &Context, event: FlushSubevent) {
+    if event != FlushSubevent::Ended {
+        return;
+    }
+    let keys: Vec<Box<[u8]>> = waiters().keys().map(Into::into).collect();
+    let now = clock::now_ms();
+    for key in keys {
+        schedule(ctx, &key, now);
+    }
+}
