@@ -12,9 +12,11 @@ use redis_module::{
 
 use crate::blocking::waiters;
 use crate::clock;
+use crate::config;
 use crate::effects::{replicate_free, replicate_hold};
 use crate::fence;
 use crate::handover;
+use crate::info::{ACQUISITIONS, CONTENDED, RELEASES, RENEWALS};
 use crate::key::LockKey;
 use crate::lock::{self, Acquire, Lock, Release, Renew, check_owner};
 
@@ -43,6 +45,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Ok(token_reply(token));
     }
     drop(key);
+    CONTENDED.bump();
     match request.wait_ms {
         Some(timeout) if can_block(ctx) => {
             handover::wait(ctx, name, owner, request.ttl_ms, timeout)
@@ -110,6 +113,7 @@ pub fn acquire_now(
                 .issue(now_ms)
                 .map_err(|_| RedisError::Str("ERR fencing tokens exhausted: 2^53 reached"))?;
             key.store(Lock::new(owner, token))?;
+            ACQUISITIONS.bump();
         }
         Acquire::Again { holds, .. } => {
             if let Some(lock) = key.lock_mut() {
@@ -151,6 +155,7 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         }
     }
     ctx.notify_keyspace_event(NotifyEvent::MODULE, "lock.release", &name);
+    RELEASES.bump();
     Ok(RedisValue::Integer(1))
 }
 
@@ -177,6 +182,7 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     replicate_hold(ctx, &name, held(&key)?, Some(deadline));
     ctx.notify_keyspace_event(NotifyEvent::MODULE, "lock.renew", &name);
+    RENEWALS.bump();
     Ok(RedisValue::Integer(1))
 }
 
@@ -240,10 +246,13 @@ fn parse_owner(owner: &RedisString) -> Result<&[u8], RedisError> {
     check_owner(owner.as_slice()).map_err(|_| RedisError::Str("ERR owner must be 1 to 256 bytes"))
 }
 
-/// A lease in ms: a positive integer, as `SET ... PX` takes it.
+/// A lease in ms: an integer (checked for being positive by [`lease_deadline`]) within
+/// `lock.max-ttl-ms`.
 fn parse_ttl(ttl: &RedisString) -> Result<i64, RedisError> {
-    ttl.parse_integer()
-        .map_err(|_| RedisError::Str("ERR value is not an integer or out of range"))
+    let ttl = ttl
+        .parse_integer()
+        .map_err(|_| RedisError::Str("ERR value is not an integer or out of range"))?;
+    config::check_ttl(ttl)
 }
 
 /// The unix time in ms at which a lease of `ttl_ms` given at `now_ms` ends.

@@ -24,6 +24,7 @@ use redis_module::{
 use crate::blocking::{self, Outcome, waiters};
 use crate::clock;
 use crate::commands::{acquire_now, lease_deadline};
+use crate::info;
 use crate::key::LockKey;
 use crate::waiters::Waiter;
 
@@ -78,7 +79,10 @@ pub fn hand_over(ctx: &Context, name: &RedisString) -> Result<(), RedisError> {
     blocking::unblock(
         waiter.handle,
         match granted {
-            Ok(Some(token)) => Outcome::Granted(token),
+            Ok(Some(token)) => {
+                info::HANDOVERS.bump();
+                Outcome::Granted(token)
+            }
             Ok(None) => Outcome::Failed("ERR the lock was taken during the hand-over"),
             Err(_) => Outcome::Failed("ERR fencing tokens exhausted: 2^53 reached"),
         },

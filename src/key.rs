@@ -152,6 +152,14 @@ impl Drop for LockKey {
     }
 }
 
+/// True when `key`, opened by Redis for a server event, holds a lock.
+pub fn is_lock(key: *mut raw::RedisModuleKey) -> bool {
+    let Some(get_type) = (unsafe { raw::RedisModule_ModuleTypeGetType }) else {
+        return false;
+    };
+    !key.is_null() && unsafe { get_type(key) } == *LOCK_TYPE.raw_type.borrow()
+}
+
 /// A module API function, or an error reply when this server does not export it (instead of
 /// the panic that `unwrap` on a missing function would be).
 ///

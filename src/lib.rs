@@ -19,16 +19,20 @@
 mod blocking;
 mod clock;
 mod commands;
+mod config;
 mod datatype;
+mod docs;
 mod effects;
 mod fence;
 mod handover;
+mod info;
 mod key;
 mod lock;
 mod waiters;
 
+use redis_module::configuration::ConfigurationFlags;
 use redis_module::server_events::{FlushSubevent, ServerRole};
-use redis_module::{Context, redis_module};
+use redis_module::{AclCategory, Context, RedisString, Status, redis_module};
 use redis_module_macros::{flush_event_handler, role_changed_event_handler};
 
 use datatype::LOCK_TYPE;
@@ -54,20 +58,47 @@ fn on_flush(ctx: &Context, event: FlushSubevent) {
     handover::on_flush(ctx, event);
 }
 
+/// After the commands and configuration exist: refuses bad configuration values, then sets
+/// the commands' docs and key specs and starts counting expired leases.
+fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
+    if let Err(error) = config::check_loaded() {
+        ctx.log_warning(&error);
+        return Status::Err;
+    }
+    if let Err(error) = docs::register(ctx) {
+        ctx.log_warning(&format!("COMMAND DOCS not set: {error}"));
+    }
+    info::count_expired_leases(ctx.get_raw());
+    Status::Ok
+}
+
 redis_module! {
     name: "lock",
     version: 1,
     allocator: (Allocator, Allocator {}),
     data_types: [LOCK_TYPE],
+    // The `lock` ACL category and the commands' `@read`/`@write`/`@fast` ones (Redis 7.2+ and
+    // Valkey; Redis 7.0 has no module ACL categories and only logs a warning).
+    acl_categories: ["lock",],
+    init: on_load,
     commands: [
-        ["lock.acquire", commands::acquire, "write deny-oom blocking", 1, 1, 1, ""],
-        ["lock.release", commands::release, "write fast", 1, 1, 1, ""],
-        ["lock.renew", commands::renew, "write fast", 1, 1, 1, ""],
-        ["lock.fence", commands::fence, "readonly fast", 1, 1, 1, ""],
-        ["lock.info", commands::info, "readonly fast", 1, 1, 1, ""],
-        ["lock.apply", effects::apply, "write fast", 1, 1, 1, ""],
+        ["lock.acquire", commands::acquire, "write deny-oom blocking", 1, 1, 1, "", "write slow blocking lock"],
+        ["lock.release", commands::release, "write fast", 1, 1, 1, "", "write fast lock"],
+        ["lock.renew", commands::renew, "write fast", 1, 1, 1, "", "write fast lock"],
+        ["lock.fence", commands::fence, "readonly fast", 1, 1, 1, "", "read fast lock"],
+        ["lock.info", commands::info, "readonly fast", 1, 1, 1, "", "read fast lock"],
+        ["lock.apply", effects::apply, "write fast", 1, 1, 1, "", "write fast lock"],
     ],
     event_handlers: [
         [@GENERIC @EXPIRED @EVICTED: handover::on_key_event],
     ],
+    configurations: [
+        i64: [
+            ["max-ttl-ms", &config::MAX_TTL_MS, 0, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
+        ],
+        string: [],
+        bool: [],
+        enum: [],
+        module_args_as_configuration: true,
+    ]
 }

@@ -92,6 +92,12 @@ impl<H: Copy + Eq + Hash> Waiters<H> {
         self.queues.get(key).map_or(0, |queue| queue.waiters.len())
     }
 
+    /// How many clients wait, for any lock.
+    #[must_use]
+    pub fn total(&self) -> usize {
+        self.keys.len()
+    }
+
     /// The locks that have waiters.
     pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
         self.queues.keys().map(AsRef::as_ref)
@@ -144,7 +150,10 @@ mod tests {
         waiters.push(b"a", waiter(1));
         waiters.push(b"b", waiter(2));
         waiters.push(b"a", waiter(3));
-        assert_eq!((waiters.count(b"a"), waiters.count(b"b")), (2, 1));
+        assert_eq!(
+            (waiters.count(b"a"), waiters.count(b"b"), waiters.total()),
+            (2, 1, 3)
+        );
         assert_eq!(waiters.pop(b"a").map(|w| w.handle), Some(1));
         assert_eq!(waiters.pop(b"a").map(|w| w.handle), Some(3));
         assert_eq!(waiters.pop(b"a"), None);

@@ -26,6 +26,8 @@ const READY_WITHIN: Duration = Duration::from_secs(20);
 pub struct Server {
     pub port: u16,
     dir: TempDir,
+    /// `None`: start without the module (for `MODULE LOAD`).
+    module_args: Option<Vec<String>>,
     args: Vec<String>,
     child: Option<Child>,
 }
@@ -34,29 +36,77 @@ impl Server {
     /// A server with no persistence and the given extra `redis.conf`-style arguments
     /// (`["--appendonly", "yes"]`); later arguments override earlier ones.
     pub fn start(args: &[&str]) -> Self {
-        let mut server = Self {
+        Self::with_module_args(&[], args)
+    }
+
+    /// A server whose `--loadmodule` line passes `module_args` to the module
+    /// (`["max-ttl-ms", "1000"]`).
+    pub fn with_module_args(module_args: &[&str], args: &[&str]) -> Self {
+        let mut server = Self::new(Some(module_args), args);
+        server.launch();
+        server
+    }
+
+    /// A server without the module, to load it with `MODULE LOAD`.
+    pub fn without_module(args: &[&str]) -> Self {
+        let mut server = Self::new(None, args);
+        server.launch();
+        server
+    }
+
+    /// Starts a server whose module arguments must make it refuse to start, and returns its
+    /// log.
+    pub fn refused(module_args: &[&str]) -> String {
+        let mut server = Self::new(Some(module_args), &[]);
+        let mut child = server.spawn();
+        let deadline = Instant::now() + READY_WITHIN;
+        while child.try_wait().ok().flatten().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "the server started:\n{}",
+                server.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server.child = None;
+        server.log()
+    }
+
+    fn new(module_args: Option<&[&str]>, args: &[&str]) -> Self {
+        let owned = |list: &[&str]| list.iter().map(|arg| (*arg).to_owned()).collect();
+        Self {
             port: free_port(),
             dir: tempfile::Builder::new()
                 .prefix("leasehold-test-")
                 .tempdir()
                 .expect("temp dir"),
-            args: args.iter().map(|arg| (*arg).to_owned()).collect(),
+            module_args: module_args.map(owned),
+            args: owned(args),
             child: None,
-        };
-        server.launch();
-        server
+        }
     }
 
     fn launch(&mut self) {
+        self.child = Some(self.spawn());
+        self.wait_ready();
+    }
+
+    fn spawn(&self) -> Child {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.log_path())
             .expect("log file");
-        let child = Command::new(server_binary())
+        let mut command = Command::new(server_binary());
+        command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--dir", &self.dir.path().to_string_lossy()])
-            .args(["--loadmodule", &module_path().to_string_lossy()])
+            .args(["--dir", &self.dir.path().to_string_lossy()]);
+        if let Some(module_args) = &self.module_args {
+            command
+                .args(["--loadmodule", &module_path().to_string_lossy()])
+                .args(module_args);
+        }
+        command
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .args(["--enable-debug-command", "yes", "--protected-mode", "no"])
             .args(["--repl-diskless-sync-delay", "0"])
@@ -65,9 +115,7 @@ impl Server {
             .stderr(log)
             .stdin(Stdio::null())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", server_binary()));
-        self.child = Some(child);
-        self.wait_ready();
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", server_binary()))
     }
 
     fn wait_ready(&mut self) {

@@ -1,0 +1,38 @@
+//! The module's configuration, set at load (`--loadmodule path max-ttl-ms 60000`), in
+//! `redis.conf` (`lock.max-ttl-ms 60000`) or with `CONFIG SET lock.max-ttl-ms 60000`, and read
+//! with `CONFIG GET lock.max-ttl-ms`.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use redis_module::RedisError;
+
+/// `lock.max-ttl-ms`: the longest lease `LOCK.ACQUIRE` and `LOCK.RENEW` accept, in ms; 0 (the
+/// default) means no cap. Redis validates the range (0 to 2^63 - 1) on `CONFIG SET`.
+pub static MAX_TTL_MS: AtomicI64 = AtomicI64::new(0);
+
+/// Checks a requested lease against `lock.max-ttl-ms`.
+///
+/// # Errors
+/// `ERR ttl-ms exceeds lock.max-ttl-ms (<cap>)` for a longer lease.
+pub fn check_ttl(ttl_ms: i64) -> Result<i64, RedisError> {
+    let cap = MAX_TTL_MS.load(Ordering::Relaxed);
+    if cap > 0 && ttl_ms > cap {
+        return Err(RedisError::String(format!(
+            "ERR ttl-ms exceeds lock.max-ttl-ms ({cap})"
+        )));
+    }
+    Ok(ttl_ms)
+}
+
+/// Checks the values given at load. `redis-module` passes a `--loadmodule` argument to Redis
+/// as the configuration's default, which Redis does not range-check like `CONFIG SET`.
+///
+/// # Errors
+/// A message naming the configuration whose value is out of range.
+pub fn check_loaded() -> Result<(), String> {
+    let max_ttl = MAX_TTL_MS.load(Ordering::Relaxed);
+    if max_ttl < 0 {
+        return Err(format!("lock.max-ttl-ms must be 0 or more, not {max_ttl}"));
+    }
+    Ok(())
+}

@@ -1,0 +1,201 @@
+//! What `COMMAND DOCS`, `COMMAND INFO` and `COMMAND GETKEYS` tell about each `LOCK.*` command:
+//! summary, complexity, arguments, arity and key specs, set with `RedisModule_SetCommandInfo`
+//! (Redis 7.0+). The crate's `#[command]` registration needs Redis 7.2 APIs, so this calls the
+//! function directly, with static strings that need no freeing.
+
+use std::ffi::CStr;
+use std::ptr;
+
+use redis_module::commands::{BeginSearch, FindKeys, KeySpec, KeySpecFlags};
+use redis_module::{Context, RedisError, raw};
+
+use crate::key::api;
+
+/// The module version that introduced every command (`since` in `COMMAND DOCS`).
+const SINCE: &CStr =
+    match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+        Ok(version) => version,
+        Err(_) => c"0.1.0",
+    };
+
+/// One documented argument.
+struct Argument {
+    name: &'static CStr,
+    kind: raw::RedisModuleCommandArgType,
+    token: Option<&'static CStr>,
+    optional: bool,
+}
+
+/// One documented command; its only key is the lock, at position 1.
+struct Doc {
+    command: &'static CStr,
+    summary: &'static CStr,
+    complexity: &'static CStr,
+    arity: i32,
+    key_flags: KeySpecFlags,
+    arguments: &'static [Argument],
+}
+
+const fn required(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> Argument {
+    Argument {
+        name,
+        kind,
+        token: None,
+        optional: false,
+    }
+}
+
+const fn option(
+    name: &'static CStr,
+    token: &'static CStr,
+    kind: raw::RedisModuleCommandArgType,
+) -> Argument {
+    Argument {
+        name,
+        kind,
+        token: Some(token),
+        optional: true,
+    }
+}
+
+const KEY: Argument = required(
+    c"key",
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
+);
+const OWNER: Argument = required(
+    c"owner",
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+);
+const TTL: Argument = required(
+    c"ttl-ms",
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+);
+const REENTRANT: Argument = option(
+    c"reentrant",
+    c"REENTRANT",
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
+);
+const WAIT: Argument = option(
+    c"timeout-ms",
+    c"WAIT",
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+);
+const OPTIONAL_OWNER: Argument = Argument {
+    optional: true,
+    ..required(
+        c"owner",
+        raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+    )
+};
+
+const DOCS: [Doc; 5] = [
+    Doc {
+        command: c"lock.acquire",
+        summary: c"Takes a lock for an owner with a lease, optionally waiting for it in FIFO order; replies with its fencing token.",
+        complexity: c"O(1)",
+        arity: -4,
+        key_flags: KeySpecFlags::READ_WRITE.union(KeySpecFlags::ACCESS).union(KeySpecFlags::UPDATE),
+        arguments: &[KEY, OWNER, TTL, REENTRANT, WAIT],
+    },
+    Doc {
+        command: c"lock.release",
+        summary: c"Releases one hold of a lock if the owner holds it; the last hold frees it or hands it to the first waiter.",
+        complexity: c"O(1)",
+        arity: 3,
+        key_flags: KeySpecFlags::READ_WRITE.union(KeySpecFlags::DELETE),
+        arguments: &[KEY, OWNER],
+    },
+    Doc {
+        command: c"lock.renew",
+        summary: c"Resets the lease of a lock if the owner holds it.",
+        complexity: c"O(1)",
+        arity: 4,
+        key_flags: KeySpecFlags::READ_WRITE.union(KeySpecFlags::UPDATE),
+        arguments: &[KEY, OWNER, TTL],
+    },
+    Doc {
+        command: c"lock.fence",
+        summary: c"Returns the fencing token of the current holder, or only if the given owner holds the lock.",
+        complexity: c"O(1)",
+        arity: -2,
+        key_flags: KeySpecFlags::READ_ONLY.union(KeySpecFlags::ACCESS),
+        arguments: &[KEY, OPTIONAL_OWNER],
+    },
+    Doc {
+        command: c"lock.info",
+        summary: c"Returns the owner, fencing token, remaining lease, hold count and waiters of a lock.",
+        complexity: c"O(1)",
+        arity: 2,
+        key_flags: KeySpecFlags::READ_ONLY.union(KeySpecFlags::ACCESS),
+        arguments: &[KEY],
+    },
+];
+
+static INFO_VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfoVersion {
+    version: 1,
+    sizeof_historyentry: size_of::<raw::RedisModuleCommandHistoryEntry>(),
+    sizeof_keyspec: size_of::<raw::RedisModuleCommandKeySpec>(),
+    sizeof_arg: size_of::<raw::RedisModuleCommandArg>(),
+};
+
+/// Sets the docs, arity and key spec of every `LOCK.*` command (after they were created).
+///
+/// # Errors
+/// When the server lacks `RedisModule_SetCommandInfo` or rejects the info.
+pub fn register(ctx: &Context) -> Result<(), RedisError> {
+    DOCS.iter().try_for_each(|doc| describe(ctx, doc))
+}
+
+fn describe(ctx: &Context, doc: &Doc) -> Result<(), RedisError> {
+    let command = unsafe { api(raw::RedisModule_GetCommand)?(ctx.get_raw(), doc.command.as_ptr()) };
+    let key_spec = KeySpec::new(
+        None,
+        KeySpecFlags::from_bits_truncate(doc.key_flags.bits()),
+        BeginSearch::new_index(1),
+        FindKeys::new_range(0, 1, 0),
+    );
+    // Both arrays end with an all-zero entry, as the API requires.
+    let mut key_specs = [raw::RedisModuleCommandKeySpec::from(&key_spec), unsafe {
+        std::mem::zeroed()
+    }];
+    let mut arguments: Vec<raw::RedisModuleCommandArg> =
+        doc.arguments.iter().map(raw_argument).collect();
+    arguments.push(unsafe { std::mem::zeroed() });
+    let mut info = raw::RedisModuleCommandInfo {
+        version: &INFO_VERSION,
+        summary: doc.summary.as_ptr(),
+        complexity: doc.complexity.as_ptr(),
+        since: SINCE.as_ptr(),
+        history: ptr::null_mut(),
+        tips: ptr::null(),
+        arity: doc.arity,
+        key_specs: key_specs.as_mut_ptr(),
+        args: arguments.as_mut_ptr(),
+    };
+    let status = unsafe { api(raw::RedisModule_SetCommandInfo)?(command, &mut info) };
+    if status == raw::REDISMODULE_OK as i32 {
+        Ok(())
+    } else {
+        Err(RedisError::Str("ERR the server rejected the command info"))
+    }
+}
+
+fn raw_argument(argument: &Argument) -> raw::RedisModuleCommandArg {
+    let is_key = argument.kind == raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
+    raw::RedisModuleCommandArg {
+        name: argument.name.as_ptr(),
+        type_: argument.kind,
+        key_spec_index: if is_key { 0 } else { -1 },
+        token: argument.token.map_or(ptr::null(), CStr::as_ptr),
+        summary: ptr::null(),
+        since: ptr::null(),
+        flags: if argument.optional {
+            raw::REDISMODULE_CMD_ARG_OPTIONAL as i32
+        } else {
+            0
+        },
+        deprecated_since: ptr::null(),
+        subargs: ptr::null_mut(),
+        display_text: ptr::null(),
+    }
+}

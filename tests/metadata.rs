@@ -1,0 +1,311 @@
+//! Being a good citizen of the server: `COMMAND DOCS`/`COMMAND INFO`, ACL categories and key
+//! patterns, the `INFO lock` counters, and the `lock.max-ttl-ms` configuration.
+
+mod common;
+
+use std::collections::HashMap;
+use std::thread;
+use std::time::Duration;
+
+use common::{Server, acquire, call, error, wait_until};
+use redis::{Connection, Value};
+
+/// A RESP2 reply of alternating names and values as a map, names as text.
+fn pairs(value: &Value) -> HashMap<String, Value> {
+    let Value::Array(items) = value else {
+        panic!("not a flat map: {value:?}");
+    };
+    items
+        .chunks(2)
+        .map(|pair| (text(&pair[0]), pair[1].clone()))
+        .collect()
+}
+
+fn text(value: &Value) -> String {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Value::SimpleString(text) => text.clone(),
+        Value::Int(n) => n.to_string(),
+        other => panic!("not text: {other:?}"),
+    }
+}
+
+fn texts(value: &Value) -> Vec<String> {
+    match value {
+        Value::Array(items) | Value::Set(items) => items.iter().map(text).collect(),
+        other => panic!("not a list: {other:?}"),
+    }
+}
+
+/// True on servers with module ACL categories (Redis 7.2+, Valkey).
+fn has_module_acl_categories(con: &mut Connection) -> bool {
+    redis::cmd("ACL")
+        .arg("CAT")
+        .arg("lock")
+        .query::<Vec<String>>(con)
+        .is_ok()
+}
+
+#[test]
+fn command_docs_describe_every_command() {
+    let server = Server::start(&[]);
+    let mut con = server.client();
+    let expected: [(&str, &[&str]); 5] = [
+        (
+            "lock.acquire",
+            &["key", "owner", "ttl-ms", "reentrant", "timeout-ms"],
+        ),
+        ("lock.release", &["key", "owner"]),
+        ("lock.renew", &["key", "owner", "ttl-ms"]),
+        ("lock.fence", &["key", "owner"]),
+        ("lock.info", &["key"]),
+    ];
+    for (command, arguments) in expected {
+        let docs = call(&mut con, &["COMMAND", "DOCS", command]);
+        let docs = pairs(&docs);
+        let doc = pairs(
+            docs.get(command)
+                .unwrap_or_else(|| panic!("{command}: no docs")),
+        );
+        assert!(text(&doc["summary"]).len() > 20, "{command}: summary");
+        assert_eq!(
+            text(&doc["since"]),
+            env!("CARGO_PKG_VERSION"),
+            "{command}: since"
+        );
+        assert_eq!(text(&doc["group"]), "module", "{command}: group");
+        assert_eq!(text(&doc["complexity"]), "O(1)", "{command}: complexity");
+        let Value::Array(args) = &doc["arguments"] else {
+            panic!("{command}: arguments");
+        };
+        let names: Vec<String> = args.iter().map(|arg| text(&pairs(arg)["name"])).collect();
+        assert_eq!(names, arguments, "{command}: arguments");
+    }
+}
+
+#[test]
+fn command_info_gives_arity_flags_and_key_specs() {
+    let server = Server::start(&[]);
+    let mut con = server.client();
+    let expected = [
+        (
+            "lock.acquire",
+            -4,
+            &["write", "denyoom", "blocking"][..],
+            "RW",
+        ),
+        ("lock.release", 3, &["write", "fast"], "RW"),
+        ("lock.renew", 4, &["write", "fast"], "RW"),
+        ("lock.fence", -2, &["readonly", "fast"], "RO"),
+        ("lock.info", 2, &["readonly", "fast"], "RO"),
+    ];
+    for (command, arity, flags, access) in expected {
+        let Value::Array(info) = call(&mut con, &["COMMAND", "INFO", command]) else {
+            panic!("{command}: COMMAND INFO");
+        };
+        let Value::Array(info) = &info[0] else {
+            panic!("{command}: unknown");
+        };
+        assert_eq!(text(&info[0]), command);
+        assert_eq!(info[1], Value::Int(arity), "{command}: arity");
+        let command_flags = texts(&info[2]);
+        for flag in flags {
+            assert!(
+                command_flags.contains(&(*flag).to_owned()),
+                "{command}: {command_flags:?}"
+            );
+        }
+        assert_eq!(
+            &info[3..6],
+            &[Value::Int(1), Value::Int(1), Value::Int(1)],
+            "{command}: keys"
+        );
+        let Value::Array(key_specs) = &info[8] else {
+            panic!("{command}: key specs");
+        };
+        let spec_flags = texts(&pairs(&key_specs[0])["flags"]);
+        assert_eq!(spec_flags[0], access, "{command}: key spec {spec_flags:?}");
+    }
+}
+
+#[test]
+fn acl_key_patterns_apply_to_lock_names() {
+    let server = Server::start(&[]);
+    let mut con = server.client();
+    call(
+        &mut con,
+        &["ACL", "SETUSER", "app", "on", "nopass", "~app:*", "+@all"],
+    );
+    call(&mut con, &["AUTH", "app", "any"]);
+    assert!(acquire(&mut con, "app:order:1", "me", 1_000, &[]).is_some());
+    let refused = error(&mut con, &["LOCK.ACQUIRE", "other:order:1", "me", "1000"]);
+    assert!(refused.starts_with("NOPERM"), "{refused}");
+    assert!(error(&mut con, &["LOCK.FENCE", "other:order:1"]).starts_with("NOPERM"));
+}
+
+#[test]
+fn a_read_only_user_can_fence_and_inspect_but_not_acquire() {
+    let server = Server::start(&[]);
+    let mut con = server.client();
+    acquire(&mut con, "k", "owner", 60_000, &[]).expect("granted");
+    // Redis 7.0 has no module ACL categories: grant the read commands by name there.
+    let mut rules = vec!["SETUSER", "reader", "on", "nopass", "~*", "+@read"];
+    if !has_module_acl_categories(&mut con) {
+        rules.extend(["+lock.fence", "+lock.info"]);
+    }
+    let mut acl = vec!["ACL"];
+    acl.extend(rules);
+    call(&mut con, &acl);
+    call(&mut con, &["AUTH", "reader", "any"]);
+    assert!(matches!(
+        call(&mut con, &["LOCK.FENCE", "k"]),
+        Value::Int(_)
+    ));
+    assert!(matches!(
+        call(&mut con, &["LOCK.INFO", "k"]),
+        Value::Array(_)
+    ));
+    for write in [
+        &["LOCK.ACQUIRE", "k", "me", "1000"][..],
+        &["LOCK.RELEASE", "k", "owner"],
+        &["LOCK.RENEW", "k", "owner", "1000"],
+    ] {
+        assert!(error(&mut con, write).starts_with("NOPERM"), "{write:?}");
+    }
+}
+
+#[test]
+fn the_lock_acl_category_covers_every_command_where_supported() {
+    let server = Server::start(&[]);
+    let mut con = server.client();
+    if !has_module_acl_categories(&mut con) {
+        return; // Redis 7.0: module commands cannot join ACL categories.
+    }
+    let mut members = texts(&call(&mut con, &["ACL", "CAT", "lock"]));
+    members.sort();
+    assert_eq!(
+        members,
+        [
+            "lock.acquire",
+            "lock.apply",
+            "lock.fence",
+            "lock.info",
+            "lock.release",
+            "lock.renew"
+        ]
+    );
+    call(
+        &mut con,
+        &["ACL", "SETUSER", "locker", "on", "nopass", "~*", "+@lock"],
+    );
+    call(&mut con, &["AUTH", "locker", "any"]);
+    assert!(acquire(&mut con, "k", "me", 1_000, &[]).is_some());
+    assert!(error(&mut con, &["GET", "k"]).starts_with("NOPERM"));
+}
+
+fn stats(con: &mut Connection) -> HashMap<String, i64> {
+    let info: String = redis::cmd("INFO")
+        .arg("lock")
+        .query(con)
+        .expect("INFO lock");
+    info.lines()
+        .filter_map(|line| line.split_once(':'))
+        .filter_map(|(name, value)| {
+            Some((
+                name.strip_prefix("lock_")?.to_owned(),
+                value.trim().parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn info_lock_counts_what_a_user_would_graph() {
+    let server = Server::start(&[]);
+    let mut con = server.client();
+    let first = acquire(&mut con, "k", "a", 60_000, &[]).expect("granted");
+    acquire(&mut con, "k", "b", 60_000, &[]); // contended
+    call(&mut con, &["LOCK.RENEW", "k", "a", "60000"]);
+    let mut waiter = server.client();
+    let waiting = thread::spawn(move || acquire(&mut waiter, "k", "w", 60_000, &["WAIT", "0"]));
+    wait_until("a waiter", || stats(&mut con)["waiters"] == 1);
+    call(&mut con, &["LOCK.RELEASE", "k", "a"]);
+    let handed = waiting.join().expect("waiter").expect("granted");
+    let expiring = acquire(&mut con, "short", "s", 20, &[]).expect("granted");
+    thread::sleep(Duration::from_millis(60));
+    assert_eq!(
+        call(&mut con, &["EXISTS", "short"]),
+        Value::Int(0),
+        "expired"
+    );
+
+    let stats = stats(&mut con);
+    assert_eq!(stats["acquisitions"], 3, "{stats:?}");
+    assert_eq!(
+        stats["contended_acquisitions"], 2,
+        "the plain one and the waiter"
+    );
+    assert_eq!(stats["releases"], 1);
+    assert_eq!(stats["renewals"], 1);
+    assert_eq!(stats["waiters"], 0);
+    assert_eq!(stats["handovers"], 1);
+    assert_eq!(stats["last_token"], expiring);
+    assert!(expiring > handed && handed > first);
+    let expired_expected = i64::from(has_module_acl_categories(&mut con)); // 7.2+ and Valkey
+    assert_eq!(stats["expired_leases"], expired_expected);
+}
+
+#[test]
+fn max_ttl_is_set_at_load_enforced_and_changed_with_config_set() {
+    let server = Server::with_module_args(&["max-ttl-ms", "1000"], &[]);
+    let mut con = server.client();
+    assert_eq!(
+        call(&mut con, &["CONFIG", "GET", "lock.max-ttl-ms"]),
+        Value::Array(vec![
+            Value::BulkString(b"lock.max-ttl-ms".to_vec()),
+            Value::BulkString(b"1000".to_vec())
+        ])
+    );
+    let capped = "ERR ttl-ms exceeds lock.max-ttl-ms (1000)";
+    assert_eq!(error(&mut con, &["LOCK.ACQUIRE", "k", "a", "1001"]), capped);
+    acquire(&mut con, "k", "a", 1_000, &[]).expect("at the cap");
+    assert_eq!(error(&mut con, &["LOCK.RENEW", "k", "a", "5000"]), capped);
+    for bad in ["-1", "ten", ""] {
+        let refused = error(&mut con, &["CONFIG", "SET", "lock.max-ttl-ms", bad]);
+        assert!(refused.starts_with("ERR"), "{bad}: {refused}");
+    }
+    call(&mut con, &["CONFIG", "SET", "lock.max-ttl-ms", "0"]);
+    assert_eq!(
+        call(&mut con, &["LOCK.RENEW", "k", "a", "86400000"]),
+        Value::Int(1),
+        "0: no cap"
+    );
+}
+
+#[test]
+fn a_bad_max_ttl_at_load_keeps_the_server_from_starting() {
+    for bad in ["-5", "soon"] {
+        let log = Server::refused(&["max-ttl-ms", bad]);
+        assert!(
+            log.contains("Module") || log.contains("module"),
+            "{bad}: {log}"
+        );
+    }
+}
+
+#[test]
+fn module_load_on_a_running_server_takes_its_arguments() {
+    let server = Server::without_module(&["--enable-module-command", "yes"]);
+    let mut con = server.client();
+    let path = common::module_path();
+    let path = path.to_string_lossy();
+    assert_eq!(
+        call(&mut con, &["MODULE", "LOAD", &path, "max-ttl-ms", "500"]),
+        Value::Okay
+    );
+    assert_eq!(
+        error(&mut con, &["LOCK.ACQUIRE", "k", "a", "501"]),
+        "ERR ttl-ms exceeds lock.max-ttl-ms (500)"
+    );
+    assert!(acquire(&mut con, "k", "a", 500, &[]).is_some());
+}
