@@ -270,3 +270,48 @@ fn an_unknown_encoding_version_refuses_to_load() {
         Value::SimpleString("PONG".into())
     );
 }
+
+/// A `DUMP` payload of `key` with `token` replaced by `forged` and the CRC64 recomputed.
+fn payload_with_token(con: &mut Connection, key: &str, token: i64, forged: i64) -> Vec<u8> {
+    let mut payload: Vec<u8> = redis::cmd("DUMP").arg(key).query(con).expect("DUMP");
+    // The token is saved as a 64-bit length: 0x81 then 8 big-endian bytes.
+    let encoded = [&[0x81][..], &token.to_be_bytes()].concat();
+    let at = payload
+        .windows(encoded.len())
+        .position(|window| window == encoded.as_slice())
+        .expect("the token in the payload");
+    payload[at + 1..at + 9].copy_from_slice(&forged.to_be_bytes());
+    let body = payload.len() - 8;
+    let crc = crc::Crc::<u64>::new(&crc::CRC_64_REDIS).checksum(&payload[..body]);
+    payload[body..].copy_from_slice(&crc.to_le_bytes());
+    payload
+}
+
+#[test]
+fn a_restored_lock_raises_the_counter_above_its_token() {
+    let source = Server::start(&[]);
+    let target = Server::start(&[]);
+    let mut src = source.client();
+    let mut dst = target.client();
+    let token = acquire(&mut src, "k", "alice", 60_000, &[]).expect("granted");
+    let far_ahead = token + 10_000_000_000_000; // what the clock floor reaches in ~3 hours
+    let payload = payload_with_token(&mut src, "k", token, far_ahead);
+    let restored: String = redis::cmd("RESTORE")
+        .arg("k")
+        .arg(0)
+        .arg(&payload)
+        .query(&mut dst)
+        .expect("RESTORE");
+    assert_eq!(restored, "OK");
+    assert_eq!(lock_info(&mut dst, "k").map(|info| info.1), Some(far_ahead));
+    let next = acquire(&mut dst, "other", "bob", 1_000, &[]).expect("granted");
+    assert!(next > far_ahead, "{next} after a restored {far_ahead}");
+
+    let beyond = payload_with_token(&mut src, "k", token, 1 << 53);
+    let refused = redis::cmd("RESTORE")
+        .arg("k2")
+        .arg(0)
+        .arg(&beyond)
+        .query::<String>(&mut dst);
+    assert!(refused.is_err(), "a token of 2^53 or more refuses to load");
+}

@@ -1,0 +1,226 @@
+//! A real 3-master Redis Cluster on loopback, each node with the module: a cluster-aware
+//! client takes, renews, fences and releases locks on keys spread over all masters, and
+//! resharding a slot that holds a held lock keeps the holder, token and lease.
+
+mod common;
+
+use std::collections::HashSet;
+use std::process::Command;
+
+use common::{Server, call, lock_info, wait_until};
+use redis::Value;
+use redis::cluster::ClusterClient;
+
+fn node() -> Server {
+    Server::start(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "5000",
+    ])
+}
+
+/// Three masters with the slots spread by `redis-cli --cluster create`.
+fn cluster() -> Vec<Server> {
+    let nodes: Vec<Server> = (0..3).map(|_| node()).collect();
+    let addresses: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let created = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addresses)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .expect("redis-cli --cluster create");
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stdout)
+    );
+    for node in &nodes {
+        let mut con = node.client();
+        wait_until("cluster_state:ok", || {
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query(&mut con)
+                .unwrap_or_default();
+            info.contains("cluster_state:ok")
+        });
+    }
+    nodes
+}
+
+fn node_id(server: &Server) -> String {
+    redis::cmd("CLUSTER")
+        .arg("MYID")
+        .query(&mut server.client())
+        .expect("CLUSTER MYID")
+}
+
+fn slot_of(server: &Server, key: &str) -> i64 {
+    redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query(&mut server.client())
+        .expect("KEYSLOT")
+}
+
+fn client(nodes: &[Server]) -> redis::cluster::ClusterConnection {
+    ClusterClient::new(nodes.iter().map(Server::url).collect::<Vec<_>>())
+        .and_then(|client| client.get_connection())
+        .expect("cluster connection")
+}
+
+#[test]
+fn locks_on_every_master_through_a_cluster_client() {
+    let nodes = cluster();
+    let mut con = client(&nodes);
+    let keys: Vec<String> = (0..30).map(|i| format!("order:{i}")).collect();
+    for key in &keys {
+        let token: Option<i64> = redis::cmd("LOCK.ACQUIRE")
+            .arg(key)
+            .arg("me")
+            .arg(60_000)
+            .query(&mut con)
+            .expect("acquire");
+        let token = token.expect("free");
+        let renewed: i64 = redis::cmd("LOCK.RENEW")
+            .arg(key)
+            .arg("me")
+            .arg(90_000)
+            .query(&mut con)
+            .expect("renew");
+        let fenced: Option<i64> = redis::cmd("LOCK.FENCE")
+            .arg(key)
+            .arg("me")
+            .query(&mut con)
+            .expect("fence");
+        assert_eq!((renewed, fenced), (1, Some(token)), "{key}");
+    }
+    let holding: HashSet<u16> = nodes
+        .iter()
+        .filter(|node| call(&mut node.client(), &["DBSIZE"]) != Value::Int(0))
+        .map(|node| node.port)
+        .collect();
+    assert_eq!(
+        holding.len(),
+        3,
+        "the locks are spread over all three masters"
+    );
+    for key in &keys {
+        let released: i64 = redis::cmd("LOCK.RELEASE")
+            .arg(key)
+            .arg("me")
+            .query(&mut con)
+            .expect("release");
+        assert_eq!(released, 1, "{key}");
+    }
+    for node in &nodes {
+        assert_eq!(call(&mut node.client(), &["DBSIZE"]), Value::Int(0));
+    }
+}
+
+#[test]
+fn resharding_a_slot_keeps_a_held_lock() {
+    let nodes = cluster();
+    let mut con = client(&nodes);
+    let key = "payment:{resharded}";
+    let token: Option<i64> = redis::cmd("LOCK.ACQUIRE")
+        .arg(key)
+        .arg("holder")
+        .arg(120_000)
+        .arg("REENTRANT")
+        .query(&mut con)
+        .expect("acquire");
+    let token = token.expect("free");
+    let again: Option<i64> = redis::cmd("LOCK.ACQUIRE")
+        .arg(key)
+        .arg("holder")
+        .arg(120_000)
+        .arg("REENTRANT")
+        .query(&mut con)
+        .expect("re-enter");
+    assert_eq!(again, Some(token));
+    let slot = slot_of(&nodes[0], key).to_string();
+    let keys_in_slot =
+        |node: &Server| call(&mut node.client(), &["CLUSTER", "COUNTKEYSINSLOT", &slot]);
+    let source = nodes
+        .iter()
+        .find(|node| keys_in_slot(node) == Value::Int(1))
+        .expect("the node holding the lock");
+    let target = nodes
+        .iter()
+        .find(|node| node.port != source.port)
+        .expect("another node");
+    let before = lock_info(&mut source.client(), key).expect("held");
+    assert_eq!(before.3, 2, "two holds");
+
+    // The steps of `redis-cli --cluster reshard` for one slot.
+    let (source_id, target_id) = (node_id(source), node_id(target));
+    call(
+        &mut target.client(),
+        &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id],
+    );
+    call(
+        &mut source.client(),
+        &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id],
+    );
+    let target_port = target.port.to_string();
+    let migrated = call(
+        &mut source.client(),
+        &["MIGRATE", "127.0.0.1", &target_port, key, "0", "5000"],
+    );
+    assert_eq!(migrated, Value::Okay);
+    for node in &nodes {
+        call(
+            &mut node.client(),
+            &["CLUSTER", "SETSLOT", &slot, "NODE", &target_id],
+        );
+    }
+
+    let after = lock_info(&mut target.client(), key).expect("held on the new master");
+    assert_eq!(
+        (&after.0, after.1, after.3),
+        (&before.0, before.1, before.3),
+        "holder, token, holds"
+    );
+    assert!(
+        after.2 <= before.2 && after.2 > before.2 - 10_000,
+        "lease kept: {} then {}",
+        before.2,
+        after.2
+    );
+    assert_eq!(
+        keys_in_slot(source),
+        Value::Int(0),
+        "moved away from the old master"
+    );
+
+    // The cluster client follows -MOVED to the new master.
+    let fenced: Option<i64> = redis::cmd("LOCK.FENCE")
+        .arg(key)
+        .query(&mut con)
+        .expect("fence");
+    assert_eq!(fenced, Some(token));
+    for _ in 0..2 {
+        let released: i64 = redis::cmd("LOCK.RELEASE")
+            .arg(key)
+            .arg("holder")
+            .query(&mut con)
+            .expect("release");
+        assert_eq!(released, 1);
+    }
+    let next: Option<i64> = redis::cmd("LOCK.ACQUIRE")
+        .arg(key)
+        .arg("next")
+        .arg(1_000)
+        .query(&mut con)
+        .expect("acquire");
+    assert!(
+        next.expect("free") > token,
+        "the new master issues larger tokens for this lock"
+    );
+}
