@@ -23,6 +23,7 @@ use redis_module::{
 
 use crate::blocking::{self, Outcome, waiters};
 use crate::clock;
+use crate::cluster;
 use crate::commands::{acquire_now, lease_deadline};
 use crate::info;
 use crate::key::LockKey;
@@ -63,6 +64,10 @@ pub fn hand_over(ctx: &Context, name: &RedisString) -> Result<(), RedisError> {
     if waiters().count(name.as_slice()) == 0 || is_replica(ctx) {
         return Ok(());
     }
+    if !cluster::serves(ctx, name)? {
+        turn_away(name);
+        return Ok(());
+    }
     let mut key = LockKey::write(ctx, name)?;
     if key.lock().is_some() {
         drop(key);
@@ -88,6 +93,21 @@ pub fn hand_over(ctx: &Context, name: &RedisString) -> Result<(), RedisError> {
         },
     );
     watch_lease(ctx, name)
+}
+
+/// Unblocks every waiter of `name` with `TRYAGAIN`: the lock's slot moved, or is moving, to
+/// another node. Cluster clients retry, and their retry is routed to the new owner.
+fn turn_away(name: &RedisString) {
+    loop {
+        let waiter = waiters().pop(name.as_slice());
+        let Some(waiter) = waiter else {
+            return;
+        };
+        blocking::unblock(
+            waiter.handle,
+            Outcome::Failed("TRYAGAIN the lock's slot moved to another node while waiting"),
+        );
+    }
 }
 
 /// Arms a timer for the end of `name`'s lease (or for now when it is free), unless one that

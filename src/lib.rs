@@ -18,6 +18,7 @@
 
 mod blocking;
 mod clock;
+mod cluster;
 mod commands;
 mod config;
 mod datatype;

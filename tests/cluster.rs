@@ -74,6 +74,46 @@ fn client(nodes: &[Server]) -> redis::cluster::ClusterConnection {
         .expect("cluster connection")
 }
 
+/// The steps of `redis-cli --cluster reshard` for the one slot of `key`.
+fn reshard(nodes: &[Server], source: &Server, target: &Server, slot: &str, key: &str) {
+    let (source_id, target_id) = (node_id(source), node_id(target));
+    call(
+        &mut target.client(),
+        &["CLUSTER", "SETSLOT", slot, "IMPORTING", &source_id],
+    );
+    call(
+        &mut source.client(),
+        &["CLUSTER", "SETSLOT", slot, "MIGRATING", &target_id],
+    );
+    let target_port = target.port.to_string();
+    let migrated = call(
+        &mut source.client(),
+        &["MIGRATE", "127.0.0.1", &target_port, key, "0", "5000"],
+    );
+    assert_eq!(migrated, Value::Okay);
+    for node in nodes {
+        call(
+            &mut node.client(),
+            &["CLUSTER", "SETSLOT", slot, "NODE", &target_id],
+        );
+    }
+}
+
+/// The node holding `key` now, and another one.
+fn holder_and_other<'a>(nodes: &'a [Server], slot: &str) -> (&'a Server, &'a Server) {
+    let keys_in_slot =
+        |node: &Server| call(&mut node.client(), &["CLUSTER", "COUNTKEYSINSLOT", slot]);
+    let source = nodes
+        .iter()
+        .find(|node| keys_in_slot(node) == Value::Int(1))
+        .expect("the node holding the lock");
+    let target = nodes
+        .iter()
+        .find(|node| node.port != source.port)
+        .expect("another node");
+    (source, target)
+}
+
 #[test]
 fn locks_on_every_master_through_a_cluster_client() {
     let nodes = cluster();
@@ -222,5 +262,56 @@ fn resharding_a_slot_keeps_a_held_lock() {
     assert!(
         next.expect("free") > token,
         "the new master issues larger tokens for this lock"
+    );
+}
+
+#[test]
+fn a_waiter_whose_slot_moves_away_is_told_to_try_again() {
+    let nodes = cluster();
+    let mut con = client(&nodes);
+    let key = "job:{moving}";
+    let token: Option<i64> = redis::cmd("LOCK.ACQUIRE")
+        .arg(key)
+        .arg("holder")
+        .arg(120_000)
+        .query(&mut con)
+        .expect("acquire");
+    let token = token.expect("free");
+    let slot = slot_of(&nodes[0], key).to_string();
+    let (source, target) = holder_and_other(&nodes, &slot);
+
+    // Blocked on the source node itself, as a client is between redirects.
+    let mut waiter = source.client();
+    let waiting = std::thread::spawn(move || {
+        redis::cmd("LOCK.ACQUIRE")
+            .arg(key)
+            .arg("waiter")
+            .arg(60_000)
+            .arg("WAIT")
+            .arg(0)
+            .query::<Option<i64>>(&mut waiter)
+    });
+    wait_until("one waiter", || {
+        lock_info(&mut source.client(), key).is_some_and(|info| info.4 == 1)
+    });
+    reshard(&nodes, source, target, &slot, key);
+
+    let refused = waiting
+        .join()
+        .expect("waiter thread")
+        .expect_err("turned away");
+    assert_eq!(refused.code(), Some("TRYAGAIN"), "{refused}");
+    let keys_in_slot =
+        |node: &Server| call(&mut node.client(), &["CLUSTER", "COUNTKEYSINSLOT", &slot]);
+    assert_eq!(
+        keys_in_slot(source),
+        Value::Int(0),
+        "no stray lock on the old master"
+    );
+    let moved = lock_info(&mut target.client(), key).expect("held on the new master");
+    assert_eq!(
+        (moved.0.as_str(), moved.1),
+        ("holder", token),
+        "still the one holder"
     );
 }
