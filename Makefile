@@ -3,7 +3,7 @@
 PORT ?= 6379
 MODULE := target/release/libleasehold.so
 
-.PHONY: help deps build test run fmt lint
+.PHONY: help deps build test run bench fmt lint
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -20,6 +20,9 @@ test: deps ## build, then run every test on Redis 7.0, Redis 8.2 and Valkey 8.1 
 run: build ## start redis-server on 127.0.0.1:$(PORT) with the module loaded, in the foreground
 	redis-server --port $(PORT) --bind 127.0.0.1 --save "" --appendonly no \
 		--loadmodule $(CURDIR)/$(MODULE) --enable-module-command yes
+
+bench: build ## measure against SET NX PX, the Lua scripts it replaces and Redisson's; writes BENCHMARKS.md
+	scripts/bench.py
 
 fmt: ## format the code
 	cargo fmt

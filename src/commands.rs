@@ -6,14 +6,14 @@
 //! command` as `SET ... PX` has them, `WRONGTYPE` for a key of another type.
 
 use redis_module::{
-    Context, ContextFlags, NextArg, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue,
+    Context, ContextFlags, NextArg, RedisError, RedisResult, RedisString, RedisValue,
     redisvalue::RedisValueKey,
 };
 
 use crate::blocking::waiters;
 use crate::clock;
 use crate::config;
-use crate::effects::{replicate_free, replicate_hold};
+use crate::effects::{notify, replicate_free, replicate_hold};
 use crate::fence;
 use crate::handover;
 use crate::info::{ACQUISITIONS, CONTENDED, RELEASES, RENEWALS};
@@ -124,7 +124,7 @@ pub fn acquire_now(
     key.set_deadline(deadline_ms)?;
     let lock = held(key)?;
     replicate_hold(ctx, name, lock, Some(deadline_ms));
-    ctx.notify_keyspace_event(NotifyEvent::MODULE, "lock.acquire", name);
+    notify(ctx, c"lock.acquire", name);
     Ok(Some(lock.token))
 }
 
@@ -154,7 +154,7 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             replicate_hold(ctx, &name, held(&key)?, None);
         }
     }
-    ctx.notify_keyspace_event(NotifyEvent::MODULE, "lock.release", &name);
+    notify(ctx, c"lock.release", &name);
     RELEASES.bump();
     Ok(RedisValue::Integer(1))
 }
@@ -181,7 +181,7 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         Renew::Renewed => key.set_deadline(deadline)?,
     }
     replicate_hold(ctx, &name, held(&key)?, Some(deadline));
-    ctx.notify_keyspace_event(NotifyEvent::MODULE, "lock.renew", &name);
+    notify(ctx, c"lock.renew", &name);
     RENEWALS.bump();
     Ok(RedisValue::Integer(1))
 }

@@ -14,7 +14,7 @@ use redis_module::raw;
 
 use crate::effects::APPLY;
 use crate::fence::{self, MAX_TOKEN};
-use crate::lock::{Lock, check_owner};
+use crate::lock::{Lock, Owner, check_owner};
 
 /// The data type's name as `TYPE key` and `OBJECT ENCODING` show it (Redis wants 9 characters).
 pub const TYPE_NAME: &str = "leasehold";
@@ -67,7 +67,7 @@ fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
     }
     fence::counter().observe(token);
     Some(Lock {
-        owner: owner.into(),
+        owner: Owner::from_slice(owner),
         token,
         holds,
     })

@@ -6,48 +6,77 @@
 //! behind — `LOCK.APPLY key owner token holds [PXAT unix-ms]` with the absolute lease
 //! deadline and the explicit token — or as `DEL key` when the lock was freed. This is the
 //! "replicate effects, not commands" rule of Redis's module API (`RedisModule_Replicate`) and of
-//! Redis's own scripts since 7.0.
+//! Redis's own scripts since 7.0. Keyspace notifications for the writes are sent from here too.
+//!
+//! These run on every write, so they call `RedisModule_Replicate` and
+//! `RedisModule_NotifyKeyspaceEvent` directly with a format string and static names: the
+//! crate's wrappers allocate a C string per call and a module string per argument.
 
 use std::ffi::CStr;
+use std::os::raw::{c_char, c_longlong};
 
 use redis_module::{
-    Context, ContextFlags, NextArg, RedisError, RedisResult, RedisString, RedisValue,
+    Context, ContextFlags, NextArg, RedisError, RedisResult, RedisString, RedisValue, raw,
 };
 
 use crate::fence::{self, MAX_TOKEN};
 use crate::key::LockKey;
-use crate::lock::{Lock, check_owner};
+use crate::lock::{Lock, Owner, check_owner};
 
 /// The internal command that carries a lock's state to replicas and the AOF.
 pub const APPLY: &CStr = c"LOCK.APPLY";
 
-/// [`APPLY`] as the `&str` that `Context::replicate` takes.
-const APPLY_NAME: &str = match APPLY.to_str() {
-    Ok(name) => name,
-    Err(_) => "",
-};
-
 /// Sends "`key` is held as `lock`" to replicas and the AOF, with the lease ending at unix time
 /// `deadline_ms`, or keeping the lease it has when `None`.
 pub fn replicate_hold(ctx: &Context, key: &RedisString, lock: &Lock, deadline_ms: Option<i64>) {
-    let token = lock.token.to_string();
-    let holds = lock.holds.to_string();
-    let deadline = deadline_ms.map(|deadline| deadline.to_string());
-    let mut args: Vec<&[u8]> = vec![
-        key.as_slice(),
-        &lock.owner,
-        token.as_bytes(),
-        holds.as_bytes(),
-    ];
-    if let Some(deadline) = &deadline {
-        args.extend([b"PXAT".as_slice(), deadline.as_bytes()]);
+    let Some(replicate) = (unsafe { raw::RedisModule_Replicate }) else {
+        return;
+    };
+    let owner = lock.owner.as_ptr().cast::<c_char>();
+    let token = c_longlong::try_from(lock.token).unwrap_or(c_longlong::MAX);
+    let holds = c_longlong::from(lock.holds);
+    let ctx = ctx.get_raw();
+    unsafe {
+        match deadline_ms {
+            Some(deadline) => replicate(
+                ctx,
+                APPLY.as_ptr(),
+                c"sbllcl".as_ptr(),
+                key.inner,
+                owner,
+                lock.owner.len(),
+                token,
+                holds,
+                c"PXAT".as_ptr(),
+                deadline,
+            ),
+            None => replicate(
+                ctx,
+                APPLY.as_ptr(),
+                c"sbll".as_ptr(),
+                key.inner,
+                owner,
+                lock.owner.len(),
+                token,
+                holds,
+            ),
+        };
     }
-    ctx.replicate(APPLY_NAME, args.as_slice());
 }
 
 /// Sends "`key` is free" to replicas and the AOF.
 pub fn replicate_free(ctx: &Context, key: &RedisString) {
-    ctx.replicate("DEL", &[key]);
+    if let Some(replicate) = unsafe { raw::RedisModule_Replicate } {
+        unsafe { replicate(ctx.get_raw(), c"DEL".as_ptr(), c"s".as_ptr(), key.inner) };
+    }
+}
+
+/// Publishes the keyspace event `event` (module class: `notify-keyspace-events` with `d`).
+pub fn notify(ctx: &Context, event: &CStr, key: &RedisString) {
+    if let Some(notify) = unsafe { raw::RedisModule_NotifyKeyspaceEvent } {
+        let class = raw::NotifyEvent::MODULE.bits();
+        unsafe { notify(ctx.get_raw(), class, event.as_ptr(), key.inner) };
+    }
 }
 
 /// `LOCK.APPLY key owner token holds [PXAT unix-time-ms]`: sets a lock's state as a master
@@ -90,7 +119,7 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
     let mut key = LockKey::write(ctx, &name)?;
     key.store(Lock {
-        owner: owner.into(),
+        owner: Owner::from_slice(owner),
         token,
         holds,
     })?;

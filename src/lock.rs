@@ -5,9 +5,18 @@
 //! lease is not stored here: it is the key's own expiry (`PTTL key`), which Redis persists,
 //! replicates and enforces.
 
+use smallvec::SmallVec;
+
 /// Longest owner accepted, in bytes. Owners are usually a UUID or `host:pid:thread`; the cap
 /// keeps a lock's memory bounded.
 pub const MAX_OWNER_LEN: usize = 256;
+
+/// Owners up to this many bytes live inside the lock itself — a UUID (36 bytes) with a thread
+/// id, as Redisson's owners are — so a typical lock is one 64-byte allocation.
+pub const INLINE_OWNER_LEN: usize = 40;
+
+/// An owner identifier, stored inline up to [`INLINE_OWNER_LEN`] bytes.
+pub type Owner = SmallVec<[u8; INLINE_OWNER_LEN]>;
 
 /// The value stored under a lock's key while someone holds it.
 ///
@@ -16,7 +25,7 @@ pub const MAX_OWNER_LEN: usize = 256;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lock {
     /// The owner identifier the holder chose (1 to [`MAX_OWNER_LEN`] bytes, any bytes).
-    pub owner: Box<[u8]>,
+    pub owner: Owner,
     /// The fencing token issued when this holding began; unchanged by renewals and re-entry.
     pub token: u64,
     /// The reentrant hold count: how many `LOCK.RELEASE` calls free the lock (at least 1).
@@ -89,7 +98,7 @@ impl Lock {
     #[must_use]
     pub fn new(owner: &[u8], token: u64) -> Self {
         Self {
-            owner: owner.into(),
+            owner: Owner::from_slice(owner),
             token,
             holds: 1,
         }
@@ -101,10 +110,15 @@ impl Lock {
         *self.owner == *owner
     }
 
-    /// Heap bytes this lock owns besides its fixed-size struct (for `MEMORY USAGE`).
+    /// Heap bytes this lock owns besides its fixed-size struct (for `MEMORY USAGE`): none
+    /// while the owner fits inline.
     #[must_use]
     pub fn heap_size(&self) -> usize {
-        self.owner.len()
+        if self.owner.spilled() {
+            self.owner.capacity()
+        } else {
+            0
+        }
     }
 }
 
@@ -157,7 +171,7 @@ mod tests {
 
     fn held(owner: &str, token: u64, holds: u32) -> Lock {
         Lock {
-            owner: owner.as_bytes().into(),
+            owner: Owner::from_slice(owner.as_bytes()),
             token,
             holds,
         }
@@ -170,6 +184,15 @@ mod tests {
         assert!(check_owner(&[b'x'; MAX_OWNER_LEN]).is_ok());
         assert_eq!(check_owner(&[b'x'; MAX_OWNER_LEN + 1]), Err(InvalidOwner));
         assert!(check_owner(&[0, 255, 10]).is_ok(), "owners are binary-safe");
+    }
+
+    #[test]
+    fn a_typical_owner_lives_inside_a_64_byte_lock() {
+        assert!(size_of::<Lock>() <= 64, "{} bytes", size_of::<Lock>());
+        let uuid_and_thread = "8d3c2f4e-1b2a-4c5d-9e8f-0a1b2c3d4e5f:42";
+        assert_eq!(held(uuid_and_thread, 1, 1).heap_size(), 0);
+        let long = held(&"x".repeat(100), 1, 1);
+        assert!(long.heap_size() >= 100);
     }
 
     #[test]
