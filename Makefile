@@ -22,6 +22,7 @@ run: build ## start redis-server on 127.0.0.1:$(PORT) with the module loaded, in
 		--loadmodule $(CURDIR)/$(MODULE) --enable-module-command yes
 
 bench: build ## measure against SET NX PX, the Lua scripts it replaces and Redisson's; writes BENCHMARKS.md
+	scripts/install-deps.sh bench
 	scripts/bench.py
 
 fmt: ## format the code

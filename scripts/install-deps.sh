@@ -2,7 +2,8 @@
 # Installs what building, running and testing leasehold needs and this machine lacks, from
 # Debian's packages: redis-server, redis-cli (redis-tools), libclang (bindgen, which
 # redis-module runs at build time, loads it), and pip and venv (the test matrix fetches
-# Redis 8.2 and Valkey 8.1 from PyPI wheels). Rust itself comes from rustup.
+# Redis 8.2 and Valkey 8.1 from PyPI wheels); with the argument `bench`, also valgrind (the
+# benchmark's instruction counts). Rust itself comes from rustup.
 set -euo pipefail
 
 command -v cargo >/dev/null || { echo "cargo is missing: install Rust from https://rustup.rs" >&2; exit 1; }
@@ -12,6 +13,9 @@ command -v redis-server >/dev/null || missing+=(redis-server)
 command -v redis-cli >/dev/null || missing+=(redis-tools)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 python3 -c "import ensurepip" >/dev/null 2>&1 || missing+=(python3-venv)
+if [ "${1:-}" = bench ]; then
+  command -v valgrind >/dev/null || missing+=(valgrind)
+fi
 if command -v dpkg-query >/dev/null; then
   dpkg-query -W -f='${Status}' libclang-dev 2>/dev/null | grep -q "install ok installed" || missing+=(libclang-dev)
 fi

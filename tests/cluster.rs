@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashSet;
 use std::process::Command;
 
-use common::{Server, call, lock_info, wait_until};
+use common::{Server, acquire, call, lock_info, wait_until};
 use redis::Value;
 use redis::cluster::ClusterClient;
 
@@ -120,12 +120,7 @@ fn locks_on_every_master_through_a_cluster_client() {
     let mut con = client(&nodes);
     let keys: Vec<String> = (0..30).map(|i| format!("order:{i}")).collect();
     for key in &keys {
-        let token: Option<i64> = redis::cmd("LOCK.ACQUIRE")
-            .arg(key)
-            .arg("me")
-            .arg(60_000)
-            .query(&mut con)
-            .expect("acquire");
+        let token = acquire(&mut con, key, "me", 60_000, &[]);
         let token = token.expect("free");
         let renewed: i64 = redis::cmd("LOCK.RENEW")
             .arg(key)
@@ -168,21 +163,9 @@ fn resharding_a_slot_keeps_a_held_lock() {
     let nodes = cluster();
     let mut con = client(&nodes);
     let key = "payment:{resharded}";
-    let token: Option<i64> = redis::cmd("LOCK.ACQUIRE")
-        .arg(key)
-        .arg("holder")
-        .arg(120_000)
-        .arg("REENTRANT")
-        .query(&mut con)
-        .expect("acquire");
+    let token = acquire(&mut con, key, "holder", 120_000, &["REENTRANT"]);
     let token = token.expect("free");
-    let again: Option<i64> = redis::cmd("LOCK.ACQUIRE")
-        .arg(key)
-        .arg("holder")
-        .arg(120_000)
-        .arg("REENTRANT")
-        .query(&mut con)
-        .expect("re-enter");
+    let again = acquire(&mut con, key, "holder", 120_000, &["REENTRANT"]);
     assert_eq!(again, Some(token));
     let slot = slot_of(&nodes[0], key).to_string();
     let keys_in_slot =
@@ -253,12 +236,7 @@ fn resharding_a_slot_keeps_a_held_lock() {
             .expect("release");
         assert_eq!(released, 1);
     }
-    let next: Option<i64> = redis::cmd("LOCK.ACQUIRE")
-        .arg(key)
-        .arg("next")
-        .arg(1_000)
-        .query(&mut con)
-        .expect("acquire");
+    let next = acquire(&mut con, key, "next", 1_000, &[]);
     assert!(
         next.expect("free") > token,
         "the new master issues larger tokens for this lock"
@@ -270,12 +248,7 @@ fn a_waiter_whose_slot_moves_away_is_told_to_try_again() {
     let nodes = cluster();
     let mut con = client(&nodes);
     let key = "job:{moving}";
-    let token: Option<i64> = redis::cmd("LOCK.ACQUIRE")
-        .arg(key)
-        .arg("holder")
-        .arg(120_000)
-        .query(&mut con)
-        .expect("acquire");
+    let token = acquire(&mut con, key, "holder", 120_000, &[]);
     let token = token.expect("free");
     let slot = slot_of(&nodes[0], key).to_string();
     let (source, target) = holder_and_other(&nodes, &slot);

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use redis::{Connection, Value};
+use redis::{Connection, ConnectionLike, Value};
 use tempfile::TempDir;
 
 /// How long a server may take to start answering `PING`.
@@ -323,7 +323,7 @@ pub fn error(con: &mut Connection, args: &[&str]) -> String {
 
 /// `LOCK.ACQUIRE key owner ttl [options...]`: the token, or `None` when refused.
 pub fn acquire(
-    con: &mut Connection,
+    con: &mut impl ConnectionLike,
     key: &str,
     owner: &str,
     ttl: u64,
@@ -339,7 +339,7 @@ pub fn acquire(
 }
 
 /// `LOCK.INFO key` as (owner, token, ttl, holds, waiters), or `None` when free.
-pub fn lock_info(con: &mut Connection, key: &str) -> Option<(String, i64, i64, i64, i64)> {
+pub fn lock_info(con: &mut impl ConnectionLike, key: &str) -> Option<(String, i64, i64, i64, i64)> {
     let reply: Option<std::collections::HashMap<String, Value>> = redis::cmd("LOCK.INFO")
         .arg(key)
         .query(con)
