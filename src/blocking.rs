@@ -22,12 +22,13 @@ use crate::waiters::Waiters;
 pub struct Blocked(usize);
 
 /// What a blocked client is finally told.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Outcome {
     /// It holds the lock now, with this fencing token.
     Granted(u64),
-    /// The grant failed with this error (the fencing tokens ran out).
-    Failed(&'static str),
+    /// It was not granted the lock, with this error reply: the fencing tokens ran out, or its
+    /// slot moved away.
+    Failed(String),
 }
 
 static WAITERS: LazyLock<Mutex<Waiters<Blocked>>> = LazyLock::new(Mutex::default);
@@ -80,7 +81,7 @@ unsafe extern "C" fn reply(
         Some(Outcome::Granted(token)) => Ok(RedisValue::Integer(
             i64::try_from(*token).unwrap_or(i64::MAX),
         )),
-        Some(Outcome::Failed(error)) => Err(RedisError::Str(error)),
+        Some(Outcome::Failed(error)) => Err(RedisError::String(error.clone())),
         None => Ok(RedisValue::Null),
     };
     context.reply(answer) as c_int

@@ -44,11 +44,12 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     {
         return Ok(token_reply(token));
     }
-    drop(key);
     CONTENDED.bump();
     match request.wait_ms {
         Some(timeout) if can_block(ctx) => {
-            handover::wait(ctx, name, owner, request.ttl_ms, timeout)
+            let lease_left = handover::lease_left(&key);
+            drop(key);
+            handover::wait(ctx, name, owner, request.ttl_ms, timeout, lease_left)
         }
         _ => Ok(RedisValue::Null),
     }

@@ -30,17 +30,18 @@ use crate::key::LockKey;
 use crate::waiters::Waiter;
 
 /// Blocks the current client until it is granted `name` for `owner` (lease `ttl_ms` from the
-/// grant) or `timeout_ms` passes (0: no limit). Replies nothing now: the grant or the timeout
-/// answers later.
+/// grant) or `timeout_ms` passes (0: no limit); `lease_left` is the current holder's (see
+/// [`lease_left`]). Replies nothing now: the grant or the timeout answers later.
 ///
 /// # Errors
-/// When the server cannot block the client.
+/// When the server cannot block the client (nothing is queued then).
 pub fn wait(
     ctx: &Context,
     name: &RedisString,
     owner: &[u8],
     ttl_ms: i64,
     timeout_ms: i64,
+    lease_left: Option<i64>,
 ) -> RedisResult {
     let handle = blocking::block(ctx, timeout_ms)?;
     waiters().push(
@@ -51,8 +52,19 @@ pub fn wait(
             ttl_ms,
         },
     );
-    watch_lease(ctx, name)?;
+    watch(ctx, name.as_slice(), lease_left);
     Ok(RedisValue::NoReply)
+}
+
+/// When the waiters of an open lock key need a look: at once (`Some(0)`) when the lock is
+/// free, when the lease ends when held, never (`None`) for a lease made persistent, which only
+/// a release or a delete frees.
+#[must_use]
+pub fn lease_left(key: &LockKey) -> Option<i64> {
+    match key.lock() {
+        Some(_) => key.remaining_ms(),
+        None => Some(0),
+    }
 }
 
 /// If the lock `name` is free and has waiters, grants it to the first of them now, and makes
@@ -69,30 +81,30 @@ pub fn hand_over(ctx: &Context, name: &RedisString) -> Result<(), RedisError> {
         return Ok(());
     }
     let mut key = LockKey::write(ctx, name)?;
-    if key.lock().is_some() {
-        drop(key);
-        return watch_lease(ctx, name);
-    }
-    let waiter = waiters().pop(name.as_slice());
-    let Some(waiter) = waiter else {
-        return Ok(());
+    let waiter = if key.lock().is_none() {
+        waiters().pop(name.as_slice())
+    } else {
+        None
     };
-    let now = clock::now_ms();
-    let granted = lease_deadline(now, waiter.ttl_ms, "lock.acquire")
-        .and_then(|deadline| acquire_now(ctx, &mut key, name, &waiter.owner, now, deadline, false));
-    drop(key);
-    blocking::unblock(
-        waiter.handle,
-        match granted {
-            Ok(Some(token)) => {
-                info::HANDOVERS.bump();
-                Outcome::Granted(token)
-            }
-            Ok(None) => Outcome::Failed("ERR the lock was taken during the hand-over"),
-            Err(_) => Outcome::Failed("ERR fencing tokens exhausted: 2^53 reached"),
-        },
-    );
-    watch_lease(ctx, name)
+    if let Some(waiter) = waiter {
+        let now = clock::now_ms();
+        let granted = lease_deadline(now, waiter.ttl_ms, "lock.acquire").and_then(|deadline| {
+            acquire_now(ctx, &mut key, name, &waiter.owner, now, deadline, false)
+        });
+        blocking::unblock(
+            waiter.handle,
+            match granted {
+                Ok(Some(token)) => {
+                    info::HANDOVERS.bump();
+                    Outcome::Granted(token)
+                }
+                Ok(None) => Outcome::Failed("ERR the lock was taken meanwhile".into()),
+                Err(error) => Outcome::Failed(error.to_string()),
+            },
+        );
+    }
+    watch(ctx, name.as_slice(), lease_left(&key));
+    Ok(())
 }
 
 /// Unblocks every waiter of `name` with `TRYAGAIN`: the lock's slot moved, or is moving, to
@@ -103,29 +115,17 @@ fn turn_away(name: &RedisString) {
         let Some(waiter) = waiter else {
             return;
         };
-        blocking::unblock(
-            waiter.handle,
-            Outcome::Failed("TRYAGAIN the lock's slot moved to another node while waiting"),
-        );
+        let moved = "TRYAGAIN the lock's slot moved to another node while waiting";
+        blocking::unblock(waiter.handle, Outcome::Failed(moved.into()));
     }
 }
 
-/// Arms a timer for the end of `name`'s lease (or for now when it is free), unless one that
-/// fires earlier is already armed for its waiters.
-fn watch_lease(ctx: &Context, name: &RedisString) -> Result<(), RedisError> {
-    let remaining = {
-        let key = LockKey::read(ctx, name)?;
-        match key.lock() {
-            Some(_) => key.remaining_ms(),
-            None => Some(0),
-        }
-    };
-    // A lease made persistent (PERSIST) never ends: only a release or a DEL frees it.
-    if let Some(remaining) = remaining {
-        let after = u64::try_from(remaining).unwrap_or(0);
-        schedule(ctx, name.as_slice(), clock::now_ms() + after);
+/// Checks `key`'s waiters when `lease_left` ms have passed (see [`lease_left`]), unless a
+/// check that comes earlier is already armed.
+fn watch(ctx: &Context, key: &[u8], lease_left: Option<i64>) {
+    if let Some(left) = lease_left {
+        schedule(ctx, key, clock::now_ms() + u64::try_from(left).unwrap_or(0));
     }
-    Ok(())
 }
 
 /// Checks `key`'s waiters at unix time `at_ms` (at once if it has passed), if they need it.
