@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashSet;
 use std::process::Command;
 
-use common::{Server, acquire, call, lock_info, wait_until};
+use common::{Server, acquire, assert_same_holding, call, lock_info, wait_until};
 use redis::Value;
 use redis::cluster::ClusterClient;
 
@@ -168,16 +168,9 @@ fn resharding_a_slot_keeps_a_held_lock() {
     let again = acquire(&mut con, key, "holder", 120_000, &["REENTRANT"]);
     assert_eq!(again, Some(token));
     let slot = slot_of(&nodes[0], key).to_string();
+    let (source, target) = holder_and_other(&nodes, &slot);
     let keys_in_slot =
         |node: &Server| call(&mut node.client(), &["CLUSTER", "COUNTKEYSINSLOT", &slot]);
-    let source = nodes
-        .iter()
-        .find(|node| keys_in_slot(node) == Value::Int(1))
-        .expect("the node holding the lock");
-    let target = nodes
-        .iter()
-        .find(|node| node.port != source.port)
-        .expect("another node");
     let before = lock_info(&mut source.client(), key).expect("held");
     assert_eq!(before.3, 2, "two holds");
 
@@ -205,17 +198,7 @@ fn resharding_a_slot_keeps_a_held_lock() {
     }
 
     let after = lock_info(&mut target.client(), key).expect("held on the new master");
-    assert_eq!(
-        (&after.0, after.1, after.3),
-        (&before.0, before.1, before.3),
-        "holder, token, holds"
-    );
-    assert!(
-        after.2 <= before.2 && after.2 > before.2 - 10_000,
-        "lease kept: {} then {}",
-        before.2,
-        after.2
-    );
+    assert_same_holding(&before, &after, 10_000);
     assert_eq!(
         keys_in_slot(source),
         Value::Int(0),

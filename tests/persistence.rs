@@ -4,10 +4,8 @@
 
 mod common;
 
-use common::{Server, acquire, call, lock_info, wait_until};
+use common::{LockInfo, Server, acquire, assert_same_holding, call, lock_info, wait_until};
 use redis::{Connection, Value};
-
-type Info = (String, i64, i64, i64, i64);
 
 /// Takes two locks (one re-entered) and a third that is released, returning the largest token.
 fn take_locks(con: &mut Connection) -> i64 {
@@ -19,30 +17,24 @@ fn take_locks(con: &mut Connection) -> i64 {
     a.max(b).max(c)
 }
 
-fn snapshot(con: &mut Connection) -> (Option<Info>, Option<Info>) {
+fn snapshot(con: &mut Connection) -> (Option<LockInfo>, Option<LockInfo>) {
     (lock_info(con, "a"), lock_info(con, "b"))
 }
 
 /// The locks are the same after the reload (the lease only shorter), and the next token is
 /// larger than every token before.
-fn assert_survived(con: &mut Connection, before: &(Option<Info>, Option<Info>), last_token: i64) {
+fn assert_survived(
+    con: &mut Connection,
+    before: &(Option<LockInfo>, Option<LockInfo>),
+    last_token: i64,
+) {
     let after = snapshot(con);
     for (was, is) in [(&before.0, &after.0), (&before.1, &after.1)] {
         let (was, is) = (
             was.as_ref().expect("held before"),
             is.as_ref().expect("held after"),
         );
-        assert_eq!(
-            (&was.0, was.1, was.3),
-            (&is.0, is.1, is.3),
-            "owner, token, holds"
-        );
-        assert!(
-            is.2 <= was.2 && is.2 > was.2 - 30_000,
-            "lease kept: {} then {}",
-            was.2,
-            is.2
-        );
+        assert_same_holding(was, is, 30_000);
     }
     assert_eq!(lock_info(con, "c"), None);
     let next = acquire(con, "d", "dave", 1_000, &[]).expect("d");

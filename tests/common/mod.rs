@@ -338,8 +338,11 @@ pub fn acquire(
         .expect("LOCK.ACQUIRE")
 }
 
-/// `LOCK.INFO key` as (owner, token, ttl, holds, waiters), or `None` when free.
-pub fn lock_info(con: &mut impl ConnectionLike, key: &str) -> Option<(String, i64, i64, i64, i64)> {
+/// `LOCK.INFO` as (owner, token, ttl, holds, waiters).
+pub type LockInfo = (String, i64, i64, i64, i64);
+
+/// `LOCK.INFO key`, or `None` when free.
+pub fn lock_info(con: &mut impl ConnectionLike, key: &str) -> Option<LockInfo> {
     let reply: Option<std::collections::HashMap<String, Value>> = redis::cmd("LOCK.INFO")
         .arg(key)
         .query(con)
@@ -360,6 +363,22 @@ pub fn lock_info(con: &mut impl ConnectionLike, key: &str) -> Option<(String, i6
         int("holds"),
         int("waiters"),
     ))
+}
+
+/// The same holding as `before` (from [`lock_info`]): owner, token and hold count equal, the
+/// lease no longer and at most `elapsed_ms` shorter.
+pub fn assert_same_holding(before: &LockInfo, after: &LockInfo, elapsed_ms: i64) {
+    assert_eq!(
+        (&after.0, after.1, after.3),
+        (&before.0, before.1, before.3),
+        "owner, token, holds"
+    );
+    assert!(
+        after.2 <= before.2 && after.2 > before.2 - elapsed_ms,
+        "lease kept: {} then {}",
+        before.2,
+        after.2
+    );
 }
 
 /// The raw bytes of one reply, for checking the exact RESP encoding: sends `HELLO 3` first
