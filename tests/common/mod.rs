@@ -58,9 +58,14 @@ impl Server {
     /// log.
     pub fn refused(module_args: &[&str]) -> String {
         let mut server = Self::new(Some(module_args), &[]);
-        let mut child = server.spawn();
+        // Held by the server, so that a failed assertion still kills it on drop.
+        server.child = Some(server.spawn());
         let deadline = Instant::now() + READY_WITHIN;
-        while child.try_wait().ok().flatten().is_none() {
+        while server
+            .child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        {
             assert!(
                 Instant::now() < deadline,
                 "the server started:\n{}",
@@ -68,7 +73,6 @@ impl Server {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        server.child = None;
         server.log()
     }
 
