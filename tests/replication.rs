@@ -105,3 +105,29 @@ fn a_promoted_replica_issues_larger_tokens_than_its_old_master() {
         "promotion continues the counter: {next} after {last}"
     );
 }
+
+#[test]
+fn a_replica_keeps_the_effects_in_its_own_aof_and_passes_them_to_its_replicas() {
+    let master = Server::start(&[]);
+    let mut replica = Server::start(&["--appendonly", "yes", "--appendfsync", "always"]);
+    replica.replicate(&master);
+    let sub_replica = Server::start(&[]);
+    sub_replica.replicate(&replica);
+    let mut m = master.client();
+    let token = acquire(&mut m, "k", "alice", 600_000, &[]).expect("granted");
+    acquire(&mut m, "k", "alice", 600_000, &["REENTRANT"]).expect("re-entered");
+    wait_replicas(&mut m, 1);
+    let mut sub = sub_replica.client();
+    common::wait_until("the sub-replica has both holds", || {
+        lock_info(&mut sub, "k").is_some_and(|info| info.3 == 2)
+    });
+    assert_eq!(lock_info(&mut sub, "k").map(|info| info.1), Some(token));
+
+    // Restarted alone, the replica rebuilds the lock from its own AOF.
+    replica.kill();
+    replica.restart();
+    let mut r = replica.client();
+    let info = lock_info(&mut r, "k").expect("restored from the replica's AOF");
+    assert_eq!((info.0.as_str(), info.1, info.3), ("alice", token, 2));
+    assert!(acquire(&mut r, "other", "bob", 1_000, &[]).expect("granted") > token);
+}
