@@ -17,7 +17,7 @@ use crate::effects::{notify, replicate_free, replicate_hold};
 use crate::fence;
 use crate::handover;
 use crate::info::{ACQUISITIONS, CONTENDED, RELEASES, RENEWALS};
-use crate::key::LockKey;
+use crate::key::{LockKey, selected_db};
 use crate::lock::{self, Acquire, Lock, Release, Renew, check_owner};
 
 /// `LOCK.ACQUIRE key owner ttl-ms [REENTRANT] [WAIT timeout-ms]`: takes the lock for `owner`
@@ -225,7 +225,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         ("token", token_reply(lock.token)),
         ("ttl", RedisValue::Integer(key.remaining_ms().unwrap_or(-1))),
         ("holds", RedisValue::Integer(i64::from(lock.holds))),
-        ("waiters", RedisValue::Integer(waiting(&name))),
+        ("waiters", RedisValue::Integer(waiting(ctx, &name))),
     ];
     Ok(RedisValue::OrderedMap(
         fields
@@ -288,8 +288,9 @@ fn can_block(ctx: &Context) -> bool {
         .intersects(ContextFlags::DENY_BLOCKING | ContextFlags::MULTI | ContextFlags::LUA)
 }
 
-fn waiting(name: &RedisString) -> i64 {
-    i64::try_from(waiters().count(name.as_slice())).unwrap_or(i64::MAX)
+fn waiting(ctx: &Context, name: &RedisString) -> i64 {
+    let count = waiters().count(selected_db(ctx), name.as_slice());
+    i64::try_from(count).unwrap_or(i64::MAX)
 }
 
 /// The lock a command just wrote under `key`.

@@ -26,7 +26,7 @@ use crate::clock;
 use crate::cluster;
 use crate::commands::{acquire_now, lease_deadline};
 use crate::info;
-use crate::key::LockKey;
+use crate::key::{LockKey, select_db, selected_db};
 use crate::waiters::Waiter;
 
 /// Blocks the current client until it is granted `name` for `owner` (lease `ttl_ms` from the
@@ -44,7 +44,9 @@ pub fn wait(
     lease_left: Option<i64>,
 ) -> RedisResult {
     let handle = blocking::block(ctx, timeout_ms)?;
+    let db = selected_db(ctx);
     waiters().push(
+        db,
         name.as_slice(),
         Waiter {
             handle,
@@ -52,7 +54,7 @@ pub fn wait(
             ttl_ms,
         },
     );
-    watch(ctx, name.as_slice(), lease_left);
+    watch(ctx, db, name.as_slice(), lease_left);
     Ok(RedisValue::NoReply)
 }
 
@@ -73,16 +75,17 @@ pub fn lease_left(key: &LockKey) -> Option<i64> {
 /// # Errors
 /// `WRONGTYPE` when the key now holds another type (its waiters keep waiting).
 pub fn hand_over(ctx: &Context, name: &RedisString) -> Result<(), RedisError> {
-    if waiters().count(name.as_slice()) == 0 || is_replica(ctx) {
+    let db = selected_db(ctx);
+    if waiters().count(db, name.as_slice()) == 0 || is_replica(ctx) {
         return Ok(());
     }
     if !cluster::serves(ctx, name)? {
-        turn_away(name);
+        turn_away(db, name.as_slice());
         return Ok(());
     }
     let mut key = LockKey::write(ctx, name)?;
     let waiter = if key.lock().is_none() {
-        waiters().pop(name.as_slice())
+        waiters().pop(db, name.as_slice())
     } else {
         None
     };
@@ -103,15 +106,15 @@ pub fn hand_over(ctx: &Context, name: &RedisString) -> Result<(), RedisError> {
             },
         );
     }
-    watch(ctx, name.as_slice(), lease_left(&key));
+    watch(ctx, db, name.as_slice(), lease_left(&key));
     Ok(())
 }
 
-/// Unblocks every waiter of `name` with `TRYAGAIN`: the lock's slot moved, or is moving, to
-/// another node. Cluster clients retry, and their retry is routed to the new owner.
-fn turn_away(name: &RedisString) {
+/// Unblocks every waiter of `key` in `db` with `TRYAGAIN`: the lock's slot moved, or is
+/// moving, to another node. Cluster clients retry, and their retry is routed to the new owner.
+fn turn_away(db: i32, key: &[u8]) {
     loop {
-        let waiter = waiters().pop(name.as_slice());
+        let waiter = waiters().pop(db, key);
         let Some(waiter) = waiter else {
             return;
         };
@@ -120,26 +123,36 @@ fn turn_away(name: &RedisString) {
     }
 }
 
-/// Checks `key`'s waiters when `lease_left` ms have passed (see [`lease_left`]), unless a
-/// check that comes earlier is already armed.
-fn watch(ctx: &Context, key: &[u8], lease_left: Option<i64>) {
+/// Checks the waiters of `key` in `db` when `lease_left` ms have passed (see
+/// [`lease_left`]), unless a check that comes earlier is already armed.
+fn watch(ctx: &Context, db: i32, key: &[u8], lease_left: Option<i64>) {
     if let Some(left) = lease_left {
-        schedule(ctx, key, clock::now_ms() + u64::try_from(left).unwrap_or(0));
+        schedule(
+            ctx,
+            db,
+            key,
+            clock::now_ms() + u64::try_from(left).unwrap_or(0),
+        );
     }
 }
 
-/// Checks `key`'s waiters at unix time `at_ms` (at once if it has passed), if they need it.
-fn schedule(ctx: &Context, key: &[u8], at_ms: u64) {
-    if !waiters().needs_timer(key, at_ms) {
+/// Checks the waiters of `key` in `db` at unix time `at_ms` (at once if it has passed), if
+/// they need it.
+fn schedule(ctx: &Context, db: i32, key: &[u8], at_ms: u64) {
+    if !waiters().needs_timer(db, key, at_ms) {
         return;
     }
     let delay = Duration::from_millis(at_ms.saturating_sub(clock::now_ms()));
     let key: Box<[u8]> = key.into();
-    ctx.create_timer(delay, on_timer, (key, at_ms));
+    ctx.create_timer(delay, on_timer, (db, key, at_ms));
 }
 
-fn on_timer(ctx: &Context, (key, at_ms): (Box<[u8]>, u64)) {
-    waiters().timer_fired(&key, at_ms);
+/// A timer runs on database 0: it selects the lock's own database before the hand-over.
+fn on_timer(ctx: &Context, (db, key, at_ms): (i32, Box<[u8]>, u64)) {
+    waiters().timer_fired(db, &key, at_ms);
+    if select_db(ctx, db).is_err() {
+        return;
+    }
     let name = ctx.create_string(&*key);
     // A key of another type: its waiters keep waiting until they time out.
     let _ = hand_over(ctx, &name);
@@ -149,23 +162,24 @@ fn is_replica(ctx: &Context) -> bool {
     ctx.get_flags().contains(ContextFlags::SLAVE)
 }
 
-/// A keyspace event (`del`, `expired`, `evicted`, `rename_from`, ...): if the key has waiters,
-/// check on the next turn of the event loop whether it became free. Writing to the keyspace
-/// inside the event itself is not allowed.
+/// A keyspace event (`del`, `expired`, `evicted`, `rename_from`, ...) on a key of the event's
+/// database: if it has waiters, check on the next turn of the event loop whether it became
+/// free. Writing to the keyspace inside the event itself is not allowed.
 pub fn on_key_event(ctx: &Context, _class: NotifyEvent, _event: &str, key: &[u8]) {
-    if waiters().count(key) > 0 {
-        schedule(ctx, key, clock::now_ms());
+    let db = selected_db(ctx);
+    if waiters().count(db, key) > 0 {
+        schedule(ctx, db, key, clock::now_ms());
     }
 }
 
-/// `FLUSHALL`/`FLUSHDB` freed every lock: check every lock with waiters.
+/// `FLUSHALL`/`FLUSHDB` freed locks: check every lock with waiters.
 pub fn on_flush(ctx: &Context, event: FlushSubevent) {
     if event != FlushSubevent::Ended {
         return;
     }
-    let keys: Vec<Box<[u8]>> = waiters().keys().map(Into::into).collect();
+    let locks: Vec<(i32, Box<[u8]>)> = waiters().keys().map(|(db, key)| (db, key.into())).collect();
     let now = clock::now_ms();
-    for key in keys {
-        schedule(ctx, &key, now);
+    for (db, key) in locks {
+        schedule(ctx, db, &key, now);
     }
 }

@@ -2,8 +2,8 @@
 //!
 //! `redis-module`'s `RedisKeyWritable` hides its raw key, and the lease needs
 //! `RedisModule_SetAbsExpire` and `RedisModule_GetExpire`, which the crate does not wrap. So
-//! this is the one place that calls the module API on keys directly; everything else uses
-//! [`LockKey`].
+//! this is the one place that calls the module API on keys (and on the selected database)
+//! directly; everything else uses [`LockKey`].
 
 use std::os::raw::c_void;
 use std::ptr::NonNull;
@@ -149,6 +149,25 @@ impl Drop for LockKey {
         if let Some(key) = self.key {
             raw::close_key(key.as_ptr());
         }
+    }
+}
+
+/// The database the context works on (`SELECT`; for an event, the event's database).
+#[must_use]
+pub fn selected_db(ctx: &Context) -> i32 {
+    unsafe { raw::RedisModule_GetSelectedDb }.map_or(0, |get| unsafe { get(ctx.get_raw()) })
+}
+
+/// Makes the context work on database `db`, as `SELECT` does.
+///
+/// # Errors
+/// When the database does not exist.
+pub fn select_db(ctx: &Context, db: i32) -> Result<(), RedisError> {
+    let status = unsafe { api(raw::RedisModule_SelectDb)?(ctx.get_raw(), db) };
+    if status == raw::REDISMODULE_OK as i32 {
+        Ok(())
+    } else {
+        Err(RedisError::Str("ERR DB index is out of range"))
     }
 }
 

@@ -1,5 +1,5 @@
-//! The waiter registry: per lock, the clients blocked in `LOCK.ACQUIRE ... WAIT`, in arrival
-//! order.
+//! The waiter registry: per lock — a key name in one database — the clients blocked in
+//! `LOCK.ACQUIRE ... WAIT`, in arrival order.
 //!
 //! The module keeps its own registry instead of Redis's key-blocking API
 //! (`RedisModule_BlockClientOnKeys`): Redis 7.0 lacks the flags that wake clients on `DEL`, and
@@ -28,11 +28,11 @@ struct Queue<H> {
     timer_at: Option<u64>,
 }
 
-/// Every lock's queue of waiters. `H` identifies a blocked client.
+/// Every lock's queue of waiters, by database and key name. `H` identifies a blocked client.
 #[derive(Debug)]
 pub struct Waiters<H> {
-    queues: HashMap<Box<[u8]>, Queue<H>>,
-    keys: HashMap<H, Box<[u8]>>,
+    queues: HashMap<i32, HashMap<Box<[u8]>, Queue<H>>>,
+    places: HashMap<H, (i32, Box<[u8]>)>,
 }
 
 impl<H: Copy + Eq + Hash> Waiters<H> {
@@ -41,14 +41,16 @@ impl<H: Copy + Eq + Hash> Waiters<H> {
     pub fn new() -> Self {
         Self {
             queues: HashMap::new(),
-            keys: HashMap::new(),
+            places: HashMap::new(),
         }
     }
 
-    /// Queues `waiter` last for the lock `key`.
-    pub fn push(&mut self, key: &[u8], waiter: Waiter<H>) {
-        self.keys.insert(waiter.handle, key.into());
+    /// Queues `waiter` last for the lock `key` of database `db`.
+    pub fn push(&mut self, db: i32, key: &[u8], waiter: Waiter<H>) {
+        self.places.insert(waiter.handle, (db, key.into()));
         self.queues
+            .entry(db)
+            .or_default()
             .entry(key.into())
             .or_insert_with(|| Queue {
                 waiters: VecDeque::new(),
@@ -58,55 +60,54 @@ impl<H: Copy + Eq + Hash> Waiters<H> {
             .push_back(waiter);
     }
 
-    /// Takes the first waiter for `key` off its queue.
-    pub fn pop(&mut self, key: &[u8]) -> Option<Waiter<H>> {
-        let queue = self.queues.get_mut(key)?;
-        let waiter = queue.waiters.pop_front();
-        if queue.waiters.is_empty() {
-            self.queues.remove(key);
-        }
-        if let Some(waiter) = &waiter {
-            self.keys.remove(&waiter.handle);
-        }
-        waiter
+    /// Takes the first waiter for `key` of `db` off its queue.
+    pub fn pop(&mut self, db: i32, key: &[u8]) -> Option<Waiter<H>> {
+        let waiter = self.queue(db, key)?.waiters.pop_front()?;
+        self.places.remove(&waiter.handle);
+        self.forget_if_empty(db, key);
+        Some(waiter)
     }
 
     /// Removes the waiter `handle` wherever it queues (it timed out, disconnected or was
     /// unblocked); true if it was queued.
     pub fn remove(&mut self, handle: H) -> bool {
-        let Some(key) = self.keys.remove(&handle) else {
+        let Some((db, key)) = self.places.remove(&handle) else {
             return false;
         };
-        if let Some(queue) = self.queues.get_mut(&key) {
+        if let Some(queue) = self.queue(db, &key) {
             queue.waiters.retain(|waiter| waiter.handle != handle);
-            if queue.waiters.is_empty() {
-                self.queues.remove(&key);
-            }
         }
+        self.forget_if_empty(db, &key);
         true
     }
 
-    /// How many clients wait for `key`.
+    /// How many clients wait for `key` of `db`.
     #[must_use]
-    pub fn count(&self, key: &[u8]) -> usize {
-        self.queues.get(key).map_or(0, |queue| queue.waiters.len())
+    pub fn count(&self, db: i32, key: &[u8]) -> usize {
+        self.queues
+            .get(&db)
+            .and_then(|keys| keys.get(key))
+            .map_or(0, |queue| queue.waiters.len())
     }
 
     /// How many clients wait, for any lock.
     #[must_use]
     pub fn total(&self) -> usize {
-        self.keys.len()
+        self.places.len()
     }
 
-    /// The locks that have waiters.
-    pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
-        self.queues.keys().map(AsRef::as_ref)
+    /// The locks that have waiters, as (database, key).
+    pub fn keys(&self) -> impl Iterator<Item = (i32, &[u8])> {
+        self.queues
+            .iter()
+            .flat_map(|(db, keys)| keys.keys().map(|key| (*db, key.as_ref())))
     }
 
-    /// Notes that `key`'s waiters need a look at unix time `at_ms`. True when the caller must
-    /// start a timer for it: `key` has waiters and no timer of theirs fires by then.
-    pub fn needs_timer(&mut self, key: &[u8], at_ms: u64) -> bool {
-        let Some(queue) = self.queues.get_mut(key) else {
+    /// Notes that the waiters of `key` in `db` need a look at unix time `at_ms`. True when the
+    /// caller must start a timer for it: the lock has waiters and no timer of theirs fires by
+    /// then.
+    pub fn needs_timer(&mut self, db: i32, key: &[u8], at_ms: u64) -> bool {
+        let Some(queue) = self.queue(db, key) else {
             return false;
         };
         if queue.timer_at.is_some_and(|armed| armed <= at_ms) {
@@ -116,12 +117,28 @@ impl<H: Copy + Eq + Hash> Waiters<H> {
         true
     }
 
-    /// Notes that the timer for `key` set for `at_ms` fired.
-    pub fn timer_fired(&mut self, key: &[u8], at_ms: u64) {
-        if let Some(queue) = self.queues.get_mut(key)
+    /// Notes that the timer for `key` of `db` set for `at_ms` fired.
+    pub fn timer_fired(&mut self, db: i32, key: &[u8], at_ms: u64) {
+        if let Some(queue) = self.queue(db, key)
             && queue.timer_at == Some(at_ms)
         {
             queue.timer_at = None;
+        }
+    }
+
+    fn queue(&mut self, db: i32, key: &[u8]) -> Option<&mut Queue<H>> {
+        self.queues.get_mut(&db)?.get_mut(key)
+    }
+
+    fn forget_if_empty(&mut self, db: i32, key: &[u8]) {
+        let Some(keys) = self.queues.get_mut(&db) else {
+            return;
+        };
+        if keys.get(key).is_some_and(|queue| queue.waiters.is_empty()) {
+            keys.remove(key);
+        }
+        if keys.is_empty() {
+            self.queues.remove(&db);
         }
     }
 }
@@ -147,57 +164,80 @@ mod tests {
     #[test]
     fn waiters_are_served_in_arrival_order_per_key() {
         let mut waiters = Waiters::new();
-        waiters.push(b"a", waiter(1));
-        waiters.push(b"b", waiter(2));
-        waiters.push(b"a", waiter(3));
+        waiters.push(0, b"a", waiter(1));
+        waiters.push(0, b"b", waiter(2));
+        waiters.push(0, b"a", waiter(3));
         assert_eq!(
-            (waiters.count(b"a"), waiters.count(b"b"), waiters.total()),
+            (
+                waiters.count(0, b"a"),
+                waiters.count(0, b"b"),
+                waiters.total()
+            ),
             (2, 1, 3)
         );
-        assert_eq!(waiters.pop(b"a").map(|w| w.handle), Some(1));
-        assert_eq!(waiters.pop(b"a").map(|w| w.handle), Some(3));
-        assert_eq!(waiters.pop(b"a"), None);
-        assert_eq!(waiters.keys().collect::<Vec<_>>(), [b"b"]);
+        assert_eq!(waiters.pop(0, b"a").map(|w| w.handle), Some(1));
+        assert_eq!(waiters.pop(0, b"a").map(|w| w.handle), Some(3));
+        assert_eq!(waiters.pop(0, b"a"), None);
+        assert_eq!(waiters.keys().collect::<Vec<_>>(), [(0, b"b".as_slice())]);
+    }
+
+    #[test]
+    fn the_same_name_in_two_databases_is_two_locks() {
+        let mut waiters = Waiters::new();
+        waiters.push(0, b"a", waiter(1));
+        waiters.push(3, b"a", waiter(2));
+        assert_eq!((waiters.count(0, b"a"), waiters.count(3, b"a")), (1, 1));
+        assert_eq!(waiters.pop(3, b"a").map(|w| w.handle), Some(2));
+        assert_eq!(waiters.pop(3, b"a"), None);
+        assert_eq!(waiters.pop(0, b"a").map(|w| w.handle), Some(1));
     }
 
     #[test]
     fn a_removed_waiter_is_never_served() {
         let mut waiters = Waiters::new();
         for handle in 1..=3 {
-            waiters.push(b"a", waiter(handle));
+            waiters.push(0, b"a", waiter(handle));
         }
         assert!(waiters.remove(2));
         assert!(!waiters.remove(2), "removing twice is harmless");
-        assert_eq!(waiters.pop(b"a").map(|w| w.handle), Some(1));
-        assert_eq!(waiters.pop(b"a").map(|w| w.handle), Some(3));
-        assert_eq!(waiters.keys().count(), 0);
+        assert_eq!(waiters.pop(0, b"a").map(|w| w.handle), Some(1));
+        assert_eq!(waiters.pop(0, b"a").map(|w| w.handle), Some(3));
+        assert_eq!(waiters.total(), 0);
     }
 
     #[test]
     fn one_timer_per_lock_unless_an_earlier_one_is_needed() {
         let mut waiters = Waiters::new();
-        assert!(!waiters.needs_timer(b"a", 100), "no waiters, no timer");
-        waiters.push(b"a", waiter(1));
-        assert!(waiters.needs_timer(b"a", 100));
-        assert!(!waiters.needs_timer(b"a", 100));
-        assert!(!waiters.needs_timer(b"a", 150), "the armed one fires first");
-        assert!(waiters.needs_timer(b"a", 50), "the lease got shorter");
-        waiters.timer_fired(b"a", 100);
+        assert!(!waiters.needs_timer(0, b"a", 100), "no waiters, no timer");
+        waiters.push(0, b"a", waiter(1));
+        assert!(waiters.needs_timer(0, b"a", 100));
+        assert!(!waiters.needs_timer(0, b"a", 100));
         assert!(
-            !waiters.needs_timer(b"a", 60),
+            !waiters.needs_timer(0, b"a", 150),
+            "the armed one fires first"
+        );
+        assert!(waiters.needs_timer(0, b"a", 50), "the lease got shorter");
+        waiters.timer_fired(0, b"a", 100);
+        assert!(
+            !waiters.needs_timer(0, b"a", 60),
             "the one for 50 is still armed"
         );
-        waiters.timer_fired(b"a", 50);
-        assert!(waiters.needs_timer(b"a", 60));
+        waiters.timer_fired(0, b"a", 50);
+        assert!(waiters.needs_timer(0, b"a", 60));
+        assert!(
+            !waiters.needs_timer(1, b"a", 60),
+            "another database has no waiters"
+        );
     }
 
     #[test]
     fn empty_queues_leave_nothing_behind() {
         let mut waiters = Waiters::new();
-        waiters.push(b"a", waiter(1));
+        waiters.push(2, b"a", waiter(1));
         waiters.remove(1);
         assert_eq!(waiters.keys().count(), 0);
-        assert_eq!(waiters.count(b"a"), 0);
+        assert!(waiters.queues.is_empty());
+        assert_eq!(waiters.count(2, b"a"), 0);
         assert!(!waiters.remove(9), "an unknown waiter");
     }
 }

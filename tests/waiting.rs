@@ -383,3 +383,34 @@ fn a_hand_over_replicates_like_an_acquisition() {
         call(&mut r, &["DEBUG", "DIGEST"])
     );
 }
+
+#[test]
+fn the_same_name_in_another_database_is_another_lock() {
+    let server = Server::start(&[]);
+    let in_db = |db: &str| {
+        let mut con = server.client();
+        call(&mut con, &["SELECT", db]);
+        con
+    };
+    let (mut db0, mut db3) = (in_db("0"), in_db("3"));
+    acquire(&mut db0, "k", "zero", 60_000, &[]).expect("db 0");
+    let first = acquire(&mut db3, "k", "three", 200, &[]).expect("db 3");
+    for (freeing, next) in [(None, "after-expiry"), (Some(["DEL", "k"]), "after-del")] {
+        let mut waiter = in_db("3");
+        let waiting =
+            thread::spawn(move || acquire(&mut waiter, "k", next, 60_000, &["WAIT", "0"]));
+        queued(&mut db3, "k", 1);
+        assert_eq!(waiters(&mut db0, "k"), 0, "db 0's lock has no waiters");
+        if let Some(freeing) = freeing {
+            call(&mut db3, &freeing);
+        }
+        let token = waiting.join().expect("waiter thread").expect("granted");
+        assert!(token > first);
+        assert_eq!(
+            lock_info(&mut db3, "k").map(|info| info.0),
+            Some(next.into())
+        );
+    }
+    let zero = lock_info(&mut db0, "k").expect("db 0's lock untouched");
+    assert_eq!((zero.0.as_str(), zero.3), ("zero", 1));
+}
