@@ -48,6 +48,13 @@ fn queued(con: &mut Connection, key: &str, count: i64) {
     });
 }
 
+/// Waits until the replica has every write so far, including hand-overs made by timers:
+/// `WAIT` counts from the calling connection's own last write, so write something first.
+fn sync_replicas(con: &mut Connection) {
+    call(con, &["SET", "sync-marker", "1"]);
+    wait_replicas(con, 1);
+}
+
 fn granted(waiting: Waiting) -> i64 {
     waiting
         .reply
@@ -358,7 +365,7 @@ fn a_hand_over_replicates_like_an_acquisition() {
     queued(&mut m, "expiring", 1);
     call(&mut m, &["LOCK.RELEASE", "released", "holder"]);
     let tokens = [granted(after_release), granted(after_expiry)];
-    wait_replicas(&mut m, 1);
+    sync_replicas(&mut m);
     for (key, token) in ["released", "expiring"].into_iter().zip(tokens) {
         let on_replica = lock_info(&mut r, key).expect("held on the replica");
         assert_eq!(
@@ -413,4 +420,35 @@ fn the_same_name_in_another_database_is_another_lock() {
     }
     let zero = lock_info(&mut db0, "k").expect("db 0's lock untouched");
     assert_eq!((zero.0.as_str(), zero.3), ("zero", 1));
+}
+
+#[test]
+fn a_hand_over_in_another_database_replicates_there() {
+    let master = Server::start(&[]);
+    let replica = Server::start(&[]);
+    replica.replicate(&master);
+    let mut m = master.client();
+    call(&mut m, &["SELECT", "3"]);
+    acquire(&mut m, "k", "holder", 200, &[]).expect("granted");
+    let mut waiter = master.client();
+    call(&mut waiter, &["SELECT", "3"]);
+    let waiting = thread::spawn(move || acquire(&mut waiter, "k", "next", 60_000, &["WAIT", "0"]));
+    queued(&mut m, "k", 1);
+    let token = waiting
+        .join()
+        .expect("waiter thread")
+        .expect("granted at expiry");
+    wait_replicas(&mut m, 1);
+    let mut r = replica.client();
+    call(&mut r, &["SELECT", "3"]);
+    assert_eq!(
+        lock_info(&mut r, "k").map(|info| (info.0, info.1)),
+        Some(("next".into(), token))
+    );
+    call(&mut r, &["SELECT", "0"]);
+    assert_eq!(
+        call(&mut r, &["DBSIZE"]),
+        Value::Int(0),
+        "nothing in database 0"
+    );
 }
