@@ -13,6 +13,7 @@ use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
 use redis_module::{Context, RedisError, RedisValue, raw};
 
+use crate::fence;
 use crate::key::api;
 use crate::waiters::Waiters;
 
@@ -78,9 +79,7 @@ unsafe extern "C" fn reply(
         .map_or(ptr::null_mut(), |get| unsafe { get(ctx) })
         .cast::<Outcome>();
     let answer = match unsafe { outcome.as_ref() } {
-        Some(Outcome::Granted(token)) => Ok(RedisValue::Integer(
-            i64::try_from(*token).unwrap_or(i64::MAX),
-        )),
+        Some(Outcome::Granted(token)) => Ok(RedisValue::Integer(fence::as_integer(*token))),
         Some(Outcome::Failed(error)) => Err(RedisError::String(error.clone())),
         None => Ok(RedisValue::Null),
     };

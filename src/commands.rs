@@ -301,5 +301,5 @@ fn held(key: &LockKey) -> Result<&Lock, RedisError> {
 }
 
 fn token_reply(token: u64) -> RedisValue {
-    RedisValue::Integer(i64::try_from(token).unwrap_or(i64::MAX))
+    RedisValue::Integer(fence::as_integer(token))
 }

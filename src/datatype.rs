@@ -14,7 +14,7 @@ use redis_module::raw;
 
 use crate::effects::APPLY;
 use crate::fence::{self, MAX_TOKEN};
-use crate::lock::{Lock, Owner, check_owner};
+use crate::lock::Lock;
 
 /// The data type's name as `TYPE key` and `OBJECT ENCODING` show it (Redis wants 9 characters).
 pub const TYPE_NAME: &str = "leasehold";
@@ -60,17 +60,10 @@ fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
     }
     let owner = raw::load_string_buffer(rdb).ok()?;
     let token = raw::load_unsigned(rdb).ok()?;
-    let holds = u32::try_from(raw::load_unsigned(rdb).ok()?).ok()?;
-    let owner = check_owner(owner.as_ref()).ok()?;
-    if !(1..=MAX_TOKEN).contains(&token) || holds == 0 {
-        return None;
-    }
-    fence::counter().observe(token);
-    Some(Lock {
-        owner: Owner::from_slice(owner),
-        token,
-        holds,
-    })
+    let holds = raw::load_unsigned(rdb).ok()?;
+    let lock = Lock::from_parts(owner.as_ref(), token, holds)?;
+    fence::counter().observe(lock.token);
+    Some(lock)
 }
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
@@ -118,7 +111,7 @@ unsafe extern "C" fn aof_rewrite(
             key,
             lock.owner.as_ptr().cast::<c_char>(),
             lock.owner.len(),
-            i64::try_from(lock.token).unwrap_or(i64::MAX),
+            fence::as_integer(lock.token),
             i64::from(lock.holds),
         );
     }
@@ -142,7 +135,7 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
     };
     unsafe {
         add_buffer(md, lock.owner.as_ptr().cast_mut().cast(), lock.owner.len());
-        add_integer(md, i64::try_from(lock.token).unwrap_or(i64::MAX));
+        add_integer(md, fence::as_integer(lock.token));
         add_integer(md, i64::from(lock.holds));
         end(md);
     }

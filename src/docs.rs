@@ -9,7 +9,7 @@ use std::ptr;
 use redis_module::commands::{BeginSearch, FindKeys, KeySpec, KeySpecFlags};
 use redis_module::{Context, RedisError, raw};
 
-use crate::key::api;
+use crate::key::{api, ok_or_error};
 
 /// The module version that introduced every command (`since` in `COMMAND DOCS`).
 const SINCE: &CStr =
@@ -173,11 +173,7 @@ fn describe(ctx: &Context, doc: &Doc) -> Result<(), RedisError> {
         args: arguments.as_mut_ptr(),
     };
     let status = unsafe { api(raw::RedisModule_SetCommandInfo)?(command, &mut info) };
-    if status == raw::REDISMODULE_OK as i32 {
-        Ok(())
-    } else {
-        Err(RedisError::Str("ERR the server rejected the command info"))
-    }
+    ok_or_error(status, "ERR the server rejected the command info")
 }
 
 fn raw_argument(argument: &Argument) -> raw::RedisModuleCommandArg {

@@ -19,9 +19,9 @@ use redis_module::{
     Context, ContextFlags, NextArg, RedisError, RedisResult, RedisString, RedisValue, raw,
 };
 
-use crate::fence::{self, MAX_TOKEN};
+use crate::fence;
 use crate::key::LockKey;
-use crate::lock::{Lock, Owner, check_owner};
+use crate::lock::Lock;
 
 /// The internal command that carries a lock's state to replicas and the AOF.
 pub const APPLY: &CStr = c"LOCK.APPLY";
@@ -33,7 +33,7 @@ pub fn replicate_hold(ctx: &Context, key: &RedisString, lock: &Lock, deadline_ms
         return;
     };
     let owner = lock.owner.as_ptr().cast::<c_char>();
-    let token = c_longlong::try_from(lock.token).unwrap_or(c_longlong::MAX);
+    let token = fence::as_integer(lock.token);
     let holds = c_longlong::from(lock.holds);
     let ctx = ctx.get_raw();
     unsafe {
@@ -107,22 +107,12 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         Some(_) => return Err(RedisError::Str("ERR syntax error")),
     };
     args.done()?;
-    let owner = check_owner(owner.as_slice())
-        .map_err(|_| RedisError::Str("ERR invalid owner in LOCK.APPLY"))?;
-    let holds = u32::try_from(holds)
-        .ok()
-        .filter(|holds| *holds > 0)
-        .ok_or(RedisError::Str("ERR invalid hold count in LOCK.APPLY"))?;
-    if !(1..=MAX_TOKEN).contains(&token) {
-        return Err(RedisError::Str("ERR invalid fencing token in LOCK.APPLY"));
-    }
+    let lock = Lock::from_parts(owner.as_slice(), token, holds).ok_or(RedisError::Str(
+        "ERR invalid owner, fencing token or hold count in LOCK.APPLY",
+    ))?;
 
     let mut key = LockKey::write(ctx, &name)?;
-    key.store(Lock {
-        owner: Owner::from_slice(owner),
-        token,
-        holds,
-    })?;
+    key.store(lock)?;
     if let Some(deadline) = deadline {
         key.set_deadline(deadline)?;
     }

@@ -101,6 +101,13 @@ impl Default for Counter {
     }
 }
 
+/// A token as the signed 64-bit integer Redis replies, saves and replicates. Exact: tokens
+/// stay at or below [`MAX_TOKEN`] (2^53 - 1).
+#[must_use]
+pub fn as_integer(token: u64) -> i64 {
+    i64::try_from(token.min(MAX_TOKEN)).unwrap_or(i64::MAX)
+}
+
 static COUNTER: Mutex<Counter> = Mutex::new(Counter::new());
 
 /// The server's counter. Redis runs commands, loading and events on one thread, so the lock

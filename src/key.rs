@@ -5,7 +5,7 @@
 //! this is the one place that calls the module API on keys (and on the selected database)
 //! directly; everything else uses [`LockKey`].
 
-use std::os::raw::c_void;
+use std::os::raw::{c_int, c_void};
 use std::ptr::NonNull;
 
 use redis_module::{Context, RedisError, RedisString, raw};
@@ -41,24 +41,20 @@ impl LockKey {
         let opened = Self { key };
         if let Some(key) = opened.key {
             let kind = unsafe { api(raw::RedisModule_KeyType)?(key.as_ptr()) };
-            if kind != raw::REDISMODULE_KEYTYPE_EMPTY as i32 && !opened.holds_lock_type()? {
+            if kind != raw::REDISMODULE_KEYTYPE_EMPTY as i32 && !opened.holds_lock_type() {
                 return Err(RedisError::WrongType);
             }
         }
         Ok(opened)
     }
 
-    fn holds_lock_type(&self) -> Result<bool, RedisError> {
-        let Some(key) = self.key else {
-            return Ok(false);
-        };
-        let found = unsafe { api(raw::RedisModule_ModuleTypeGetType)?(key.as_ptr()) };
-        Ok(!found.is_null() && found == *LOCK_TYPE.raw_type.borrow())
+    fn holds_lock_type(&self) -> bool {
+        self.key.is_some_and(|key| is_lock(key.as_ptr()))
     }
 
     fn value(&self) -> Option<NonNull<Lock>> {
         let key = self.key?;
-        if !self.holds_lock_type().unwrap_or(false) {
+        if !self.holds_lock_type() {
             return None;
         }
         let get = unsafe { raw::RedisModule_ModuleTypeGetValue }?;
@@ -96,12 +92,9 @@ impl LockKey {
                 value.cast::<c_void>(),
             )
         };
-        if stored == raw::REDISMODULE_OK as i32 {
-            Ok(())
-        } else {
+        ok_or_error(stored, "ERR could not store the lock").inspect_err(|_| {
             drop(unsafe { Box::from_raw(value) });
-            Err(RedisError::Str("ERR could not store the lock"))
-        }
+        })
     }
 
     /// Sets the lease to end at unix time `deadline_ms` (the key's absolute expiry, as
@@ -112,11 +105,7 @@ impl LockKey {
     pub fn set_deadline(&mut self, deadline_ms: i64) -> Result<(), RedisError> {
         let key = self.writable()?;
         let status = unsafe { api(raw::RedisModule_SetAbsExpire)?(key.as_ptr(), deadline_ms) };
-        if status == raw::REDISMODULE_OK as i32 {
-            Ok(())
-        } else {
-            Err(RedisError::Str("ERR could not set the lease"))
-        }
+        ok_or_error(status, "ERR could not set the lease")
     }
 
     /// The lease left in ms (what `PTTL` replies), or `None` for a key without expiry.
@@ -164,11 +153,7 @@ pub fn selected_db(ctx: &Context) -> i32 {
 /// When the database does not exist.
 pub fn select_db(ctx: &Context, db: i32) -> Result<(), RedisError> {
     let status = unsafe { api(raw::RedisModule_SelectDb)?(ctx.get_raw(), db) };
-    if status == raw::REDISMODULE_OK as i32 {
-        Ok(())
-    } else {
-        Err(RedisError::Str("ERR DB index is out of range"))
-    }
+    ok_or_error(status, "ERR DB index is out of range")
 }
 
 /// True when `key`, opened by Redis for a server event, holds a lock.
@@ -177,6 +162,18 @@ pub fn is_lock(key: *mut raw::RedisModuleKey) -> bool {
         return false;
     };
     !key.is_null() && unsafe { get_type(key) } == *LOCK_TYPE.raw_type.borrow()
+}
+
+/// `Ok` for a module API call that returned `REDISMODULE_OK`, else the error reply `error`.
+///
+/// # Errors
+/// `error` for any other status.
+pub fn ok_or_error(status: c_int, error: &'static str) -> Result<(), RedisError> {
+    if status == raw::REDISMODULE_OK as c_int {
+        Ok(())
+    } else {
+        Err(RedisError::Str(error))
+    }
 }
 
 /// A module API function, or an error reply when this server does not export it (instead of

@@ -7,6 +7,8 @@
 
 use smallvec::SmallVec;
 
+use crate::fence::MAX_TOKEN;
+
 /// Longest owner accepted, in bytes. Owners are usually a UUID or `host:pid:thread`; the cap
 /// keeps a lock's memory bounded.
 pub const MAX_OWNER_LEN: usize = 256;
@@ -104,6 +106,20 @@ impl Lock {
         }
     }
 
+    /// A lock as an RDB, `RESTORE` or a master's `LOCK.APPLY` describes it, or `None` when
+    /// no server could have written it: an empty or oversized owner, a token outside
+    /// 1..=2^53-1, or no holds.
+    #[must_use]
+    pub fn from_parts(owner: &[u8], token: u64, holds: u64) -> Option<Self> {
+        let owner = check_owner(owner).ok()?;
+        let holds = u32::try_from(holds).ok().filter(|holds| *holds > 0)?;
+        (1..=MAX_TOKEN).contains(&token).then(|| Self {
+            owner: Owner::from_slice(owner),
+            token,
+            holds,
+        })
+    }
+
     /// True when `owner` is the holder.
     #[must_use]
     pub fn is_held_by(&self, owner: &[u8]) -> bool {
@@ -193,6 +209,21 @@ mod tests {
         assert_eq!(held(uuid_and_thread, 1, 1).heap_size(), 0);
         let long = held(&"x".repeat(100), 1, 1);
         assert!(long.heap_size() >= 100);
+    }
+
+    #[test]
+    fn only_locks_a_server_could_have_written_are_taken_in() {
+        assert_eq!(Lock::from_parts(b"a", 7, 2), Some(held("a", 7, 2)));
+        assert_eq!(Lock::from_parts(b"", 7, 1), None, "no owner");
+        assert_eq!(Lock::from_parts(&[b'x'; MAX_OWNER_LEN + 1], 7, 1), None);
+        assert_eq!(Lock::from_parts(b"a", 0, 1), None, "tokens start at 1");
+        assert_eq!(
+            Lock::from_parts(b"a", MAX_TOKEN + 1, 1),
+            None,
+            "tokens stay below 2^53"
+        );
+        assert_eq!(Lock::from_parts(b"a", 7, 0), None, "a held lock has a hold");
+        assert_eq!(Lock::from_parts(b"a", 7, u64::from(u32::MAX) + 1), None);
     }
 
     #[test]
