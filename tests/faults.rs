@@ -10,7 +10,7 @@ mod common;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use common::proxy::LinkProxy;
-use common::{Server, acquire, assert_same_holding, call, lock_info, wait_replicas};
+use common::{Server, acquire, assert_same_holding, call, holder, lock_info, wait_replicas};
 use redis::{Connection, Value};
 
 /// How far the first token after a start jumps ahead of a loaded counter or the clock.
@@ -155,10 +155,7 @@ fn failover_to_a_replica_that_fell_behind_never_reissues_a_token() {
     old_master.restart();
     old_master.replicate(&new_master);
     let mut old = old_master.client();
-    assert_eq!(
-        lock_info(&mut old, "unseen:0").map(|info| info.0),
-        Some("intruder".into())
-    );
+    assert_eq!(holder(&mut old, "unseen:0"), Some("intruder".into()));
     let later = acquire(&mut new, "later", "someone", 60_000, &[]).expect("granted");
     assert!(later > regranted);
     wait_replicas(&mut new, 1);

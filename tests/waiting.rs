@@ -8,7 +8,7 @@ mod common;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use common::{Server, acquire, call, error, lock_info, wait_replicas, wait_until};
+use common::{Server, acquire, call, error, holder, lock_info, wait_replicas, wait_until};
 use redis::{Connection, Value};
 
 /// A client blocked in `LOCK.ACQUIRE key owner 60000 WAIT timeout`: its client id and the
@@ -98,10 +98,7 @@ fn an_expired_lease_goes_to_the_first_waiter() {
     let waiting = wait_for(&server, "k", "next", 0);
     queued(&mut con, "k", 1);
     assert!(granted(waiting) > first);
-    assert_eq!(
-        lock_info(&mut con, "k").map(|info| info.0),
-        Some("next".into())
-    );
+    assert_eq!(holder(&mut con, "k"), Some("next".into()));
 }
 
 #[test]
@@ -141,11 +138,7 @@ fn del_unlink_and_flushall_hand_the_lock_over() {
         queued(&mut con, "k", 1);
         call(&mut con, freeing);
         granted(waiting);
-        assert_eq!(
-            lock_info(&mut con, "k").map(|info| info.0),
-            Some("next".into()),
-            "{freeing:?}"
-        );
+        assert_eq!(holder(&mut con, "k"), Some("next".into()), "{freeing:?}");
         call(&mut con, &["LOCK.RELEASE", "k", "next"]);
     }
 }
@@ -185,10 +178,7 @@ fn nobody_barges_in_when_a_lease_expires() {
         thread::sleep(Duration::from_millis(1));
     }
     granted(waiting);
-    assert_eq!(
-        lock_info(&mut con, "k").map(|info| info.0),
-        Some("patient".into())
-    );
+    assert_eq!(holder(&mut con, "k"), Some("patient".into()));
 }
 
 #[test]
@@ -253,10 +243,7 @@ fn a_disconnected_waiter_leaves_the_queue_and_is_never_granted() {
     queued(&mut con, "k", 1);
     call(&mut con, &["LOCK.RELEASE", "k", "holder"]);
     granted(next);
-    assert_eq!(
-        lock_info(&mut con, "k").map(|info| info.0),
-        Some("next".into())
-    );
+    assert_eq!(holder(&mut con, "k"), Some("next".into()));
 }
 
 #[test]
@@ -413,10 +400,7 @@ fn the_same_name_in_another_database_is_another_lock() {
         }
         let token = waiting.join().expect("waiter thread").expect("granted");
         assert!(token > first);
-        assert_eq!(
-            lock_info(&mut db3, "k").map(|info| info.0),
-            Some(next.into())
-        );
+        assert_eq!(holder(&mut db3, "k"), Some(next.into()));
     }
     let zero = lock_info(&mut db0, "k").expect("db 0's lock untouched");
     assert_eq!((zero.0.as_str(), zero.3), ("zero", 1));

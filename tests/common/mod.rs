@@ -369,6 +369,11 @@ pub fn lock_info(con: &mut impl ConnectionLike, key: &str) -> Option<LockInfo> {
     ))
 }
 
+/// Who holds the lock `key` now, or `None` when it is free.
+pub fn holder(con: &mut impl ConnectionLike, key: &str) -> Option<String> {
+    lock_info(con, key).map(|info| info.0)
+}
+
 /// The same holding as `before` (from [`lock_info`]): owner, token and hold count equal, the
 /// lease no longer and at most `elapsed_ms` shorter.
 pub fn assert_same_holding(before: &LockInfo, after: &LockInfo, elapsed_ms: i64) {
