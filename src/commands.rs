@@ -14,7 +14,7 @@ use crate::blocking::waiters;
 use crate::clock;
 use crate::config;
 use crate::effects::{notify, replicate_free, replicate_hold};
-use crate::fence;
+use crate::fence::{self, Refused};
 use crate::handover;
 use crate::info::{ACQUISITIONS, CONTENDED, RELEASES, RENEWALS};
 use crate::key::{LockKey, selected_db};
@@ -40,18 +40,25 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     handover::hand_over(ctx, &request.name)?;
     let mut key = LockKey::write(ctx, &request.name)?;
     let name = &request.name;
-    if let Some(token) = acquire_now(ctx, &mut key, name, owner, now, deadline, request.reentrant)?
-    {
-        return Ok(token_reply(token));
-    }
-    CONTENDED.bump();
+    let grant = acquire_now(ctx, &mut key, name, owner, now, deadline, request.reentrant)?;
+    // When to look again for a waiter, and the answer for a client that does not wait.
+    let (check_in_ms, answer) = match grant {
+        Grant::Held(token) => return Ok(token_reply(token)),
+        Grant::Busy => {
+            CONTENDED.bump();
+            (handover::lease_left(&key), Ok(RedisValue::Null))
+        }
+        Grant::TooSoon { retry_in_ms } => {
+            let retry_in_ms = i64::try_from(retry_in_ms).unwrap_or(i64::MAX);
+            (Some(retry_in_ms), Err(too_soon(retry_in_ms)))
+        }
+    };
     match request.wait_ms {
         Some(timeout) if can_block(ctx) => {
-            let lease_left = handover::lease_left(&key);
             drop(key);
-            handover::wait(ctx, name, owner, request.ttl_ms, timeout, lease_left)
+            handover::wait(ctx, name, owner, request.ttl_ms, timeout, check_in_ms)
         }
-        _ => Ok(RedisValue::Null),
+        _ => answer,
     }
 }
 
@@ -92,9 +99,23 @@ impl AcquireRequest {
     }
 }
 
+/// What [`acquire_now`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    /// `owner` holds the lock now, with this fencing token.
+    Held(u64),
+    /// Another owner holds it; nothing changed.
+    Busy,
+    /// The lock is free, but this server can issue no fencing token for `retry_in_ms` ms
+    /// ([`fence::Refused::AheadOfClock`]); nothing changed.
+    TooSoon {
+        /// When a token can be issued, in ms from now.
+        retry_in_ms: u64,
+    },
+}
+
 /// Applies `LOCK.ACQUIRE`'s rules to the open lock `key` named `name` at unix time `now_ms`,
-/// with the lease ending at `deadline_ms`: `Some(token)` when `owner` holds the lock
-/// afterwards (the change replicated and notified), `None` when another owner holds it.
+/// with the lease ending at `deadline_ms`, and replicates and notifies a change.
 ///
 /// # Errors
 /// Exhausted fencing tokens; a key that cannot be written.
@@ -106,16 +127,23 @@ pub fn acquire_now(
     now_ms: u64,
     deadline_ms: i64,
     reentrant: bool,
-) -> Result<Option<u64>, RedisError> {
+) -> Result<Grant, RedisError> {
     match lock::acquire(key.lock(), owner, reentrant) {
-        Acquire::Busy => return Ok(None),
-        Acquire::New => {
-            let token = fence::counter()
-                .issue(now_ms)
-                .map_err(|_| RedisError::Str("ERR fencing tokens exhausted: 2^53 reached"))?;
-            key.store(Lock::new(owner, token))?;
-            ACQUISITIONS.bump();
-        }
+        Acquire::Busy => return Ok(Grant::Busy),
+        Acquire::New => match fence::counter().issue(now_ms) {
+            Ok(token) => {
+                key.store(Lock::new(owner, token))?;
+                ACQUISITIONS.bump();
+            }
+            Err(Refused::AheadOfClock { retry_in_ms }) => {
+                return Ok(Grant::TooSoon { retry_in_ms });
+            }
+            Err(Refused::Exhausted) => {
+                return Err(RedisError::Str(
+                    "ERR fencing tokens exhausted: 2^53 reached",
+                ));
+            }
+        },
         Acquire::Again { holds, .. } => {
             if let Some(lock) = key.lock_mut() {
                 lock.holds = holds;
@@ -126,7 +154,15 @@ pub fn acquire_now(
     let lock = held(key)?;
     replicate_hold(ctx, name, lock, Some(deadline_ms));
     notify(ctx, c"lock.acquire", name);
-    Ok(Some(lock.token))
+    Ok(Grant::Held(lock.token))
+}
+
+/// The error for [`Grant::TooSoon`]: `TRYAGAIN`, as Redis answers a command that may succeed
+/// if repeated shortly.
+fn too_soon(retry_in_ms: i64) -> RedisError {
+    RedisError::String(format!(
+        "TRYAGAIN fencing tokens are ahead of this server's clock; retry in {retry_in_ms} ms"
+    ))
 }
 
 /// `LOCK.RELEASE key owner`: releases one hold; the last one deletes the key.

@@ -2,41 +2,83 @@
 //!
 //! # Design
 //! A token is a hybrid of a counter and the wall clock (the idea of hybrid logical clocks,
-//! Kulkarni et al., 2014): the next token is `max(last + 1, now_ms × 1000)`. The counter
-//! (`last`) is saved as RDB auxiliary data, carried by every `LOCK.APPLY` effect in the AOF and
-//! the replication stream, and raised by every lock that is loaded, so a server that lost
-//! nothing continues exactly where it was. The clock floor covers what persistence and
-//! replication can lose: a token issued at wall-clock time `t` is below `(t + 1) × 1000` as long
-//! as fewer than a million tokens per second were issued, so a server that comes back later —
-//! after a crash that lost the last writes, or with no persistence at all — issues larger
-//! tokens even though it never saw the lost ones.
+//! Kulkarni et al., 2014). While a server's clock reads `m` (unix ms), its *floor* is
+//! `m × 1000` ([`TOKENS_PER_MS`]) and its *ceiling* is `(m + 1) × 1000 + RESERVE - 1`
+//! ([`ceiling`]). The counter (`last`, the largest token issued, loaded or received) is saved
+//! as RDB auxiliary data, carried by every `LOCK.APPLY` effect in the AOF and the replication
+//! stream, and raised by every lock that is loaded. The next token is
 //!
-//! A burst above a million tokens per second, or a replica whose clock is behind the old
-//! master's, would defeat the floor alone. So the first token after the module starts, and
-//! after the server is promoted to master, also skips [`RESERVE`]: it is at least
-//! `max(last, now_ms × 1000) + RESERVE`. Tokens stay correct while the tokens lost in one crash
-//! or failover, plus 1000 × the clock skew in ms, stay below `RESERVE` (10^9).
+//! - `max(last + 1, floor)`, or
+//! - `max(last + 1, floor + RESERVE)` for the first token after the module starts or the
+//!   server is promoted to master,
 //!
-//! Every token is below 2^53, so JSON and JavaScript clients read it exactly: the clock alone
-//! reaches 2^53 in the year 2255, and each start or promotion brings that 1000 s closer
-//! (README, "Guarantees").
+//! and it is refused ([`Refused::AheadOfClock`], retry a few ms later) when it would pass the
+//! ceiling.
+//!
+//! # Invariant
+//! **Every token a server issues while its clock reads `m` is below `(m + 1) × 1000 + RESERVE`.**
+//! [`Counter::issue`] checks it for every token, so it holds unconditionally; the price is that
+//! a server issues at most 1000 tokens per ms of its clock beyond the `RESERVE` it may run
+//! ahead (10^6 per second; Redis executes a few hundred thousand lock commands per second at
+//! most), and that a counter received from a master whose clock is ahead of this server's
+//! waits for this clock to catch up before issuing (at most the clock difference).
+//!
+//! # Why tokens never go backwards
+//! Take a token `x` issued by server A while its clock read `a`, and a later token `y` issued
+//! by server B (A itself, or another). If B's counter saw `x` — B issued it, loaded it from
+//! RDB or AOF, or received it from its master — then `y ≥ last + 1 > x`. Otherwise B's state
+//! lost `x`, so B started or was promoted after `x` was issued, with its clock reading `b` then;
+//! B's first token since is at least `b × 1000 + RESERVE` and later ones are larger, while the
+//! invariant gives `x < (a + 1) × 1000 + RESERVE`. So `y > x` whenever `b ≥ a + 1`:
+//! **the start or promotion that lost `x` happened at least 1 ms later, by B's clock, than `x`
+//! by A's clock.** That is the only clock assumption, and it comes in two cases:
+//! - A restart of the same server (with full, stale or no state, any number of times, at any
+//!   spacing): its clock must not step back across the restart, which takes more than 1 ms.
+//! - A promotion of a replica B that missed `x`: B's clock may be behind A's by less than the
+//!   time from `x` to the promotion. With Sentinel that time is at least
+//!   `down-after-milliseconds` (the master must be unreachable that long), in Redis Cluster
+//!   `cluster-node-timeout`. A replica that saw every token (the `FAILOVER` command waits for
+//!   it) needs no clock condition; a replica whose clock is ahead never does.
+//!
+//! Nothing stacks: the first token after a start is `max(last + 1, floor + RESERVE)`, not
+//! `last + RESERVE`, so however many restarts or promotions come close together the counter
+//! stays below the ceiling, and a server that lost everything still comes back above every
+//! token issued before. The argument also assumes one master at a time: an old master that
+//! keeps granting after a replica was promoted (a split brain) issues tokens the new master
+//! never saw, from a clock the promotion did not wait for (README, "Guarantees").
+//!
+//! Every token is below 2^53, so JSON and JavaScript clients read it exactly: the ceiling
+//! reaches 2^53 in the year 2255, whatever the number of restarts.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
+
+#[cfg(test)]
+mod simulation;
 
 /// Largest token that is ever issued: 2^53 - 1, JavaScript's `Number.MAX_SAFE_INTEGER`.
 pub const MAX_TOKEN: u64 = (1 << 53) - 1;
 
 /// Tokens per millisecond of wall-clock time in the floor: a token divided by 1000 reads as
-/// the unix time in ms at which it was issued (or a little later).
+/// the unix time in ms at which it was issued (or, within [`RESERVE`], a little earlier).
 pub const TOKENS_PER_MS: u64 = 1000;
 
-/// How far the first token after a start or a promotion jumps ahead: 10^9 tokens, as many as
-/// the clock floor advances in 1000 s.
+/// How far the counter may run ahead of the clock floor, and where the first token after a
+/// start or a promotion lands: 10^9 tokens, as many as the floor advances in 1000 s.
 pub const RESERVE: u64 = 1_000_000_000;
 
-/// The token space is used up: the next token would reach 2^53.
+/// Why no token was issued; nothing changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Exhausted;
+pub enum Refused {
+    /// The next token would pass the ceiling of this server's clock: more than 1000 tokens per
+    /// ms were issued beyond the reserve, or the counter came from a server whose clock is
+    /// ahead. The ceiling passes it after `retry_in_ms` ms.
+    AheadOfClock {
+        /// How long until the token can be issued, in ms (at least 1).
+        retry_in_ms: u64,
+    },
+    /// The token space is used up: the next token would reach 2^53.
+    Exhausted,
+}
 
 /// The counter behind every fencing token of this server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +87,16 @@ pub struct Counter {
     last: u64,
     /// True until the first token after a start or promotion is issued.
     reserve_pending: bool,
+}
+
+/// The largest token a server may issue while its clock reads `now_ms` (see the invariant
+/// above): `(now_ms + 1) × 1000 + RESERVE - 1`.
+#[must_use]
+pub const fn ceiling(now_ms: u64) -> u64 {
+    now_ms
+        .saturating_add(1)
+        .saturating_mul(TOKENS_PER_MS)
+        .saturating_add(RESERVE - 1)
 }
 
 impl Counter {
@@ -57,20 +109,36 @@ impl Counter {
         }
     }
 
-    /// Issues the next token at unix time `now_ms`: larger than every token seen before.
+    /// The token [`Self::issue`] would give at unix time `now_ms`, without issuing it.
     ///
     /// # Errors
-    /// [`Exhausted`] when the token would exceed [`MAX_TOKEN`]; nothing changes then.
-    pub fn issue(&mut self, now_ms: u64) -> Result<u64, Exhausted> {
+    /// [`Refused`] as for [`Self::issue`].
+    pub fn next(&self, now_ms: u64) -> Result<u64, Refused> {
         let floor = now_ms.saturating_mul(TOKENS_PER_MS);
-        let next = if self.reserve_pending {
-            self.last.max(floor).saturating_add(RESERVE)
+        let lowest = if self.reserve_pending {
+            floor.saturating_add(RESERVE)
         } else {
-            self.last.saturating_add(1).max(floor)
+            floor
         };
+        let next = self.last.saturating_add(1).max(lowest);
         if next > MAX_TOKEN {
-            return Err(Exhausted);
+            return Err(Refused::Exhausted);
         }
+        let ceiling = ceiling(now_ms);
+        if next > ceiling {
+            let retry_in_ms = (next - ceiling).div_ceil(TOKENS_PER_MS);
+            return Err(Refused::AheadOfClock { retry_in_ms });
+        }
+        Ok(next)
+    }
+
+    /// Issues the next token at unix time `now_ms`: larger than every token seen before, and
+    /// within the ceiling of `now_ms`.
+    ///
+    /// # Errors
+    /// [`Refused`] when the token would pass the ceiling or 2^53; nothing changes then.
+    pub fn issue(&mut self, now_ms: u64) -> Result<u64, Refused> {
+        let next = self.next(now_ms)?;
         self.last = next;
         self.reserve_pending = false;
         Ok(next)
@@ -88,8 +156,8 @@ impl Counter {
         self.last
     }
 
-    /// Makes the next token skip [`RESERVE`]: called when this server becomes a master, whose
-    /// predecessor may have issued tokens that never reached it.
+    /// Makes the next token at least floor + [`RESERVE`]: called when this server becomes a
+    /// master, whose predecessor may have issued tokens that never reached it.
     pub fn reserve(&mut self) {
         self.reserve_pending = true;
     }
@@ -129,15 +197,33 @@ mod tests {
     }
 
     #[test]
-    fn first_token_after_start_skips_the_reserve_above_the_clock() {
+    fn first_token_after_start_lands_a_reserve_above_the_clock() {
         let mut counter = Counter::new();
         assert_eq!(counter.issue(NOW), Ok(NOW * TOKENS_PER_MS + RESERVE));
     }
 
     #[test]
-    fn first_token_after_start_skips_the_reserve_above_a_loaded_counter() {
-        let loaded = NOW * TOKENS_PER_MS + 5 * RESERVE;
-        assert_eq!(started(loaded).issue(NOW), Ok(loaded + RESERVE));
+    fn reserves_do_not_stack_over_restarts_close_together() {
+        let mut counter = Counter::new();
+        let first = counter.issue(NOW).unwrap_or_default();
+        let mut restarted = started(first);
+        assert_eq!(
+            restarted.issue(NOW + 5),
+            Ok((NOW + 5) * TOKENS_PER_MS + RESERVE),
+            "the second start is 5 ms of floor above the first, not another reserve"
+        );
+        let second = restarted.issue(NOW + 6).unwrap_or_default();
+        let after_losing_everything = Counter::new().issue(NOW + 7).unwrap_or_default();
+        assert!(
+            after_losing_everything > second,
+            "a start with nothing still comes back above both"
+        );
+    }
+
+    #[test]
+    fn a_loaded_counter_is_continued_when_within_the_ceiling() {
+        let loaded = NOW * TOKENS_PER_MS + RESERVE + 500;
+        assert_eq!(started(loaded).issue(NOW), Ok(loaded + 1));
     }
 
     #[test]
@@ -148,47 +234,75 @@ mod tests {
         let later = NOW + 2 * RESERVE / TOKENS_PER_MS;
         assert_eq!(counter.issue(later), Ok(later * TOKENS_PER_MS));
         assert_eq!(
-            counter.issue(NOW),
+            counter.issue(later - 5),
             Ok(later * TOKENS_PER_MS + 1),
             "a clock that goes back does not take tokens back"
         );
     }
 
     #[test]
-    fn observed_tokens_are_never_issued_again() {
+    fn at_most_a_thousand_tokens_per_ms_at_the_ceiling() {
         let mut counter = Counter::new();
-        counter.issue(NOW).unwrap_or_default();
-        let far = MAX_TOKEN - 10;
-        counter.observe(far);
-        counter.observe(3);
-        assert_eq!(counter.last(), far);
-        assert_eq!(counter.issue(NOW), Ok(far + 1));
+        let issued = (0..2_000)
+            .map_while(|_| counter.issue(NOW).ok())
+            .collect::<Vec<_>>();
+        assert_eq!(issued.len(), 1_000, "the first and 999 more in the same ms");
+        assert_eq!(issued.last().copied(), Some(ceiling(NOW)));
+        assert_eq!(
+            counter.issue(NOW),
+            Err(Refused::AheadOfClock { retry_in_ms: 1 })
+        );
+        assert_eq!(counter.last(), ceiling(NOW), "a refusal changes nothing");
+        assert_eq!(counter.issue(NOW + 1), Ok(ceiling(NOW) + 1));
     }
 
     #[test]
-    fn promotion_skips_the_reserve_again() {
+    fn a_counter_ahead_of_this_clock_waits_for_it() {
+        let from_a_faster_clock = ceiling(NOW + 2_500);
+        let mut counter = started(from_a_faster_clock);
+        assert_eq!(
+            counter.next(NOW),
+            Err(Refused::AheadOfClock { retry_in_ms: 2_501 })
+        );
+        assert_eq!(counter.issue(NOW + 2_501), Ok(from_a_faster_clock + 1));
+    }
+
+    #[test]
+    fn observed_tokens_are_never_issued_again() {
         let mut counter = Counter::new();
         let first = counter.issue(NOW).unwrap_or_default();
+        counter.observe(first + 10);
+        counter.observe(3);
+        assert_eq!(counter.last(), first + 10);
+        assert_eq!(counter.issue(NOW + 1), Ok(first + 11));
+    }
+
+    #[test]
+    fn promotion_lands_the_reserve_above_the_clock_again() {
+        let mut counter = Counter::new();
+        counter.issue(NOW).unwrap_or_default();
+        let later = NOW + 3 * RESERVE / TOKENS_PER_MS;
+        counter.issue(later).unwrap_or_default();
         counter.reserve();
-        assert_eq!(counter.issue(NOW), Ok(first + RESERVE));
+        assert_eq!(
+            counter.issue(later + 1),
+            Ok((later + 1) * TOKENS_PER_MS + RESERVE)
+        );
     }
 
     #[test]
     fn exhaustion_is_an_error_that_changes_nothing() {
+        let last_ms = (MAX_TOKEN - RESERVE) / TOKENS_PER_MS; // in the year 2255
         let mut counter = started(MAX_TOKEN - 1);
-        assert_eq!(
-            counter.issue(NOW),
-            Err(Exhausted),
-            "the reserve does not fit"
-        );
-        assert_eq!(counter.last(), MAX_TOKEN - 1);
         counter.reserve_pending = false;
-        assert_eq!(counter.issue(NOW), Ok(MAX_TOKEN));
-        assert_eq!(counter.issue(NOW), Err(Exhausted));
+        assert_eq!(counter.issue(last_ms), Ok(MAX_TOKEN));
+        assert_eq!(counter.issue(last_ms), Err(Refused::Exhausted));
+        assert_eq!(counter.last(), MAX_TOKEN);
         assert_eq!(
-            Counter::new().issue(u64::MAX),
-            Err(Exhausted),
-            "a clock at the end of time"
+            Counter::new().issue(last_ms + 1),
+            Err(Refused::Exhausted),
+            "a start after the reserve no longer fits"
         );
+        assert_eq!(Counter::new().issue(u64::MAX), Err(Refused::Exhausted));
     }
 }

@@ -24,14 +24,14 @@ use redis_module::{
 use crate::blocking::{self, Outcome, waiters};
 use crate::clock;
 use crate::cluster;
-use crate::commands::{acquire_now, lease_deadline};
+use crate::commands::{Grant, acquire_now, lease_deadline};
 use crate::info;
 use crate::key::{LockKey, select_db, selected_db};
 use crate::waiters::Waiter;
 
 /// Blocks the current client until it is granted `name` for `owner` (lease `ttl_ms` from the
-/// grant) or `timeout_ms` passes (0: no limit); `lease_left` is the current holder's (see
-/// [`lease_left`]). Replies nothing now: the grant or the timeout answers later.
+/// grant) or `timeout_ms` passes (0: no limit); the waiters are checked again in
+/// `check_in_ms` (see [`watch`]). Replies nothing now: the grant or the timeout answers later.
 ///
 /// # Errors
 /// When the server cannot block the client (nothing is queued then).
@@ -41,7 +41,7 @@ pub fn wait(
     owner: &[u8],
     ttl_ms: i64,
     timeout_ms: i64,
-    lease_left: Option<i64>,
+    check_in_ms: Option<i64>,
 ) -> RedisResult {
     let handle = blocking::block(ctx, timeout_ms)?;
     let db = selected_db(ctx);
@@ -54,7 +54,7 @@ pub fn wait(
             ttl_ms,
         },
     );
-    watch(ctx, db, name.as_slice(), lease_left);
+    watch(ctx, db, name.as_slice(), check_in_ms);
     Ok(RedisValue::NoReply)
 }
 
@@ -87,29 +87,35 @@ pub fn hand_over(ctx: &Context, name: &RedisString) -> Result<(), RedisError> {
         return Ok(());
     }
     let mut key = LockKey::write(ctx, name)?;
-    let waiter = if key.lock().is_none() {
-        waiters().pop(db, name.as_slice())
+    let mut check_in_ms = lease_left(&key);
+    let first = if key.lock().is_none() {
+        waiters().first(db, name.as_slice())
     } else {
         None
     };
-    if let Some(waiter) = waiter {
+    if let Some(waiter) = first {
         let now = clock::now_ms();
         let granted = lease_deadline(now, waiter.ttl_ms, "lock.acquire").and_then(|deadline| {
             acquire_now(ctx, &mut key, name, &waiter.owner, now, deadline, false)
         });
-        blocking::unblock(
-            waiter.handle,
-            match granted {
-                Ok(Some(token)) => {
-                    info::HANDOVERS.bump();
-                    Outcome::Granted(token)
-                }
-                Ok(None) => Outcome::Failed("ERR the lock was taken meanwhile".into()),
-                Err(error) => Outcome::Failed(error.to_string()),
-            },
-        );
+        let outcome = match granted {
+            Ok(Grant::TooSoon { retry_in_ms }) => {
+                // The waiter keeps its place until a token can be issued.
+                watch(ctx, db, name.as_slice(), i64::try_from(retry_in_ms).ok());
+                return Ok(());
+            }
+            Ok(Grant::Held(token)) => {
+                info::HANDOVERS.bump();
+                Outcome::Granted(token)
+            }
+            Ok(Grant::Busy) => Outcome::Failed("ERR the lock was taken meanwhile".into()),
+            Err(error) => Outcome::Failed(error.to_string()),
+        };
+        waiters().pop(db, name.as_slice());
+        blocking::unblock(waiter.handle, outcome);
+        check_in_ms = lease_left(&key);
     }
-    watch(ctx, db, name.as_slice(), lease_left(&key));
+    watch(ctx, db, name.as_slice(), check_in_ms);
     Ok(())
 }
 
@@ -126,10 +132,11 @@ fn turn_away(db: i32, key: &[u8]) {
     }
 }
 
-/// Checks the waiters of `key` in `db` when `lease_left` ms have passed (see
-/// [`lease_left`]), unless a check that comes earlier is already armed.
-fn watch(ctx: &Context, db: i32, key: &[u8], lease_left: Option<i64>) {
-    if let Some(left) = lease_left {
+/// Checks the waiters of `key` in `db` when `check_in_ms` ms have passed (the lease left, see
+/// [`lease_left`], or the wait for a fencing token), never for `None`, unless a check that
+/// comes earlier is already armed.
+fn watch(ctx: &Context, db: i32, key: &[u8], check_in_ms: Option<i64>) {
+    if let Some(left) = check_in_ms {
         schedule(
             ctx,
             db,

@@ -44,8 +44,9 @@ type Allocator = redis_module::alloc::RedisAlloc;
 #[cfg(test)]
 type Allocator = std::alloc::System;
 
-/// A promoted replica may never have received the last tokens its old master issued: the next
-/// token skips the reserve (see [`fence`]).
+/// A promoted replica may never have received the last tokens its old master issued: its next
+/// token lands a reserve above its clock floor, above anything the old master could issue
+/// (see [`fence`]).
 #[role_changed_event_handler]
 fn on_role_changed(_ctx: &Context, role: ServerRole) {
     if role == ServerRole::Primary {

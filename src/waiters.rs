@@ -60,6 +60,12 @@ impl<H: Copy + Eq + Hash> Waiters<H> {
             .push_back(waiter);
     }
 
+    /// A copy of the first waiter for `key` of `db`, left in its place.
+    #[must_use]
+    pub fn first(&self, db: i32, key: &[u8]) -> Option<Waiter<H>> {
+        self.queues.get(&db)?.get(key)?.waiters.front().cloned()
+    }
+
     /// Takes the first waiter for `key` of `db` off its queue.
     pub fn pop(&mut self, db: i32, key: &[u8]) -> Option<Waiter<H>> {
         let waiter = self.queue(db, key)?.waiters.pop_front()?;

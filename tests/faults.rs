@@ -45,8 +45,17 @@ fn now_ms() -> i64 {
     i64::try_from(elapsed.as_millis()).expect("ms fit")
 }
 
+/// A new holding of a key never used before: the next token the server issues.
 fn next_token(con: &mut Connection) -> i64 {
-    acquire(con, "after-restart", "newcomer", 60_000, &[]).expect("free key")
+    let key = format!("fresh:{}", uuid::Uuid::new_v4());
+    acquire(con, &key, "newcomer", 60_000, &[]).expect("a fresh key is free")
+}
+
+fn assert_increasing(tokens: &[i64]) {
+    assert!(
+        tokens.windows(2).all(|pair| pair[0] < pair[1]),
+        "tokens went back: {tokens:?}"
+    );
 }
 
 #[test]
@@ -164,6 +173,82 @@ fn failover_to_a_replica_that_fell_behind_never_reissues_a_token() {
     // And failing back over to it continues above everything either master issued.
     call(&mut old, &["REPLICAOF", "NO", "ONE"]);
     assert!(next_token(&mut old) > later);
+}
+
+// The next four are the stacked-reserve reports: each start or promotion of 0.1.0 jumped 10^9
+// above the last token, so a later start with less state came back below.
+
+#[test]
+fn a_restart_from_rdb_then_one_with_nothing_goes_forward() {
+    let mut server = Server::start(&[]);
+    let mut tokens = vec![next_token(&mut server.client())];
+    call(&mut server.client(), &["SAVE"]);
+    server.shutdown("NOSAVE");
+    server.restart();
+    tokens.push(next_token(&mut server.client()));
+    server.restart_empty();
+    tokens.push(next_token(&mut server.client()));
+    assert_increasing(&tokens);
+}
+
+#[test]
+fn three_restarts_from_rdb_then_one_from_the_oldest_rdb_go_forward() {
+    let mut server = Server::start(&[]);
+    let (rdb, oldest) = (
+        server.dir().join("dump.rdb"),
+        server.dir().join("oldest.rdb"),
+    );
+    let mut tokens = Vec::new();
+    for round in 0..4 {
+        tokens.push(next_token(&mut server.client()));
+        call(&mut server.client(), &["SAVE"]);
+        if round == 0 {
+            std::fs::copy(&rdb, &oldest).expect("keep the first RDB");
+        }
+        server.shutdown("NOSAVE");
+        server.restart();
+    }
+    server.shutdown("NOSAVE");
+    std::fs::copy(&oldest, &rdb).expect("a backup restored");
+    server.restart();
+    tokens.push(next_token(&mut server.client()));
+    assert_increasing(&tokens);
+}
+
+#[test]
+fn a_promoted_replica_that_restarts_with_nothing_goes_forward() {
+    let master = Server::start(&[]);
+    let mut replica = Server::start(&[]);
+    replica.replicate(&master);
+    let mut con = master.client();
+    let mut tokens = vec![next_token(&mut con)];
+    wait_replicas(&mut con, 1);
+    call(&mut replica.client(), &["REPLICAOF", "NO", "ONE"]);
+    tokens.push(next_token(&mut replica.client()));
+    replica.restart_empty();
+    tokens.push(next_token(&mut replica.client()));
+    assert_increasing(&tokens);
+}
+
+#[test]
+fn failovers_back_and_forth_then_the_server_that_lost_its_data_takes_over() {
+    let mut servers = [Server::start(&[]), Server::start(&[])];
+    servers[1].replicate(&servers[0]);
+    let (mut master, mut replica) = (0, 1);
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        let mut con = servers[master].client();
+        tokens.push(next_token(&mut con));
+        wait_replicas(&mut con, 1);
+        call(&mut servers[replica].client(), &["REPLICAOF", "NO", "ONE"]);
+        servers[master].replicate(&servers[replica]);
+        (master, replica) = (replica, master);
+    }
+    tokens.push(next_token(&mut servers[master].client()));
+    // The replica loses everything and takes over before it could sync again.
+    servers[replica].restart_empty();
+    tokens.push(next_token(&mut servers[replica].client()));
+    assert_increasing(&tokens);
 }
 
 #[test]

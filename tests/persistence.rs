@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{LockInfo, Server, acquire, assert_same_holding, call, lock_info, wait_until};
+use common::{LockInfo, Server, acquire, assert_same_holding, call, error, lock_info, wait_until};
 use redis::{Connection, Value};
 
 /// Takes two locks (one re-entered) and a third that is released, returning the largest token.
@@ -286,8 +286,9 @@ fn a_restored_lock_raises_the_counter_above_its_token() {
     let mut src = source.client();
     let mut dst = target.client();
     let token = acquire(&mut src, "k", "alice", 60_000, &[]).expect("granted");
-    let far_ahead = token + 10_000_000_000_000; // what the clock floor reaches in ~3 hours
-    let payload = payload_with_token(&mut src, "k", token, far_ahead);
+    // From a server whose clock is 1.5 s ahead: above anything the target may issue yet.
+    let ahead = token + 1_500_000;
+    let payload = payload_with_token(&mut src, "k", token, ahead);
     let restored: String = redis::cmd("RESTORE")
         .arg("k")
         .arg(0)
@@ -295,9 +296,22 @@ fn a_restored_lock_raises_the_counter_above_its_token() {
         .query(&mut dst)
         .expect("RESTORE");
     assert_eq!(restored, "OK");
-    assert_eq!(lock_info(&mut dst, "k").map(|info| info.1), Some(far_ahead));
-    let next = acquire(&mut dst, "other", "bob", 1_000, &[]).expect("granted");
-    assert!(next > far_ahead, "{next} after a restored {far_ahead}");
+    assert_eq!(lock_info(&mut dst, "k").map(|info| info.1), Some(ahead));
+
+    // The target issues nothing above its own clock's ceiling: it asks to retry, changing
+    // nothing, and a waiting client is granted once the clock has caught up.
+    let refused = error(&mut dst, &["LOCK.ACQUIRE", "other", "bob", "1000"]);
+    let retry_in_ms: i64 = refused
+        .strip_prefix("TRYAGAIN fencing tokens are ahead of this server's clock; retry in ")
+        .and_then(|rest| rest.strip_suffix(" ms"))
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("{refused}"));
+    assert!((1..=1_600).contains(&retry_in_ms), "{refused}");
+    assert_eq!(call(&mut dst, &["EXISTS", "other"]), Value::Int(0));
+    let asked = std::time::Instant::now();
+    let next = acquire(&mut dst, "other", "bob", 1_000, &["WAIT", "5000"]).expect("granted");
+    assert!(next > ahead, "{next} after a restored {ahead}");
+    assert!(asked.elapsed().as_millis() + 50 >= u128::try_from(retry_in_ms).unwrap_or(0));
 
     let beyond = payload_with_token(&mut src, "k", token, 1 << 53);
     let refused = redis::cmd("RESTORE")

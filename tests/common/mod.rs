@@ -205,6 +205,15 @@ impl Server {
         self.launch();
     }
 
+    /// `kill -9`, then starts again with nothing: no RDB (not even the one a replica keeps from
+    /// its full sync), no AOF — a container that lost its volume.
+    pub fn restart_empty(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_file(self.dir().join("dump.rdb"));
+        let _ = std::fs::remove_dir_all(self.dir().join("appendonlydir"));
+        self.restart();
+    }
+
     /// Makes this server a replica of `master` and waits until the link is up and in sync.
     pub fn replicate(&self, master: &Server) {
         self.replicate_through(master.port);
