@@ -8,7 +8,9 @@
 
 #![allow(dead_code)] // each test file uses its own part of the harness
 
+pub mod history;
 pub mod proxy;
+pub mod sentinel;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -22,14 +24,22 @@ use tempfile::TempDir;
 /// How long a server may take to start answering `PING`.
 const READY_WITHIN: Duration = Duration::from_secs(20);
 
-/// A running `redis-server` with the lock module.
+/// A running `redis-server` with the lock module, or a Sentinel.
 pub struct Server {
     pub port: u16,
     dir: TempDir,
-    /// `None`: start without the module (for `MODULE LOAD`).
-    module_args: Option<Vec<String>>,
+    kind: Kind,
     args: Vec<String>,
     child: Option<Child>,
+}
+
+/// What a [`Server`] runs as.
+enum Kind {
+    /// A data server with the module and these module arguments; `None`: without the module
+    /// (for `MODULE LOAD`).
+    Data(Option<Vec<String>>),
+    /// A Sentinel, with `sentinel.conf` in its directory.
+    Sentinel,
 }
 
 impl Server {
@@ -76,6 +86,16 @@ impl Server {
         server.log()
     }
 
+    /// A Sentinel (the server binary in `--sentinel` mode) started with `config` as its
+    /// `sentinel.conf`, which it may rewrite.
+    pub fn sentinel(config: &str) -> Self {
+        let mut sentinel = Self::new(None, &[]);
+        sentinel.kind = Kind::Sentinel;
+        std::fs::write(sentinel.dir().join("sentinel.conf"), config).expect("sentinel.conf");
+        sentinel.launch();
+        sentinel
+    }
+
     fn new(module_args: Option<&[&str]>, args: &[&str]) -> Self {
         let owned = |list: &[&str]| list.iter().map(|arg| (*arg).to_owned()).collect();
         Self {
@@ -84,7 +104,7 @@ impl Server {
                 .prefix("leasehold-test-")
                 .tempdir()
                 .expect("temp dir"),
-            module_args: module_args.map(owned),
+            kind: Kind::Data(module_args.map(owned)),
             args: owned(args),
             child: None,
         }
@@ -102,18 +122,27 @@ impl Server {
             .open(self.log_path())
             .expect("log file");
         let mut command = Command::new(server_binary());
-        command
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--dir", &self.dir.path().to_string_lossy()]);
-        if let Some(module_args) = &self.module_args {
+        if let Kind::Sentinel = self.kind {
             command
-                .args(["--loadmodule", &module_path().to_string_lossy()])
-                .args(module_args);
+                .arg(self.dir().join("sentinel.conf"))
+                .arg("--sentinel");
         }
         command
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .args(["--enable-debug-command", "yes", "--protected-mode", "no"])
-            .args(["--repl-diskless-sync-delay", "0"])
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--dir", &self.dir.path().to_string_lossy()])
+            .args(["--daemonize", "no", "--protected-mode", "no"]);
+        if let Kind::Data(module_args) = &self.kind {
+            if let Some(module_args) = module_args {
+                command
+                    .args(["--loadmodule", &module_path().to_string_lossy()])
+                    .args(module_args);
+            }
+            command
+                .args(["--save", "", "--appendonly", "no"])
+                .args(["--enable-debug-command", "yes"])
+                .args(["--repl-diskless-sync-delay", "0"]);
+        }
+        command
             .args(&self.args)
             .stdout(log.try_clone().expect("log file"))
             .stderr(log)
@@ -189,6 +218,18 @@ impl Server {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) to the server process: `SIGSTOP` freezes it as a long
+    /// GC pause or a hung VM would, with its connections open.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("the server runs").id();
+        let sent = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("kill");
+        assert!(sent.success(), "kill -{signal} {pid}");
     }
 
     /// `SHUTDOWN` with the given mode (`SAVE`, `NOSAVE`), then waits for the process to end.
