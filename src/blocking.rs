@@ -14,6 +14,7 @@ use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 use redis_module::{Context, RedisError, RedisValue, raw};
 
 use crate::fence;
+use crate::handover;
 use crate::key::api;
 use crate::waiters::Waiters;
 
@@ -27,9 +28,12 @@ pub struct Blocked(usize);
 pub enum Outcome {
     /// It holds the lock now, with this fencing token.
     Granted(u64),
-    /// It was not granted the lock, with this error reply: the fencing tokens ran out, or its
-    /// slot moved away.
+    /// It was not granted the lock, with this error reply: the fencing tokens ran out, its
+    /// slot moved away, or its `LIMIT` differs from the lock's.
     Failed(String),
+    /// It was not granted the lock and gets null: it asked for the lock exclusively while it
+    /// held it shared with others.
+    Refused,
 }
 
 static WAITERS: LazyLock<Mutex<Waiters<Blocked>>> = LazyLock::new(Mutex::default);
@@ -81,7 +85,7 @@ unsafe extern "C" fn reply(
     let answer = match unsafe { outcome.as_ref() } {
         Some(Outcome::Granted(token)) => Ok(RedisValue::Integer(fence::as_integer(*token))),
         Some(Outcome::Failed(error)) => Err(RedisError::String(error.clone())),
-        None => Ok(RedisValue::Null),
+        Some(Outcome::Refused) | None => Ok(RedisValue::Null),
     };
     context.reply(answer) as c_int
 }
@@ -92,19 +96,28 @@ unsafe extern "C" fn timed_out(
     _argv: *mut *mut raw::RedisModuleString,
     _argc: c_int,
 ) -> c_int {
+    let context = Context::new(ctx);
     if let Some(handle) = unsafe { raw::RedisModule_GetBlockedClientHandle } {
         let bc = unsafe { handle(ctx) };
-        waiters().remove(Blocked(bc as usize));
+        leave(&context, Blocked(bc as usize));
     }
-    Context::new(ctx).reply(Ok(RedisValue::Null)) as c_int
+    context.reply(Ok(RedisValue::Null)) as c_int
 }
 
 /// The client disconnected (or was unblocked with an error) while waiting.
 unsafe extern "C" fn disconnected(
-    _ctx: *mut raw::RedisModuleCtx,
+    ctx: *mut raw::RedisModuleCtx,
     bc: *mut raw::RedisModuleBlockedClient,
 ) {
-    waiters().remove(Blocked(bc as usize));
+    leave(&Context::new(ctx), Blocked(bc as usize));
+}
+
+/// Takes `blocked` off its queue; those behind it get a look.
+fn leave(ctx: &Context, blocked: Blocked) {
+    let left = waiters().remove(blocked);
+    if let Some((db, key)) = left {
+        handover::waiter_left(ctx, db, &key);
+    }
 }
 
 unsafe extern "C" fn free_outcome(_ctx: *mut raw::RedisModuleCtx, outcome: *mut c_void) {

@@ -11,12 +11,11 @@ use redis_module::{Context, RedisError, raw};
 
 use crate::key::{api, ok_or_error};
 
-/// The module version that introduced every command (`since` in `COMMAND DOCS`).
-const SINCE: &CStr =
-    match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
-        Ok(version) => version,
-        Err(_) => c"0.1.0",
-    };
+/// The module version that introduced the commands (`since` in `COMMAND DOCS`).
+const SINCE: &CStr = c"0.1.0";
+
+/// The module version that introduced shared locks (`SHARED`, `LIMIT`).
+const SHARED_SINCE: &CStr = c"0.2.0";
 
 /// One documented argument.
 struct Argument {
@@ -24,6 +23,9 @@ struct Argument {
     kind: raw::RedisModuleCommandArgType,
     token: Option<&'static CStr>,
     optional: bool,
+    since: Option<&'static CStr>,
+    /// The arguments of a block.
+    subargs: &'static [Argument],
 }
 
 /// One documented command; its only key is the lock, at position 1.
@@ -42,6 +44,8 @@ const fn required(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> 
         kind,
         token: None,
         optional: false,
+        since: None,
+        subargs: &[],
     }
 }
 
@@ -55,6 +59,8 @@ const fn option(
         kind,
         token: Some(token),
         optional: true,
+        since: None,
+        subargs: &[],
     }
 }
 
@@ -80,6 +86,23 @@ const WAIT: Argument = option(
     c"WAIT",
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
 );
+const LIMIT: Argument = Argument {
+    since: Some(SHARED_SINCE),
+    ..option(
+        c"limit",
+        c"LIMIT",
+        raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+    )
+};
+const SHARED: Argument = Argument {
+    since: Some(SHARED_SINCE),
+    subargs: &[LIMIT],
+    ..option(
+        c"shared",
+        c"SHARED",
+        raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK,
+    )
+};
 const OPTIONAL_OWNER: Argument = Argument {
     optional: true,
     ..required(
@@ -91,31 +114,31 @@ const OPTIONAL_OWNER: Argument = Argument {
 const DOCS: [Doc; 5] = [
     Doc {
         command: c"lock.acquire",
-        summary: c"Takes a lock for an owner with a lease, optionally waiting for it in FIFO order; replies with its fencing token.",
-        complexity: c"O(1)",
+        summary: c"Takes a lock for an owner with a lease, exclusively or shared (read-write lock, semaphore), optionally waiting for it in FIFO order; replies with its fencing token.",
+        complexity: c"O(1) for an exclusive lock, O(log N) for a shared lock with N holders",
         arity: -4,
         key_flags: KeySpecFlags::READ_WRITE.union(KeySpecFlags::ACCESS).union(KeySpecFlags::UPDATE),
-        arguments: &[KEY, OWNER, TTL, REENTRANT, WAIT],
+        arguments: &[KEY, OWNER, TTL, REENTRANT, WAIT, SHARED],
     },
     Doc {
         command: c"lock.release",
-        summary: c"Releases one hold of a lock if the owner holds it; the last hold frees it or hands it to the first waiter.",
-        complexity: c"O(1)",
+        summary: c"Releases one hold of the owner's holding; the last hold ends it and hands the lock to the first waiters that fit.",
+        complexity: c"O(1) for an exclusive lock, O(log N) for a shared lock with N holders",
         arity: 3,
         key_flags: KeySpecFlags::READ_WRITE.union(KeySpecFlags::DELETE),
         arguments: &[KEY, OWNER],
     },
     Doc {
         command: c"lock.renew",
-        summary: c"Resets the lease of a lock if the owner holds it.",
-        complexity: c"O(1)",
+        summary: c"Resets the lease of the owner's holding of a lock.",
+        complexity: c"O(1) for an exclusive lock, O(log N) for a shared lock with N holders",
         arity: 4,
         key_flags: KeySpecFlags::READ_WRITE.union(KeySpecFlags::UPDATE),
         arguments: &[KEY, OWNER, TTL],
     },
     Doc {
         command: c"lock.fence",
-        summary: c"Returns the fencing token of the current holder, or only if the given owner holds the lock.",
+        summary: c"Returns the fencing token of the given owner's holding, or without an owner the exclusive holder's (a shared lock's largest).",
         complexity: c"O(1)",
         arity: -2,
         key_flags: KeySpecFlags::READ_ONLY.union(KeySpecFlags::ACCESS),
@@ -123,8 +146,8 @@ const DOCS: [Doc; 5] = [
     },
     Doc {
         command: c"lock.info",
-        summary: c"Returns the owner, fencing token, remaining lease, hold count and waiters of a lock.",
-        complexity: c"O(1)",
+        summary: c"Returns the mode, holders (owner, fencing token, remaining lease, hold count) and waiters of a lock.",
+        complexity: c"O(1) for an exclusive lock, O(N) for a shared lock with N holders",
         arity: 2,
         key_flags: KeySpecFlags::READ_ONLY.union(KeySpecFlags::ACCESS),
         arguments: &[KEY],
@@ -158,9 +181,9 @@ fn describe(ctx: &Context, doc: &Doc) -> Result<(), RedisError> {
     let mut key_specs = [raw::RedisModuleCommandKeySpec::from(&key_spec), unsafe {
         std::mem::zeroed()
     }];
-    let mut arguments: Vec<raw::RedisModuleCommandArg> =
-        doc.arguments.iter().map(raw_argument).collect();
-    arguments.push(unsafe { std::mem::zeroed() });
+    // Redis copies the info; the argument arrays only need to live until then.
+    let mut arrays = Vec::new();
+    let arguments = raw_arguments(doc.arguments, &mut arrays);
     let mut info = raw::RedisModuleCommandInfo {
         version: &INFO_VERSION,
         summary: doc.summary.as_ptr(),
@@ -170,13 +193,32 @@ fn describe(ctx: &Context, doc: &Doc) -> Result<(), RedisError> {
         tips: ptr::null(),
         arity: doc.arity,
         key_specs: key_specs.as_mut_ptr(),
-        args: arguments.as_mut_ptr(),
+        args: arguments,
     };
     let status = unsafe { api(raw::RedisModule_SetCommandInfo)?(command, &mut info) };
     ok_or_error(status, "ERR the server rejected the command info")
 }
 
-fn raw_argument(argument: &Argument) -> raw::RedisModuleCommandArg {
+/// `arguments` as the API's array, ending with an all-zero entry; the array (and those of
+/// nested blocks) is kept in `arrays`.
+fn raw_arguments(
+    arguments: &'static [Argument],
+    arrays: &mut Vec<Vec<raw::RedisModuleCommandArg>>,
+) -> *mut raw::RedisModuleCommandArg {
+    let mut array: Vec<raw::RedisModuleCommandArg> = arguments
+        .iter()
+        .map(|argument| raw_argument(argument, arrays))
+        .collect();
+    array.push(unsafe { std::mem::zeroed() });
+    let pointer = array.as_mut_ptr();
+    arrays.push(array); // moves the Vec, not the entries it points to
+    pointer
+}
+
+fn raw_argument(
+    argument: &'static Argument,
+    arrays: &mut Vec<Vec<raw::RedisModuleCommandArg>>,
+) -> raw::RedisModuleCommandArg {
     let is_key = argument.kind == raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
     raw::RedisModuleCommandArg {
         name: argument.name.as_ptr(),
@@ -184,14 +226,18 @@ fn raw_argument(argument: &Argument) -> raw::RedisModuleCommandArg {
         key_spec_index: if is_key { 0 } else { -1 },
         token: argument.token.map_or(ptr::null(), CStr::as_ptr),
         summary: ptr::null(),
-        since: ptr::null(),
+        since: argument.since.map_or(ptr::null(), CStr::as_ptr),
         flags: if argument.optional {
             raw::REDISMODULE_CMD_ARG_OPTIONAL as i32
         } else {
             0
         },
         deprecated_since: ptr::null(),
-        subargs: ptr::null_mut(),
+        subargs: if argument.subargs.is_empty() {
+            ptr::null_mut()
+        } else {
+            raw_arguments(argument.subargs, arrays)
+        },
         display_text: ptr::null(),
     }
 }

@@ -108,6 +108,18 @@ impl LockKey {
         ok_or_error(status, "ERR could not set the lease")
     }
 
+    /// Sets the key's lease to the last of a shared lock's holders' (nothing for an exclusive
+    /// lock, whose lease is set with [`Self::set_deadline`]).
+    ///
+    /// # Errors
+    /// When the key is empty or opened for reading only.
+    pub fn set_shared_deadline(&mut self) -> Result<(), RedisError> {
+        match self.lock().and_then(Lock::shared_deadline) {
+            Some(deadline) => self.set_deadline(deadline),
+            None => Ok(()),
+        }
+    }
+
     /// The lease left in ms (what `PTTL` replies), or `None` for a key without expiry.
     #[must_use]
     pub fn remaining_ms(&self) -> Option<i64> {

@@ -1,8 +1,9 @@
 //! leasehold: distributed locks as Redis server commands (module `lock`).
 //!
 //! `LOCK.ACQUIRE`, `LOCK.RELEASE`, `LOCK.RENEW`, `LOCK.FENCE` and `LOCK.INFO` replace the Lua
-//! scripts lock clients ship today: owner checks, leases and fencing tokens run atomically in
-//! the server, and the fencing counter is persisted and replicated so tokens only go up.
+//! scripts lock clients ship today — exclusive locks, read-write locks and semaphores: owner
+//! checks, leases and fencing tokens run atomically in the server, and the fencing counter is
+//! persisted and replicated so tokens only go up.
 //! This file only registers things with Redis; each concern has its own module.
 
 // A panic in a command handler would abort the whole Redis server.
@@ -26,10 +27,14 @@ mod docs;
 mod effects;
 mod fence;
 mod handover;
+mod heap;
+mod holders;
 mod info;
 mod key;
 mod lock;
+mod timers;
 mod waiters;
+mod writes;
 
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::server_events::{FlushSubevent, ServerRole};
@@ -76,7 +81,7 @@ fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
 
 redis_module! {
     name: "lock",
-    version: 1,
+    version: 2,
     allocator: (Allocator, Allocator {}),
     data_types: [LOCK_TYPE],
     // The `lock` ACL category and the commands' `@read`/`@write`/`@fast` ones (Redis 7.2+ and

@@ -1,37 +1,81 @@
-//! The lock itself: who holds it, with which fencing token, how many times — and the rules
-//! that decide what `LOCK.ACQUIRE`, `LOCK.RELEASE` and `LOCK.RENEW` do to it.
+//! The lock itself — free, held exclusively by one owner, or held shared by 1 to n owners (a
+//! read-write lock's readers, a semaphore's permits) — and the rules that decide what
+//! `LOCK.ACQUIRE`, `LOCK.RELEASE` and `LOCK.RENEW` do to it.
 //!
-//! This file is plain Rust with no Redis in it, so every rule is unit-tested on its own. The
-//! lease is not stored here: it is the key's own expiry (`PTTL key`), which Redis persists,
-//! replicates and enforces.
+//! This file is plain Rust with no Redis in it, so every rule is unit-tested on its own. An
+//! exclusive holding's lease is the key's own expiry (`PTTL key`), which Redis persists,
+//! replicates and enforces; each shared holder has its own deadline, and the key expires with
+//! the last of them. The waiting order (first come, first served, across both kinds — the
+//! phase-fair order of `ZooKeeper`'s shared-lock recipe) is kept by [`crate::waiters`].
 
-use smallvec::SmallVec;
+use std::fmt;
+use std::ops::Deref;
 
 use crate::fence::MAX_TOKEN;
+use crate::holders::{Holder, Holders};
 
 /// Longest owner accepted, in bytes. Owners are usually a UUID or `host:pid:thread`; the cap
 /// keeps a lock's memory bounded.
 pub const MAX_OWNER_LEN: usize = 256;
 
-/// Owners up to this many bytes live inside the lock itself — a UUID (36 bytes) with a thread
-/// id, as Redisson's owners are — so a typical lock is one 64-byte allocation.
-pub const INLINE_OWNER_LEN: usize = 40;
+/// Owners up to this many bytes live inside the lock itself — a UUID (36 bytes) with a short
+/// thread id, as Redisson's owners are — so a typical lock is one 56-byte allocation and a
+/// shared holder 64 bytes.
+pub const INLINE_OWNER_LEN: usize = 38;
 
-/// An owner identifier, stored inline up to [`INLINE_OWNER_LEN`] bytes.
-pub type Owner = SmallVec<[u8; INLINE_OWNER_LEN]>;
+/// An owner identifier (any bytes), stored inline up to [`INLINE_OWNER_LEN`] bytes.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// A short owner: its length and its bytes, zero-padded.
+    Inline {
+        /// How many of `bytes` are the owner.
+        len: u8,
+        /// The owner, then zeros.
+        bytes: [u8; INLINE_OWNER_LEN],
+    },
+    /// A longer owner, on the heap.
+    Spilled(Box<[u8]>),
+}
 
-/// The value stored under a lock's key while someone holds it.
-///
-/// A free lock has no key at all: releasing or expiring a lock leaves nothing behind in the
-/// keyspace.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lock {
-    /// The owner identifier the holder chose (1 to [`MAX_OWNER_LEN`] bytes, any bytes).
-    pub owner: Owner,
-    /// The fencing token issued when this holding began; unchanged by renewals and re-entry.
-    pub token: u64,
-    /// The reentrant hold count: how many `LOCK.RELEASE` calls free the lock (at least 1).
-    pub holds: u32,
+impl Owner {
+    /// `owner` as stored in a lock.
+    #[must_use]
+    pub fn new(owner: &[u8]) -> Self {
+        let mut bytes = [0; INLINE_OWNER_LEN];
+        match (u8::try_from(owner.len()), bytes.get_mut(..owner.len())) {
+            (Ok(len), Some(start)) => {
+                start.copy_from_slice(owner);
+                Self::Inline { len, bytes }
+            }
+            _ => Self::Spilled(owner.into()),
+        }
+    }
+
+    /// Heap bytes it owns (for `MEMORY USAGE`): none while inline.
+    #[must_use]
+    pub fn heap_size(&self) -> usize {
+        match self {
+            Self::Inline { .. } => 0,
+            Self::Spilled(owner) => owner.len(),
+        }
+    }
+}
+
+impl Deref for Owner {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Self::Inline { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or(bytes),
+            Self::Spilled(owner) => owner,
+        }
+    }
+}
+
+impl fmt::Debug for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self))
+    }
 }
 
 /// Why an owner identifier was refused.
@@ -50,29 +94,91 @@ pub fn check_owner(owner: &[u8]) -> Result<&[u8], InvalidOwner> {
     }
 }
 
+/// An exclusive holding. Its lease is the key's expiry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holding {
+    /// The owner identifier the holder chose (1 to [`MAX_OWNER_LEN`] bytes, any bytes).
+    pub owner: Owner,
+    /// The fencing token issued when this holding began; unchanged by renewals and re-entry.
+    pub token: u64,
+    /// The reentrant hold count: how many `LOCK.RELEASE` calls free the lock (at least 1).
+    pub holds: u32,
+}
+
+/// A lock held shared: its holders, and the `LIMIT` they were granted under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shared {
+    /// At most this many holders (`LIMIT n`, a semaphore); `None` for a read-write lock's
+    /// readers, unlimited.
+    pub limit: Option<u32>,
+    /// The holders, at least one.
+    pub holders: Holders,
+}
+
+/// The value stored under a lock's key while someone holds it. A free lock has no key at all:
+/// releasing or expiring a lock leaves nothing behind in the keyspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lock {
+    /// One owner holds it.
+    Exclusive(Holding),
+    /// 1 to `limit` owners hold it together.
+    Shared(Box<Shared>),
+}
+
+/// What a request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The only holder (a lock, a read-write lock's writer).
+    Exclusive,
+    /// One of many (`SHARED`): a reader, or with a limit (`LIMIT n`) a semaphore permit.
+    Shared(Option<u32>),
+}
+
 /// What `LOCK.ACQUIRE` does, decided from the lock's current state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Acquire {
-    /// The lock is free: a new holding begins with a new fencing token and a hold count of 1.
+    /// A new holding begins, with a new fencing token and a hold count of 1.
     New,
-    /// `owner` already holds it: the lease is reset, the token stays `token`, and the hold
-    /// count becomes `holds` (one more with `REENTRANT`, unchanged without — so a retried
-    /// acquire is harmless).
+    /// `owner` holds it in this mode already: the lease is reset, the token stays `token`, and
+    /// the hold count becomes `holds` (one more with `REENTRANT`, unchanged without — so a
+    /// retried acquire is harmless).
     Again {
         /// The token of the existing holding.
         token: u64,
         /// The hold count after this acquire.
         holds: u32,
     },
-    /// Someone else holds it: nothing changes.
+    /// The exclusive holder asks `SHARED`: it becomes a shared holder with the same token.
+    Downgrade {
+        /// The hold count after this acquire.
+        holds: u32,
+    },
+    /// The only shared holder asks for the lock exclusively: it becomes the exclusive holder
+    /// with a new token, since exclusive writing starts now.
+    Upgrade {
+        /// The hold count after this acquire.
+        holds: u32,
+    },
+    /// Others hold it in a conflicting mode, the limit is reached, or others queue first:
+    /// nothing changes (wait, or null).
     Busy,
+    /// A shared holder asks for the lock exclusively while others hold it too: null at once,
+    /// even with `WAIT` — two waiting upgraders would wait for each other forever.
+    UpgradeRefused,
+    /// `SHARED` with another `LIMIT` than the lock was granted under (`None`: no limit).
+    LimitDiffers {
+        /// The lock's limit.
+        limit: Option<u32>,
+    },
 }
 
 /// What `LOCK.RELEASE` does, decided from the lock's current state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Release {
-    /// The last hold was released: the key is deleted.
+    /// The last hold of the last holder was released: the key is deleted.
     Freed,
+    /// The last hold of a shared holder was released; others still hold the lock.
+    Left,
     /// One hold was released; `holds` remain.
     Decremented {
         /// The hold count left.
@@ -80,33 +186,23 @@ pub enum Release {
     },
     /// There is no lock (never taken, released, or its lease expired). Reply `0`.
     Missing,
-    /// Another owner holds it: nothing changes. Reply `-1`.
+    /// Others hold it, not `owner`: nothing changes. Reply `-1`.
     HeldByOther,
 }
 
 /// What `LOCK.RENEW` does, decided from the lock's current state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Renew {
-    /// `owner` holds it: the lease is reset. Reply `1`.
+    /// `owner` holds it: its lease is reset. Reply `1`.
     Renewed,
     /// There is no lock. Reply `0`.
     Missing,
-    /// Another owner holds it: nothing changes. Reply `-1`.
+    /// Others hold it, not `owner`: nothing changes. Reply `-1`.
     HeldByOther,
 }
 
-impl Lock {
-    /// A new holding by `owner` with fencing token `token` and a hold count of 1.
-    #[must_use]
-    pub fn new(owner: &[u8], token: u64) -> Self {
-        Self {
-            owner: Owner::from_slice(owner),
-            token,
-            holds: 1,
-        }
-    }
-
-    /// A lock as an RDB, `RESTORE` or a master's `LOCK.APPLY` describes it, or `None` when
+impl Holding {
+    /// A holding as an RDB, `RESTORE` or a master's `LOCK.APPLY` describes it, or `None` when
     /// no server could have written it: an empty or oversized owner, a token outside
     /// 1..=2^53-1, or no holds.
     #[must_use]
@@ -114,59 +210,254 @@ impl Lock {
         let owner = check_owner(owner).ok()?;
         let holds = u32::try_from(holds).ok().filter(|holds| *holds > 0)?;
         (1..=MAX_TOKEN).contains(&token).then(|| Self {
-            owner: Owner::from_slice(owner),
+            owner: Owner::new(owner),
             token,
             holds,
         })
     }
+}
 
-    /// True when `owner` is the holder.
+impl Lock {
+    /// A lock that `owner` just took in `mode`, with token `token` and `holds` holds; a shared
+    /// holding's lease ends at `deadline_ms`.
     #[must_use]
-    pub fn is_held_by(&self, owner: &[u8]) -> bool {
-        *self.owner == *owner
+    pub fn new(owner: &[u8], token: u64, holds: u32, mode: Mode, deadline_ms: i64) -> Self {
+        match mode {
+            Mode::Exclusive => Self::Exclusive(Holding {
+                owner: Owner::new(owner),
+                token,
+                holds,
+            }),
+            Mode::Shared(limit) => {
+                let mut holders = Holders::default();
+                holders.insert(Holder::new(owner, token, holds, deadline_ms));
+                Self::Shared(Box::new(Shared { limit, holders }))
+            }
+        }
     }
 
-    /// Heap bytes this lock owns besides its fixed-size struct (for `MEMORY USAGE`): none
-    /// while the owner fits inline.
+    /// `owner`'s token, if it holds the lock and (shared) its lease has not ended by `now_ms`.
+    #[must_use]
+    pub fn token_of(&self, owner: &[u8], now_ms: i64) -> Option<u64> {
+        match self {
+            Self::Exclusive(holding) => (*holding.owner == *owner).then_some(holding.token),
+            Self::Shared(shared) => shared
+                .holders
+                .get(owner)
+                .filter(|holder| holder.deadline_ms > now_ms)
+                .map(|holder| holder.token),
+        }
+    }
+
+    /// The largest token among the holders whose lease has not ended by `now_ms`.
+    #[must_use]
+    pub fn newest_token(&self, now_ms: i64) -> Option<u64> {
+        match self {
+            Self::Exclusive(holding) => Some(holding.token),
+            Self::Shared(shared) => shared
+                .holders
+                .iter_newest_first()
+                .find(|holder| holder.deadline_ms > now_ms)
+                .map(|holder| holder.token),
+        }
+    }
+
+    /// Adds a new shared holder (after [`Acquire::New`] on a shared lock).
+    pub fn add_holder(&mut self, holder: Holder) {
+        if let Self::Shared(shared) = self {
+            shared.holders.insert(holder);
+        }
+    }
+
+    /// Sets `owner`'s hold count and, for a shared holding, its lease (after
+    /// [`Acquire::Again`], or a release that leaves holds).
+    pub fn set_holds(&mut self, owner: &[u8], holds: u32, deadline_ms: Option<i64>) {
+        match self {
+            Self::Exclusive(holding) => holding.holds = holds,
+            Self::Shared(shared) => {
+                let deadline = deadline_ms
+                    .or_else(|| shared.holders.get(owner).map(|holder| holder.deadline_ms));
+                if let Some(deadline) = deadline {
+                    shared.holders.update(owner, holds, deadline);
+                }
+            }
+        }
+    }
+
+    /// The exclusive holder becomes a shared holder under `limit`, keeping its token
+    /// ([`Acquire::Downgrade`]).
+    pub fn downgrade(&mut self, limit: Option<u32>, holds: u32, deadline_ms: i64) {
+        if let Self::Exclusive(holding) = self {
+            *self = Self::new(
+                &holding.owner,
+                holding.token,
+                holds,
+                Mode::Shared(limit),
+                deadline_ms,
+            );
+        }
+    }
+
+    /// The only shared holder, `owner`, becomes the exclusive holder with `token`
+    /// ([`Acquire::Upgrade`]).
+    pub fn upgrade(&mut self, owner: &[u8], token: u64, holds: u32) {
+        *self = Self::new(owner, token, holds, Mode::Exclusive, 0);
+    }
+
+    /// Ends `owner`'s shared holding ([`Release::Left`], or its lease ended).
+    pub fn remove_holder(&mut self, owner: &[u8]) -> Option<Holder> {
+        match self {
+            Self::Exclusive(_) => None,
+            Self::Shared(shared) => shared.holders.remove(owner),
+        }
+    }
+
+    /// When the key's lease ends: for a shared lock the last of its holders' deadlines;
+    /// `None` for an exclusive lock, whose lease is the key's expiry itself.
+    #[must_use]
+    pub fn shared_deadline(&self) -> Option<i64> {
+        match self {
+            Self::Exclusive(_) => None,
+            Self::Shared(shared) => shared.holders.latest_deadline(),
+        }
+    }
+
+    /// Heap bytes this lock owns besides its fixed-size value (for `MEMORY USAGE`).
     #[must_use]
     pub fn heap_size(&self) -> usize {
-        if self.owner.spilled() {
-            self.owner.capacity()
-        } else {
-            0
+        match self {
+            Self::Exclusive(holding) => holding.owner.heap_size(),
+            Self::Shared(shared) => size_of::<Shared>() + shared.holders.heap_size(),
         }
     }
 }
 
-/// Decides `LOCK.ACQUIRE key owner ttl [REENTRANT]` on a lock that is `current`.
+/// Decides `LOCK.ACQUIRE key owner ttl [REENTRANT] [SHARED [LIMIT n]]` on a lock that is
+/// `current` (shared holders whose lease ended already removed), with `queued` true when
+/// clients wait for it. A request that waits in the queue itself is decided with `queued`
+/// false when its turn comes.
 ///
 /// A re-entry that would overflow the hold count (2^32 - 1) keeps the count where it is;
 /// no real program nests a lock four billion times, and the lock stays held either way.
 #[must_use]
-pub fn acquire(current: Option<&Lock>, owner: &[u8], reentrant: bool) -> Acquire {
-    match current {
-        None => Acquire::New,
-        Some(lock) if lock.is_held_by(owner) => Acquire::Again {
-            token: lock.token,
-            holds: if reentrant {
-                lock.holds.saturating_add(1)
-            } else {
-                lock.holds
-            },
+pub fn acquire(
+    current: Option<&Lock>,
+    owner: &[u8],
+    mode: Mode,
+    reentrant: bool,
+    queued: bool,
+) -> Acquire {
+    let again = |holds: u32| {
+        if reentrant {
+            holds.saturating_add(1)
+        } else {
+            holds
+        }
+    };
+    match (current, mode) {
+        (None, _) if queued => Acquire::Busy,
+        (None, _) => Acquire::New,
+        (Some(Lock::Exclusive(holding)), _) if *holding.owner != *owner => Acquire::Busy,
+        (Some(Lock::Exclusive(holding)), Mode::Exclusive) => Acquire::Again {
+            token: holding.token,
+            holds: again(holding.holds),
         },
-        Some(_) => Acquire::Busy,
+        (Some(Lock::Exclusive(holding)), Mode::Shared(_)) => Acquire::Downgrade {
+            holds: again(holding.holds),
+        },
+        (Some(Lock::Shared(shared)), Mode::Exclusive) => match shared.holders.get(owner) {
+            Some(holder) if shared.holders.len() == 1 => Acquire::Upgrade {
+                holds: again(holder.holds),
+            },
+            Some(_) => Acquire::UpgradeRefused,
+            None => Acquire::Busy,
+        },
+        (Some(Lock::Shared(shared)), Mode::Shared(limit)) if limit != shared.limit => {
+            Acquire::LimitDiffers {
+                limit: shared.limit,
+            }
+        }
+        (Some(Lock::Shared(shared)), Mode::Shared(limit)) => match shared.holders.get(owner) {
+            Some(holder) => Acquire::Again {
+                token: holder.token,
+                holds: again(holder.holds),
+            },
+            None if queued || limit.is_some_and(|n| shared.holders.len() >= n as usize) => {
+                Acquire::Busy
+            }
+            None => Acquire::New,
+        },
     }
+}
+
+impl Acquire {
+    /// True for the decisions that begin a holding, which needs a new fencing token.
+    #[must_use]
+    pub fn needs_token(self) -> bool {
+        matches!(self, Self::New | Self::Upgrade { .. })
+    }
+
+    /// True for the decisions after which `owner` holds the lock.
+    #[must_use]
+    pub fn grants(self) -> bool {
+        matches!(
+            self,
+            Self::New | Self::Again { .. } | Self::Downgrade { .. } | Self::Upgrade { .. }
+        )
+    }
+}
+
+/// Carries out a granting decision of [`acquire`] for `owner` in `mode` on `lock` (`None` when
+/// the lock is free and its key does not exist yet): `token` is the new token when the decision
+/// [needs one](Acquire::needs_token), and a shared holding's lease ends at `deadline_ms`.
+/// Returns the lock to store under the key when there was none.
+pub fn grant(
+    lock: Option<&mut Lock>,
+    owner: &[u8],
+    mode: Mode,
+    decision: Acquire,
+    token: u64,
+    deadline_ms: i64,
+) -> Option<Lock> {
+    let Some(lock) = lock else {
+        return decision
+            .grants()
+            .then(|| Lock::new(owner, token, 1, mode, deadline_ms));
+    };
+    match (decision, mode) {
+        (Acquire::New, _) => lock.add_holder(Holder::new(owner, token, 1, deadline_ms)),
+        (Acquire::Again { holds, .. }, _) => lock.set_holds(owner, holds, Some(deadline_ms)),
+        (Acquire::Downgrade { holds }, Mode::Shared(limit)) => {
+            lock.downgrade(limit, holds, deadline_ms);
+        }
+        (Acquire::Upgrade { holds }, _) => lock.upgrade(owner, token, holds),
+        _ => {}
+    }
+    None
 }
 
 /// Decides `LOCK.RELEASE key owner` on a lock that is `current`.
 #[must_use]
 pub fn release(current: Option<&Lock>, owner: &[u8]) -> Release {
+    let one_hold_less = |holds: u32, last: Release| {
+        if holds <= 1 {
+            last
+        } else {
+            Release::Decremented { holds: holds - 1 }
+        }
+    };
     match current {
         None => Release::Missing,
-        Some(lock) if !lock.is_held_by(owner) => Release::HeldByOther,
-        Some(lock) if lock.holds <= 1 => Release::Freed,
-        Some(lock) => Release::Decremented {
-            holds: lock.holds - 1,
+        Some(Lock::Exclusive(holding)) if *holding.owner == *owner => {
+            one_hold_less(holding.holds, Release::Freed)
+        }
+        Some(Lock::Exclusive(_)) => Release::HeldByOther,
+        Some(Lock::Shared(shared)) => match shared.holders.get(owner) {
+            Some(holder) if shared.holders.len() == 1 => {
+                one_hold_less(holder.holds, Release::Freed)
+            }
+            Some(holder) => one_hold_less(holder.holds, Release::Left),
+            None => Release::HeldByOther,
         },
     }
 }
@@ -176,114 +467,10 @@ pub fn release(current: Option<&Lock>, owner: &[u8]) -> Release {
 pub fn renew(current: Option<&Lock>, owner: &[u8]) -> Renew {
     match current {
         None => Renew::Missing,
-        Some(lock) if lock.is_held_by(owner) => Renew::Renewed,
+        Some(lock) if lock.token_of(owner, i64::MIN).is_some() => Renew::Renewed,
         Some(_) => Renew::HeldByOther,
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn held(owner: &str, token: u64, holds: u32) -> Lock {
-        Lock {
-            owner: Owner::from_slice(owner.as_bytes()),
-            token,
-            holds,
-        }
-    }
-
-    #[test]
-    fn owner_must_be_1_to_256_bytes() {
-        assert_eq!(check_owner(b""), Err(InvalidOwner));
-        assert!(check_owner(b"a").is_ok());
-        assert!(check_owner(&[b'x'; MAX_OWNER_LEN]).is_ok());
-        assert_eq!(check_owner(&[b'x'; MAX_OWNER_LEN + 1]), Err(InvalidOwner));
-        assert!(check_owner(&[0, 255, 10]).is_ok(), "owners are binary-safe");
-    }
-
-    #[test]
-    fn a_typical_owner_lives_inside_a_64_byte_lock() {
-        assert!(size_of::<Lock>() <= 64, "{} bytes", size_of::<Lock>());
-        let uuid_and_thread = "8d3c2f4e-1b2a-4c5d-9e8f-0a1b2c3d4e5f:42";
-        assert_eq!(held(uuid_and_thread, 1, 1).heap_size(), 0);
-        let long = held(&"x".repeat(100), 1, 1);
-        assert!(long.heap_size() >= 100);
-    }
-
-    #[test]
-    fn only_locks_a_server_could_have_written_are_taken_in() {
-        assert_eq!(Lock::from_parts(b"a", 7, 2), Some(held("a", 7, 2)));
-        assert_eq!(Lock::from_parts(b"", 7, 1), None, "no owner");
-        assert_eq!(Lock::from_parts(&[b'x'; MAX_OWNER_LEN + 1], 7, 1), None);
-        assert_eq!(Lock::from_parts(b"a", 0, 1), None, "tokens start at 1");
-        assert_eq!(
-            Lock::from_parts(b"a", MAX_TOKEN + 1, 1),
-            None,
-            "tokens stay below 2^53"
-        );
-        assert_eq!(Lock::from_parts(b"a", 7, 0), None, "a held lock has a hold");
-        assert_eq!(Lock::from_parts(b"a", 7, u64::from(u32::MAX) + 1), None);
-    }
-
-    #[test]
-    fn acquire_a_free_lock_starts_a_new_holding() {
-        assert_eq!(acquire(None, b"a", false), Acquire::New);
-        assert_eq!(acquire(None, b"a", true), Acquire::New);
-        assert_eq!(Lock::new(b"a", 7), held("a", 7, 1));
-    }
-
-    #[test]
-    fn acquire_again_by_the_holder_keeps_the_token() {
-        let lock = held("a", 7, 2);
-        assert_eq!(
-            acquire(Some(&lock), b"a", false),
-            Acquire::Again { token: 7, holds: 2 },
-            "a retried acquire does not change the hold count"
-        );
-        assert_eq!(
-            acquire(Some(&lock), b"a", true),
-            Acquire::Again { token: 7, holds: 3 }
-        );
-    }
-
-    #[test]
-    fn reentry_saturates_the_hold_count() {
-        let lock = held("a", 7, u32::MAX);
-        assert_eq!(
-            acquire(Some(&lock), b"a", true),
-            Acquire::Again {
-                token: 7,
-                holds: u32::MAX
-            }
-        );
-    }
-
-    #[test]
-    fn acquire_by_another_owner_is_refused() {
-        assert_eq!(acquire(Some(&held("a", 7, 1)), b"b", true), Acquire::Busy);
-        assert_eq!(acquire(Some(&held("a", 7, 1)), b"A", false), Acquire::Busy);
-    }
-
-    #[test]
-    fn release_counts_down_then_frees() {
-        assert_eq!(
-            release(Some(&held("a", 7, 3)), b"a"),
-            Release::Decremented { holds: 2 }
-        );
-        assert_eq!(release(Some(&held("a", 7, 1)), b"a"), Release::Freed);
-    }
-
-    #[test]
-    fn release_tells_missing_from_held_by_other() {
-        assert_eq!(release(None, b"a"), Release::Missing);
-        assert_eq!(release(Some(&held("a", 7, 1)), b"b"), Release::HeldByOther);
-    }
-
-    #[test]
-    fn renew_only_by_the_holder() {
-        assert_eq!(renew(Some(&held("a", 7, 1)), b"a"), Renew::Renewed);
-        assert_eq!(renew(Some(&held("a", 7, 1)), b"b"), Renew::HeldByOther);
-        assert_eq!(renew(None, b"a"), Renew::Missing);
-    }
-}
+mod tests;

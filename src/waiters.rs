@@ -1,14 +1,16 @@
 //! The waiter registry: per lock — a key name in one database — the clients blocked in
-//! `LOCK.ACQUIRE ... WAIT`, in arrival order.
+//! `LOCK.ACQUIRE ... WAIT`, in arrival order, exclusive and shared requests in one queue.
 //!
 //! The module keeps its own registry instead of Redis's key-blocking API
 //! (`RedisModule_BlockClientOnKeys`): Redis 7.0 lacks the flags that wake clients on `DEL`, and
-//! a hand-over must pick exactly the first waiter and grant it in the same step, which
-//! key-readiness wake-ups (all waiters race, in no set order) do not give. Plain Rust, generic
-//! over the blocked-client handle so it is unit-tested without Redis.
+//! a hand-over must grant exactly the first waiters, in the same step, which key-readiness
+//! wake-ups (all waiters race, in no set order) do not give. Plain Rust, generic over the
+//! blocked-client handle so it is unit-tested without Redis.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
+
+use crate::lock::Mode;
 
 /// A client waiting for a lock, and what it asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,19 +21,19 @@ pub struct Waiter<H> {
     pub owner: Box<[u8]>,
     /// The lease it asked for, in ms, counted from the grant.
     pub ttl_ms: i64,
+    /// Exclusive, or shared with its `LIMIT`.
+    pub mode: Mode,
+    /// Whether it asked `REENTRANT`.
+    pub reentrant: bool,
 }
 
-/// One lock's waiters, and when the timer that checks its lease fires (unix ms).
-#[derive(Debug)]
-struct Queue<H> {
-    waiters: VecDeque<Waiter<H>>,
-    timer_at: Option<u64>,
-}
+/// One database's queues of waiters, by key name.
+type Queues<H> = HashMap<Box<[u8]>, VecDeque<Waiter<H>>>;
 
 /// Every lock's queue of waiters, by database and key name. `H` identifies a blocked client.
 #[derive(Debug)]
 pub struct Waiters<H> {
-    queues: HashMap<i32, HashMap<Box<[u8]>, Queue<H>>>,
+    queues: HashMap<i32, Queues<H>>,
     places: HashMap<H, (i32, Box<[u8]>)>,
 }
 
@@ -52,39 +54,33 @@ impl<H: Copy + Eq + Hash> Waiters<H> {
             .entry(db)
             .or_default()
             .entry(key.into())
-            .or_insert_with(|| Queue {
-                waiters: VecDeque::new(),
-                timer_at: None,
-            })
-            .waiters
+            .or_default()
             .push_back(waiter);
     }
 
     /// A copy of the first waiter for `key` of `db`, left in its place.
     #[must_use]
     pub fn first(&self, db: i32, key: &[u8]) -> Option<Waiter<H>> {
-        self.queues.get(&db)?.get(key)?.waiters.front().cloned()
+        self.queues.get(&db)?.get(key)?.front().cloned()
     }
 
     /// Takes the first waiter for `key` of `db` off its queue.
     pub fn pop(&mut self, db: i32, key: &[u8]) -> Option<Waiter<H>> {
-        let waiter = self.queue(db, key)?.waiters.pop_front()?;
+        let waiter = self.queue(db, key)?.pop_front()?;
         self.places.remove(&waiter.handle);
         self.forget_if_empty(db, key);
         Some(waiter)
     }
 
     /// Removes the waiter `handle` wherever it queues (it timed out, disconnected or was
-    /// unblocked); true if it was queued.
-    pub fn remove(&mut self, handle: H) -> bool {
-        let Some((db, key)) = self.places.remove(&handle) else {
-            return false;
-        };
+    /// unblocked); the lock it waited for, if it was queued.
+    pub fn remove(&mut self, handle: H) -> Option<(i32, Box<[u8]>)> {
+        let (db, key) = self.places.remove(&handle)?;
         if let Some(queue) = self.queue(db, &key) {
-            queue.waiters.retain(|waiter| waiter.handle != handle);
+            queue.retain(|waiter| waiter.handle != handle);
         }
         self.forget_if_empty(db, &key);
-        true
+        Some((db, key))
     }
 
     /// How many clients wait for `key` of `db`.
@@ -93,7 +89,7 @@ impl<H: Copy + Eq + Hash> Waiters<H> {
         self.queues
             .get(&db)
             .and_then(|keys| keys.get(key))
-            .map_or(0, |queue| queue.waiters.len())
+            .map_or(0, VecDeque::len)
     }
 
     /// How many clients wait, for any lock.
@@ -109,30 +105,7 @@ impl<H: Copy + Eq + Hash> Waiters<H> {
             .flat_map(|(db, keys)| keys.keys().map(|key| (*db, key.as_ref())))
     }
 
-    /// Notes that the waiters of `key` in `db` need a look at unix time `at_ms`. True when the
-    /// caller must start a timer for it: the lock has waiters and no timer of theirs fires by
-    /// then.
-    pub fn needs_timer(&mut self, db: i32, key: &[u8], at_ms: u64) -> bool {
-        let Some(queue) = self.queue(db, key) else {
-            return false;
-        };
-        if queue.timer_at.is_some_and(|armed| armed <= at_ms) {
-            return false;
-        }
-        queue.timer_at = Some(at_ms);
-        true
-    }
-
-    /// Notes that the timer for `key` of `db` set for `at_ms` fired.
-    pub fn timer_fired(&mut self, db: i32, key: &[u8], at_ms: u64) {
-        if let Some(queue) = self.queue(db, key)
-            && queue.timer_at == Some(at_ms)
-        {
-            queue.timer_at = None;
-        }
-    }
-
-    fn queue(&mut self, db: i32, key: &[u8]) -> Option<&mut Queue<H>> {
+    fn queue(&mut self, db: i32, key: &[u8]) -> Option<&mut VecDeque<Waiter<H>>> {
         self.queues.get_mut(&db)?.get_mut(key)
     }
 
@@ -140,7 +113,7 @@ impl<H: Copy + Eq + Hash> Waiters<H> {
         let Some(keys) = self.queues.get_mut(&db) else {
             return;
         };
-        if keys.get(key).is_some_and(|queue| queue.waiters.is_empty()) {
+        if keys.get(key).is_some_and(VecDeque::is_empty) {
             keys.remove(key);
         }
         if keys.is_empty() {
@@ -164,6 +137,8 @@ mod tests {
             handle,
             owner: format!("owner-{handle}").into_bytes().into(),
             ttl_ms: 1_000,
+            mode: Mode::Exclusive,
+            reentrant: false,
         }
     }
 
@@ -204,36 +179,11 @@ mod tests {
         for handle in 1..=3 {
             waiters.push(0, b"a", waiter(handle));
         }
-        assert!(waiters.remove(2));
-        assert!(!waiters.remove(2), "removing twice is harmless");
+        assert_eq!(waiters.remove(2), Some((0, b"a".as_slice().into())));
+        assert_eq!(waiters.remove(2), None, "removing twice is harmless");
         assert_eq!(waiters.pop(0, b"a").map(|w| w.handle), Some(1));
         assert_eq!(waiters.pop(0, b"a").map(|w| w.handle), Some(3));
         assert_eq!(waiters.total(), 0);
-    }
-
-    #[test]
-    fn one_timer_per_lock_unless_an_earlier_one_is_needed() {
-        let mut waiters = Waiters::new();
-        assert!(!waiters.needs_timer(0, b"a", 100), "no waiters, no timer");
-        waiters.push(0, b"a", waiter(1));
-        assert!(waiters.needs_timer(0, b"a", 100));
-        assert!(!waiters.needs_timer(0, b"a", 100));
-        assert!(
-            !waiters.needs_timer(0, b"a", 150),
-            "the armed one fires first"
-        );
-        assert!(waiters.needs_timer(0, b"a", 50), "the lease got shorter");
-        waiters.timer_fired(0, b"a", 100);
-        assert!(
-            !waiters.needs_timer(0, b"a", 60),
-            "the one for 50 is still armed"
-        );
-        waiters.timer_fired(0, b"a", 50);
-        assert!(waiters.needs_timer(0, b"a", 60));
-        assert!(
-            !waiters.needs_timer(1, b"a", 60),
-            "another database has no waiters"
-        );
     }
 
     #[test]
@@ -244,6 +194,6 @@ mod tests {
         assert_eq!(waiters.keys().count(), 0);
         assert!(waiters.queues.is_empty());
         assert_eq!(waiters.count(2, b"a"), 0);
-        assert!(!waiters.remove(9), "an unknown waiter");
+        assert_eq!(waiters.remove(9), None, "an unknown waiter");
     }
 }

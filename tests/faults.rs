@@ -7,10 +7,12 @@
 
 mod common;
 
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use common::proxy::LinkProxy;
-use common::{Server, acquire, assert_same_holding, call, holder, lock_info, wait_replicas};
+use common::{
+    Server, acquire, assert_same_holding, call, holder, lock_info, now_ms, wait_replicas,
+};
 use redis::{Connection, Value};
 
 /// How far the first token after a start jumps ahead of a loaded counter or the clock.
@@ -36,13 +38,6 @@ fn burst(con: &mut Connection, prefix: &str, count: usize) -> Vec<i64> {
 
 fn max(tokens: &[i64]) -> i64 {
     tokens.iter().copied().max().unwrap_or(0)
-}
-
-fn now_ms() -> i64 {
-    let elapsed = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970");
-    i64::try_from(elapsed.as_millis()).expect("ms fit")
 }
 
 /// A new holding of a key never used before: the next token the server issues.

@@ -241,10 +241,10 @@ fn an_unknown_encoding_version_refuses_to_load() {
     assert_eq!(
         payload[8] & 0x03,
         0,
-        "encoding version 1 lives in the last byte"
+        "encoding version 2 lives in the last byte"
     );
-    assert_eq!(payload[9], 1);
-    payload[9] = 2;
+    assert_eq!(payload[9], 2);
+    payload[9] = 3;
     // The payload ends with the RDB version (2 bytes) and a CRC64 of everything before.
     let body = payload.len() - 8;
     let crc = crc::Crc::<u64>::new(&crc::CRC_64_REDIS).checksum(&payload[..body]);
@@ -254,13 +254,33 @@ fn an_unknown_encoding_version_refuses_to_load() {
         .arg(0)
         .arg(&payload)
         .query::<String>(&mut con)
-        .expect_err("version 2 is unknown");
+        .expect_err("version 3 is unknown");
     assert!(refused.to_string().contains("Bad data format"), "{refused}");
     assert_eq!(call(&mut con, &["EXISTS", "k2"]), Value::Int(0));
     assert_eq!(
         call(&mut con, &["PING"]),
         Value::SimpleString("PONG".into())
     );
+}
+
+#[test]
+fn an_rdb_written_by_0_1_0_still_loads() {
+    // Saved by leasehold 0.1.0 on Redis 7.0 (RDB encoding version 1): a lock held twice by
+    // `owner-from-0.1.0`, made persistent, and the counter as auxiliary data.
+    let mut server = Server::start(&[]);
+    server.shutdown("NOSAVE");
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/leasehold-0.1.0.rdb");
+    std::fs::copy(fixture, server.dir().join("dump.rdb")).expect("the 0.1.0 RDB");
+    server.restart();
+    let mut con = server.client();
+    let old_token = 1_795_406_499_228_000;
+    assert_eq!(
+        lock_info(&mut con, "old-lock"),
+        Some(("owner-from-0.1.0".into(), old_token, -1, 2, 0))
+    );
+    let next = acquire(&mut con, "new-lock", "someone", 1_000, &[]).expect("granted");
+    assert!(next > old_token);
 }
 
 /// A `DUMP` payload of `key` with `token` replaced by `forged` and the CRC64 recomputed.

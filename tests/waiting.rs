@@ -5,64 +5,14 @@
 
 mod common;
 
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::Duration;
 
-use common::{Server, acquire, call, error, holder, lock_info, wait_replicas, wait_until};
+use common::{
+    Server, acquire, call, error, granted, holder, lock_info, queued, sync_replicas, wait_for,
+    wait_replicas, waiters,
+};
 use redis::{Connection, Value};
-
-/// A client blocked in `LOCK.ACQUIRE key owner 60000 WAIT timeout`: its client id and the
-/// thread that returns its reply (the token, or `None`).
-struct Waiting {
-    id: i64,
-    reply: JoinHandle<redis::RedisResult<Option<i64>>>,
-}
-
-fn wait_for(server: &Server, key: &str, owner: &str, timeout_ms: u64) -> Waiting {
-    let mut con = server.client();
-    let id: i64 = redis::cmd("CLIENT")
-        .arg("ID")
-        .query(&mut con)
-        .expect("CLIENT ID");
-    let (key, owner) = (key.to_owned(), owner.to_owned());
-    let reply = thread::spawn(move || {
-        redis::cmd("LOCK.ACQUIRE")
-            .arg(key)
-            .arg(owner)
-            .arg(60_000)
-            .arg("WAIT")
-            .arg(timeout_ms)
-            .query(&mut con)
-    });
-    Waiting { id, reply }
-}
-
-fn waiters(con: &mut Connection, key: &str) -> i64 {
-    lock_info(con, key).map_or(-1, |info| info.4)
-}
-
-/// Waits until `count` clients wait for `key` (the lock must be held).
-fn queued(con: &mut Connection, key: &str, count: i64) {
-    wait_until(&format!("{count} waiters on {key}"), || {
-        waiters(con, key) == count
-    });
-}
-
-/// Waits until the replica has every write so far, including hand-overs made by timers:
-/// `WAIT` counts from the calling connection's own last write, so write something first.
-fn sync_replicas(con: &mut Connection) {
-    call(con, &["SET", "sync-marker", "1"]);
-    wait_replicas(con, 1);
-}
-
-fn granted(waiting: Waiting) -> i64 {
-    waiting
-        .reply
-        .join()
-        .expect("waiter thread")
-        .expect("reply")
-        .expect("granted")
-}
 
 #[test]
 fn waiters_are_granted_in_arrival_order() {

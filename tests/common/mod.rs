@@ -12,10 +12,12 @@ pub mod history;
 pub mod proxy;
 pub mod sentinel;
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use redis::{Connection, ConnectionLike, Value};
@@ -329,6 +331,14 @@ pub fn module_path() -> PathBuf {
     module
 }
 
+/// The wall clock in unix ms, as the server reads it.
+pub fn now_ms() -> i64 {
+    let elapsed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970");
+    i64::try_from(elapsed.as_millis()).expect("ms fit")
+}
+
 /// Polls `condition` every 20 ms for up to 20 s.
 pub fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -392,16 +402,146 @@ pub fn acquire(
         .expect("LOCK.ACQUIRE")
 }
 
+/// A client blocked in `LOCK.ACQUIRE key owner 60000 [options] WAIT timeout`: its client id
+/// and the thread that returns its reply (the token, or `None`).
+pub struct Waiting {
+    pub id: i64,
+    pub reply: JoinHandle<redis::RedisResult<Option<i64>>>,
+}
+
+/// Starts a client waiting for `key` as `owner`.
+pub fn wait_for(server: &Server, key: &str, owner: &str, timeout_ms: u64) -> Waiting {
+    wait_with(server, key, owner, timeout_ms, &[])
+}
+
+/// Starts a client waiting for `key` as `owner`, with more options (`["SHARED"]`).
+pub fn wait_with(
+    server: &Server,
+    key: &str,
+    owner: &str,
+    timeout_ms: u64,
+    options: &[&str],
+) -> Waiting {
+    let mut con = server.client();
+    let id: i64 = redis::cmd("CLIENT")
+        .arg("ID")
+        .query(&mut con)
+        .expect("CLIENT ID");
+    let mut command = redis::cmd("LOCK.ACQUIRE");
+    command
+        .arg(key)
+        .arg(owner)
+        .arg(60_000)
+        .arg(options)
+        .arg("WAIT")
+        .arg(timeout_ms);
+    let reply = thread::spawn(move || command.query(&mut con));
+    Waiting { id, reply }
+}
+
+/// The token a waiter was granted (panics if it was not).
+pub fn granted(waiting: Waiting) -> i64 {
+    waiting
+        .reply
+        .join()
+        .expect("waiter thread")
+        .expect("reply")
+        .expect("granted")
+}
+
+/// How many clients wait for `key` (`LOCK.INFO`'s `waiters`), -1 when it is free.
+pub fn waiters(con: &mut Connection, key: &str) -> i64 {
+    match info_fields(con, key)
+        .as_ref()
+        .and_then(|f| f.get("waiters"))
+    {
+        Some(Value::Int(count)) => *count,
+        _ => -1,
+    }
+}
+
+/// Waits until `count` clients wait for `key` (the lock must be held).
+pub fn queued(con: &mut Connection, key: &str, count: i64) {
+    wait_until(&format!("{count} waiters on {key}"), || {
+        waiters(con, key) == count
+    });
+}
+
+/// Waits until the replica has every write so far, including hand-overs made by timers:
+/// `WAIT` counts from the calling connection's own last write, so write something first.
+pub fn sync_replicas(con: &mut Connection) {
+    call(con, &["SET", "sync-marker", "1"]);
+    wait_replicas(con, 1);
+}
+
+/// `LOCK.INFO key` as its fields by name, in RESP2 or RESP3; `None` when free.
+pub fn info_fields(con: &mut impl ConnectionLike, key: &str) -> Option<HashMap<String, Value>> {
+    redis::cmd("LOCK.INFO")
+        .arg(key)
+        .query(con)
+        .expect("LOCK.INFO")
+}
+
+/// `LOCK.INFO` of a shared lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedInfo {
+    pub limit: i64,
+    pub holders: i64,
+    pub token: i64,
+    pub ttl: i64,
+    pub waiters: i64,
+    /// (owner, token, ttl, holds) per holder, in token order.
+    pub owners: Vec<(String, i64, i64, i64)>,
+}
+
+/// `LOCK.INFO key` of a shared lock, or `None` when free (panics for an exclusive lock).
+pub fn shared_info(con: &mut impl ConnectionLike, key: &str) -> Option<SharedInfo> {
+    let fields = info_fields(con, key)?;
+    let int = |fields: &HashMap<String, Value>, name: &str| match fields.get(name) {
+        Some(Value::Int(n)) => *n,
+        other => panic!("LOCK.INFO field {name}: {other:?}"),
+    };
+    assert_eq!(
+        fields.get("mode"),
+        Some(&Value::SimpleString("shared".into())),
+        "{fields:?}"
+    );
+    let Some(Value::Array(owners)) = fields.get("owners") else {
+        panic!("LOCK.INFO owners: {fields:?}");
+    };
+    let owners = owners
+        .iter()
+        .map(|owner| {
+            let owner: HashMap<String, Value> =
+                redis::from_redis_value(owner.clone()).expect("an owner's fields");
+            let name = match owner.get("owner") {
+                Some(Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
+                other => panic!("owner: {other:?}"),
+            };
+            (
+                name,
+                int(&owner, "token"),
+                int(&owner, "ttl"),
+                int(&owner, "holds"),
+            )
+        })
+        .collect();
+    Some(SharedInfo {
+        limit: int(&fields, "limit"),
+        holders: int(&fields, "holders"),
+        token: int(&fields, "token"),
+        ttl: int(&fields, "ttl"),
+        waiters: int(&fields, "waiters"),
+        owners,
+    })
+}
+
 /// `LOCK.INFO` as (owner, token, ttl, holds, waiters).
 pub type LockInfo = (String, i64, i64, i64, i64);
 
 /// `LOCK.INFO key`, or `None` when free.
 pub fn lock_info(con: &mut impl ConnectionLike, key: &str) -> Option<LockInfo> {
-    let reply: Option<std::collections::HashMap<String, Value>> = redis::cmd("LOCK.INFO")
-        .arg(key)
-        .query(con)
-        .expect("LOCK.INFO");
-    let fields = reply?;
+    let fields = info_fields(con, key)?;
     let int = |name: &str| match fields.get(name) {
         Some(Value::Int(n)) => *n,
         other => panic!("LOCK.INFO field {name}: {other:?}"),

@@ -1,0 +1,480 @@
+use std::collections::VecDeque;
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+use super::*;
+
+const NOW: i64 = 1_763_800_000_000;
+const UUID: &str = "8d3c2f4e-1b2a-4c5d-9e8f-0a1b2c3d4e5f:1"; // 38 bytes, as Redisson's
+
+fn exclusive(owner: &str, token: u64, holds: u32) -> Lock {
+    Lock::new(owner.as_bytes(), token, holds, Mode::Exclusive, 0)
+}
+
+fn shared(limit: Option<u32>, holders: &[(&str, u64)]) -> Lock {
+    let mut lock = Lock::new(
+        holders[0].0.as_bytes(),
+        holders[0].1,
+        1,
+        Mode::Shared(limit),
+        NOW + 1_000,
+    );
+    for (owner, token) in &holders[1..] {
+        lock.add_holder(Holder::new(owner.as_bytes(), *token, 1, NOW + 1_000));
+    }
+    lock
+}
+
+fn decide(lock: &Lock, owner: &str, mode: Mode, reentrant: bool) -> Acquire {
+    acquire(Some(lock), owner.as_bytes(), mode, reentrant, false)
+}
+
+#[test]
+fn owner_must_be_1_to_256_bytes() {
+    assert_eq!(check_owner(b""), Err(InvalidOwner));
+    assert!(check_owner(b"a").is_ok());
+    assert!(check_owner(&[b'x'; MAX_OWNER_LEN]).is_ok());
+    assert_eq!(check_owner(&[b'x'; MAX_OWNER_LEN + 1]), Err(InvalidOwner));
+    assert!(check_owner(&[0, 255, 10]).is_ok(), "owners are binary-safe");
+}
+
+#[test]
+fn a_typical_owner_lives_inside_a_56_byte_lock_and_a_64_byte_holder() {
+    assert_eq!(size_of::<Owner>(), 40);
+    assert_eq!(
+        size_of::<Lock>(),
+        56,
+        "the owner's tag leaves room for the lock's"
+    );
+    assert_eq!(size_of::<Holder>(), 64);
+    assert_eq!(exclusive(UUID, 1, 1).heap_size(), 0);
+    assert_eq!(&*Owner::new(UUID.as_bytes()), UUID.as_bytes());
+    let long = "x".repeat(100);
+    assert_eq!(exclusive(&long, 1, 1).heap_size(), 100);
+    assert_eq!(&*Owner::new(long.as_bytes()), long.as_bytes());
+}
+
+#[test]
+fn only_holdings_a_server_could_have_written_are_taken_in() {
+    let holding = |owner: &str, token, holds| Holding {
+        owner: Owner::new(owner.as_bytes()),
+        token,
+        holds,
+    };
+    assert_eq!(Holding::from_parts(b"a", 7, 2), Some(holding("a", 7, 2)));
+    assert_eq!(Holding::from_parts(b"", 7, 1), None, "no owner");
+    assert_eq!(Holding::from_parts(&[b'x'; MAX_OWNER_LEN + 1], 7, 1), None);
+    assert_eq!(Holding::from_parts(b"a", 0, 1), None, "tokens start at 1");
+    assert_eq!(
+        Holding::from_parts(b"a", MAX_TOKEN + 1, 1),
+        None,
+        "below 2^53"
+    );
+    assert_eq!(
+        Holding::from_parts(b"a", 7, 0),
+        None,
+        "a holding has a hold"
+    );
+    assert_eq!(Holding::from_parts(b"a", 7, u64::from(u32::MAX) + 1), None);
+}
+
+#[test]
+fn a_free_lock_is_granted_unless_others_queue_for_it() {
+    for mode in [Mode::Exclusive, Mode::Shared(None), Mode::Shared(Some(3))] {
+        assert_eq!(acquire(None, b"a", mode, false, false), Acquire::New);
+        assert_eq!(acquire(None, b"a", mode, true, true), Acquire::Busy);
+    }
+}
+
+#[test]
+fn the_exclusive_holder_again_keeps_its_token() {
+    let lock = exclusive("a", 7, 2);
+    assert_eq!(
+        decide(&lock, "a", Mode::Exclusive, false),
+        Acquire::Again { token: 7, holds: 2 },
+        "a retried acquire does not change the hold count"
+    );
+    assert_eq!(
+        decide(&lock, "a", Mode::Exclusive, true),
+        Acquire::Again { token: 7, holds: 3 }
+    );
+    let nested = exclusive("a", 7, u32::MAX);
+    assert_eq!(
+        decide(&nested, "a", Mode::Exclusive, true),
+        Acquire::Again {
+            token: 7,
+            holds: u32::MAX
+        },
+        "re-entry saturates"
+    );
+}
+
+#[test]
+fn another_owner_waits_for_an_exclusive_holder_in_either_mode() {
+    let lock = exclusive("a", 7, 1);
+    for mode in [Mode::Exclusive, Mode::Shared(None), Mode::Shared(Some(2))] {
+        assert_eq!(decide(&lock, "b", mode, true), Acquire::Busy);
+        assert_eq!(decide(&lock, "A", mode, false), Acquire::Busy);
+    }
+}
+
+#[test]
+fn readers_share_until_the_limit_and_never_past_a_queue() {
+    let lock = shared(Some(2), &[("a", 7)]);
+    let reader = Mode::Shared(Some(2));
+    assert_eq!(decide(&lock, "b", reader, false), Acquire::New);
+    assert_eq!(
+        acquire(Some(&lock), b"b", reader, false, true),
+        Acquire::Busy,
+        "no barging past a queued request"
+    );
+    let full = shared(Some(2), &[("a", 7), ("b", 8)]);
+    assert_eq!(decide(&full, "c", reader, false), Acquire::Busy);
+    let unlimited = shared(None, &[("a", 7), ("b", 8)]);
+    assert_eq!(
+        decide(&unlimited, "c", Mode::Shared(None), false),
+        Acquire::New
+    );
+    assert_eq!(
+        decide(&unlimited, "c", Mode::Exclusive, false),
+        Acquire::Busy,
+        "a writer waits for every reader"
+    );
+}
+
+#[test]
+fn a_shared_holder_again_keeps_its_token() {
+    let lock = shared(None, &[("a", 7), ("b", 8)]);
+    assert_eq!(
+        decide(&lock, "b", Mode::Shared(None), true),
+        Acquire::Again { token: 8, holds: 2 }
+    );
+    assert_eq!(
+        acquire(Some(&lock), b"b", Mode::Shared(None), false, true),
+        Acquire::Again { token: 8, holds: 1 },
+        "a holder repeating its request is not a newcomer"
+    );
+}
+
+#[test]
+fn a_different_limit_is_an_error() {
+    let semaphore = shared(Some(3), &[("a", 7)]);
+    assert_eq!(
+        decide(&semaphore, "b", Mode::Shared(Some(4)), false),
+        Acquire::LimitDiffers { limit: Some(3) }
+    );
+    assert_eq!(
+        decide(&semaphore, "a", Mode::Shared(None), false),
+        Acquire::LimitDiffers { limit: Some(3) },
+        "even for a holder"
+    );
+    let readers = shared(None, &[("a", 7)]);
+    assert_eq!(
+        decide(&readers, "b", Mode::Shared(Some(3)), false),
+        Acquire::LimitDiffers { limit: None }
+    );
+}
+
+#[test]
+fn the_writer_downgrades_to_a_reader_with_its_token() {
+    let mut lock = exclusive("a", 7, 2);
+    let decision = decide(&lock, "a", Mode::Shared(Some(5)), true);
+    assert_eq!(decision, Acquire::Downgrade { holds: 3 });
+    assert_eq!(
+        grant(
+            Some(&mut lock),
+            b"a",
+            Mode::Shared(Some(5)),
+            decision,
+            0,
+            NOW + 10
+        ),
+        None
+    );
+    let Lock::Shared(shared) = &lock else {
+        panic!("{lock:?}");
+    };
+    assert_eq!(shared.limit, Some(5));
+    let holder = shared.holders.get(b"a").cloned();
+    assert_eq!(
+        holder.map(|h| (h.token, h.holds, h.deadline_ms)),
+        Some((7, 3, NOW + 10))
+    );
+}
+
+#[test]
+fn only_the_only_reader_upgrades_with_a_new_token() {
+    let mut alone = shared(None, &[("a", 7)]);
+    let decision = decide(&alone, "a", Mode::Exclusive, false);
+    assert_eq!(decision, Acquire::Upgrade { holds: 1 });
+    assert!(decision.needs_token());
+    grant(Some(&mut alone), b"a", Mode::Exclusive, decision, 9, NOW);
+    assert_eq!(alone, exclusive("a", 9, 1));
+    let together = shared(None, &[("a", 7), ("b", 8)]);
+    assert_eq!(
+        decide(&together, "a", Mode::Exclusive, false),
+        Acquire::UpgradeRefused
+    );
+}
+
+#[test]
+fn release_counts_down_then_frees_or_leaves() {
+    assert_eq!(
+        release(Some(&exclusive("a", 7, 3)), b"a"),
+        Release::Decremented { holds: 2 }
+    );
+    assert_eq!(release(Some(&exclusive("a", 7, 1)), b"a"), Release::Freed);
+    let readers = shared(None, &[("a", 7), ("b", 8)]);
+    assert_eq!(release(Some(&readers), b"a"), Release::Left);
+    assert_eq!(
+        release(Some(&shared(None, &[("a", 7)])), b"a"),
+        Release::Freed
+    );
+}
+
+#[test]
+fn release_tells_missing_from_held_by_other() {
+    assert_eq!(release(None, b"a"), Release::Missing);
+    assert_eq!(
+        release(Some(&exclusive("a", 7, 1)), b"b"),
+        Release::HeldByOther
+    );
+    assert_eq!(
+        release(Some(&shared(None, &[("a", 7)])), b"b"),
+        Release::HeldByOther
+    );
+}
+
+#[test]
+fn renew_only_by_a_holder() {
+    assert_eq!(renew(Some(&exclusive("a", 7, 1)), b"a"), Renew::Renewed);
+    assert_eq!(renew(Some(&exclusive("a", 7, 1)), b"b"), Renew::HeldByOther);
+    assert_eq!(
+        renew(Some(&shared(None, &[("a", 7), ("b", 8)])), b"b"),
+        Renew::Renewed
+    );
+    assert_eq!(
+        renew(Some(&shared(None, &[("a", 7)])), b"c"),
+        Renew::HeldByOther
+    );
+    assert_eq!(renew(None, b"a"), Renew::Missing);
+}
+
+#[test]
+fn fences_read_live_holders_only() {
+    let mut lock = shared(None, &[("a", 7), ("b", 8)]);
+    lock.set_holds(b"b", 1, Some(NOW - 1));
+    assert_eq!(lock.token_of(b"a", NOW), Some(7));
+    assert_eq!(lock.token_of(b"b", NOW), None, "its lease ended");
+    assert_eq!(lock.newest_token(NOW), Some(7));
+    assert_eq!(lock.newest_token(NOW - 5), Some(8));
+    assert_eq!(lock.shared_deadline(), Some(NOW + 1_000));
+}
+
+/// A request in the model's queue.
+#[derive(Debug, Clone)]
+struct Waiting {
+    owner: String,
+    mode: Mode,
+    reentrant: bool,
+}
+
+/// The lock rules driven like the module drives them — purge ended leases, decide, grant, hand
+/// over to the queue — with every invariant checked after every step.
+struct Model {
+    lock: Option<Lock>,
+    queue: VecDeque<Waiting>,
+    now: i64,
+    last_token: u64,
+    rng: StdRng,
+}
+
+impl Model {
+    fn purge(&mut self) {
+        let now = self.now;
+        if let Some(Lock::Shared(shared)) = &mut self.lock {
+            while shared.holders.pop_expired(now).is_some() {}
+            if shared.holders.is_empty() {
+                self.lock = None;
+            }
+        }
+    }
+
+    /// Decides and carries out one request; true if it was granted.
+    fn request(&mut self, owner: &str, mode: Mode, reentrant: bool, queued: bool) -> bool {
+        let decision = acquire(
+            self.lock.as_ref(),
+            owner.as_bytes(),
+            mode,
+            reentrant,
+            queued,
+        );
+        if decision.needs_token() {
+            self.last_token += 1 + self.rng.random_range(0..3);
+        }
+        let deadline = self.now + self.rng.random_range(1..50);
+        let token = self.last_token;
+        if let Some(new) = grant(
+            self.lock.as_mut(),
+            owner.as_bytes(),
+            mode,
+            decision,
+            token,
+            deadline,
+        ) {
+            self.lock = Some(new);
+        }
+        if decision.needs_token() {
+            let held = self
+                .lock
+                .as_ref()
+                .and_then(|lock| lock.token_of(owner.as_bytes(), self.now));
+            assert_eq!(held, Some(token), "a new holding has the newest token");
+        }
+        decision.grants()
+    }
+
+    /// Grants the queue's head while it can be granted, as the module's hand-over does.
+    fn hand_over(&mut self) {
+        while let Some(head) = self.queue.front().cloned() {
+            let decision = acquire(
+                self.lock.as_ref(),
+                head.owner.as_bytes(),
+                head.mode,
+                head.reentrant,
+                false,
+            );
+            if decision == Acquire::Busy {
+                return;
+            }
+            self.request(&head.owner, head.mode, head.reentrant, false);
+            self.queue.pop_front();
+        }
+    }
+
+    fn step(&mut self) {
+        self.purge();
+        let owner = format!("o{}", self.rng.random_range(0..6));
+        match self.rng.random_range(0..10) {
+            0..4 => {
+                let mode = match self.rng.random_range(0..3) {
+                    0 => Mode::Exclusive,
+                    1 => Mode::Shared(None),
+                    _ => Mode::Shared(Some(2)),
+                };
+                let reentrant = self.rng.random_bool(0.3);
+                let queued = !self.queue.is_empty();
+                let before = acquire(
+                    self.lock.as_ref(),
+                    owner.as_bytes(),
+                    mode,
+                    reentrant,
+                    queued,
+                );
+                if !self.request(&owner, mode, reentrant, queued)
+                    && before == Acquire::Busy
+                    && self.rng.random_bool(0.7)
+                {
+                    self.queue.push_back(Waiting {
+                        owner,
+                        mode,
+                        reentrant,
+                    });
+                }
+            }
+            4..6 => {
+                let owner = owner.as_bytes();
+                match release(self.lock.as_ref(), owner) {
+                    Release::Freed => self.lock = None,
+                    Release::Left => {
+                        self.lock
+                            .as_mut()
+                            .and_then(|lock| lock.remove_holder(owner));
+                    }
+                    Release::Decremented { holds } => {
+                        if let Some(lock) = &mut self.lock {
+                            lock.set_holds(owner, holds, None);
+                        }
+                    }
+                    Release::Missing | Release::HeldByOther => {}
+                }
+            }
+            6 => {
+                if renew(self.lock.as_ref(), owner.as_bytes()) == Renew::Renewed {
+                    let deadline = self.now + self.rng.random_range(1..50);
+                    if let Some(lock) = &mut self.lock {
+                        let holds = match &*lock {
+                            Lock::Exclusive(holding) => holding.holds,
+                            Lock::Shared(shared) => {
+                                shared.holders.get(owner.as_bytes()).map_or(1, |h| h.holds)
+                            }
+                        };
+                        lock.set_holds(owner.as_bytes(), holds, Some(deadline));
+                    }
+                }
+            }
+            7 if !self.queue.is_empty() => {
+                let gone = self.rng.random_range(0..self.queue.len());
+                self.queue.remove(gone); // timed out or disconnected
+            }
+            _ => self.now += self.rng.random_range(0..20),
+        }
+        self.purge();
+        self.hand_over();
+        self.check();
+    }
+
+    fn check(&self) {
+        if let Some(Lock::Shared(shared)) = &self.lock {
+            assert!(!shared.holders.is_empty(), "a shared lock has holders");
+            if let Some(limit) = shared.limit {
+                assert!(
+                    shared.holders.len() <= limit as usize,
+                    "more than {limit} holders"
+                );
+            }
+            assert!(shared.holders.iter().all(|h| h.deadline_ms > self.now));
+            let tokens: Vec<u64> = shared.holders.iter().map(|h| h.token).collect();
+            assert!(
+                tokens.windows(2).all(|pair| pair[0] < pair[1]),
+                "{tokens:?}"
+            );
+            assert_eq!(
+                shared.holders.iter_newest_first().next().map(|h| h.token),
+                tokens.last().copied()
+            );
+        }
+        if let Some(head) = self.queue.front() {
+            let decision = acquire(
+                self.lock.as_ref(),
+                head.owner.as_bytes(),
+                head.mode,
+                head.reentrant,
+                false,
+            );
+            assert_eq!(
+                decision,
+                Acquire::Busy,
+                "the head of the queue is left waiting: {head:?} on {:?}",
+                self.lock
+            );
+        }
+    }
+}
+
+#[test]
+fn random_requests_keep_every_invariant() {
+    for seed in 0..300 {
+        let mut model = Model {
+            lock: None,
+            queue: VecDeque::new(),
+            now: NOW,
+            last_token: 0,
+            rng: StdRng::seed_from_u64(seed),
+        };
+        for _ in 0..300 {
+            model.step();
+        }
+    }
+}
