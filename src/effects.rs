@@ -23,7 +23,7 @@
 //! which Redis shares instead of copying.
 
 use std::ffi::CStr;
-use std::os::raw::{c_char, c_longlong};
+use std::os::raw::{c_char, c_int, c_longlong};
 
 use redis_module::{
     Context, ContextFlags, NextArg, RedisError, RedisResult, RedisString, RedisValue, raw,
@@ -36,6 +36,32 @@ use crate::lock::{Holding, Lock, Mode};
 
 /// The internal command that carries a lock's state to replicas and the AOF.
 pub const APPLY: &CStr = c"LOCK.APPLY";
+
+/// `VALKEYMODULE_OPTIONS_SKIP_COMMAND_VALIDATION` (Valkey 8.1+, valkey-io/valkey#1357): the
+/// server takes `RedisModule_Replicate`'s command as it is instead of looking it up by name on
+/// every call. Redis has no such option, and may give the bit another meaning.
+const SKIP_COMMAND_VALIDATION: c_int = 1 << 4;
+
+/// On Valkey 8.1 and later, lets every effect skip the command lookup: the module only ever
+/// replicates `LOCK.APPLY` and `DEL`, which exist. Found out from `INFO server` at load, like
+/// the other optional server features.
+pub fn skip_command_lookup(ctx: &Context) {
+    let server = ctx.server_info("server");
+    let is_valkey = server
+        .field("server_name")
+        .is_some_and(|name| name.as_slice() == b"valkey");
+    let version = server.field("valkey_version").map(|v| v.to_string());
+    let major_minor = version.as_deref().and_then(|v| {
+        let mut parts = v.split('.').map(str::parse::<u32>);
+        Some((parts.next()?.ok()?, parts.next()?.ok()?))
+    });
+    if is_valkey
+        && major_minor >= Some((8, 1))
+        && let Some(set_options) = unsafe { raw::RedisModule_SetModuleOptions }
+    {
+        unsafe { set_options(ctx.get_raw(), SKIP_COMMAND_VALIDATION) };
+    }
+}
 
 /// Sends `owner`'s holding of `key` as `lock` has it now. An exclusive holding's lease ends at
 /// `deadline_ms` (`None`: it keeps the lease it has); a shared holder's is its own.

@@ -66,7 +66,8 @@ fn on_flush(ctx: &Context, event: FlushSubevent) {
 }
 
 /// After the commands and configuration exist: refuses bad configuration values, then sets
-/// the commands' docs and key specs and starts counting expired leases.
+/// the commands' docs and key specs, skips the replication command lookup where the server
+/// allows it, and starts counting expired leases.
 fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
     if let Err(error) = config::check_loaded() {
         ctx.log_warning(&error);
@@ -75,6 +76,7 @@ fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
     if let Err(error) = docs::register(ctx) {
         ctx.log_warning(&format!("COMMAND DOCS not set: {error}"));
     }
+    effects::skip_command_lookup(ctx);
     info::count_expired_leases(ctx.get_raw());
     Status::Ok
 }

@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashSet;
 use std::process::Command;
 
-use common::{Server, acquire, assert_same_holding, call, lock_info, wait_until};
+use common::{Server, acquire, assert_same_holding, call, lock_info, shared_info, wait_until};
 use redis::Value;
 use redis::cluster::ClusterClient;
 
@@ -174,28 +174,7 @@ fn resharding_a_slot_keeps_a_held_lock() {
     let before = lock_info(&mut source.client(), key).expect("held");
     assert_eq!(before.3, 2, "two holds");
 
-    // The steps of `redis-cli --cluster reshard` for one slot.
-    let (source_id, target_id) = (node_id(source), node_id(target));
-    call(
-        &mut target.client(),
-        &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id],
-    );
-    call(
-        &mut source.client(),
-        &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id],
-    );
-    let target_port = target.port.to_string();
-    let migrated = call(
-        &mut source.client(),
-        &["MIGRATE", "127.0.0.1", &target_port, key, "0", "5000"],
-    );
-    assert_eq!(migrated, Value::Okay);
-    for node in &nodes {
-        call(
-            &mut node.client(),
-            &["CLUSTER", "SETSLOT", &slot, "NODE", &target_id],
-        );
-    }
+    reshard(&nodes, source, target, &slot, key);
 
     let after = lock_info(&mut target.client(), key).expect("held on the new master");
     assert_same_holding(&before, &after, 10_000);
@@ -224,6 +203,33 @@ fn resharding_a_slot_keeps_a_held_lock() {
         next.expect("free") > token,
         "the new master issues larger tokens for this lock"
     );
+}
+
+#[test]
+fn resharding_a_slot_keeps_every_shared_holder() {
+    let nodes = cluster();
+    let mut con = client(&nodes);
+    let key = "stock:{resharded}";
+    let permit = ["SHARED", "LIMIT", "5"];
+    let tokens: Vec<i64> = ["a", "b", "c"]
+        .into_iter()
+        .map(|owner| acquire(&mut con, key, owner, 120_000, &permit).expect("a permit"))
+        .collect();
+    let slot = slot_of(&nodes[0], key).to_string();
+    let (source, target) = holder_and_other(&nodes, &slot);
+    let before = shared_info(&mut source.client(), key).expect("held");
+    reshard(&nodes, source, target, &slot, key);
+    let after = shared_info(&mut target.client(), key).expect("held on the new master");
+    let holdings = |info: &common::SharedInfo| {
+        let owners = info.owners.iter().map(|o| (o.0.clone(), o.1, o.3));
+        (info.limit, owners.collect::<Vec<_>>())
+    };
+    assert_eq!(holdings(&after), holdings(&before));
+    for (was, is) in before.owners.iter().zip(&after.owners) {
+        assert!(is.2 <= was.2 && is.2 > was.2 - 10_000, "each lease kept");
+    }
+    let next = acquire(&mut con, key, "d", 1_000, &permit).expect("a fourth permit");
+    assert!(next > tokens[2], "the new master issues larger tokens");
 }
 
 #[test]

@@ -97,6 +97,40 @@ fn command_docs_describe_every_command() {
 }
 
 #[test]
+fn command_docs_describe_shared_and_limit_as_a_block() {
+    let server = Server::start(&[]);
+    let mut con = server.client();
+    let docs = pairs(&call(&mut con, &["COMMAND", "DOCS", "lock.acquire"]));
+    let doc = pairs(&docs["lock.acquire"]);
+    let Value::Array(args) = &doc["arguments"] else {
+        panic!("arguments");
+    };
+    let shared = pairs(args.last().expect("the last argument"));
+    assert_eq!(
+        (
+            text(&shared["name"]),
+            text(&shared["type"]),
+            text(&shared["token"])
+        ),
+        ("shared".into(), "block".into(), "SHARED".into())
+    );
+    assert_eq!(text(&shared["since"]), "0.2.0");
+    assert_eq!(texts(&shared["flags"]), ["optional"]);
+    let Value::Array(inner) = &shared["arguments"] else {
+        panic!("the block's arguments: {shared:?}");
+    };
+    let limit = pairs(&inner[0]);
+    assert_eq!(
+        (
+            text(&limit["name"]),
+            text(&limit["type"]),
+            text(&limit["token"])
+        ),
+        ("limit".into(), "integer".into(), "LIMIT".into())
+    );
+}
+
+#[test]
 fn command_info_gives_arity_flags_and_key_specs() {
     let server = Server::start(&[]);
     let mut con = server.client();

@@ -421,6 +421,34 @@ fn a_shared_lock_replicates_holder_by_holder() {
     );
 }
 
+#[test]
+fn downgrades_and_upgrades_replicate() {
+    let master = Server::start(&[]);
+    let replica = Server::start(&[]);
+    replica.replicate(&master);
+    let mut m = master.client();
+    let mut r = replica.client();
+    let w = acquire(&mut m, "k", "w", 60_000, &[]).expect("w");
+    shared(&mut m, "k", "w", 60_000, &[]).expect("downgraded");
+    shared(&mut m, "k", "r", 60_000, &[]).expect("r");
+    sync_replicas(&mut m);
+    assert_eq!(owners(&mut r, "k"), ["w", "r"]);
+    assert_eq!(call(&mut r, &["LOCK.FENCE", "k", "w"]), Value::Int(w));
+    release(&mut m, "k", "r");
+    let upgraded = acquire(&mut m, "k", "w", 60_000, &[]).expect("upgraded");
+    sync_replicas(&mut m);
+    assert_eq!(holder(&mut r, "k"), Some("w".into()));
+    assert_eq!(call(&mut r, &["LOCK.FENCE", "k"]), Value::Int(upgraded));
+    assert_eq!(
+        call(&mut m, &["DEBUG", "DIGEST-VALUE", "k"]),
+        call(&mut r, &["DEBUG", "DIGEST-VALUE", "k"])
+    );
+    assert_eq!(
+        call(&mut m, &["PEXPIRETIME", "k"]),
+        call(&mut r, &["PEXPIRETIME", "k"])
+    );
+}
+
 fn names_tokens_holds(info: &SharedInfo) -> Vec<(String, i64, i64)> {
     info.owners
         .iter()
