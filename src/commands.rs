@@ -44,7 +44,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     // Waiters come first: a lock that can take them is theirs, not this newcomer's.
     handover::hand_over(ctx, name)?;
     let mut key = LockKey::write(ctx, name)?;
-    let queued = waiters().count(selected_db(ctx), name.as_slice()) > 0;
+    let queued = waiters().total() > 0 && waiting(ctx, name) > 0;
     let request = Request {
         owner: &parsed.owner,
         mode: parsed.mode,
