@@ -56,6 +56,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let (check_in_ms, answer) = match writes::acquire(ctx, &mut key, name, &request, queued)? {
         Grant::Held(token) => {
             let shared = matches!(key.lock(), Some(Lock::Shared(_)));
+            handover::watch(ctx, &key, name);
             drop(key);
             if shared {
                 // A writer that downgraded lets the readers queued first join it.
@@ -157,6 +158,7 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     parse_owner(&owner)?;
     let mut key = LockKey::write(ctx, &name)?;
     let released = writes::release(ctx, &mut key, &name, &owner)?;
+    handover::watch(ctx, &key, &name);
     drop(key);
     Ok(RedisValue::Integer(match released {
         Release::Missing => 0,
@@ -188,13 +190,13 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let deadline = lease_deadline(now, parse_ttl(&ttl)?, "lock.renew")?;
 
     let mut key = LockKey::write(ctx, &name)?;
-    Ok(RedisValue::Integer(
-        match writes::renew(ctx, &mut key, &name, &owner, now, deadline)? {
-            Renew::Renewed => 1,
-            Renew::Missing => 0,
-            Renew::HeldByOther => -1,
-        },
-    ))
+    let renewed = writes::renew(ctx, &mut key, &name, &owner, now, deadline)?;
+    handover::watch(ctx, &key, &name);
+    Ok(RedisValue::Integer(match renewed {
+        Renew::Renewed => 1,
+        Renew::Missing => 0,
+        Renew::HeldByOther => -1,
+    }))
 }
 
 /// `LOCK.FENCE key [owner]`: with `owner`, its holding's fencing token if it holds the lock;

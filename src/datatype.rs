@@ -15,6 +15,7 @@ use redis_module::raw;
 use crate::effects::APPLY;
 use crate::fence::{self, MAX_TOKEN};
 use crate::holders::Holder;
+use crate::info;
 use crate::lock::{Holding, Lock, Mode};
 
 /// The data type's name as `TYPE key` and `OBJECT ENCODING` show it (Redis wants 9 characters).
@@ -55,7 +56,7 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         defrag: None,
         mem_usage2: None,
         free_effort2: None,
-        unlink2: None,
+        unlink2: Some(unlink),
         copy2: None,
         aux_save2: None,
     },
@@ -272,6 +273,29 @@ unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *cons
         Lock::Exclusive(_) => 1,
         Lock::Shared(shared) => shared.holders.len(),
     }
+}
+
+/// Redis is removing a lock key from the keyspace; the event that says why follows.
+unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
+    let (Some(name_of), Some(db_of)) = (unsafe {
+        (
+            raw::RedisModule_GetKeyNameFromOptCtx,
+            raw::RedisModule_GetDbIdFromOptCtx,
+        )
+    }) else {
+        return;
+    };
+    let name = unsafe { name_of(ctx) };
+    let mut len = 0;
+    let Some(get) = (unsafe { raw::RedisModule_StringPtrLen }) else {
+        return;
+    };
+    let bytes = unsafe { get(name, &mut len) };
+    if bytes.is_null() {
+        return;
+    }
+    let key = unsafe { std::slice::from_raw_parts(bytes.cast::<u8>(), len) };
+    info::lock_unlinked(unsafe { db_of(ctx) }, key);
 }
 
 unsafe extern "C" fn free(value: *mut c_void) {

@@ -146,6 +146,15 @@ pub fn replicate_drop(ctx: &Context, key: &RedisString, holder: &Holder) {
     }
 }
 
+/// True while writes must not reach replicas: `CLIENT PAUSE WRITE` (or `ALL`), and the pause of
+/// `FAILOVER` and of a cluster manual failover (`RedisModule_AvoidReplicaTraffic`). Redis holds
+/// back clients' writes and its own key expiry then; a module's timer that wrote anyway would
+/// trip Redis's assertion and crash the server (Redis 7.0 and 8.2 do; valkey-io/valkey#3645).
+#[must_use]
+pub fn replication_paused() -> bool {
+    unsafe { raw::RedisModule_AvoidReplicaTraffic }.is_some_and(|paused| unsafe { paused() } != 0)
+}
+
 /// Sends "`key` is free" to replicas and the AOF.
 pub fn replicate_free(ctx: &Context, key: &RedisString) {
     if let Some(replicate) = unsafe { raw::RedisModule_Replicate } {

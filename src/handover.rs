@@ -9,7 +9,8 @@
 //!   over before they return;
 //! - a lease ends: a timer set for it (re-armed when the lease changes) hands over within a few
 //!   ms of it, not whenever Redis's lazy or active expiry would notice the key. The same timers
-//!   end shared holders' leases one by one ([`crate::writes::expire_shared`]);
+//!   end shared holders' leases one by one ([`crate::writes::expire_shared`]). While writes are
+//!   paused (`CLIENT PAUSE WRITE`, `FAILOVER`) they wait for the pause to end;
 //! - `DEL`, `UNLINK`, `FLUSHALL`, eviction and the like: their keyspace or flush events
 //!   schedule a look on the next turn of the event loop;
 //! - a waiter at the head leaves (timeout, disconnect): the ones behind it may fit;
@@ -31,6 +32,7 @@ use crate::blocking::{self, Outcome, waiters};
 use crate::clock;
 use crate::cluster;
 use crate::commands::{lease_deadline, limit_differs};
+use crate::effects::replication_paused;
 use crate::info;
 use crate::key::{LockKey, select_db, selected_db};
 use crate::lock::{Lock, Mode};
@@ -105,6 +107,16 @@ pub fn check_in(key: &LockKey, waiting: bool) -> Option<i64> {
     }
 }
 
+/// After a write to the open lock `key` named `name`: a shared lock gets a look when its first
+/// lease ends, so the holder leaves on time whether or not anyone waits.
+pub fn watch(ctx: &Context, key: &LockKey, name: &RedisString) {
+    if let Some(Lock::Shared(_)) = key.lock() {
+        let db = selected_db(ctx);
+        let waiting = waiters().count(db, name.as_slice()) > 0;
+        schedule_in(ctx, db, name.as_slice(), check_in(key, waiting));
+    }
+}
+
 /// If `name` has waiters, ends its shared leases that ended and grants its first waiters while
 /// they can be granted; then arms the next look. Cheap when nobody waits for any lock: every
 /// `LOCK.ACQUIRE` passes here.
@@ -118,13 +130,22 @@ pub fn hand_over(ctx: &Context, name: &RedisString) -> Result<(), RedisError> {
     look_at(ctx, name)
 }
 
+/// How often a look is retried while writes are paused, in ms.
+const PAUSED_RETRY_MS: i64 = 10;
+
 /// Looks at the lock `name` in the selected database: ends shared leases that ended, grants its
-/// waiters what can be granted, and arms the next look. Only a master changes anything.
+/// waiters what can be granted, and arms the next look. Only a master changes anything, and
+/// not while writes are paused: it looks again when the pause is over, as Redis expires keys
+/// only then.
 fn look_at(ctx: &Context, name: &RedisString) -> Result<(), RedisError> {
     if ctx.get_flags().contains(ContextFlags::SLAVE) {
         return Ok(());
     }
     let db = selected_db(ctx);
+    if replication_paused() {
+        schedule_in(ctx, db, name.as_slice(), Some(PAUSED_RETRY_MS));
+        return Ok(());
+    }
     let mut key = LockKey::write(ctx, name)?;
     writes::expire_shared(ctx, &mut key, name, clock::now_ms())?;
     let waiting = waiters().count(db, name.as_slice()) > 0;
@@ -232,8 +253,9 @@ pub fn waiter_left(ctx: &Context, db: i32, key: &[u8]) {
 /// A keyspace event (`del`, `expired`, `evicted`, `rename_from`, ...) on a key of the event's
 /// database: if it has waiters, look on the next turn of the event loop whether it became
 /// free. Writing to the keyspace inside the event itself is not allowed.
-pub fn on_key_event(ctx: &Context, _class: NotifyEvent, _event: &str, key: &[u8]) {
+pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8]) {
     let db = selected_db(ctx);
+    info::key_removed(db, key, event);
     if waiters().count(db, key) > 0 {
         schedule(ctx, db, key, clock::now_ms());
     }

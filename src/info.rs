@@ -3,15 +3,14 @@
 //! Every counter counts since the server started. A rising `expired_leases` means holders
 //! outlive their TTL: their work takes longer than the lease, and only fencing keeps it safe.
 
-use std::os::raw::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use redis_module::{InfoContext, RedisResult, raw};
+use redis_module::{InfoContext, RedisResult};
 use redis_module_macros::info_command_handler;
 
 use crate::blocking::waiters;
 use crate::fence;
-use crate::key::is_lock;
 
 /// One counter of the `lock_stats` section.
 pub struct Counter(AtomicU64);
@@ -41,9 +40,37 @@ pub static RELEASES: Counter = Counter::new();
 pub static RENEWALS: Counter = Counter::new();
 /// Locks handed to a waiting client.
 pub static HANDOVERS: Counter = Counter::new();
-/// Leases that ended by expiry rather than by release (Redis 7.2+ and Valkey, which have the
-/// key server event; always 0 on Redis 7.0).
+/// Leases that ended by expiry rather than by release: a shared holder's, ended by the module,
+/// or a lock key's, expired by Redis.
 pub static EXPIRED_LEASES: Counter = Counter::new();
+
+/// The lock key Redis removed last, as (database, name): Redis tells a data type which key it
+/// unlinks, then publishes why (`expired`, `del`, ...) for that same key.
+static UNLINKED: Mutex<Option<(i32, Vec<u8>)>> = Mutex::new(None);
+
+/// Redis is removing the lock key `key` of `db` from the keyspace.
+pub fn lock_unlinked(db: i32, key: &[u8]) {
+    *unlinked() = Some((db, key.to_vec()));
+}
+
+/// Redis published why it removed `key` of `db`: an `expired` lock key is an expired lease.
+pub fn key_removed(db: i32, key: &[u8], event: &str) {
+    let last = unlinked().take();
+    if event == "expired"
+        && last.is_some_and(|(unlinked_db, name)| unlinked_db == db && name == key)
+    {
+        EXPIRED_LEASES.bump();
+    }
+}
+
+/// The module deleted a lock key itself, which Redis publishes nothing about.
+pub fn forget_unlinked() {
+    unlinked().take();
+}
+
+fn unlinked() -> MutexGuard<'static, Option<(i32, Vec<u8>)>> {
+    UNLINKED.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 #[info_command_handler]
 fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
@@ -61,35 +88,4 @@ fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .build_section()?
         .build_info()?;
     Ok(())
-}
-
-/// Counts expired leases from the key server event (Redis 7.2+, Valkey). On a server without
-/// it the subscription fails quietly and the counter stays 0.
-pub fn count_expired_leases(ctx: *mut raw::RedisModuleCtx) {
-    let Some(subscribe) = (unsafe { raw::RedisModule_SubscribeToServerEvent }) else {
-        return;
-    };
-    let event = raw::RedisModuleEvent {
-        id: raw::REDISMODULE_EVENT_KEY,
-        dataver: 1,
-    };
-    // Redis 7.0 refuses the event id it does not know: expired_leases then stays 0.
-    let _ = unsafe { subscribe(ctx, event, Some(on_key_removed)) };
-}
-
-unsafe extern "C" fn on_key_removed(
-    _ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
-    subevent: u64,
-    data: *mut c_void,
-) {
-    if subevent != raw::REDISMODULE_SUBEVENT_KEY_EXPIRED {
-        return;
-    }
-    let info = data.cast::<raw::RedisModuleKeyInfoV1>();
-    if let Some(info) = unsafe { info.as_ref() }
-        && is_lock(info.key)
-    {
-        EXPIRED_LEASES.bump();
-    }
 }

@@ -11,6 +11,7 @@ use std::ptr::NonNull;
 use redis_module::{Context, RedisError, RedisString, raw};
 
 use crate::datatype::LOCK_TYPE;
+use crate::info;
 use crate::lock::Lock;
 
 /// A key opened by a `LOCK.*` command; closed when dropped.
@@ -136,6 +137,7 @@ impl LockKey {
     pub fn delete(&mut self) -> Result<(), RedisError> {
         let key = self.writable()?;
         unsafe { api(raw::RedisModule_DeleteKey)?(key.as_ptr()) };
+        info::forget_unlinked();
         Ok(())
     }
 

@@ -51,7 +51,8 @@ type Allocator = std::alloc::System;
 
 /// A promoted replica may never have received the last tokens its old master issued: its next
 /// token lands a reserve above its clock floor, above anything the old master could issue
-/// (see [`fence`]).
+/// (see [`fence`]). (A demoted master's waiters need nothing from here: Redis unblocks every
+/// client blocked in a write command with `-UNBLOCKED` then.)
 #[role_changed_event_handler]
 fn on_role_changed(_ctx: &Context, role: ServerRole) {
     if role == ServerRole::Primary {
@@ -66,8 +67,8 @@ fn on_flush(ctx: &Context, event: FlushSubevent) {
 }
 
 /// After the commands and configuration exist: refuses bad configuration values, then sets
-/// the commands' docs and key specs, skips the replication command lookup where the server
-/// allows it, and starts counting expired leases.
+/// the commands' docs and key specs, and skips the replication command lookup where the server
+/// allows it.
 fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
     if let Err(error) = config::check_loaded() {
         ctx.log_warning(&error);
@@ -77,7 +78,6 @@ fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
         ctx.log_warning(&format!("COMMAND DOCS not set: {error}"));
     }
     effects::skip_command_lookup(ctx);
-    info::count_expired_leases(ctx.get_raw());
     Status::Ok
 }
 

@@ -366,6 +366,27 @@ fn each_reader_lease_ends_on_its_own_and_the_writer_gets_it_at_once() {
 }
 
 #[test]
+fn a_reader_leaves_when_its_lease_ends_without_anyone_touching_the_lock() {
+    let server = Server::start(&["--notify-keyspace-events", "Kd"]);
+    let mut con = server.client();
+    let mut events = server.client();
+    let mut events = events.as_pubsub();
+    events.subscribe("__keyspace@0__:k").expect("subscribe");
+    events
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("timeout");
+    shared(&mut con, "k", "brief", 100, &[]).expect("brief");
+    shared(&mut con, "k", "long", 60_000, &[]).expect("long");
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let message = events.get_message().expect("an event within 2 s");
+        seen.push(message.get_payload::<String>().expect("event"));
+    }
+    assert_eq!(seen, ["lock.acquire", "lock.acquire", "lock.expire"]);
+    assert_eq!(owners(&mut con, "k"), ["long"]);
+}
+
+#[test]
 fn a_shared_lock_replicates_holder_by_holder() {
     let master = Server::start(&[]);
     let replica = Server::start(&[]);

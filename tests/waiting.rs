@@ -228,6 +228,55 @@ fn client_unblock_replies_null_or_an_error_and_removes_the_waiter() {
 }
 
 #[test]
+fn a_lease_that_ends_while_writes_are_paused_is_handed_over_after_the_pause() {
+    // Redis expires nothing while writes are paused (CLIENT PAUSE WRITE, FAILOVER), and a
+    // module write then would crash Redis 7.0 and 8.2.
+    let server = Server::start(&[]);
+    let mut con = server.client();
+    let first = acquire(&mut con, "k", "holder", 200, &[]).expect("granted");
+    acquire(&mut con, "rw", "brief", 200, &["SHARED"]).expect("granted");
+    acquire(&mut con, "rw", "long", 60_000, &["SHARED"]).expect("granted");
+    let waiting = wait_for(&server, "k", "next", 0);
+    queued(&mut con, "k", 1);
+    call(&mut con, &["CLIENT", "PAUSE", "1000", "WRITE"]);
+    let paused = std::time::Instant::now();
+    thread::sleep(Duration::from_millis(600));
+    assert_eq!(
+        call(&mut con, &["PING"]),
+        Value::SimpleString("PONG".into())
+    );
+    assert!(
+        !waiting.reply.is_finished(),
+        "granted while writes were paused"
+    );
+    let token = granted(waiting);
+    assert!(
+        paused.elapsed() >= Duration::from_millis(950),
+        "{:?}",
+        paused.elapsed()
+    );
+    assert!(token > first);
+    let readers: Vec<String> = common::shared_info(&mut con, "rw")
+        .map(|info| info.owners.into_iter().map(|o| o.0).collect())
+        .unwrap_or_default();
+    assert_eq!(readers, ["long"]);
+}
+
+#[test]
+fn waiters_on_a_master_that_becomes_a_replica_are_told_at_once() {
+    let server = Server::start(&[]);
+    let other = Server::start(&[]);
+    let mut con = server.client();
+    acquire(&mut con, "k", "holder", 60_000, &[]).expect("granted");
+    let waiting = wait_for(&server, "k", "next", 0);
+    queued(&mut con, "k", 1);
+    server.replicate(&other);
+    let reply = waiting.reply.join().expect("waiter thread");
+    let error = reply.expect_err("no grant on a replica");
+    assert_eq!(error.code(), Some("UNBLOCKED"), "{error}");
+}
+
+#[test]
 fn multi_and_scripts_answer_at_once_instead_of_blocking() {
     let server = Server::start(&[]);
     let mut con = server.client();
