@@ -199,6 +199,35 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }))
 }
 
+/// `LOCK.RAISE key owner token`: if `owner` holds `key`, its holding's fencing token becomes the
+/// larger of its own and `token`, and the server's counter at least that, so every later token
+/// of this server is larger. The building block of fencing tokens across Redlock's independent
+/// masters: a client raises every node that granted it to the largest token of the quorum.
+///
+/// Replies with the holding's token afterwards, or null when `owner` does not hold the lock.
+///
+/// # Errors
+/// Arity, owner, `WRONGTYPE`; `ERR token out of range` for a token below 1 or above what this
+/// server could issue now from a clock `lock.max-clock-skew-ms` ahead of its own.
+pub fn raise(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let mut args = args.into_iter().skip(1);
+    let name = args.next_arg()?;
+    let owner = args.next_arg()?;
+    let token = args.next_arg()?;
+    args.done()?;
+    parse_owner(&owner)?;
+    let now = clock::now_ms();
+    let limit = fence::raise_limit(now, config::max_clock_skew_ms());
+    let token = token
+        .parse_unsigned_integer()
+        .ok()
+        .filter(|token| (1..=limit).contains(token))
+        .ok_or(RedisError::Str("ERR token out of range"))?;
+    let mut key = LockKey::write(ctx, &name)?;
+    let raised = writes::raise(ctx, &mut key, &name, &owner, token, now)?;
+    Ok(raised.map_or(RedisValue::Null, token_reply))
+}
+
 /// `LOCK.FENCE key [owner]`: with `owner`, its holding's fencing token if it holds the lock;
 /// without, the exclusive holder's token, or the largest of a shared lock's holders'. Null
 /// otherwise. Read-only.

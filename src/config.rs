@@ -1,6 +1,6 @@
 //! The module's configuration, set at load (`--loadmodule path max-ttl-ms 60000`), in
 //! `redis.conf` (`lock.max-ttl-ms 60000`) or with `CONFIG SET lock.max-ttl-ms 60000`, and read
-//! with `CONFIG GET lock.max-ttl-ms`.
+//! with `CONFIG GET lock.max-ttl-ms`; the same for `lock.max-clock-skew-ms`.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -9,6 +9,23 @@ use redis_module::RedisError;
 /// `lock.max-ttl-ms`: the longest lease `LOCK.ACQUIRE` and `LOCK.RENEW` accept, in ms; 0 (the
 /// default) means no cap. Redis validates the range (0 to 2^63 - 1) on `CONFIG SET`.
 pub static MAX_TTL_MS: AtomicI64 = AtomicI64::new(0);
+
+/// `lock.max-clock-skew-ms`: how far, in ms, the clocks of independent servers may differ, for
+/// `LOCK.RAISE` (a token from a server whose clock is ahead of this one's). 10 000 by default,
+/// at most a day.
+pub static MAX_CLOCK_SKEW_MS: AtomicI64 = AtomicI64::new(DEFAULT_MAX_CLOCK_SKEW_MS);
+
+/// The default of `lock.max-clock-skew-ms`: 10 s.
+pub const DEFAULT_MAX_CLOCK_SKEW_MS: i64 = 10_000;
+
+/// The largest `lock.max-clock-skew-ms`: a day.
+pub const LARGEST_CLOCK_SKEW_MS: i64 = 86_400_000;
+
+/// `lock.max-clock-skew-ms` as an unsigned number of ms.
+#[must_use]
+pub fn max_clock_skew_ms() -> u64 {
+    u64::try_from(MAX_CLOCK_SKEW_MS.load(Ordering::Relaxed)).unwrap_or(0)
+}
 
 /// Checks a requested lease against `lock.max-ttl-ms`.
 ///
@@ -33,6 +50,12 @@ pub fn check_loaded() -> Result<(), String> {
     let max_ttl = MAX_TTL_MS.load(Ordering::Relaxed);
     if max_ttl < 0 {
         return Err(format!("lock.max-ttl-ms must be 0 or more, not {max_ttl}"));
+    }
+    let skew = MAX_CLOCK_SKEW_MS.load(Ordering::Relaxed);
+    if !(0..=LARGEST_CLOCK_SKEW_MS).contains(&skew) {
+        return Err(format!(
+            "lock.max-clock-skew-ms must be 0 to {LARGEST_CLOCK_SKEW_MS}, not {skew}"
+        ));
     }
     Ok(())
 }

@@ -11,11 +11,11 @@ use redis_module::{Context, RedisError, raw};
 
 use crate::key::{api, ok_or_error};
 
-/// The module version that introduced the commands (`since` in `COMMAND DOCS`).
-const SINCE: &CStr = c"0.1.0";
+/// The first release (`since` in `COMMAND DOCS`): every command but `LOCK.RAISE`.
+const SINCE_0_1: &CStr = c"0.1.0";
 
-/// The module version that introduced shared locks (`SHARED`, `LIMIT`).
-const SHARED_SINCE: &CStr = c"0.2.0";
+/// The release that brought shared locks (`SHARED`, `LIMIT`) and `LOCK.RAISE`.
+const SINCE_0_2: &CStr = c"0.2.0";
 
 /// One documented argument.
 struct Argument {
@@ -31,6 +31,7 @@ struct Argument {
 /// One documented command; its only key is the lock, at position 1.
 struct Doc {
     command: &'static CStr,
+    since: &'static CStr,
     summary: &'static CStr,
     complexity: &'static CStr,
     arity: i32,
@@ -87,7 +88,7 @@ const WAIT: Argument = option(
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
 );
 const LIMIT: Argument = Argument {
-    since: Some(SHARED_SINCE),
+    since: Some(SINCE_0_2),
     ..option(
         c"limit",
         c"LIMIT",
@@ -95,7 +96,7 @@ const LIMIT: Argument = Argument {
     )
 };
 const SHARED: Argument = Argument {
-    since: Some(SHARED_SINCE),
+    since: Some(SINCE_0_2),
     subargs: &[LIMIT],
     ..option(
         c"shared",
@@ -111,9 +112,15 @@ const OPTIONAL_OWNER: Argument = Argument {
     )
 };
 
-const DOCS: [Doc; 5] = [
+const TOKEN: Argument = required(
+    c"token",
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+);
+
+const DOCS: [Doc; 6] = [
     Doc {
         command: c"lock.acquire",
+        since: SINCE_0_1,
         summary: c"Takes a lock for an owner with a lease, exclusively or shared (read-write lock, semaphore), optionally waiting for it in FIFO order; replies with its fencing token.",
         complexity: c"O(1) for an exclusive lock, O(log N) for a shared lock with N holders",
         arity: -4,
@@ -122,6 +129,7 @@ const DOCS: [Doc; 5] = [
     },
     Doc {
         command: c"lock.release",
+        since: SINCE_0_1,
         summary: c"Releases one hold of the owner's holding; the last hold ends it and hands the lock to the first waiters that fit.",
         complexity: c"O(1) for an exclusive lock, O(log N) for a shared lock with N holders",
         arity: 3,
@@ -130,6 +138,7 @@ const DOCS: [Doc; 5] = [
     },
     Doc {
         command: c"lock.renew",
+        since: SINCE_0_1,
         summary: c"Resets the lease of the owner's holding of a lock.",
         complexity: c"O(1) for an exclusive lock, O(log N) for a shared lock with N holders",
         arity: 4,
@@ -138,6 +147,7 @@ const DOCS: [Doc; 5] = [
     },
     Doc {
         command: c"lock.fence",
+        since: SINCE_0_1,
         summary: c"Returns the fencing token of the given owner's holding, or without an owner the exclusive holder's (a shared lock's largest).",
         complexity: c"O(1)",
         arity: -2,
@@ -146,11 +156,21 @@ const DOCS: [Doc; 5] = [
     },
     Doc {
         command: c"lock.info",
+        since: SINCE_0_1,
         summary: c"Returns the mode, holders (owner, fencing token, remaining lease, hold count) and waiters of a lock.",
         complexity: c"O(1) for an exclusive lock, O(N) for a shared lock with N holders",
         arity: 2,
         key_flags: KeySpecFlags::READ_ONLY.union(KeySpecFlags::ACCESS),
         arguments: &[KEY],
+    },
+    Doc {
+        command: c"lock.raise",
+        since: SINCE_0_2,
+        summary: c"Raises the fencing token of the owner's holding to at least the given one, and the server's counter with it (fencing tokens across Redlock masters).",
+        complexity: c"O(1) for an exclusive lock, O(log N) for a shared lock with N holders when the token becomes its largest, O(N) otherwise",
+        arity: 4,
+        key_flags: KeySpecFlags::READ_WRITE.union(KeySpecFlags::UPDATE),
+        arguments: &[KEY, OWNER, TOKEN],
     },
 ];
 
@@ -188,7 +208,7 @@ fn describe(ctx: &Context, doc: &Doc) -> Result<(), RedisError> {
         version: &INFO_VERSION,
         summary: doc.summary.as_ptr(),
         complexity: doc.complexity.as_ptr(),
-        since: SINCE.as_ptr(),
+        since: doc.since.as_ptr(),
         history: ptr::null_mut(),
         tips: ptr::null(),
         arity: doc.arity,

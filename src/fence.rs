@@ -99,6 +99,16 @@ pub const fn ceiling(now_ms: u64) -> u64 {
         .saturating_add(RESERVE - 1)
 }
 
+/// The largest token `LOCK.RAISE` accepts while this server's clock reads `now_ms`: the
+/// [`ceiling`] of a clock `skew_ms` ahead of this one, the most a server whose clock is that far
+/// ahead could have issued. Raising the counter there keeps the invariant within the skew: this
+/// server issues nothing above it until its own clock has caught up.
+#[must_use]
+pub const fn raise_limit(now_ms: u64, skew_ms: u64) -> u64 {
+    let limit = ceiling(now_ms.saturating_add(skew_ms));
+    if limit < MAX_TOKEN { limit } else { MAX_TOKEN }
+}
+
 impl Counter {
     /// A counter for a server that just started: nothing seen, the reserve pending.
     #[must_use]
@@ -287,6 +297,21 @@ mod tests {
         assert_eq!(
             counter.issue(later + 1),
             Ok((later + 1) * TOKENS_PER_MS + RESERVE)
+        );
+    }
+
+    #[test]
+    fn a_raise_may_carry_the_counter_a_clock_skew_ahead_and_no_further() {
+        assert_eq!(raise_limit(NOW, 0), ceiling(NOW));
+        assert_eq!(raise_limit(NOW, 10_000), ceiling(NOW + 10_000));
+        assert_eq!(raise_limit(u64::MAX, 10_000), MAX_TOKEN, "never past 2^53");
+        let mut counter = started(raise_limit(NOW, 10_000));
+        assert_eq!(
+            counter.issue(NOW),
+            Err(Refused::AheadOfClock {
+                retry_in_ms: 10_000
+            }),
+            "its own tokens wait for its clock"
         );
     }
 

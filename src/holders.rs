@@ -183,6 +183,20 @@ impl Holders {
         true
     }
 
+    /// Gives `owner`'s holding the token `token` if that is larger than its own; returns the
+    /// holding's token afterwards, or `None` if `owner` holds nothing. O(log k) when the token
+    /// becomes the largest of the lock, O(k) otherwise.
+    pub fn raise(&mut self, owner: &[u8], token: u64) -> Option<u64> {
+        let current = self.get(owner)?.token;
+        if token <= current {
+            return Some(current);
+        }
+        let mut holder = self.remove(owner)?;
+        holder.token = token;
+        self.insert(holder);
+        Some(token)
+    }
+
     /// Ends `owner`'s holding and returns it.
     pub fn remove(&mut self, owner: &[u8]) -> Option<Holder> {
         let slot = self.slot_of(owner)?;

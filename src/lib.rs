@@ -96,6 +96,7 @@ redis_module! {
         ["lock.renew", commands::renew, "write fast", 1, 1, 1, "", "write fast lock"],
         ["lock.fence", commands::fence, "readonly fast", 1, 1, 1, "", "read fast lock"],
         ["lock.info", commands::info, "readonly fast", 1, 1, 1, "", "read fast lock"],
+        ["lock.raise", commands::raise, "write fast", 1, 1, 1, "", "write fast lock"],
         ["lock.apply", effects::apply, "write fast", 1, 1, 1, "", "write fast lock"],
     ],
     event_handlers: [
@@ -104,6 +105,15 @@ redis_module! {
     configurations: [
         i64: [
             ["max-ttl-ms", &config::MAX_TTL_MS, 0, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
+            [
+                "max-clock-skew-ms",
+                &config::MAX_CLOCK_SKEW_MS,
+                config::DEFAULT_MAX_CLOCK_SKEW_MS,
+                0,
+                config::LARGEST_CLOCK_SKEW_MS,
+                ConfigurationFlags::DEFAULT,
+                None
+            ],
         ],
         string: [],
         bool: [],

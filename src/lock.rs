@@ -312,6 +312,21 @@ impl Lock {
         }
     }
 
+    /// Raises `owner`'s holding's token to `token` if that is larger ([`LOCK.RAISE`]); the
+    /// holding's token afterwards, or `None` if `owner` does not hold the lock.
+    ///
+    /// [`LOCK.RAISE`]: crate::commands::raise
+    pub fn raise(&mut self, owner: &[u8], token: u64) -> Option<u64> {
+        match self {
+            Self::Exclusive(holding) if *holding.owner == *owner => {
+                holding.token = holding.token.max(token);
+                Some(holding.token)
+            }
+            Self::Exclusive(_) => None,
+            Self::Shared(shared) => shared.holders.raise(owner, token),
+        }
+    }
+
     /// When the key's lease ends: for a shared lock the last of its holders' deadlines;
     /// `None` for an exclusive lock, whose lease is the key's expiry itself.
     #[must_use]

@@ -175,6 +175,33 @@ pub fn renew(
     Ok(decision)
 }
 
+/// Applies `LOCK.RAISE` for `owner` to the open lock `key` named `name`: its holding's token
+/// becomes at least `token` (already checked against the raise limit), and so does the
+/// counter. `None` when `owner` holds nothing.
+///
+/// # Errors
+/// A key that cannot be written.
+pub fn raise(
+    ctx: &Context,
+    key: &mut LockKey,
+    name: &RedisString,
+    owner: &RedisString,
+    token: u64,
+    now_ms: u64,
+) -> Result<Option<u64>, RedisError> {
+    expire_shared(ctx, key, name, now_ms)?;
+    let Some(raised) = key
+        .lock_mut()
+        .and_then(|lock| lock.raise(owner.as_slice(), token))
+    else {
+        return Ok(None);
+    };
+    fence::counter().observe(raised);
+    replicate_holding(ctx, name, owner, held(key)?, None);
+    notify(ctx, c"lock.raise", name);
+    Ok(Some(raised))
+}
+
 /// Ends the shared holdings of the open lock `key` named `name` whose lease ended by `now_ms`,
 /// each replicated as its removal with a `lock.expire` event; the key goes with the last.
 ///

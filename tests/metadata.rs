@@ -51,7 +51,7 @@ fn command_docs_describe_every_command() {
     let server = Server::start(&[]);
     let mut con = server.client();
     let per_holder = "O(1) for an exclusive lock, O(log N) for a shared lock with N holders";
-    let expected: [(&str, &[&str], &str); 5] = [
+    let expected: [(&str, &[&str], &str); 6] = [
         (
             "lock.acquire",
             &[
@@ -72,6 +72,11 @@ fn command_docs_describe_every_command() {
             &["key"],
             "O(1) for an exclusive lock, O(N) for a shared lock with N holders",
         ),
+        (
+            "lock.raise",
+            &["key", "owner", "token"],
+            "O(1) for an exclusive lock, O(log N) for a shared lock with N holders when the token becomes its largest, O(N) otherwise",
+        ),
     ];
     for (command, arguments, complexity) in expected {
         let docs = call(&mut con, &["COMMAND", "DOCS", command]);
@@ -81,7 +86,12 @@ fn command_docs_describe_every_command() {
                 .unwrap_or_else(|| panic!("{command}: no docs")),
         );
         assert!(text(&doc["summary"]).len() > 20, "{command}: summary");
-        assert_eq!(text(&doc["since"]), "0.1.0", "{command}: since");
+        let since = if command == "lock.raise" {
+            "0.2.0"
+        } else {
+            "0.1.0"
+        };
+        assert_eq!(text(&doc["since"]), since, "{command}: since");
         assert_eq!(text(&doc["group"]), "module", "{command}: group");
         assert_eq!(
             text(&doc["complexity"]),
@@ -145,6 +155,7 @@ fn command_info_gives_arity_flags_and_key_specs() {
         ("lock.renew", 4, &["write", "fast"], "RW"),
         ("lock.fence", -2, &["readonly", "fast"], "RO"),
         ("lock.info", 2, &["readonly", "fast"], "RO"),
+        ("lock.raise", 4, &["write", "fast"], "RW"),
     ];
     for (command, arity, flags, access) in expected {
         let Value::Array(info) = call(&mut con, &["COMMAND", "INFO", command]) else {
@@ -237,6 +248,7 @@ fn the_lock_acl_category_covers_every_command_where_supported() {
             "lock.apply",
             "lock.fence",
             "lock.info",
+            "lock.raise",
             "lock.release",
             "lock.renew"
         ]
