@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# Runs the unit tests once, then the integration tests against every server of the matrix
-# (scripts/servers.sh), or only against $LEASEHOLD_SERVER when it is set.
+# Runs the unit tests and doctests once, then the integration tests of the module and of the
+# Rust client against every server of the matrix (scripts/servers.sh), or only against
+# $LEASEHOLD_SERVER when it is set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --all-targets
-cargo test --lib
+cargo build --workspace --all-targets
+cargo test --workspace --lib
+cargo test --workspace --doc
 
 if [ -n "${LEASEHOLD_SERVER:-}" ]; then
-  matrix="custom $LEASEHOLD_SERVER"
+  matrix="custom $(command -v "$LEASEHOLD_SERVER" || realpath "$LEASEHOLD_SERVER")"
 else
   matrix=$(scripts/servers.sh)
 fi
 while read -r name server; do
   echo "=== integration tests on $name: $("$server" --version)"
-  LEASEHOLD_SERVER="$server" cargo test --test '*'
+  LEASEHOLD_SERVER="$server" cargo test --workspace --test '*'
 done <<< "$matrix"

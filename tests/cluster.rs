@@ -5,53 +5,11 @@
 mod common;
 
 use std::collections::HashSet;
-use std::process::Command;
 
+use common::cluster::cluster;
 use common::{Server, acquire, assert_same_holding, call, lock_info, shared_info, wait_until};
 use redis::Value;
 use redis::cluster::ClusterClient;
-
-fn node() -> Server {
-    Server::start(&[
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        "nodes.conf",
-        "--cluster-node-timeout",
-        "5000",
-    ])
-}
-
-/// Three masters with the slots spread by `redis-cli --cluster create`.
-fn cluster() -> Vec<Server> {
-    let nodes: Vec<Server> = (0..3).map(|_| node()).collect();
-    let addresses: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port))
-        .collect();
-    let created = Command::new("redis-cli")
-        .args(["--cluster", "create"])
-        .args(&addresses)
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
-        .output()
-        .expect("redis-cli --cluster create");
-    assert!(
-        created.status.success(),
-        "{}",
-        String::from_utf8_lossy(&created.stdout)
-    );
-    for node in &nodes {
-        let mut con = node.client();
-        wait_until("cluster_state:ok", || {
-            let info: String = redis::cmd("CLUSTER")
-                .arg("INFO")
-                .query(&mut con)
-                .unwrap_or_default();
-            info.contains("cluster_state:ok")
-        });
-    }
-    nodes
-}
 
 fn node_id(server: &Server) -> String {
     redis::cmd("CLUSTER")

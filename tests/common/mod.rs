@@ -8,6 +8,7 @@
 
 #![allow(dead_code)] // each test file uses its own part of the harness
 
+pub mod cluster;
 pub mod history;
 pub mod proxy;
 pub mod sentinel;

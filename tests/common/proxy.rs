@@ -1,47 +1,75 @@
-//! A TCP proxy in front of a server whose link a test can cut: a replica that replicates
-//! through it stops receiving its master's writes at once, as with a network partition.
+//! A TCP proxy in front of a server whose link a test can cut or stall: a replica that
+//! replicates through it stops receiving its master's writes at once, as with a network
+//! partition, and a client's connection can be made to hear nothing back, as when a network
+//! silently drops one flow's packets.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::Duration;
 
 /// Forwards 127.0.0.1:`port` to a server until [`LinkProxy::cut`] or drop.
 pub struct LinkProxy {
     pub port: u16,
-    cut: Arc<AtomicBool>,
+    state: Arc<State>,
+}
+
+/// What the proxy's threads share.
+struct State {
+    cut: AtomicBool,
+    /// How many connections were accepted: each is numbered in order, from 0.
+    accepted: AtomicU64,
+    /// The connection that forwards nothing (`u64::MAX`: none).
+    stalled: AtomicU64,
 }
 
 impl LinkProxy {
-    /// A proxy to 127.0.0.1:`target`.
+    /// A proxy on a free port to 127.0.0.1:`target`.
     pub fn to(target: u16) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("proxy port");
+        Self::at(0, target)
+    }
+
+    /// A proxy on 127.0.0.1:`port` (0: a free one) to 127.0.0.1:`target`; the same port again
+    /// brings back a link that was cut.
+    pub fn at(port: u16, target: u16) -> Self {
+        let listener = TcpListener::bind(("127.0.0.1", port)).expect("proxy port");
         let port = listener.local_addr().expect("proxy address").port();
-        let cut = Arc::new(AtomicBool::new(false));
-        let accepting = Arc::clone(&cut);
+        let state = Arc::new(State {
+            cut: AtomicBool::new(false),
+            accepted: AtomicU64::new(0),
+            stalled: AtomicU64::new(u64::MAX),
+        });
+        let accepting = Arc::clone(&state);
         thread::spawn(move || {
             for client in listener.incoming() {
-                if accepting.load(Ordering::SeqCst) {
+                if accepting.cut.load(Ordering::SeqCst) {
                     return; // cut: the listener closes and connections are refused
                 }
                 let Ok(client) = client else { continue };
+                let number = accepting.accepted.fetch_add(1, Ordering::SeqCst);
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
                     continue;
                 };
-                pump(&client, &server, &accepting);
-                pump(&server, &client, &accepting);
+                pump(&client, &server, &accepting, number);
+                pump(&server, &client, &accepting, number);
             }
         });
-        Self { port, cut }
+        Self { port, state }
     }
 
     /// Cuts the link: nothing more is forwarded, open connections close, new ones fail.
     pub fn cut(&self) {
-        self.cut.store(true, Ordering::SeqCst);
+        self.state.cut.store(true, Ordering::SeqCst);
         // Wake the acceptor so it sees the flag and closes the listener.
         let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+
+    /// Stalls the connection opened last: it stays open but nothing passes either way.
+    pub fn stall_last_connection(&self) {
+        let last = self.state.accepted.load(Ordering::SeqCst).saturating_sub(1);
+        self.state.stalled.store(last, Ordering::SeqCst);
     }
 }
 
@@ -51,20 +79,27 @@ impl Drop for LinkProxy {
     }
 }
 
-/// Copies `from` to `to` on a thread until either closes or the link is cut.
-fn pump(from: &TcpStream, to: &TcpStream, cut: &Arc<AtomicBool>) {
+/// Copies `from` to `to` on a thread until either closes or the link is cut; once connection
+/// `number` is the stalled one, what it carries is lost.
+fn pump(from: &TcpStream, to: &TcpStream, state: &Arc<State>, number: u64) {
     let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else {
         return;
     };
-    let cut = Arc::clone(cut);
+    let state = Arc::clone(state);
     thread::spawn(move || {
         let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
         let mut buffer = [0u8; 16 * 1024];
-        while !cut.load(Ordering::SeqCst) {
+        while !state.cut.load(Ordering::SeqCst) {
+            let stalled = || number == state.stalled.load(Ordering::SeqCst);
+            if stalled() {
+                thread::sleep(Duration::from_millis(20));
+                continue;
+            }
             match from.read(&mut buffer) {
                 Ok(0) => break,
+                Ok(_) if stalled() => {} // lost on the way
                 Ok(n) => {
-                    if cut.load(Ordering::SeqCst) || to.write_all(&buffer[..n]).is_err() {
+                    if state.cut.load(Ordering::SeqCst) || to.write_all(&buffer[..n]).is_err() {
                         break;
                     }
                 }

@@ -1,0 +1,23 @@
+//! What can go wrong.
+
+use thiserror::Error;
+
+/// An error of the client: from Redis, or from how it was asked to work.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// Redis replied with an error, or the connection failed. After a failed wait the client has
+    /// already tried to find out whether it got the lock, and released it if it could not tell
+    /// (see [`crate::Lock::acquire_timeout`]).
+    #[error(transparent)]
+    Redis(#[from] redis::RedisError),
+    /// Redlock needs an odd number of independent masters, at least 3.
+    #[error("Redlock needs an odd number of at least 3 independent masters, not {0}")]
+    Nodes(usize),
+    /// A lease must be at least 1 ms, and a Redlock lease long enough for the clock drift
+    /// allowance (ttl × drift factor + 2 ms).
+    #[error("the lease of {0:?} is too short")]
+    Lease(std::time::Duration),
+}
+
+/// The crate's result.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

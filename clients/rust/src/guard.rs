@@ -1,0 +1,226 @@
+//! What an acquire hands back: the holding, its fencing token, and what keeps it — a watchdog
+//! that renews the lease, a signal that says when it is lost, and release on every path.
+//!
+//! The watchdog avoids the bugs lock libraries are known for: it stops for good on release, on
+//! drop, and as soon as a renewal is refused (it never re-acquires, so it cannot keep a dead
+//! holder's lock or bring back an expired one — Redisson #1626, #7272, redis-semaphore #175);
+//! a failed renewal is retried on the next tick over a connection that reconnects by itself
+//! (Redisson #2515, #3194), and the lock counts as lost once the lease it last renewed has run
+//! out; and loss is told to the program through [`Guard::lost`] (Redisson #4698).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::error::Result;
+use crate::lock::Held;
+use crate::redlock::Quorum;
+
+/// What a guard holds.
+pub(crate) enum Holding {
+    /// A lock on one server (or one cluster master).
+    Node(Held),
+    /// A Redlock holding on a majority of independent masters.
+    Quorum(Quorum),
+}
+
+impl Holding {
+    /// Resets the lease to `ttl`: true while still held, false once refused (lost).
+    async fn renew(&self, ttl: Duration) -> Result<bool> {
+        match self {
+            Self::Node(held) => held.renew(ttl).await,
+            Self::Quorum(quorum) => Ok(quorum.renew(ttl).await),
+        }
+    }
+
+    /// Ends the holding: true if it still held the lock.
+    async fn release(&self) -> Result<bool> {
+        match self {
+            Self::Node(held) => held.release().await,
+            Self::Quorum(quorum) => Ok(quorum.release().await),
+        }
+    }
+}
+
+/// How a guard keeps its lock.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Keeping {
+    /// Renew the lease every third of it (the watchdog). Off by default.
+    pub watchdog: bool,
+    /// With the watchdog, stop renewing so that the holding ends this long after it began.
+    pub max_hold: Option<Duration>,
+}
+
+/// A held lock. Its fencing token goes with every write to the guarded resource.
+///
+/// Release it with [`Guard::release`] to learn whether it was still held; dropping it releases
+/// it too, in the background, as well as it can (it needs a Tokio runtime for that). With the
+/// watchdog on, the lease is renewed every third of it until release, drop, a refused renewal,
+/// or the cap on the hold time.
+#[must_use = "dropping a guard releases the lock"]
+pub struct Guard {
+    holding: Arc<Holding>,
+    token: u64,
+    lost: Lost,
+    ended: Arc<watch::Sender<bool>>,
+    watchdog: Option<JoinHandle<()>>,
+    released: bool,
+}
+
+/// Completes when a guard's lock is no longer held: lost (a renewal was refused, or the lease
+/// ran out without one), or released. Cloneable, so a task doing the guarded work can stop when
+/// it fires.
+#[derive(Clone)]
+pub struct Lost(watch::Receiver<bool>);
+
+impl Lost {
+    /// Waits until the lock is no longer held.
+    pub async fn wait(mut self) {
+        let _ = self.0.wait_for(|ended| *ended).await;
+    }
+
+    /// True while the lock is not known to be lost or released.
+    #[must_use]
+    pub fn is_held(&self) -> bool {
+        !*self.0.borrow()
+    }
+}
+
+impl Guard {
+    /// A guard for a holding just granted with `token`, whose lease of `ttl` began at `granted`
+    /// (when the acquire was sent; for a wait, when the grant's reply came, which the server
+    /// sends the moment it grants).
+    pub(crate) fn start(
+        holding: Holding,
+        token: u64,
+        ttl: Duration,
+        granted: Instant,
+        keeping: Keeping,
+    ) -> Self {
+        let holding = Arc::new(holding);
+        let (ended, lost) = watch::channel(false);
+        let ended = Arc::new(ended);
+        let watchdog = keeping.watchdog.then(|| {
+            tokio::spawn(watchdog(
+                Arc::clone(&holding),
+                ttl,
+                granted,
+                keeping.max_hold,
+                Arc::clone(&ended),
+            ))
+        });
+        Self {
+            holding,
+            token,
+            lost: Lost(lost),
+            ended,
+            watchdog,
+            released: false,
+        }
+    }
+
+    /// The fencing token of this holding: larger than every token of an earlier holding.
+    #[must_use]
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// True while the lock is not known to be lost or released.
+    #[must_use]
+    pub fn is_held(&self) -> bool {
+        self.lost.is_held()
+    }
+
+    /// Completes when the lock is known to be lost (see [`Lost`]).
+    pub async fn lost(&self) {
+        self.lost.clone().wait().await;
+    }
+
+    /// A [`Lost`] to hand to the task doing the guarded work.
+    #[must_use]
+    pub fn lost_signal(&self) -> Lost {
+        self.lost.clone()
+    }
+
+    /// Resets the lease to `ttl` from now. Returns false, and the guard counts as lost, when
+    /// the lock is no longer held: it expired, or someone deleted it. A lost lock is never
+    /// taken back.
+    ///
+    /// # Errors
+    /// The server could not be reached (the guard still counts as held).
+    pub async fn renew(&self, ttl: Duration) -> Result<bool> {
+        let renewed = self.holding.renew(ttl).await?;
+        if !renewed {
+            self.ended.send_replace(true);
+        }
+        Ok(renewed)
+    }
+
+    /// Stops the watchdog, then releases the lock. Returns whether it was still held: false
+    /// means the lease had run out (someone else may have held it since).
+    ///
+    /// # Errors
+    /// The server could not be reached: the lock stays held until its lease runs out.
+    pub async fn release(mut self) -> Result<bool> {
+        self.stop_watchdog();
+        self.released = true;
+        self.ended.send_replace(true);
+        self.holding.release().await
+    }
+
+    fn stop_watchdog(&mut self) {
+        if let Some(watchdog) = self.watchdog.take() {
+            watchdog.abort();
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.stop_watchdog();
+        self.ended.send_replace(true);
+        if self.released {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let holding = Arc::clone(&self.holding);
+            runtime.spawn(async move {
+                let _ = holding.release().await;
+            });
+        }
+    }
+}
+
+/// Renews the lease every third of `ttl` until a renewal is refused, the lease it last renewed
+/// runs out without another, or `max_hold` after `granted`; then tells `ended`.
+async fn watchdog(
+    holding: Arc<Holding>,
+    ttl: Duration,
+    granted: Instant,
+    max_hold: Option<Duration>,
+    ended: Arc<watch::Sender<bool>>,
+) {
+    let stop_at = max_hold.map(|cap| granted + cap);
+    let mut held_until = granted + ttl;
+    loop {
+        tokio::time::sleep_until(held_until - ttl + ttl / 3).await;
+        let sent = Instant::now();
+        let lease = stop_at.map_or(ttl, |stop| ttl.min(stop.saturating_duration_since(sent)));
+        if lease.is_zero() || sent >= held_until {
+            break;
+        }
+        match holding.renew(lease).await {
+            Ok(true) => held_until = sent + lease,
+            Ok(false) => break,
+            Err(_) => {} // the connection reconnects; the next tick tries again
+        }
+        if stop_at.is_some_and(|stop| held_until >= stop) {
+            tokio::time::sleep_until(held_until).await;
+            break;
+        }
+    }
+    ended.send_replace(true);
+}

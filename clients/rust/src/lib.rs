@@ -1,0 +1,49 @@
+//! Locks, read-write locks, semaphores and Redlock on the leasehold Redis module (module
+//! `lock`, the `LOCK.*` commands), for Tokio.
+//!
+//! The module runs owner checks, leases, fair waiting and fencing tokens inside the server;
+//! this crate is the loop users write around them, written once:
+//!
+//! - acquire with a wait that blocks in the server, on a connection of its own whose timeout
+//!   is longer than the wait, recovering from a lost reply by asking again with the same owner
+//!   ([`Lock::acquire_timeout`]);
+//! - a [`Guard`] with the fencing token, a watchdog that renews the lease every third of it
+//!   and stops for good on release, drop or refusal, a [`Guard::lost`] signal, and release on
+//!   every path;
+//! - retries with exponential backoff and full jitter ([`Backoff`]) where waiting in the server
+//!   is unwanted;
+//! - [`Redlock`] over independent masters, whose tokens never go backwards (`LOCK.RAISE`; the
+//!   proof is in [`redlock`]).
+//!
+//! Times are [`Duration`](std::time::Duration)s, sent to the server in whole milliseconds.
+//!
+//! ```no_run
+//! # async fn example() -> leasehold_client::Result<()> {
+//! use std::time::Duration;
+//! use leasehold_client::{Client, Lock};
+//!
+//! let client = Client::open("redis://127.0.0.1:6379").await?;
+//! let lock = Lock::new(&client, "cron:nightly").with_watchdog(true);
+//! let guard = lock.acquire(Duration::from_secs(10)).await?;
+//! tokio::select! {
+//!     () = guard.lost() => { /* the lease was lost: stop, the next holder has a larger token */ }
+//!     () = async { /* the work, sending guard.token() with every write */ } => {}
+//! }
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+
+mod backoff;
+mod client;
+mod error;
+mod guard;
+mod lock;
+mod owner;
+pub mod redlock;
+
+pub use backoff::Backoff;
+pub use client::Client;
+pub use error::{Error, Result};
+pub use guard::{Guard, Lost};
+pub use lock::{Lock, ReadWriteLock, Semaphore, Waiting};
+pub use redlock::{Redlock, RedlockLock};

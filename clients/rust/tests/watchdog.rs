@@ -1,0 +1,196 @@
+//! The watchdog against a real server: it keeps a lock for as long as the guard lives, notices
+//! at once when the lock is gone and never takes it back, sends nothing after release, and
+//! survives its connection being killed; and a client-side timeout during a wait never leaves
+//! a lock held by a caller who was told it did not get it.
+
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::proxy::LinkProxy;
+use common::{Server, call, holder, info_field};
+use leasehold_client::{Client, Lock};
+use redis::Value;
+
+const TTL: Duration = Duration::from_millis(300);
+
+async fn client(url: &str) -> Client {
+    Client::open(url).await.expect("connect")
+}
+
+fn renewals(con: &mut redis::Connection) -> i64 {
+    info_field(con, "commandstats", "cmdstat_lock.renew")
+        .and_then(|stats| {
+            stats
+                .split(',')
+                .next()?
+                .strip_prefix("calls=")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watched_lock_stays_held_for_ten_leases() {
+    let server = Server::start(&[]);
+    let client = client(&server.url()).await;
+    let mut con = server.client();
+    let lock = Lock::new(&client, "k").with_watchdog(true);
+    let guard = lock.try_acquire(TTL).await.expect("acquire").expect("free");
+    for _ in 0..10 {
+        tokio::time::sleep(TTL).await;
+        assert_eq!(holder(&mut con, "k").as_deref(), Some(lock.owner()));
+        assert!(guard.is_held());
+    }
+    assert!(guard.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_deleted_behind_its_back_is_lost_at_once_and_never_taken_back() {
+    let server = Server::start(&[]);
+    let client = client(&server.url()).await;
+    let mut con = server.client();
+    let guard = Lock::new(&client, "k")
+        .with_watchdog(true)
+        .try_acquire(TTL)
+        .await
+        .expect("acquire")
+        .expect("free");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    call(&mut con, &["DEL", "k"]);
+    let deleted = Instant::now();
+    tokio::time::timeout(TTL, guard.lost())
+        .await
+        .expect("lost within a renewal period");
+    assert!(
+        deleted.elapsed() <= TTL / 3 + Duration::from_millis(60),
+        "{:?}",
+        deleted.elapsed()
+    );
+    assert!(!guard.is_held());
+    tokio::time::sleep(TTL * 3).await;
+    assert_eq!(
+        call(&mut con, &["EXISTS", "k"]),
+        Value::Int(0),
+        "nothing re-created it"
+    );
+    assert!(!guard.release().await.expect("release"), "it was not held");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_renewal_is_sent_after_release_or_drop() {
+    let server = Server::start(&[]);
+    let client = client(&server.url()).await;
+    let mut con = server.client();
+    let lock = Lock::new(&client, "k").with_watchdog(true);
+    let released = lock.try_acquire(TTL).await.expect("acquire").expect("free");
+    tokio::time::sleep(TTL).await;
+    assert!(released.release().await.expect("release"));
+    let dropped = lock.try_acquire(TTL).await.expect("acquire").expect("free");
+    tokio::time::sleep(TTL).await;
+    drop(dropped);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let after = renewals(&mut con);
+    assert!(after >= 4, "the watchdogs renewed while held: {after}");
+    tokio::time::sleep(TTL * 3).await;
+    assert_eq!(renewals(&mut con), after, "a renewal after the end");
+    assert_eq!(holder(&mut con, "k"), None);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_watchdog_survives_its_connection_being_killed() {
+    let server = Server::start(&[]);
+    let client = client(&server.url()).await;
+    let mut con = server.client();
+    let lock = Lock::new(&client, "k").with_watchdog(true);
+    let guard = lock
+        .try_acquire(Duration::from_secs(1))
+        .await
+        .expect("acquire")
+        .expect("free");
+    for _ in 0..3 {
+        // Every connection but this test's own: the client's shared one among them.
+        let me: i64 = redis::cmd("CLIENT")
+            .arg("ID")
+            .query(&mut con)
+            .expect("CLIENT ID");
+        let killed: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .arg("SKIPME")
+            .arg("yes")
+            .query(&mut con)
+            .expect("CLIENT KILL");
+        assert!(killed >= 1, "killed {killed}, I am {me}");
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    assert!(guard.is_held());
+    assert_eq!(holder(&mut con, "k").as_deref(), Some(lock.owner()));
+    assert!(guard.release().await.expect("release after reconnecting"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_hold_time_cap_ends_the_holding() {
+    let server = Server::start(&[]);
+    let client = client(&server.url()).await;
+    let guard = Lock::new(&client, "k")
+        .with_watchdog(true)
+        .with_max_hold(Duration::from_millis(700))
+        .try_acquire(TTL)
+        .await
+        .expect("acquire")
+        .expect("free");
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("ends");
+    let held = started.elapsed();
+    assert!(
+        held >= Duration::from_millis(650) && held < Duration::from_millis(1_100),
+        "{held:?}"
+    );
+    assert_eq!(
+        holder(&mut server.client(), "k"),
+        None,
+        "its lease ended with the cap"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wait_whose_reply_never_comes_does_not_leave_the_lock_held_unknowingly() {
+    // The waiter's connections go through a proxy. While it waits, its connection stalls, the
+    // holder releases and the server grants the lock to the waiter; the reply is stuck, so the
+    // client's timeout fires first. It must then find out that it holds the lock.
+    let server = Server::start(&[]);
+    let proxy = LinkProxy::to(server.port);
+    let direct = client(&server.url()).await;
+    let through_proxy = client(&format!("redis://127.0.0.1:{}", proxy.port)).await;
+    let mut con = server.client();
+    let first = Lock::new(&direct, "k")
+        .try_acquire(Duration::from_secs(10))
+        .await
+        .expect("acquire")
+        .expect("free");
+    let waiter = Lock::new(&through_proxy, "k").with_timeout_margin(Duration::from_millis(300));
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            waiter
+                .acquire_timeout(Duration::from_secs(10), Duration::from_millis(500))
+                .await
+        }
+    });
+    common::queued(&mut con, "k", 1);
+    proxy.stall_last_connection(); // the wait's own connection
+    assert!(first.release().await.expect("release"));
+    common::wait_until("granted to the waiter in the server", || {
+        holder(&mut con, "k").as_deref() == Some(waiter.owner())
+    });
+    let outcome = waiting.await.expect("task").expect("recovered");
+    let guard = outcome.expect("told it holds the lock it holds");
+    assert_eq!(holder(&mut con, "k").as_deref(), Some(waiter.owner()));
+    assert!(guard.release().await.expect("release"));
+}

@@ -1,0 +1,48 @@
+//! A real Redis Cluster on loopback: three masters, each with the module, the slots spread by
+//! `redis-cli --cluster create`.
+
+use std::process::Command;
+
+use super::{Server, wait_until};
+
+fn node() -> Server {
+    Server::start(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "5000",
+    ])
+}
+
+/// Three masters with the slots spread by `redis-cli --cluster create`, ready (`cluster_state:ok`).
+pub fn cluster() -> Vec<Server> {
+    let nodes: Vec<Server> = (0..3).map(|_| node()).collect();
+    let addresses: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let created = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addresses)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .expect("redis-cli --cluster create");
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stdout)
+    );
+    for node in &nodes {
+        let mut con = node.client();
+        wait_until("cluster_state:ok", || {
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query(&mut con)
+                .unwrap_or_default();
+            info.contains("cluster_state:ok")
+        });
+    }
+    nodes
+}
