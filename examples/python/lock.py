@@ -1,33 +1,32 @@
-"""Take a leasehold lock from Python with redis-py: acquire (waiting up to 5 s for it), check
-the fencing token, renew the lease, release.
+"""Take a leasehold lock from Python with the leasehold package on redis-py: acquire (waiting up
+to 5 s for it), check the fencing token, renew the lease, release.
 
-    pip install redis
+    pip install ./clients/python
     python examples/python/lock.py redis://127.0.0.1:6379
 """
 
 import sys
-import uuid
 
 import redis
+
+import leasehold
 
 
 def main(url: str) -> int:
     r = redis.Redis.from_url(url)
-    owner = f"worker-{uuid.uuid4()}"
-
-    token = r.execute_command("LOCK.ACQUIRE", "invoice:42", owner, 30000, "WAIT", 5000)
-    if token is None:
+    lock = r.lock("invoice:42", timeout=30, blocking_timeout=5, lock_class=leasehold.Lock)
+    if not lock.acquire():
         print("the lock stayed busy for 5 s")
         return 1
-    print(f"acquired invoice:42 with fencing token {token}")
-
-    # Before writing to the resource: do I still hold it, with this token?
-    assert r.execute_command("LOCK.FENCE", "invoice:42", owner) == token
-    # ... write to the resource, passing `token` along so it can reject stale writers ...
-    assert r.execute_command("LOCK.RENEW", "invoice:42", owner, 30000) == 1
-
-    released = r.execute_command("LOCK.RELEASE", "invoice:42", owner)
-    print({1: "released", 0: "the lease had run out", -1: "someone else holds it"}[released])
+    print(f"acquired invoice:42 with fencing token {lock.fencing_token}")
+    try:
+        # Before writing to the resource: do I still hold it? Send the token along so the
+        # resource can reject a holder whose lease ran out.
+        assert lock.owned()
+        lock.reacquire()  # reset the lease to 30 s
+    finally:
+        lock.release()
+    print("released")
     return 0
 
 

@@ -1,0 +1,103 @@
+// A real redis-server with the leasehold module for the tests, on a free loopback port in a
+// temp dir, killed when the process exits; and a TCP proxy whose last connection can be
+// stalled. LEASEHOLD_SERVER names the server (default redis-server), LEASEHOLD_MODULE the
+// module (default the repository's debug build).
+
+import { spawn } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { createClient } from 'redis';
+import { createClient as createClient4 } from 'redis4';
+import { Redis } from 'ioredis';
+import { Redis as Redis5 } from 'ioredis5';
+
+export const ROOT = resolve(fileURLToPath(import.meta.url), '../../../..');
+
+export function freePort() {
+  return new Promise((done) => {
+    const probe = net.createServer().listen(0, '127.0.0.1', () => {
+      const { port } = probe.address();
+      probe.close(() => done(port));
+    });
+  });
+}
+
+export async function startServer() {
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'leasehold-node-'));
+  const binary = process.env.LEASEHOLD_SERVER ?? 'redis-server';
+  const module = process.env.LEASEHOLD_MODULE ?? join(ROOT, 'target', 'debug', 'libleasehold.so');
+  const child = spawn(binary, ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir,
+    '--save', '', '--appendonly', 'no', '--loadmodule', module], { stdio: 'ignore' });
+  process.on('exit', () => child.kill('SIGKILL'));
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    const admin = new Redis(port, '127.0.0.1', { lazyConnect: true, retryStrategy: () => null });
+    try {
+      await admin.connect();
+      if ((await admin.ping()) === 'PONG') return { port, url: `redis://127.0.0.1:${port}`, admin, stop: () => { admin.disconnect(); child.kill('SIGKILL'); } };
+    } catch {
+      admin.disconnect();
+    }
+    if (Date.now() > deadline) throw new Error('the server did not start');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** The clients every test runs with: the current and the oldest supported of each library. */
+export const CLIENTS = {
+  'node-redis 6': async (port, extra = {}) => createClient({ url: `redis://127.0.0.1:${port}`, ...extra }).connect(),
+  'node-redis 4': async (port, extra = {}) => { const c = createClient4({ url: `redis://127.0.0.1:${port}`, ...extra }); await c.connect(); return c; },
+  'ioredis 6': async (port, extra = {}) => new Redis(port, '127.0.0.1', extra),
+  'ioredis 5': async (port, extra = {}) => new Redis5(port, '127.0.0.1', extra),
+};
+
+export async function close(client) {
+  if (typeof client.call === 'function') client.disconnect();
+  else if (client.destroy) client.destroy();
+  else await client.disconnect();
+}
+
+export async function until(condition, timeout = 10_000) {
+  const deadline = Date.now() + timeout;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error('timed out');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+export async function waiters(admin, key) {
+  const info = await admin.call('LOCK.INFO', key);
+  if (info === null) return -1;
+  const at = info.indexOf('waiters');
+  return Number(info[at + 1]);
+}
+
+/** A proxy to `target`; `stallLastConnection()` makes what the server sends the connection
+ * opened last get lost on the way. */
+export async function stallingProxy(target) {
+  const sockets = [];
+  let stalled = -1;
+  const server = net.createServer((client) => {
+    const number = sockets.length;
+    const upstream = net.connect(target, '127.0.0.1');
+    sockets.push(client, upstream);
+    client.on('data', (data) => upstream.write(data));
+    upstream.on('data', (data) => { if (number !== stalled) client.write(data); });
+    for (const socket of [client, upstream]) socket.on('error', () => {});
+    client.on('close', () => upstream.destroy());
+    upstream.on('close', () => client.destroy());
+    connections.push(number);
+  });
+  const connections = [];
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    port: server.address().port,
+    stallLastConnection: () => { stalled = connections[connections.length - 1]; },
+    close: () => { server.close(); sockets.forEach((s) => s.destroy()); },
+  };
+}

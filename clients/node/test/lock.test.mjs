@@ -1,0 +1,150 @@
+// The Node package against a real server, with node-redis 6 and 4 and ioredis 6 and 5: every
+// API item, waits on a connection of their own (the program's connection stays free, and
+// ioredis's commandTimeout cannot cut a wait short), keyPrefix, using() with renewal and the
+// AbortSignal, a lost reply, and the read-write lock and semaphore.
+
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+
+import { createLock, createReadWriteLock, createSemaphore } from '../dist/index.js';
+import { CLIENTS, close, stallingProxy, startServer, until, waiters } from './helpers.mjs';
+
+const server = await startServer();
+after(() => server.stop());
+
+let counter = 0;
+const unique = (what) => `${what}:${process.pid}:${counter++}`;
+
+for (const [label, connect] of Object.entries(CLIENTS)) {
+  describe(label, () => {
+    let client;
+    before(async () => { client = await connect(server.port); });
+    after(() => close(client));
+
+    it('takes, renews and releases a lock with a fencing token', async () => {
+      const name = unique('order');
+      const lock = createLock(client, name, { ttl: 10_000 });
+      const holding = await lock.tryAcquire();
+      assert.ok(holding);
+      assert.equal(typeof holding.token, 'number');
+      assert.ok(Number.isSafeInteger(holding.token));
+      assert.equal(await server.admin.call('LOCK.FENCE', name), holding.token);
+      assert.equal(await createLock(client, name).tryAcquire(), null);
+      assert.equal(await holding.renew(20_000), true);
+      assert.ok((await server.admin.pttl(name)) > 19_000);
+      assert.equal(await holding.release(), true);
+      const next = await createLock(client, name).tryAcquire();
+      assert.ok(next.token > holding.token);
+      await next.release();
+      assert.equal(await holding.release(), false, 'no longer held');
+    });
+
+    it('waits in the server on its own connection, past a command timeout', async () => {
+      const name = unique('busy');
+      const holding = await createLock(client, name, { ttl: 10_000 }).tryAcquire();
+      // A client that gives up on any reply after 300 ms (ioredis's commandTimeout).
+      const impatient = await connect(server.port, label.startsWith('ioredis') ? { commandTimeout: 300 } : {});
+      const waiting = createLock(impatient, name, { ttl: 10_000 }).acquire({ wait: 3_000 });
+      await until(async () => (await waiters(server.admin, name)) === 1);
+      // The program's own connection is not stalled by the wait.
+      const started = Date.now();
+      assert.equal(await (impatient.call ? impatient.call('PING') : impatient.sendCommand(['PING'])), 'PONG');
+      assert.ok(Date.now() - started < 200);
+      await new Promise((r) => setTimeout(r, 800));
+      await holding.release();
+      const granted = await waiting;
+      assert.ok(granted && granted.token > holding.token);
+      await granted.release();
+      await close(impatient);
+    });
+
+    it('times out with null, and waits without limit when asked', async () => {
+      const name = unique('timeout');
+      const holding = await createLock(client, name, { ttl: 10_000 }).tryAcquire();
+      const started = Date.now();
+      assert.equal(await createLock(client, name).acquire({ wait: 200 }), null);
+      assert.ok(Date.now() - started >= 190);
+      const forever = createLock(client, name).acquire();
+      await until(async () => (await waiters(server.admin, name)) === 1);
+      await holding.release();
+      const granted = await forever;
+      assert.ok(granted);
+      await granted.release();
+    });
+
+    it('using() renews, aborts its signal when the lease is lost, and releases', async () => {
+      const name = unique('job');
+      const lock = createLock(client, name, { ttl: 300 });
+      const result = await lock.using(async (signal, holding) => {
+        await new Promise((r) => setTimeout(r, 1_000));
+        assert.equal(signal.aborted, false, 'renewed past three leases');
+        assert.equal(await server.admin.call('LOCK.FENCE', name), holding.token);
+        return 'done';
+      });
+      assert.equal(result, 'done');
+      assert.equal(await server.admin.exists(name), 0, 'released at the end');
+      await assert.rejects(lock.using(async (signal) => {
+        await server.admin.del(name);
+        await new Promise((resolve) => signal.addEventListener('abort', resolve));
+        assert.ok(signal.aborted);
+        throw new Error('stopped because the lease was lost');
+      }), /stopped because/);
+      await new Promise((r) => setTimeout(r, 400));
+      assert.equal(await server.admin.exists(name), 0, 'never taken back');
+    });
+
+    it('a lost reply is followed up, so the lock is never held unknowingly', async () => {
+      const name = unique('lost');
+      const holding = await createLock(client, name, { ttl: 10_000 }).tryAcquire();
+      const proxy = await stallingProxy(server.port);
+      const through = await connect(proxy.port);
+      const waiter = createLock(through, name, { ttl: 10_000, timeoutMargin: 300 });
+      const waiting = waiter.acquire({ wait: 500 });
+      await until(async () => (await waiters(server.admin, name)) === 1);
+      proxy.stallLastConnection(); // the wait's own connection
+      await holding.release();
+      const granted = await waiting;
+      assert.ok(granted, 'told it holds the lock the server granted');
+      assert.equal(await server.admin.call('LOCK.FENCE', name, waiter.owner), granted.token);
+      await granted.release();
+      await close(through);
+      proxy.close();
+    });
+
+    it('readers share, a writer waits, and a semaphore counts permits', async () => {
+      const name = unique('report');
+      const first = createReadWriteLock(client, name);
+      const second = createReadWriteLock(client, name);
+      const r1 = await first.read.tryAcquire();
+      const r2 = await second.read.tryAcquire();
+      assert.ok(r1 && r2 && r2.token > r1.token);
+      assert.equal(await first.write.tryAcquire(), null);
+      const writing = createReadWriteLock(client, name).write.acquire({ wait: 5_000 });
+      await until(async () => (await waiters(server.admin, name)) === 1);
+      await r1.release();
+      await r2.release();
+      const written = await writing;
+      assert.ok(written && written.token > r2.token);
+      await written.release();
+
+      const pool = createSemaphore(client, unique('pool'), 2);
+      const [a, b] = [await pool.tryAcquire(), await pool.tryAcquire()];
+      assert.ok(a && b && a.token !== b.token);
+      assert.equal(await pool.tryAcquire(), null);
+      await a.release();
+      assert.ok(await pool.tryAcquire());
+    });
+  });
+}
+
+describe('ioredis keyPrefix', () => {
+  it('is applied to the lock key', async () => {
+    const prefixed = await CLIENTS['ioredis 6'](server.port, { keyPrefix: 'app:' });
+    const holding = await createLock(prefixed, 'order:9').tryAcquire();
+    assert.ok(holding);
+    assert.equal(await server.admin.call('LOCK.FENCE', 'app:order:9'), holding.token);
+    assert.equal(await server.admin.exists('order:9'), 0);
+    await holding.release();
+    prefixed.disconnect();
+  });
+});

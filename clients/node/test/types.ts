@@ -1,0 +1,25 @@
+// Compiled with `tsc --strict --noEmit` by `npm run build`: the API takes both clients and
+// gives typed results without casts.
+import { createClient } from 'redis';
+import { createClient as createClient4 } from 'redis4';
+import { Redis } from 'ioredis';
+import { Redis as Redis5 } from 'ioredis5';
+
+import { createLock, createReadWriteLock, createSemaphore, type Holding } from '../dist/index.js';
+
+export async function typed(): Promise<number> {
+  const nodeRedis = await createClient().connect();
+  const ioredis = new Redis({ keyPrefix: 'app:' });
+  const lock = createLock(nodeRedis, 'order:1', { ttl: 10_000 });
+  const holding: Holding | null = await lock.acquire({ wait: 1_000 });
+  const { read, write } = createReadWriteLock(ioredis, 'report');
+  const permit = await createSemaphore(ioredis, 'pool', 3).tryAcquire();
+  const token: number = await read.using(async (signal, held) => {
+    signal.throwIfAborted();
+    return held.token;
+  });
+  await write.tryAcquire();
+  await createLock(await createClient4().connect(), 'old').tryAcquire();
+  await createLock(new Redis5(), 'old').tryAcquire();
+  return token + (holding?.token ?? 0) + (permit?.token ?? 0);
+}

@@ -1,0 +1,23 @@
+"""Lock classes for redis-py on the leasehold Redis module (module ``lock``, the ``LOCK.*``
+commands).
+
+``leasehold.Lock`` is a drop-in for redis-py's ``Lock``::
+
+    import redis, leasehold
+
+    r = redis.Redis(host="127.0.0.1", port=6379)
+    with r.lock("invoice:42", timeout=30, blocking_timeout=5, lock_class=leasehold.Lock) as lock:
+        write_invoice(data, fencing_token=lock.fencing_token)
+
+with waiting in the server (fair, on a connection of its own whose socket timeout is longer
+than the wait), a fencing token for every holding, an optional watchdog, and
+``ReadWriteLock`` and ``Semaphore``. ``leasehold.asyncio`` has the same classes for
+``redis.asyncio``. Times are seconds, as in redis-py.
+"""
+
+from redis.exceptions import LockError, LockNotOwnedError
+
+from .lock import Lock, ReadWriteLock, Semaphore, SharedLock
+
+__all__ = ["Lock", "ReadWriteLock", "Semaphore", "SharedLock", "LockError", "LockNotOwnedError"]
+__version__ = "0.2.0"

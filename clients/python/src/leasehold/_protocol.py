@@ -1,0 +1,112 @@
+"""What the sync and asyncio lock classes share: the module's commands, time conversion, and
+the connection a wait gets for itself."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any, List, Optional, Sequence, Union
+
+from redis.backoff import NoBackoff
+from redis.exceptions import LockError
+from redis.retry import Retry
+
+Number = Union[int, float]
+
+#: The lease of a lock made with ``timeout=None``, in seconds. redis-py's lock then never
+#: expires; a module lock always has a lease, so the watchdog renews this one until release,
+#: and a crashed holder's lock ends 30 s later instead of never.
+DEFAULT_LEASE = 30.0
+
+#: How long, in seconds, after a wait should have ended the client stops waiting for the
+#: reply and finds out for itself whether it got the lock.
+WAIT_MARGIN = 1.0
+
+#: How long a loop waits before asking again after ``TRYAGAIN`` (the server could not issue a
+#: fencing token yet), in seconds.
+TRY_AGAIN_DELAY = 0.01
+
+
+def new_owner() -> str:
+    """A new owner: a random UUID (v4) in 32 hex digits, as redis-py's tokens are."""
+    return uuid.uuid4().hex
+
+
+def to_ms(seconds: Number, what: str = "timeout") -> int:
+    """``seconds`` (a float or int, as redis-py takes times) in whole milliseconds, at least 1.
+
+    Raises ``LockError`` for zero, a negative time, or less than a millisecond."""
+    ms = int(seconds * 1000)
+    if ms < 1:
+        raise LockError(f"{what} must be at least 0.001 s, not {seconds!r}")
+    return ms
+
+
+def acquire_command(
+    name: Any, owner: Any, lease_ms: int, mode: Sequence[Any], wait_ms: Optional[int] = None
+) -> List[Any]:
+    """``LOCK.ACQUIRE name owner lease-ms [SHARED [LIMIT n]] [WAIT wait-ms]``."""
+    command: List[Any] = ["LOCK.ACQUIRE", name, owner, lease_ms, *mode]
+    if wait_ms is not None:
+        command += ["WAIT", wait_ms]
+    return command
+
+
+def wait_connection_kwargs(pool: Any, wait: Optional[Number]) -> dict:
+    """The arguments of a connection of its own for a wait of ``wait`` seconds (``None``: no
+    limit): the client's own settings (host, TLS, protocol, ``decode_responses``, ...), a socket
+    timeout longer than the wait, and no retries — a retried wait would queue again, or fail
+    a lock the first try got."""
+    kwargs = dict(pool.connection_kwargs)
+    kwargs["socket_timeout"] = None if wait is None else wait + WAIT_MARGIN
+    kwargs["retry"] = Retry(NoBackoff(), 0)
+    kwargs.pop("retry_on_timeout", None)
+    kwargs.pop("retry_on_error", None)
+    return kwargs
+
+
+def own_ttl_ms(info: Any, owner: Any) -> Optional[int]:
+    """The lease left of ``owner``'s holding in a ``LOCK.INFO`` reply (RESP2 or RESP3, bytes or
+    str), or ``None`` when it holds nothing."""
+    fields = as_map(info)
+    if fields is None:
+        return None
+    if text(fields.get("mode")) != "shared":
+        return int(fields["ttl"]) if text(fields.get("owner")) == text(owner) else None
+    for holder in fields.get("owners") or []:
+        holder = as_map(holder) or {}
+        if text(holder.get("owner")) == text(owner):
+            return int(holder["ttl"])
+    return None
+
+
+def as_map(reply: Any) -> Optional[dict]:
+    """A reply map (RESP3 dict or RESP2 flat list) with text keys."""
+    if reply is None:
+        return None
+    if isinstance(reply, dict):
+        return {text(key): value for key, value in reply.items()}
+    return {text(reply[i]): reply[i + 1] for i in range(0, len(reply), 2)}
+
+
+def text(value: Any) -> Optional[str]:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value if value is None else str(value)
+
+
+class Local(threading.local):
+    """What one holder (one thread, with ``thread_local=True``) keeps: redis-py's ``token``
+    (the owner), the fencing token, and the watchdog."""
+
+    token: Any = None
+    fencing_token: Optional[int] = None
+    keeper: Any = None
+
+
+class Shared:
+    """What one holder keeps when ``thread_local=False``: the same fields, for every thread."""
+
+    token: Any = None
+    fencing_token: Optional[int] = None
+    keeper: Any = None

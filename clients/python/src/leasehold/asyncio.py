@@ -1,0 +1,286 @@
+"""The lock classes of :mod:`leasehold` over ``redis.asyncio``: the same interface with
+``await``, a drop-in for ``redis.asyncio.lock.Lock`` (``r.lock(name, lock_class=...)``); the
+watchdog is a task and :attr:`Lock.lost` an ``asyncio.Event``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from types import TracebackType
+from typing import Any, Awaitable, Callable, Optional, Sequence, Type
+
+from redis.exceptions import (
+    ConnectionError,
+    LockError,
+    LockNotOwnedError,
+    RedisError,
+    TimeoutError,
+    TryAgainError,
+)
+
+from ._protocol import (
+    DEFAULT_LEASE,
+    TRY_AGAIN_DELAY,
+    Local,
+    Number,
+    Shared,
+    acquire_command,
+    new_owner,
+    own_ttl_ms,
+    to_ms,
+    wait_connection_kwargs,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class Lock:
+    """:class:`leasehold.Lock` for ``redis.asyncio`` clients; see it for the differences from
+    redis-py's lock."""
+
+    #: The module's options for this kind of lock (``SHARED``, ``LIMIT n``).
+    mode: Sequence[Any] = ()
+
+    def __init__(
+        self,
+        redis: Any,
+        name: Any,
+        timeout: Optional[Number] = None,
+        sleep: Number = 0.1,
+        blocking: bool = True,
+        blocking_timeout: Optional[Number] = None,
+        thread_local: bool = True,
+        raise_on_release_error: bool = True,
+        *,
+        watchdog: bool = False,
+    ) -> None:
+        self.redis = redis
+        self.name = name
+        self.timeout = timeout
+        self.sleep = sleep
+        self.blocking = blocking
+        self.blocking_timeout = blocking_timeout
+        self.thread_local = bool(thread_local)
+        self.raise_on_release_error = raise_on_release_error
+        self.watchdog = watchdog or timeout is None
+        self.local = Local() if self.thread_local else Shared()
+
+    async def __aenter__(self) -> "Lock":
+        if await self.acquire():
+            return self
+        raise LockError("Unable to acquire lock within the time specified")
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        try:
+            await self.release()
+        except LockError:
+            if self.raise_on_release_error:
+                raise
+            logger.warning("Lock was unlocked or no longer owned when exiting context manager.")
+
+    @property
+    def fencing_token(self) -> Optional[int]:
+        """The fencing token of the current holding, ``None`` when not held."""
+        return self.local.fencing_token
+
+    @property
+    def lost(self) -> asyncio.Event:
+        """Set once the current holding's lease is known lost."""
+        keeper = self.local.keeper
+        return keeper.lost if keeper is not None else asyncio.Event()
+
+    async def acquire(
+        self,
+        sleep: Optional[Number] = None,
+        blocking: Optional[bool] = None,
+        blocking_timeout: Optional[Number] = None,
+        token: Optional[Any] = None,
+    ) -> bool:
+        """Takes the lock; ``True`` once held (see :meth:`leasehold.Lock.acquire`)."""
+        if blocking is None:
+            blocking = self.blocking
+        if blocking_timeout is None:
+            blocking_timeout = self.blocking_timeout
+        owner = self.redis.get_encoder().encode(token if token is not None else new_owner())
+        if blocking:
+            fencing = await self._wait(owner, blocking_timeout)
+        else:
+            fencing = await self._try(owner)
+        if fencing is None:
+            return False
+        self.local.token = owner
+        self.local.fencing_token = int(fencing)
+        if self.watchdog:
+            self.local.keeper = Keeper(lambda ms: self._renew(owner, ms), self._lease_ms())
+        return True
+
+    async def release(self) -> None:
+        """Releases the lock. ``LockNotOwnedError`` when its lease had run out."""
+        owner = self.local.token
+        if owner is None:
+            raise LockError("Cannot release a lock that's not owned or is already unlocked.")
+        self._forget()
+        if await self.redis.execute_command("LOCK.RELEASE", self.name, owner) != 1:
+            raise LockNotOwnedError("Cannot release a lock that's no longer owned")
+
+    async def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
+        """Adds ``additional_time`` seconds to the lease left, or replaces it."""
+        owner = self.local.token
+        if owner is None:
+            raise LockError("Cannot extend an unlocked lock")
+        if self.timeout is None:
+            raise LockError("Cannot extend a lock with no timeout")
+        lease_ms = to_ms(additional_time, "additional_time")
+        if not replace_ttl:
+            info = await self.redis.execute_command("LOCK.INFO", self.name)
+            left = own_ttl_ms(info, owner)
+            if left is None:
+                raise LockNotOwnedError("Cannot extend a lock that's no longer owned")
+            lease_ms += max(left, 0)
+        if await self._renew(owner, lease_ms) != 1:
+            raise LockNotOwnedError("Cannot extend a lock that's no longer owned")
+        return True
+
+    async def reacquire(self) -> bool:
+        """Resets the lease to ``timeout``."""
+        owner = self.local.token
+        if owner is None:
+            raise LockError("Cannot reacquire an unlocked lock")
+        if self.timeout is None:
+            raise LockError("Cannot reacquire a lock with no timeout")
+        if await self._renew(owner, self._lease_ms()) != 1:
+            raise LockNotOwnedError("Cannot reacquire a lock that's no longer owned")
+        return True
+
+    async def locked(self) -> bool:
+        """True if anyone holds the lock."""
+        return await self.redis.execute_command("LOCK.FENCE", self.name) is not None
+
+    async def owned(self) -> bool:
+        """True if this lock holds it."""
+        owner = self.local.token
+        if owner is None:
+            return False
+        return await self.redis.execute_command("LOCK.FENCE", self.name, owner) is not None
+
+    def _lease_ms(self) -> int:
+        return to_ms(DEFAULT_LEASE if self.timeout is None else self.timeout)
+
+    async def _try(self, owner: Any) -> Optional[int]:
+        command = acquire_command(self.name, owner, self._lease_ms(), self.mode)
+        try:
+            return await self.redis.execute_command(*command)
+        except TryAgainError:
+            return None
+
+    async def _wait(self, owner: Any, blocking_timeout: Optional[Number]) -> Optional[int]:
+        deadline = None if blocking_timeout is None else time.monotonic() + blocking_timeout
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return await self._try(owner)
+            try:
+                return await self._wait_once(owner, left)
+            except TryAgainError:
+                await asyncio.sleep(TRY_AGAIN_DELAY)
+            except (TimeoutError, ConnectionError, asyncio.TimeoutError):
+                granted = await self._recover(owner)
+                if granted is not None:
+                    return granted
+
+    async def _wait_once(self, owner: Any, left: Optional[Number]) -> Optional[int]:
+        wait_ms = 0 if left is None else max(int(left * 1000), 1)
+        command = acquire_command(self.name, owner, self._lease_ms(), self.mode, wait_ms)
+        pool = self.redis.connection_pool
+        connection = pool.connection_class(**wait_connection_kwargs(pool, left))
+        try:
+            await connection.send_command(*command)
+            return await connection.read_response()
+        finally:
+            await connection.disconnect()
+
+    async def _recover(self, owner: Any) -> Optional[int]:
+        try:
+            return await self._try(owner)
+        except RedisError:
+            asyncio.ensure_future(self._release_eventually(owner))
+            raise
+
+    async def _release_eventually(self, owner: Any) -> None:
+        for attempt in range(20):
+            try:
+                await self.redis.execute_command("LOCK.RELEASE", self.name, owner)
+                return
+            except RedisError:
+                await asyncio.sleep(min(0.01 * 2**attempt, 1.0))
+
+    async def _renew(self, owner: Any, lease_ms: int) -> int:
+        return await self.redis.execute_command("LOCK.RENEW", self.name, owner, lease_ms)
+
+    def _forget(self) -> None:
+        keeper = self.local.keeper
+        if keeper is not None:
+            keeper.stop()
+        self.local.token = None
+        self.local.fencing_token = None
+        self.local.keeper = None
+
+
+class Keeper:
+    """The watchdog as a task: renews every third of the lease until stopped, refused, or the
+    lease ran out while renewals failed; then sets :attr:`lost`."""
+
+    def __init__(self, renew: Callable[[int], Awaitable[int]], lease_ms: int) -> None:
+        self.lost = asyncio.Event()
+        self._renew = renew
+        self._lease = lease_ms / 1000
+        self._task = asyncio.ensure_future(self._run())
+
+    def stop(self) -> None:
+        """Stops renewing (at release)."""
+        self._task.cancel()
+
+    async def _run(self) -> None:
+        held_until = time.monotonic() + self._lease
+        while True:
+            await asyncio.sleep(self._lease / 3)
+            sent = time.monotonic()
+            try:
+                renewed = await self._renew(int(self._lease * 1000))
+            except RedisError:
+                if time.monotonic() >= held_until:
+                    break
+                continue
+            if renewed != 1:
+                break
+            held_until = sent + self._lease
+        self.lost.set()
+
+
+class SharedLock(Lock):
+    """A reader of a :class:`ReadWriteLock` (``SHARED``)."""
+
+    mode = ("SHARED",)
+
+
+class ReadWriteLock:
+    """:class:`leasehold.ReadWriteLock` over ``redis.asyncio``."""
+
+    def __init__(self, redis: Any, name: Any, **kwargs: Any) -> None:
+        self.read = SharedLock(redis, name, **kwargs)
+        self.write = Lock(redis, name, **kwargs)
+
+
+class Semaphore(Lock):
+    """:class:`leasehold.Semaphore` over ``redis.asyncio``."""
+
+    def __init__(self, redis: Any, name: Any, permits: int, **kwargs: Any) -> None:
+        super().__init__(redis, name, **kwargs)
+        self.permits = permits
+        self.mode = ("SHARED", "LIMIT", permits)

@@ -1,0 +1,318 @@
+"""Lock classes for redis-py on the leasehold module: ``Lock`` is a drop-in for redis-py's own
+(``r.lock(name, lock_class=leasehold.Lock)``), plus ``ReadWriteLock`` and ``Semaphore``.
+
+Times are seconds (floats), as redis-py's ``Lock`` takes them; the module gets whole
+milliseconds (``int(seconds * 1000)``, at least 1).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from types import TracebackType
+from typing import Any, Callable, Optional, Sequence, Type
+
+from redis.exceptions import (
+    ConnectionError,
+    LockError,
+    LockNotOwnedError,
+    RedisError,
+    TimeoutError,
+    TryAgainError,
+)
+
+from ._protocol import (
+    DEFAULT_LEASE,
+    TRY_AGAIN_DELAY,
+    Local,
+    Number,
+    Shared,
+    acquire_command,
+    new_owner,
+    own_ttl_ms,
+    to_ms,
+    wait_connection_kwargs,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class Lock:
+    """A lock on the leasehold module with redis-py's ``Lock`` interface and behaviour.
+
+    Where it differs from redis-py's:
+
+    - Waiting (``blocking=True``) happens in the server (``LOCK.ACQUIRE ... WAIT``): the lock is
+      handed to waiters in arrival order the moment it is free, on a connection made for the
+      wait with a socket timeout longer than the wait, which is never retried. ``sleep`` is
+      accepted and not needed. If the reply is lost (the socket timed out, the connection
+      dropped), the lock asks again with the same owner, so it never holds a lock it reported
+      not getting.
+    - Every holding has a fencing token, :attr:`fencing_token`: pass it to the resource you
+      write to, so it can reject a holder whose lease ran out.
+    - A module lock always has a lease: with ``timeout=None`` it is 30 s, renewed by the
+      watchdog until release. ``watchdog=True`` turns the watchdog on for any ``timeout``: a
+      thread renews the lease every third of it, stops for good at release or when a renewal
+      is refused (it never takes the lock back), and then sets :attr:`lost`.
+    - ``locked()`` and ``owned()`` ask the module (``GET`` on a module lock is ``WRONGTYPE``).
+    """
+
+    #: The module's options for this kind of lock (``SHARED``, ``LIMIT n``).
+    mode: Sequence[Any] = ()
+
+    def __init__(
+        self,
+        redis: Any,
+        name: Any,
+        timeout: Optional[Number] = None,
+        sleep: Number = 0.1,
+        blocking: bool = True,
+        blocking_timeout: Optional[Number] = None,
+        thread_local: bool = True,
+        raise_on_release_error: bool = True,
+        *,
+        watchdog: bool = False,
+    ) -> None:
+        self.redis = redis
+        self.name = name
+        self.timeout = timeout
+        self.sleep = sleep
+        self.blocking = blocking
+        self.blocking_timeout = blocking_timeout
+        self.thread_local = bool(thread_local)
+        self.raise_on_release_error = raise_on_release_error
+        self.watchdog = watchdog or timeout is None
+        self.local = Local() if self.thread_local else Shared()
+
+    def __enter__(self) -> "Lock":
+        if self.acquire():
+            return self
+        raise LockError("Unable to acquire lock within the time specified")
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        try:
+            self.release()
+        except LockError:
+            if self.raise_on_release_error:
+                raise
+            logger.warning("Lock was unlocked or no longer owned when exiting context manager.")
+
+    @property
+    def fencing_token(self) -> Optional[int]:
+        """The fencing token of the current holding, ``None`` when not held."""
+        return self.local.fencing_token
+
+    @property
+    def lost(self) -> threading.Event:
+        """Set once the current holding's lease is known lost (the watchdog's renewal was
+        refused, or the lease ran out while it could not renew)."""
+        keeper = self.local.keeper
+        return keeper.lost if keeper is not None else threading.Event()
+
+    def acquire(
+        self,
+        sleep: Optional[Number] = None,
+        blocking: Optional[bool] = None,
+        blocking_timeout: Optional[Number] = None,
+        token: Optional[Any] = None,
+    ) -> bool:
+        """Takes the lock; ``True`` once held. ``blocking=False`` returns at once;
+        otherwise waits up to ``blocking_timeout`` seconds (``None``: as long as it takes).
+        ``token`` picks the owner (default: a new random one)."""
+        if blocking is None:
+            blocking = self.blocking
+        if blocking_timeout is None:
+            blocking_timeout = self.blocking_timeout
+        owner = self.redis.get_encoder().encode(token if token is not None else new_owner())
+        if blocking:
+            fencing = self._wait(owner, blocking_timeout)
+        else:
+            fencing = self._try(owner)
+        if fencing is None:
+            return False
+        self.local.token = owner
+        self.local.fencing_token = int(fencing)
+        if self.watchdog:
+            self.local.keeper = Keeper(lambda ms: self._renew(owner, ms), self._lease_ms())
+        return True
+
+    def release(self) -> None:
+        """Releases the lock. ``LockNotOwnedError`` when its lease had run out."""
+        owner = self.local.token
+        if owner is None:
+            raise LockError("Cannot release a lock that's not owned or is already unlocked.")
+        self._forget()
+        if self.redis.execute_command("LOCK.RELEASE", self.name, owner) != 1:
+            raise LockNotOwnedError("Cannot release a lock that's no longer owned")
+
+    def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
+        """Adds ``additional_time`` seconds to the lease left, or with ``replace_ttl`` makes it
+        the lease. ``LockNotOwnedError`` when the lease had run out (it is not brought back).
+        The lease left is read first: the addition is off by the round trip."""
+        owner = self.local.token
+        if owner is None:
+            raise LockError("Cannot extend an unlocked lock")
+        if self.timeout is None:
+            raise LockError("Cannot extend a lock with no timeout")
+        lease_ms = to_ms(additional_time, "additional_time")
+        if not replace_ttl:
+            left = own_ttl_ms(self.redis.execute_command("LOCK.INFO", self.name), owner)
+            if left is None:
+                raise LockNotOwnedError("Cannot extend a lock that's no longer owned")
+            lease_ms += max(left, 0)
+        if self._renew(owner, lease_ms) != 1:
+            raise LockNotOwnedError("Cannot extend a lock that's no longer owned")
+        return True
+
+    def reacquire(self) -> bool:
+        """Resets the lease to ``timeout``. ``LockNotOwnedError`` when it had run out."""
+        owner = self.local.token
+        if owner is None:
+            raise LockError("Cannot reacquire an unlocked lock")
+        if self.timeout is None:
+            raise LockError("Cannot reacquire a lock with no timeout")
+        if self._renew(owner, self._lease_ms()) != 1:
+            raise LockNotOwnedError("Cannot reacquire a lock that's no longer owned")
+        return True
+
+    def locked(self) -> bool:
+        """True if anyone holds the lock."""
+        return self.redis.execute_command("LOCK.FENCE", self.name) is not None
+
+    def owned(self) -> bool:
+        """True if this lock (this thread, with ``thread_local``) holds it."""
+        owner = self.local.token
+        if owner is None:
+            return False
+        return self.redis.execute_command("LOCK.FENCE", self.name, owner) is not None
+
+    def _lease_ms(self) -> int:
+        return to_ms(DEFAULT_LEASE if self.timeout is None else self.timeout)
+
+    def _try(self, owner: Any) -> Optional[int]:
+        command = acquire_command(self.name, owner, self._lease_ms(), self.mode)
+        try:
+            return self.redis.execute_command(*command)
+        except TryAgainError:
+            return None
+
+    def _wait(self, owner: Any, blocking_timeout: Optional[Number]) -> Optional[int]:
+        deadline = None if blocking_timeout is None else time.monotonic() + blocking_timeout
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return self._try(owner)
+            try:
+                return self._wait_once(owner, left)
+            except TryAgainError:
+                time.sleep(TRY_AGAIN_DELAY)
+            except (TimeoutError, ConnectionError):
+                granted = self._recover(owner)
+                if granted is not None:
+                    return granted
+
+    def _wait_once(self, owner: Any, left: Optional[Number]) -> Optional[int]:
+        """One ``LOCK.ACQUIRE ... WAIT`` on a connection of its own."""
+        wait_ms = 0 if left is None else max(int(left * 1000), 1)
+        command = acquire_command(self.name, owner, self._lease_ms(), self.mode, wait_ms)
+        pool = self.redis.connection_pool
+        connection = pool.connection_class(**wait_connection_kwargs(pool, left))
+        try:
+            connection.send_command(*command)
+            return connection.read_response()
+        finally:
+            connection.disconnect()
+
+    def _recover(self, owner: Any) -> Optional[int]:
+        """The reply to a wait was lost: asks again without waiting, with the same owner (a
+        holder gets its token back). If even that fails, releases in the background."""
+        try:
+            return self._try(owner)
+        except RedisError:
+            threading.Thread(target=self._release_eventually, args=(owner,), daemon=True).start()
+            raise
+
+    def _release_eventually(self, owner: Any) -> None:
+        for attempt in range(20):
+            try:
+                self.redis.execute_command("LOCK.RELEASE", self.name, owner)
+                return
+            except RedisError:
+                time.sleep(min(0.01 * 2**attempt, 1.0))
+
+    def _renew(self, owner: Any, lease_ms: int) -> int:
+        return self.redis.execute_command("LOCK.RENEW", self.name, owner, lease_ms)
+
+    def _forget(self) -> None:
+        keeper = self.local.keeper
+        if keeper is not None:
+            keeper.stop()
+        self.local.token = None
+        self.local.fencing_token = None
+        self.local.keeper = None
+
+
+class Keeper:
+    """The watchdog: renews the lease every third of it in a daemon thread until stopped, a
+    renewal is refused, or the lease it last renewed ran out while renewals failed; then sets
+    :attr:`lost`. It never takes a lost lock back."""
+
+    def __init__(self, renew: Callable[[int], int], lease_ms: int) -> None:
+        self.lost = threading.Event()
+        self._stopped = threading.Event()
+        self._renew = renew
+        self._lease = lease_ms / 1000
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def stop(self) -> None:
+        """Stops renewing (at release)."""
+        self._stopped.set()
+
+    def _run(self) -> None:
+        held_until = time.monotonic() + self._lease
+        while not self._stopped.wait(self._lease / 3):
+            sent = time.monotonic()
+            try:
+                renewed = self._renew(int(self._lease * 1000))
+            except RedisError:
+                if time.monotonic() >= held_until:
+                    break
+                continue
+            if renewed != 1 or self._stopped.is_set():
+                break
+            held_until = sent + self._lease
+        if not self._stopped.is_set():
+            self.lost.set()
+
+
+class SharedLock(Lock):
+    """A reader of a :class:`ReadWriteLock` (``SHARED``)."""
+
+    mode = ("SHARED",)
+
+
+class ReadWriteLock:
+    """Many readers or one writer, fair between them: a writer queued behind readers goes
+    before readers that come after it. ``read`` and ``write`` are locks with redis-py's
+    interface; the arguments are theirs."""
+
+    def __init__(self, redis: Any, name: Any, **kwargs: Any) -> None:
+        self.read = SharedLock(redis, name, **kwargs)
+        self.write = Lock(redis, name, **kwargs)
+
+
+class Semaphore(Lock):
+    """At most ``permits`` holders at once (``SHARED LIMIT permits``), each with its own lease
+    and fencing token. One permit per thread with ``thread_local`` (like a lock); make one
+    ``Semaphore`` object per permit you hold at a time otherwise."""
+
+    def __init__(self, redis: Any, name: Any, permits: int, **kwargs: Any) -> None:
+        super().__init__(redis, name, **kwargs)
+        self.permits = permits
+        self.mode = ("SHARED", "LIMIT", permits)

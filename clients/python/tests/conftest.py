@@ -1,0 +1,142 @@
+"""A real redis-server with the leasehold module for the tests: on a free loopback port, in a
+temp dir, killed at the end. ``LEASEHOLD_SERVER`` names the server binary (default
+``redis-server``), ``LEASEHOLD_MODULE`` the module (default the debug build of this repo)."""
+
+import os
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="leasehold-py-")
+        binary = os.environ.get("LEASEHOLD_SERVER", "redis-server")
+        module = os.environ.get("LEASEHOLD_MODULE", str(ROOT / "target" / "debug" / "libleasehold.so"))
+        self.log = open(Path(self.dir) / "server.log", "w")
+        self.process = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+             "--save", "", "--appendonly", "no", "--loadmodule", module],
+            stdout=self.log, stderr=self.log)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if redis.Redis(port=self.port).ping():
+                    return
+            except redis.ConnectionError:
+                pass
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                raise RuntimeError(Path(self.dir, "server.log").read_text())
+            time.sleep(0.02)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="session")
+def server():
+    running = Server()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def name() -> str:
+    """A lock name no other test uses."""
+    return f"lock:{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def admin(server):
+    """A plain client for checking what the server holds."""
+    return redis.Redis(port=server.port)
+
+
+class StallingProxy:
+    """A TCP proxy to the server whose last connection can be stalled: it stays open, but what
+    the server sends it is lost, as when a network silently drops one flow's packets."""
+
+    def __init__(self, port: int) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.target = port
+        self.connections = []
+        self.stalled = None
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            number = len(self.connections)
+            self.connections.append((client, upstream))
+            threading.Thread(target=self._pump, args=(client, upstream, None), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, number), daemon=True).start()
+
+    def _pump(self, source, sink, number) -> None:
+        while True:
+            try:
+                data = source.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            if number is not None and number == self.stalled:
+                continue  # lost on the way
+            try:
+                sink.sendall(data)
+            except OSError:
+                return
+
+    def stall_last_connection(self) -> None:
+        self.stalled = len(self.connections) - 1
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.fixture
+def proxy(server):
+    stalling = StallingProxy(server.port)
+    yield stalling
+    stalling.close()
+
+
+def wait_until(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def waiters(admin, name) -> int:
+    info = admin.execute_command("LOCK.INFO", name)
+    if info is None:
+        return -1
+    fields = dict(zip(info[::2], info[1::2])) if isinstance(info, list) else info
+    return int(fields.get(b"waiters", fields.get("waiters", 0)))

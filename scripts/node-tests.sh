@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs the Node client's tests (clients/node, node --test) against $LEASEHOLD_SERVER (default
+# redis-server): installs the pinned node-redis 6 and 4, ioredis 6 and 5 and TypeScript from
+# the lockfile, builds with `tsc --strict` (the package and a type test), then tests.
+set -euo pipefail
+cd "$(dirname "$0")/../clients/node"
+
+if [ ! -d node_modules ] || [ package-lock.json -nt node_modules ]; then
+  npm ci --silent --no-audit --no-fund
+fi
+npm run --silent build
+echo "--- clients/node with node-redis 6.3.1 and 4.7.0, ioredis 6.0.0 and 5.9.2"
+node --test --test-concurrency=1 --test-reporter=dot test/

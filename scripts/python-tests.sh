@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Runs the Python client's tests (clients/python, pytest) against $LEASEHOLD_SERVER (default
+# redis-server) with the newest redis-py and with the oldest one the package supports, each in
+# a virtualenv of its own under build/venv/, with pinned versions from PyPI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+for redis_py in 8.1.0 5.0.0; do
+  venv="build/venv/python-redis-$redis_py"
+  if [ ! -x "$venv/bin/pytest" ]; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check \
+      "redis==$redis_py" pytest==9.2.0 pytest-asyncio==1.5.0
+  fi
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --force-reinstall ./clients/python
+  echo "--- clients/python with redis-py $redis_py"
+  (cd clients/python && "../../$venv/bin/python" -m pytest -q -p no:cacheprovider tests)
+done
