@@ -309,9 +309,9 @@ mod tests {
         assert_eq!(
             counter.issue(NOW),
             Err(Refused::AheadOfClock {
-                retry_in_ms: 10_000
+                retry_in_ms: 10_001
             }),
-            "its own tokens wait for its clock"
+            "its own next token waits until its clock's ceiling passes the raised one"
         );
     }
 
