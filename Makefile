@@ -1,9 +1,10 @@
 # leasehold — distributed locks as a Redis module. `make help` lists the targets.
 
 PORT ?= 6379
+DURATION ?= 60
 MODULE := target/release/libleasehold.so
 
-.PHONY: help deps build test run bench fmt lint
+.PHONY: help deps build test chaos run bench fmt lint
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -16,6 +17,9 @@ build: deps ## build the module: target/release/libleasehold.so
 
 test: deps ## build, then run every test (module, Rust, Python and Node clients) on Redis 7.0, 8.2 and Valkey 8.1 (or LEASEHOLD_SERVER)
 	scripts/test.sh
+
+chaos: deps ## fencing under random crashes, pauses, partitions and Sentinel failovers for $(DURATION) s on each server (or LEASEHOLD_SERVER)
+	scripts/chaos.sh $(DURATION)
 
 run: build ## start redis-server on 127.0.0.1:$(PORT) with the module loaded, in the foreground
 	redis-server --port $(PORT) --bind 127.0.0.1 --save "" --appendonly no \

@@ -279,7 +279,7 @@ def machine():
 
 def main():
     servers = dict(line.split() for line in subprocess.run(
-        [str(ROOT / "scripts" / "servers.sh")], capture_output=True, text=True, check=True).stdout.splitlines())
+        [str(ROOT / "scripts" / "servers.sh"), "--all"], capture_output=True, text=True, check=True).stdout.splitlines())
     server = Server(servers["redis-7.0"])
     valkey = Server(servers["valkey-8.1"])
     try:

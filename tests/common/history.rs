@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 /// One grant of a lock, as the client saw it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Grant {
     pub lock: String,
     pub token: i64,
@@ -16,6 +16,10 @@ pub struct Grant {
     /// When the client sent `LOCK.ACQUIRE` and when the reply arrived, in µs since the start.
     pub requested_us: u64,
     pub acknowledged_us: u64,
+    /// Whether it was an exclusive holding, and until when the client knew it held it (its
+    /// release's reply, or the end of its lease), in µs since the start.
+    pub exclusive: bool,
+    pub held_until_us: u64,
 }
 
 /// The grants of a run, from many threads.
@@ -78,6 +82,28 @@ pub fn regressions_per_server(grants: &[Grant]) -> Vec<(&Grant, i64)> {
         .values()
         .flat_map(|grants| regressions(grants))
         .collect()
+}
+
+/// Pairs of exclusive grants of the same lock whose holdings overlapped in time: two clients
+/// that both believed they held it. Expected across an asynchronous failover; the fencing
+/// token orders them.
+pub fn double_grants(grants: &[Grant]) -> usize {
+    let mut by_lock: HashMap<&str, Vec<&Grant>> = HashMap::new();
+    for grant in grants.iter().filter(|grant| grant.exclusive) {
+        by_lock.entry(&grant.lock).or_default().push(grant);
+    }
+    let mut doubles = 0;
+    for grants in by_lock.values_mut() {
+        grants.sort_by_key(|grant| grant.acknowledged_us);
+        let mut held_until = 0;
+        for grant in grants.iter() {
+            if grant.acknowledged_us < held_until {
+                doubles += 1;
+            }
+            held_until = held_until.max(grant.held_until_us);
+        }
+    }
+    doubles
 }
 
 /// Which server was the designated master at `at_us`: `first` until the first switch, then

@@ -180,7 +180,8 @@ impl Server {
         }
     }
 
-    fn try_client(&self) -> redis::RedisResult<Connection> {
+    /// A RESP2 connection, or the error if the server does not answer within 5 s.
+    pub fn try_client(&self) -> redis::RedisResult<Connection> {
         redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(5))
     }
 
@@ -301,7 +302,8 @@ impl Drop for Server {
     }
 }
 
-fn free_port() -> u16 {
+/// A free port on 127.0.0.1 (bound, read, released).
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())

@@ -1,12 +1,18 @@
 //! A Sentinel-managed group on loopback: a master and two replicas with the module, watched
 //! by three Sentinels, and the record of every `+switch-master` they announce.
+//!
+//! Everyone — Sentinels, replicas, clients — reaches a data server through a TCP proxy of its
+//! own (the server announces the proxy's port with `replica-announce-port`), so cutting the
+//! proxy cuts the server off from all of them, as a network partition would, while it keeps
+//! running.
 
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use super::history::History;
-use super::{Server, call, wait_until};
+use super::proxy::LinkProxy;
+use super::{Server, call, free_port, info_field, wait_until};
 
 /// The name the Sentinels monitor the master under.
 pub const MASTER_NAME: &str = "leasehold";
@@ -15,7 +21,7 @@ pub const MASTER_NAME: &str = "leasehold";
 pub const DOWN_AFTER_MS: u64 = 1_000;
 
 /// How a data server keeps its data, and so how it comes back after `kill -9`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Persistence {
     /// `appendonly yes`, `appendfsync everysec`: up to a second of writes lost.
     Aof,
@@ -27,38 +33,58 @@ pub enum Persistence {
     Nothing,
 }
 
-/// The data servers (index 0 the first master) and their Sentinels.
+/// The data servers (index 0 the first master), their proxies, and their Sentinels.
 pub struct Group {
     pub servers: Vec<Server>,
     pub persistence: Vec<Persistence>,
+    proxies: Vec<LinkProxy>,
+    /// The port everyone reaches each server on: its proxy's.
+    pub addresses: Vec<u16>,
     pub sentinels: Vec<Server>,
-    /// `(µs since the history began, new master's port)` for each `+switch-master`.
+    /// `(µs since the history began, new master's address)` for each `+switch-master`.
     switches: Arc<Mutex<Vec<(u64, u16)>>>,
 }
 
 impl Group {
-    /// Starts the servers (AOF master, RDB replica, replica with nothing) and three Sentinels
-    /// (quorum 2), and waits until every Sentinel knows both replicas and the other two.
-    /// Switches are timed on `history`'s clock.
+    /// Starts the servers (AOF master, RDB replica, replica with nothing) behind their proxies
+    /// and three Sentinels (quorum 2), and waits until every Sentinel knows both replicas and
+    /// the other two. Switches are timed on `history`'s clock.
     pub fn start(history: &Arc<History>) -> Self {
         let persistence = vec![Persistence::Aof, Persistence::Rdb, Persistence::Nothing];
+        let addresses: Vec<u16> = persistence.iter().map(|_| free_port()).collect();
         let servers: Vec<Server> = persistence
             .iter()
-            .map(|kept| match kept {
-                Persistence::Aof => Server::start(&["--appendonly", "yes"]),
-                Persistence::Rdb => Server::start(&["--save", "1 1"]),
-                Persistence::Nothing => Server::start(&[]),
+            .zip(&addresses)
+            .map(|(kept, address)| {
+                let announce = address.to_string();
+                let announced = [
+                    "--replica-announce-ip",
+                    "127.0.0.1",
+                    "--replica-announce-port",
+                    &announce,
+                ];
+                let kept: &[&str] = match kept {
+                    Persistence::Aof => &["--appendonly", "yes"],
+                    Persistence::Rdb => &["--save", "1 1"],
+                    Persistence::Nothing => &[],
+                };
+                Server::start(&[&announced[..], kept].concat())
             })
             .collect();
+        let proxies: Vec<LinkProxy> = servers
+            .iter()
+            .zip(&addresses)
+            .map(|(server, address)| LinkProxy::at(*address, server.port))
+            .collect();
         for replica in &servers[1..] {
-            replica.replicate(&servers[0]);
+            replica.replicate_through(addresses[0]);
         }
         let config = format!(
             "sentinel monitor {MASTER_NAME} 127.0.0.1 {} 2\n\
              sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n\
              sentinel failover-timeout {MASTER_NAME} 3000\n\
              sentinel parallel-syncs {MASTER_NAME} 2\n",
-            servers[0].port
+            addresses[0]
         );
         let sentinels: Vec<Server> = (0..3).map(|_| Server::sentinel(&config)).collect();
         for sentinel in &sentinels {
@@ -79,6 +105,8 @@ impl Group {
         Self {
             servers,
             persistence,
+            proxies,
+            addresses,
             sentinels,
             switches,
         }
@@ -97,21 +125,49 @@ impl Group {
         heard
     }
 
-    /// The index of the server the Sentinels name as master, as far as the switches tell.
-    pub fn master(&self) -> usize {
-        let port = self
-            .switches()
-            .last()
-            .map_or(self.servers[0].port, |(_, port)| *port);
-        self.index_of(port)
+    /// The index of the server the Sentinels name as master (the first that answers).
+    pub fn master(&self) -> Option<usize> {
+        self.sentinels.iter().find_map(|sentinel| {
+            let mut con = sentinel.try_client().ok()?;
+            let (_, port): (String, u16) = redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg(MASTER_NAME)
+                .query(&mut con)
+                .ok()?;
+            self.addresses.iter().position(|known| *known == port)
+        })
     }
 
-    /// The index of the data server on `port`.
-    pub fn index_of(&self, port: u16) -> usize {
-        self.servers
-            .iter()
-            .position(|server| server.port == port)
-            .expect("a server of the group")
+    /// Waits up to `within` for the group to settle after a fault: the master the Sentinels
+    /// name reports the master role and every other server is its replica with the link up.
+    /// True if it did.
+    pub fn settle(&self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if self
+                .master()
+                .is_some_and(|master| self.settled_under(master))
+            {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+
+    fn settled_under(&self, master: usize) -> bool {
+        self.servers.iter().enumerate().all(|(index, server)| {
+            let Ok(mut con) = server.try_client() else {
+                return false;
+            };
+            let mut field = |name: &str| info_field(&mut con, "replication", name);
+            if index == master {
+                return field("role").as_deref() == Some("master");
+            }
+            field("role").as_deref() == Some("slave")
+                && field("master_port") == Some(self.addresses[master].to_string())
+                && field("master_link_status").as_deref() == Some("up")
+        })
     }
 
     /// Waits up to `within` for the Sentinels to name a master other than `old`; true if
@@ -119,10 +175,28 @@ impl Group {
     pub fn wait_for_failover(&self, old: usize, within: Duration) -> bool {
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
-            if self.master() != old {
+            if self.master().is_some_and(|master| master != old) {
                 return true;
             }
             thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// Waits up to `within` for server `index` to report the master role (after the `FAILOVER`
+    /// command, which the Sentinels learn of only later), and records the switch to it then.
+    pub fn follow_promotion(&self, index: usize, history: &History, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        let Ok(mut con) = self.servers[index].try_client() else {
+            return false;
+        };
+        while Instant::now() < deadline {
+            if info_field(&mut con, "replication", "role").as_deref() == Some("master") {
+                let switch = (history.now_us(), self.addresses[index]);
+                self.switches.lock().expect("switches").push(switch);
+                return true;
+            }
+            thread::sleep(Duration::from_millis(5));
         }
         false
     }
@@ -136,6 +210,17 @@ impl Group {
         } else {
             self.servers[index].restart();
         }
+    }
+
+    /// Cuts server `index` off from everyone: its proxy closes every connection and refuses
+    /// new ones.
+    pub fn cut_off(&mut self, index: usize) {
+        self.proxies[index].cut();
+    }
+
+    /// Reconnects server `index` after [`Group::cut_off`].
+    pub fn reconnect(&mut self, index: usize) {
+        self.proxies[index] = LinkProxy::at(self.addresses[index], self.servers[index].port);
     }
 }
 

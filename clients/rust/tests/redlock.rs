@@ -209,6 +209,7 @@ async fn tokens_keep_increasing_while_nodes_are_frozen_killed_and_cut_off() {
                     server: 0,
                     requested_us,
                     acknowledged_us: history.now_us(),
+                    ..Grant::default()
                 });
                 store.write(&name, guard.token());
                 tokio::time::sleep(Duration::from_millis(rng.random_range(1..30))).await;

@@ -1,0 +1,399 @@
+//! `make chaos`: fencing tokens under random crashes, pauses, partitions and Sentinel
+//! failovers — counted, not assumed (Jepsen's method: record a history, then check it).
+//!
+//! A master and two replicas with the module (AOF on the master, RDB on one replica, nothing
+//! on the other), three Sentinels, and 16 clients that find the master through Sentinel (the
+//! `redis` crate's Sentinel client). Each loops: acquire one of a few locks (exclusive or
+//! shared, with or without `WAIT`) → an exclusive holder writes `(lock, token)` to a fenced
+//! store that rejects a token not above the last one it accepted for that lock → sometimes
+//! renew → release; now and then a client freezes past its lease while holding (as a
+//! `SIGSTOP`ped or GC-paused process would; the clients are threads of this test) and writes
+//! late. A nemesis, at random moments, each kind once per round in a random order: `kill -9`
+//! of the master (it comes back as a replica), `SIGSTOP` of the master past the Sentinel
+//! down-after time, a cut link (the master's proxy closes, cutting it off from replicas,
+//! Sentinels and clients), `SENTINEL FAILOVER`, `FAILOVER` (the command; Sentinel does not
+//! follow it but fails over again some 20 s later, redis/redis#13118), and
+//! `CLIENT PAUSE WRITE`; after each it waits for the group to settle (one master, both
+//! replicas linked), so faults overlap the Sentinels' reconfiguration, not each other.
+//!
+//! The checker reports operations, grants, faults by kind, failovers, double grants (expected
+//! under asynchronous replication), split-brain grants (by a server Sentinel had already
+//! replaced), and the two token regressions that must be 0: a grant by the designated master
+//! whose token is not above every grant of the lock acknowledged before it was requested, and
+//! a server issuing a token not above one it issued before, across its restarts. Plus the
+//! store's rejections and a replay of what it accepted.
+//!
+//! `LEASEHOLD_CHAOS_SECONDS` sets the length (default 20, as in `make test`; `make chaos
+//! DURATION=600` for ten minutes), `LEASEHOLD_CHAOS_SEED` the seed (default: new each run).
+//! One summary line goes to stderr, with the seed.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::history::{self, Grant, History};
+use common::sentinel::{Group, MASTER_NAME};
+use rand::{RngExt, SeedableRng, rngs::StdRng, seq::SliceRandom};
+use redis::{Connection, ConnectionAddr, RedisResult};
+
+const CLIENTS: usize = 16;
+const LOCKS: usize = 4;
+const LEASE_MS: u64 = 1_000;
+
+#[test]
+fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
+    let seconds: u64 = std::env::var("LEASEHOLD_CHAOS_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
+    // A new seed each run unless `LEASEHOLD_CHAOS_SEED` names one; the summary prints it.
+    let seed: u64 = std::env::var("LEASEHOLD_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| u64::from(std::process::id()) ^ common::now_ms().unsigned_abs());
+    let history = Arc::new(History::new());
+    let mut group = Group::start(&history);
+    let first_master = group.addresses[0];
+    let run = Arc::new(Run::default());
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|id| {
+            let (urls, history, run) = (
+                group.sentinel_urls(),
+                Arc::clone(&history),
+                Arc::clone(&run),
+            );
+            thread::spawn(move || client(seed ^ id as u64, &urls, &history, &run))
+        })
+        .collect();
+
+    let mut faults = nemesis(&mut group, &history, Duration::from_secs(seconds), seed);
+    run.stop.store(true, Ordering::SeqCst);
+    for client in clients {
+        client.join().expect("client thread");
+    }
+    *faults.entry("client stalled past its lease").or_default() +=
+        run.stalls.load(Ordering::SeqCst);
+
+    let grants = history.grants();
+    let switches = group.switches();
+    let designated = history::by_designated_masters(&grants, first_master, &switches);
+    let mut across = 0;
+    let mut locks: BTreeMap<&str, Vec<&Grant>> = BTreeMap::new();
+    for grant in &designated {
+        locks.entry(&grant.lock).or_default().push(grant);
+    }
+    for grants in locks.values() {
+        across += history::regressions(grants).len();
+    }
+    let own = history::regressions_per_server(&grants).len();
+    let split_brain = grants.len() - designated.len();
+    let doubles = history::double_grants(&grants);
+    let (accepted, rejected, replay) = run.store.summary();
+    eprintln!(
+        "chaos: {seconds} s (seed {seed}), {} operations, {} grants ({} by designated masters), faults {faults:?}, \
+         {} failovers, {doubles} double grants, {split_brain} split-brain grants, \
+         {across} token regressions at designated masters, {own} on a server's own tokens, \
+         {accepted} fenced writes accepted, {rejected} stale writes rejected, replay {}",
+        run.operations.load(Ordering::SeqCst),
+        grants.len(),
+        designated.len(),
+        switches.len(),
+        if replay {
+            "strictly increasing"
+        } else {
+            "OUT OF ORDER"
+        },
+    );
+    assert_eq!((across, own), (0, 0), "token regressions");
+    assert!(
+        replay,
+        "the store accepted a token not above an earlier one"
+    );
+    assert!(designated.len() >= 100, "only {} grants", designated.len());
+}
+
+/// What the clients share.
+#[derive(Default)]
+struct Run {
+    stop: AtomicBool,
+    operations: AtomicU64,
+    stalls: AtomicU64,
+    store: FencedStore,
+}
+
+/// A fenced resource: per lock, a write is accepted only with a token above the last one it
+/// accepted. It keeps what it accepted, to replay.
+#[derive(Default)]
+struct FencedStore {
+    accepted: Mutex<HashMap<String, Vec<i64>>>,
+    rejected: AtomicU64,
+}
+
+impl FencedStore {
+    fn write(&self, lock: &str, token: i64) {
+        let mut accepted = self.accepted.lock().expect("store");
+        let writes = accepted.entry(lock.to_owned()).or_default();
+        if writes.last().is_none_or(|last| token > *last) {
+            writes.push(token);
+        } else {
+            self.rejected.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Writes accepted, writes rejected, and whether every lock's accepted tokens increase.
+    fn summary(&self) -> (usize, u64, bool) {
+        let accepted = self.accepted.lock().expect("store");
+        let count = accepted.values().map(Vec::len).sum();
+        let increasing = accepted
+            .values()
+            .all(|writes| writes.windows(2).all(|w| w[0] < w[1]));
+        (count, self.rejected.load(Ordering::SeqCst), increasing)
+    }
+}
+
+/// What the nemesis does to the master.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Fault {
+    /// `kill -9`; it comes back (with what its persistence kept, or empty) as a replica.
+    Kill,
+    /// `SIGSTOP` past the Sentinels' down-after time, then `SIGCONT`.
+    Stop,
+    /// Its proxy closes: cut off from replicas, Sentinels and clients until reconnected.
+    CutOff,
+    /// `SENTINEL FAILOVER`, while the old master keeps running.
+    SentinelFailover,
+    /// The `FAILOVER` command to a replica (writes paused while it catches up); the
+    /// Sentinels only follow it some 20 s later, after seeing their master report itself a
+    /// replica.
+    FailoverCommand,
+    /// `CLIENT PAUSE 2000 WRITE`.
+    ClientPause,
+}
+
+impl Fault {
+    const ALL: [Fault; 6] = [
+        Fault::Kill,
+        Fault::Stop,
+        Fault::CutOff,
+        Fault::SentinelFailover,
+        Fault::FailoverCommand,
+        Fault::ClientPause,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Fault::Kill => "kill -9 of the master",
+            Fault::Stop => "SIGSTOP of the master",
+            Fault::CutOff => "master cut off",
+            Fault::SentinelFailover => "SENTINEL FAILOVER",
+            Fault::FailoverCommand => "FAILOVER",
+            Fault::ClientPause => "CLIENT PAUSE WRITE",
+        }
+    }
+
+    /// Does it to `master` and waits for what follows (a failover, the pause's end).
+    fn inflict(self, group: &mut Group, master: usize, history: &History, rng: &mut StdRng) {
+        let failover_within = Duration::from_secs(15);
+        match self {
+            Fault::Kill => {
+                group.servers[master].kill();
+                group.wait_for_failover(master, failover_within);
+                group.restart(master, rng.random_bool(0.5));
+            }
+            Fault::Stop => {
+                group.servers[master].signal("STOP");
+                group.wait_for_failover(master, failover_within);
+                group.servers[master].signal("CONT");
+            }
+            Fault::CutOff => {
+                group.cut_off(master);
+                group.wait_for_failover(master, failover_within);
+                group.reconnect(master);
+            }
+            Fault::SentinelFailover => {
+                let mut sentinel = group.sentinels[0].client();
+                let _ = redis::cmd("SENTINEL")
+                    .arg("FAILOVER")
+                    .arg(MASTER_NAME)
+                    .exec(&mut sentinel);
+                group.wait_for_failover(master, failover_within);
+            }
+            Fault::FailoverCommand => {
+                let target =
+                    (master + rng.random_range(1..group.servers.len())) % group.servers.len();
+                let mut con = group.servers[master].client();
+                let mut failover = redis::cmd("FAILOVER");
+                failover
+                    .arg("TO")
+                    .arg("127.0.0.1")
+                    .arg(group.addresses[target]);
+                if failover.arg("TIMEOUT").arg(3_000).exec(&mut con).is_ok() {
+                    group.follow_promotion(target, history, Duration::from_secs(4));
+                }
+            }
+            Fault::ClientPause => {
+                let mut con = group.servers[master].client();
+                let _ = redis::cmd("CLIENT")
+                    .arg("PAUSE")
+                    .arg(2_000)
+                    .arg("WRITE")
+                    .exec(&mut con);
+                thread::sleep(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+/// Faults the master at random moments until `length` is over, every kind once per round in
+/// a random order; returns the faults by kind.
+fn nemesis(
+    group: &mut Group,
+    history: &History,
+    length: Duration,
+    seed: u64,
+) -> BTreeMap<&'static str, u64> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let started = Instant::now();
+    let mut faults = BTreeMap::new();
+    let mut round = Vec::new();
+    while started.elapsed() < length {
+        thread::sleep(Duration::from_millis(rng.random_range(500..2_000)));
+        let Some(master) = group.master() else {
+            continue;
+        };
+        if round.is_empty() {
+            round = Fault::ALL.to_vec();
+            round.shuffle(&mut rng);
+        }
+        let fault = round.pop().expect("a fault");
+        fault.inflict(group, master, history, &mut rng);
+        *faults.entry(fault.name()).or_default() += 1;
+        // The Sentinels make an old master a replica some seconds later; faults overlap that
+        // time, not the next failover.
+        if !group.settle(Duration::from_secs(45)) {
+            *faults
+                .entry("group did not settle within 45 s")
+                .or_default() += 1;
+        }
+    }
+    faults
+}
+
+/// One client: finds the master through Sentinel, then acquires, writes, sometimes renews,
+/// and releases random locks, recording every grant; on any error it asks Sentinel again.
+fn client(id: u64, sentinel_urls: &[String], history: &History, run: &Run) {
+    let mut rng = StdRng::seed_from_u64(id);
+    let mut sentinel = redis::sentinel::Sentinel::build(sentinel_urls.to_vec()).expect("urls");
+    let mut sequence = 0u64;
+    while !run.stop.load(Ordering::SeqCst) {
+        let Ok((mut con, server)) = connect_to_master(&mut sentinel) else {
+            thread::sleep(Duration::from_millis(50));
+            continue;
+        };
+        while !run.stop.load(Ordering::SeqCst) {
+            sequence += 1;
+            // A new owner per attempt: a retried acquire of the same holding would keep its
+            // token and look like a regression.
+            let owner = format!("client-{id}-{sequence}");
+            let attempt = Attempt {
+                lock: format!("lock-{}", rng.random_range(0..LOCKS)),
+                owner,
+                exclusive: rng.random_bool(0.7),
+                wait: rng.random_bool(0.5),
+                stall: rng.random_bool(0.002),
+                renew: rng.random_bool(0.5),
+            };
+            run.operations.fetch_add(1, Ordering::SeqCst);
+            if hold(&mut con, server, &attempt, history, run).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+fn connect_to_master(sentinel: &mut redis::sentinel::Sentinel) -> RedisResult<(Connection, u16)> {
+    let client = sentinel.master_for(MASTER_NAME, None)?;
+    let ConnectionAddr::Tcp(_, port) = client.get_connection_info().addr().clone() else {
+        unreachable!("the group listens on TCP");
+    };
+    let con = client.get_connection_with_timeout(Duration::from_secs(1))?;
+    con.set_read_timeout(Some(Duration::from_secs(2)))?;
+    con.set_write_timeout(Some(Duration::from_secs(2)))?;
+    Ok((con, port))
+}
+
+/// What one loop of a client does.
+struct Attempt {
+    lock: String,
+    owner: String,
+    exclusive: bool,
+    wait: bool,
+    /// Freeze past the lease while holding, then write late.
+    stall: bool,
+    renew: bool,
+}
+
+fn hold(
+    con: &mut Connection,
+    server: u16,
+    attempt: &Attempt,
+    history: &History,
+    run: &Run,
+) -> RedisResult<()> {
+    let mut acquire = redis::cmd("LOCK.ACQUIRE");
+    acquire.arg(&attempt.lock).arg(&attempt.owner).arg(LEASE_MS);
+    if !attempt.exclusive {
+        acquire.arg("SHARED");
+    }
+    if attempt.wait {
+        acquire.arg("WAIT").arg(300);
+    }
+    let requested_us = history.now_us();
+    let token: Option<i64> = acquire.query(con)?;
+    let Some(token) = token else {
+        return Ok(());
+    };
+    let acknowledged_us = history.now_us();
+    let mut grant = Grant {
+        lock: attempt.lock.clone(),
+        token,
+        server,
+        requested_us,
+        acknowledged_us,
+        exclusive: attempt.exclusive,
+        held_until_us: acknowledged_us,
+    };
+    if attempt.stall {
+        run.stalls.fetch_add(1, Ordering::SeqCst);
+        thread::sleep(Duration::from_millis(LEASE_MS * 2));
+    }
+    if attempt.exclusive {
+        run.store.write(&attempt.lock, token);
+    }
+    let mut lease_end = requested_us + LEASE_MS * 1_000;
+    let mut renew = || -> RedisResult<()> {
+        let sent = history.now_us();
+        let renewed: i64 = redis::cmd("LOCK.RENEW")
+            .arg(&attempt.lock)
+            .arg(&attempt.owner)
+            .arg(LEASE_MS)
+            .query(con)?;
+        if renewed == 1 {
+            lease_end = sent + LEASE_MS * 1_000;
+        }
+        Ok(())
+    };
+    let renewed = if attempt.renew { renew() } else { Ok(()) };
+    // The client stops counting on the lock when it sends the release (or its lease ends).
+    grant.held_until_us = history.now_us().min(lease_end);
+    history.record(grant);
+    renewed?;
+    redis::cmd("LOCK.RELEASE")
+        .arg(&attempt.lock)
+        .arg(&attempt.owner)
+        .exec(con)
+}
