@@ -301,15 +301,20 @@ impl Model {
         }
     }
 
-    /// Decides and carries out one request; true if it was granted.
-    fn request(&mut self, owner: &str, mode: Mode, reentrant: bool, queued: bool) -> bool {
-        let decision = acquire(
+    /// What the lock decides for a request now.
+    fn decide(&self, owner: &str, mode: Mode, reentrant: bool, queued: bool) -> Acquire {
+        acquire(
             self.lock.as_ref(),
             owner.as_bytes(),
             mode,
             reentrant,
             queued,
-        );
+        )
+    }
+
+    /// Decides and carries out one request; true if it was granted.
+    fn request(&mut self, owner: &str, mode: Mode, reentrant: bool, queued: bool) -> bool {
+        let decision = self.decide(owner, mode, reentrant, queued);
         if decision.needs_token() {
             self.last_token += 1 + self.rng.random_range(0..3);
         }
@@ -338,14 +343,7 @@ impl Model {
     /// Grants the queue's head while it can be granted, as the module's hand-over does.
     fn hand_over(&mut self) {
         while let Some(head) = self.queue.front().cloned() {
-            let decision = acquire(
-                self.lock.as_ref(),
-                head.owner.as_bytes(),
-                head.mode,
-                head.reentrant,
-                false,
-            );
-            if decision == Acquire::Busy {
+            if self.decide(&head.owner, head.mode, head.reentrant, false) == Acquire::Busy {
                 return;
             }
             self.request(&head.owner, head.mode, head.reentrant, false);
@@ -365,13 +363,7 @@ impl Model {
                 };
                 let reentrant = self.rng.random_bool(0.3);
                 let queued = !self.queue.is_empty();
-                let before = acquire(
-                    self.lock.as_ref(),
-                    owner.as_bytes(),
-                    mode,
-                    reentrant,
-                    queued,
-                );
+                let before = self.decide(&owner, mode, reentrant, queued);
                 if !self.request(&owner, mode, reentrant, queued)
                     && before == Acquire::Busy
                     && self.rng.random_bool(0.7)

@@ -3,6 +3,7 @@ the connection a wait gets for itself."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from typing import Any, List, Optional, Sequence, Union
@@ -12,6 +13,8 @@ from redis.exceptions import LockError
 from redis.retry import Retry
 
 Number = Union[int, float]
+
+logger = logging.getLogger("leasehold")
 
 #: The lease of a lock made with ``timeout=None``, in seconds. redis-py's lock then never
 #: expires; a module lock always has a lease, so the watchdog renews this one until release,
@@ -110,3 +113,55 @@ class Shared:
     token: Any = None
     fencing_token: Optional[int] = None
     keeper: Any = None
+
+
+class LockBase:
+    """What the sync and asyncio ``Lock`` share: redis-py's constructor (same arguments and
+    defaults, plus ``watchdog``), the current holding's state, and the lease and command they
+    send. The I/O is theirs."""
+
+    #: The module's options for this kind of lock (``SHARED``, ``LIMIT n``).
+    mode: Sequence[Any] = ()
+
+    def __init__(
+        self,
+        redis: Any,
+        name: Any,
+        timeout: Optional[Number] = None,
+        sleep: Number = 0.1,
+        blocking: bool = True,
+        blocking_timeout: Optional[Number] = None,
+        thread_local: bool = True,
+        raise_on_release_error: bool = True,
+        *,
+        watchdog: bool = False,
+    ) -> None:
+        self.redis = redis
+        self.name = name
+        self.timeout = timeout
+        self.sleep = sleep
+        self.blocking = blocking
+        self.blocking_timeout = blocking_timeout
+        self.thread_local = bool(thread_local)
+        self.raise_on_release_error = raise_on_release_error
+        self.watchdog = watchdog or timeout is None
+        self.local: Union[Local, Shared] = Local() if self.thread_local else Shared()
+
+    @property
+    def fencing_token(self) -> Optional[int]:
+        """The fencing token of the current holding, ``None`` when not held."""
+        return self.local.fencing_token
+
+    def _lease_ms(self) -> int:
+        """The lease each acquire and renewal asks for, in ms (``timeout``, or 30 s)."""
+        return to_ms(DEFAULT_LEASE if self.timeout is None else self.timeout)
+
+    def _acquire_command(self, owner: Any, wait_ms: Optional[int] = None) -> List[Any]:
+        return acquire_command(self.name, owner, self._lease_ms(), self.mode, wait_ms)
+
+    def _released_on_exit(self, error: LockError) -> None:
+        """What leaving a ``with`` block does when the release failed: raise, or with
+        ``raise_on_release_error=False`` log it as redis-py does."""
+        if self.raise_on_release_error:
+            raise error
+        logger.warning("Lock was unlocked or no longer owned when exiting context manager.")

@@ -5,10 +5,9 @@ watchdog is a task and :attr:`Lock.lost` an ``asyncio.Event``."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from types import TracebackType
-from typing import Any, Awaitable, Callable, Optional, Sequence, Type
+from typing import Any, Awaitable, Callable, Optional, Type
 
 from redis.exceptions import (
     ConnectionError,
@@ -20,51 +19,19 @@ from redis.exceptions import (
 )
 
 from ._protocol import (
-    DEFAULT_LEASE,
     TRY_AGAIN_DELAY,
-    Local,
+    LockBase,
     Number,
-    Shared,
-    acquire_command,
     new_owner,
     own_ttl_ms,
     to_ms,
     wait_connection_kwargs,
 )
 
-logger = logging.getLogger(__name__)
 
-
-class Lock:
+class Lock(LockBase):
     """:class:`leasehold.Lock` for ``redis.asyncio`` clients; see it for the differences from
     redis-py's lock."""
-
-    #: The module's options for this kind of lock (``SHARED``, ``LIMIT n``).
-    mode: Sequence[Any] = ()
-
-    def __init__(
-        self,
-        redis: Any,
-        name: Any,
-        timeout: Optional[Number] = None,
-        sleep: Number = 0.1,
-        blocking: bool = True,
-        blocking_timeout: Optional[Number] = None,
-        thread_local: bool = True,
-        raise_on_release_error: bool = True,
-        *,
-        watchdog: bool = False,
-    ) -> None:
-        self.redis = redis
-        self.name = name
-        self.timeout = timeout
-        self.sleep = sleep
-        self.blocking = blocking
-        self.blocking_timeout = blocking_timeout
-        self.thread_local = bool(thread_local)
-        self.raise_on_release_error = raise_on_release_error
-        self.watchdog = watchdog or timeout is None
-        self.local = Local() if self.thread_local else Shared()
 
     async def __aenter__(self) -> "Lock":
         if await self.acquire():
@@ -79,15 +46,8 @@ class Lock:
     ) -> None:
         try:
             await self.release()
-        except LockError:
-            if self.raise_on_release_error:
-                raise
-            logger.warning("Lock was unlocked or no longer owned when exiting context manager.")
-
-    @property
-    def fencing_token(self) -> Optional[int]:
-        """The fencing token of the current holding, ``None`` when not held."""
-        return self.local.fencing_token
+        except LockError as error:
+            self._released_on_exit(error)
 
     @property
     def lost(self) -> asyncio.Event:
@@ -169,11 +129,8 @@ class Lock:
             return False
         return await self.redis.execute_command("LOCK.FENCE", self.name, owner) is not None
 
-    def _lease_ms(self) -> int:
-        return to_ms(DEFAULT_LEASE if self.timeout is None else self.timeout)
-
     async def _try(self, owner: Any) -> Optional[int]:
-        command = acquire_command(self.name, owner, self._lease_ms(), self.mode)
+        command = self._acquire_command(owner)
         try:
             return await self.redis.execute_command(*command)
         except TryAgainError:
@@ -196,7 +153,7 @@ class Lock:
 
     async def _wait_once(self, owner: Any, left: Optional[Number]) -> Optional[int]:
         wait_ms = 0 if left is None else max(int(left * 1000), 1)
-        command = acquire_command(self.name, owner, self._lease_ms(), self.mode, wait_ms)
+        command = self._acquire_command(owner, wait_ms)
         pool = self.redis.connection_pool
         connection = pool.connection_class(**wait_connection_kwargs(pool, left))
         try:

@@ -7,11 +7,10 @@ milliseconds (``int(seconds * 1000)``, at least 1).
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from types import TracebackType
-from typing import Any, Callable, Optional, Sequence, Type
+from typing import Any, Callable, Optional, Type
 
 from redis.exceptions import (
     ConnectionError,
@@ -23,22 +22,17 @@ from redis.exceptions import (
 )
 
 from ._protocol import (
-    DEFAULT_LEASE,
     TRY_AGAIN_DELAY,
-    Local,
+    LockBase,
     Number,
-    Shared,
-    acquire_command,
     new_owner,
     own_ttl_ms,
     to_ms,
     wait_connection_kwargs,
 )
 
-logger = logging.getLogger(__name__)
 
-
-class Lock:
+class Lock(LockBase):
     """A lock on the leasehold module with redis-py's ``Lock`` interface and behaviour.
 
     Where it differs from redis-py's:
@@ -58,33 +52,6 @@ class Lock:
     - ``locked()`` and ``owned()`` ask the module (``GET`` on a module lock is ``WRONGTYPE``).
     """
 
-    #: The module's options for this kind of lock (``SHARED``, ``LIMIT n``).
-    mode: Sequence[Any] = ()
-
-    def __init__(
-        self,
-        redis: Any,
-        name: Any,
-        timeout: Optional[Number] = None,
-        sleep: Number = 0.1,
-        blocking: bool = True,
-        blocking_timeout: Optional[Number] = None,
-        thread_local: bool = True,
-        raise_on_release_error: bool = True,
-        *,
-        watchdog: bool = False,
-    ) -> None:
-        self.redis = redis
-        self.name = name
-        self.timeout = timeout
-        self.sleep = sleep
-        self.blocking = blocking
-        self.blocking_timeout = blocking_timeout
-        self.thread_local = bool(thread_local)
-        self.raise_on_release_error = raise_on_release_error
-        self.watchdog = watchdog or timeout is None
-        self.local = Local() if self.thread_local else Shared()
-
     def __enter__(self) -> "Lock":
         if self.acquire():
             return self
@@ -98,15 +65,8 @@ class Lock:
     ) -> None:
         try:
             self.release()
-        except LockError:
-            if self.raise_on_release_error:
-                raise
-            logger.warning("Lock was unlocked or no longer owned when exiting context manager.")
-
-    @property
-    def fencing_token(self) -> Optional[int]:
-        """The fencing token of the current holding, ``None`` when not held."""
-        return self.local.fencing_token
+        except LockError as error:
+            self._released_on_exit(error)
 
     @property
     def lost(self) -> threading.Event:
@@ -192,11 +152,8 @@ class Lock:
             return False
         return self.redis.execute_command("LOCK.FENCE", self.name, owner) is not None
 
-    def _lease_ms(self) -> int:
-        return to_ms(DEFAULT_LEASE if self.timeout is None else self.timeout)
-
     def _try(self, owner: Any) -> Optional[int]:
-        command = acquire_command(self.name, owner, self._lease_ms(), self.mode)
+        command = self._acquire_command(owner)
         try:
             return self.redis.execute_command(*command)
         except TryAgainError:
@@ -220,7 +177,7 @@ class Lock:
     def _wait_once(self, owner: Any, left: Optional[Number]) -> Optional[int]:
         """One ``LOCK.ACQUIRE ... WAIT`` on a connection of its own."""
         wait_ms = 0 if left is None else max(int(left * 1000), 1)
-        command = acquire_command(self.name, owner, self._lease_ms(), self.mode, wait_ms)
+        command = self._acquire_command(owner, wait_ms)
         pool = self.redis.connection_pool
         connection = pool.connection_class(**wait_connection_kwargs(pool, left))
         try:
