@@ -6,7 +6,8 @@
 //!    (38-byte owners, as Redisson's `UUID:threadId`); 4 connections pipeline batches of 64
 //!    units for 1.5 s: a unit is the acquire of a new holding and its release, or the renewal
 //!    of one of the holders. Reports units per second (median of 3 rounds, ours and the script
-//!    alternating), their ratio, and ours at N holders relative to ours at 1.
+//!    alternating), their ratio, and ours at N holders relative to ours at 1 (the median of
+//!    the per-round ratios, each round measuring ours at 1 holder right before).
 //! 2. **Memory per holder** with 10 000 holders: `used_memory` grown, per holder.
 //! 3. **Readers and writers on one lock.** R readers and W writers loop acquire → 100 µs →
 //!    release for 3 s: leasehold's `WAIT` (FIFO, phase-fair) against Redisson's scripts retried
@@ -430,23 +431,34 @@ fn rate(url: &str, contender: Contender, holders: usize, unit: &Unit) -> RedisRe
     Ok(total as f64 / started.elapsed().as_secs_f64())
 }
 
-/// The median of [`ROUNDS`] rounds of `ours` and `theirs`, alternating.
+/// The medians of [`ROUNDS`] rounds of `ours` and `theirs` at `holders`, and of the per-round
+/// ratio of ours at `holders` to ours at 1 holder; each round runs all three in turn, so that
+/// drift on a shared machine hits them alike.
 fn compare(
     url: &str,
     scripts: &Scripts,
     holders: usize,
     (ours, theirs): (Contender, Contender),
     unit: &Unit,
-) -> RedisResult<(f64, f64)> {
+) -> RedisResult<(f64, f64, f64)> {
     let mut con = redis::Client::open(url)?.get_connection()?;
-    let (mut mine, mut other) = (Vec::new(), Vec::new());
+    let mut measure = |contender: Contender, holders: usize| -> RedisResult<f64> {
+        contender.populate(&mut con, scripts, holders)?;
+        rate(url, contender, holders, unit)
+    };
+    let (mut mine, mut other, mut vs_one) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
-        for (contender, samples) in [(ours, &mut mine), (theirs, &mut other)] {
-            contender.populate(&mut con, scripts, holders)?;
-            samples.push(rate(url, contender, holders, unit)?);
-        }
+        let at_one = if holders == 1 {
+            None
+        } else {
+            Some(measure(ours, 1)?)
+        };
+        let rate = measure(ours, holders)?;
+        mine.push(rate);
+        other.push(measure(theirs, holders)?);
+        vs_one.push(at_one.map_or(1.0, |one| rate / one));
     }
-    Ok((median(&mut mine), median(&mut other)))
+    Ok((median(&mut mine), median(&mut other), median(&mut vs_one)))
 }
 
 fn median(samples: &mut [f64]) -> f64 {
@@ -477,17 +489,12 @@ fn costs(url: &str, scripts: &Scripts) -> RedisResult<()> {
         ("read lock: renew a holder", read, &renew),
         ("semaphore: acquire + release", semaphore, &acquire_release),
     ];
-    let mut firsts = vec![0.0; cases.len()];
     for holders in HOLDERS {
-        for (index, (what, pair, unit)) in cases.iter().enumerate() {
-            let (ours, theirs) = compare(url, scripts, holders, *pair, *unit)?;
-            if holders == HOLDERS[0] {
-                firsts[index] = ours;
-            }
+        for (what, pair, unit) in &cases {
+            let (ours, theirs, vs_one) = compare(url, scripts, holders, *pair, *unit)?;
             println!(
-                "| {holders} | {what} | {ours:.0} | {theirs:.0} | {:.2}× | {:.2}× |",
-                ours / theirs,
-                ours / firsts[index]
+                "| {holders} | {what} | {ours:.0} | {theirs:.0} | {:.2}× | {vs_one:.2}× |",
+                ours / theirs
             );
         }
     }

@@ -394,6 +394,8 @@ def main():
         "held shared by 1, 100 or 10 000 owners (38-byte owners); 4 connections pipeline batches of "
         "64 units for 1.5 s, a unit being the acquire of a new holding and its release, or the "
         "renewal of one holder (Redisson's watchdog renewal of a read lock); medians of 3 rounds. "
+        "The last column is leasehold at N holders over leasehold at 1, the median of per-round "
+        "ratios (each round measures 1 holder right before N). "
         "Target: at 10 000 holders, at least 0.8× leasehold's rate at 1. Then memory per holder with "
         "10 000 holders, and R readers and W writers looping acquire → 100 µs → release for 3 s: "
         "leasehold's `WAIT` against Redisson's scripts retried every millisecond (the longest wait "
