@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the unit tests and doctests once, then against every server of the matrix
 # (scripts/servers.sh), or only against $LEASEHOLD_SERVER when it is set: the integration tests
-# of the module and of the Rust client, and the tests of the Python and Node clients.
+# of the module and of the Rust client (clients/rust is a member of the Cargo workspace, so
+# `cargo test --workspace` runs its tests), and the tests of the Python and Node clients.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

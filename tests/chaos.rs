@@ -29,13 +29,13 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::history::{self, Grant, History};
+use common::history::{self, FencedStore, Grant, History};
 use common::sentinel::{Group, MASTER_NAME};
 use rand::{RngExt, SeedableRng, rngs::StdRng, seq::SliceRandom};
 use redis::{Connection, ConnectionAddr, RedisResult};
@@ -81,14 +81,7 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
     let grants = history.grants();
     let switches = group.switches();
     let designated = history::by_designated_masters(&grants, first_master, &switches);
-    let mut across = 0;
-    let mut locks: BTreeMap<&str, Vec<&Grant>> = BTreeMap::new();
-    for grant in &designated {
-        locks.entry(&grant.lock).or_default().push(grant);
-    }
-    for grants in locks.values() {
-        across += history::regressions(grants).len();
-    }
+    let across = history::regressions_per_lock(designated.iter().copied()).len();
     let own = history::regressions_per_server(&grants).len();
     let split_brain = grants.len() - designated.len();
     let doubles = history::double_grants(&grants);
@@ -125,38 +118,8 @@ struct Run {
     store: FencedStore,
 }
 
-/// A fenced resource: per lock, a write is accepted only with a token above the last one it
-/// accepted. It keeps what it accepted, to replay.
-#[derive(Default)]
-struct FencedStore {
-    accepted: Mutex<HashMap<String, Vec<i64>>>,
-    rejected: AtomicU64,
-}
-
-impl FencedStore {
-    fn write(&self, lock: &str, token: i64) {
-        let mut accepted = self.accepted.lock().expect("store");
-        let writes = accepted.entry(lock.to_owned()).or_default();
-        if writes.last().is_none_or(|last| token > *last) {
-            writes.push(token);
-        } else {
-            self.rejected.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    /// Writes accepted, writes rejected, and whether every lock's accepted tokens increase.
-    fn summary(&self) -> (usize, u64, bool) {
-        let accepted = self.accepted.lock().expect("store");
-        let count = accepted.values().map(Vec::len).sum();
-        let increasing = accepted
-            .values()
-            .all(|writes| writes.windows(2).all(|w| w[0] < w[1]));
-        (count, self.rejected.load(Ordering::SeqCst), increasing)
-    }
-}
-
 /// What the nemesis does to the master.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy)]
 enum Fault {
     /// `kill -9`; it comes back (with what its persistence kept, or empty) as a replica.
     Kill,

@@ -1,9 +1,12 @@
 //! What many clients were granted, recorded as it happened, and the checks over it: no token
 //! at or below one acknowledged before it was requested — per server, and across the masters
-//! Sentinel designated (Jepsen's method: record a history, then check it).
+//! Sentinel designated (Jepsen's method: record a history, then check it); and the fenced
+//! resource the clients write to.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// One grant of a lock, as the client saw it.
@@ -16,8 +19,8 @@ pub struct Grant {
     /// When the client sent `LOCK.ACQUIRE` and when the reply arrived, in µs since the start.
     pub requested_us: u64,
     pub acknowledged_us: u64,
-    /// Whether it was an exclusive holding, and until when the client knew it held it (its
-    /// release's reply, or the end of its lease), in µs since the start.
+    /// Whether it was an exclusive holding, and until when the client counted on it (when it
+    /// sent its release, or the end of its lease), in µs since the start.
     pub exclusive: bool,
     pub held_until_us: u64,
 }
@@ -72,13 +75,31 @@ pub fn regressions<'a>(grants: &[&'a Grant]) -> Vec<(&'a Grant, i64)> {
     found
 }
 
+/// `grants` in groups of equal `key`.
+fn grouped<'a, K: Eq + Hash>(
+    grants: impl IntoIterator<Item = &'a Grant>,
+    key: impl Fn(&Grant) -> K,
+) -> HashMap<K, Vec<&'a Grant>> {
+    let mut groups: HashMap<K, Vec<&Grant>> = HashMap::new();
+    for grant in grants {
+        groups.entry(key(grant)).or_default().push(grant);
+    }
+    groups
+}
+
 /// Regressions within each server's own grants, across its restarts.
 pub fn regressions_per_server(grants: &[Grant]) -> Vec<(&Grant, i64)> {
-    let mut by_server: HashMap<u16, Vec<&Grant>> = HashMap::new();
-    for grant in grants {
-        by_server.entry(grant.server).or_default().push(grant);
-    }
-    by_server
+    grouped(grants, |grant| grant.server)
+        .values()
+        .flat_map(|grants| regressions(grants))
+        .collect()
+}
+
+/// Regressions within each lock's grants (tokens are comparable per lock).
+pub fn regressions_per_lock<'a>(
+    grants: impl IntoIterator<Item = &'a Grant>,
+) -> Vec<(&'a Grant, i64)> {
+    grouped(grants, |grant| grant.lock.clone())
         .values()
         .flat_map(|grants| regressions(grants))
         .collect()
@@ -88,12 +109,9 @@ pub fn regressions_per_server(grants: &[Grant]) -> Vec<(&Grant, i64)> {
 /// that both believed they held it. Expected across an asynchronous failover; the fencing
 /// token orders them.
 pub fn double_grants(grants: &[Grant]) -> usize {
-    let mut by_lock: HashMap<&str, Vec<&Grant>> = HashMap::new();
-    for grant in grants.iter().filter(|grant| grant.exclusive) {
-        by_lock.entry(&grant.lock).or_default().push(grant);
-    }
+    let exclusive = grants.iter().filter(|grant| grant.exclusive);
     let mut doubles = 0;
-    for grants in by_lock.values_mut() {
+    for grants in grouped(exclusive, |grant| grant.lock.clone()).values_mut() {
         grants.sort_by_key(|grant| grant.acknowledged_us);
         let mut held_until = 0;
         for grant in grants.iter() {
@@ -130,4 +148,37 @@ pub fn by_designated_masters<'a>(
                 && designated(first, switches, grant.acknowledged_us) == grant.server
         })
         .collect()
+}
+
+/// A fenced resource: per lock, a write is accepted only with a token above the last one it
+/// accepted. It keeps what it accepted, to replay.
+#[derive(Default)]
+pub struct FencedStore {
+    accepted: Mutex<HashMap<String, Vec<i64>>>,
+    rejected: AtomicU64,
+}
+
+impl FencedStore {
+    /// Writes `token` to `lock`; true if accepted.
+    pub fn write(&self, lock: &str, token: i64) -> bool {
+        let mut accepted = self.accepted.lock().expect("store");
+        let writes = accepted.entry(lock.to_owned()).or_default();
+        if writes.last().is_none_or(|last| token > *last) {
+            writes.push(token);
+            true
+        } else {
+            self.rejected.fetch_add(1, Ordering::SeqCst);
+            false
+        }
+    }
+
+    /// Writes accepted, writes rejected, and whether every lock's accepted tokens increase.
+    pub fn summary(&self) -> (usize, u64, bool) {
+        let accepted = self.accepted.lock().expect("store");
+        let count = accepted.values().map(Vec::len).sum();
+        let increasing = accepted
+            .values()
+            .all(|writes| writes.windows(2).all(|w| w[0] < w[1]));
+        (count, self.rejected.load(Ordering::SeqCst), increasing)
+    }
 }

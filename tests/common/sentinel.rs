@@ -21,7 +21,7 @@ pub const MASTER_NAME: &str = "leasehold";
 pub const DOWN_AFTER_MS: u64 = 1_000;
 
 /// How a data server keeps its data, and so how it comes back after `kill -9`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Persistence {
     /// `appendonly yes`, `appendfsync everysec`: up to a second of writes lost.
     Aof,

@@ -7,11 +7,11 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::history::{self, Grant, History};
+use common::history::{self, FencedStore, Grant, History};
 use common::proxy::LinkProxy;
 use common::{Server, call};
 use leasehold_client::{Client, Redlock};
@@ -151,29 +151,6 @@ async fn a_node_that_restarts_with_nothing_or_runs_ahead_cannot_take_tokens_back
     servers[1].signal("CONT");
 }
 
-/// Accepts a write only with a token larger than the last one accepted for that lock.
-#[derive(Default)]
-struct FencedStore {
-    last: Mutex<HashMap<String, u64>>,
-    accepted: AtomicUsize,
-    rejected: AtomicUsize,
-}
-
-impl FencedStore {
-    fn write(&self, lock: &str, token: u64) -> bool {
-        let mut last = self.last.lock().expect("store");
-        let entry = last.entry(lock.to_owned()).or_insert(0);
-        if token > *entry {
-            *entry = token;
-            self.accepted.fetch_add(1, Ordering::Relaxed);
-            true
-        } else {
-            self.rejected.fetch_add(1, Ordering::Relaxed);
-            false
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn tokens_keep_increasing_while_nodes_are_frozen_killed_and_cut_off() {
     let mut servers = servers();
@@ -203,15 +180,16 @@ async fn tokens_keep_increasing_while_nodes_are_frozen_killed_and_cut_off() {
                     tokio::time::sleep(Duration::from_millis(rng.random_range(1..20))).await;
                     continue;
                 };
+                let token = i64::try_from(guard.token()).unwrap_or(i64::MAX);
                 history.record(Grant {
                     lock: name.clone(),
-                    token: i64::try_from(guard.token()).unwrap_or(i64::MAX),
+                    token,
                     server: 0,
                     requested_us,
                     acknowledged_us: history.now_us(),
                     ..Grant::default()
                 });
-                store.write(&name, guard.token());
+                store.write(&name, token);
                 tokio::time::sleep(Duration::from_millis(rng.random_range(1..30))).await;
                 let _ = guard.release().await;
             }
@@ -249,16 +227,11 @@ async fn tokens_keep_increasing_while_nodes_are_frozen_killed_and_cut_off() {
         client.await.expect("client task");
     }
     let grants = history.grants();
-    let mut regressions = 0;
-    for name in ["lock-0", "lock-1"] {
-        let of_lock: Vec<&Grant> = grants.iter().filter(|grant| grant.lock == name).collect();
-        regressions += history::regressions(&of_lock).len();
-    }
+    let regressions = history::regressions_per_lock(&grants).len();
+    let (accepted, rejected, _) = store.summary();
     eprintln!(
-        "redlock run: {} grants, faults {faults:?}, {} writes accepted, {} stale writes rejected, {regressions} token regressions",
+        "redlock run: {} grants, faults {faults:?}, {accepted} writes accepted, {rejected} stale writes rejected, {regressions} token regressions",
         grants.len(),
-        store.accepted.load(Ordering::Relaxed),
-        store.rejected.load(Ordering::Relaxed),
     );
     assert_eq!(regressions, 0);
     assert!(grants.len() >= 50, "only {} grants", grants.len());

@@ -45,16 +45,6 @@ def to_ms(seconds: Number, what: str = "timeout") -> int:
     return ms
 
 
-def acquire_command(
-    name: Any, owner: Any, lease_ms: int, mode: Sequence[Any], wait_ms: Optional[int] = None
-) -> List[Any]:
-    """``LOCK.ACQUIRE name owner lease-ms [SHARED [LIMIT n]] [WAIT wait-ms]``."""
-    command: List[Any] = ["LOCK.ACQUIRE", name, owner, lease_ms, *mode]
-    if wait_ms is not None:
-        command += ["WAIT", wait_ms]
-    return command
-
-
 def wait_connection_kwargs(pool: Any, wait: Optional[Number]) -> dict:
     """The arguments of a connection of its own for a wait of ``wait`` seconds (``None``: no
     limit): the client's own settings (host, TLS, protocol, ``decode_responses``, ...), a socket
@@ -157,7 +147,11 @@ class LockBase:
         return to_ms(DEFAULT_LEASE if self.timeout is None else self.timeout)
 
     def _acquire_command(self, owner: Any, wait_ms: Optional[int] = None) -> List[Any]:
-        return acquire_command(self.name, owner, self._lease_ms(), self.mode, wait_ms)
+        """``LOCK.ACQUIRE name owner lease-ms [SHARED [LIMIT n]] [WAIT wait-ms]``."""
+        command: List[Any] = ["LOCK.ACQUIRE", self.name, owner, self._lease_ms(), *self.mode]
+        if wait_ms is not None:
+            command += ["WAIT", wait_ms]
+        return command
 
     def _released_on_exit(self, error: LockError) -> None:
         """What leaving a ``with`` block does when the release failed: raise, or with
