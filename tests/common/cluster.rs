@@ -3,12 +3,17 @@
 
 use std::process::Command;
 
-use super::{Server, wait_until};
+use super::{Server, free_port, wait_until};
 
+/// A node with its bus on a free port of its own: the default, port + 10 000, may be taken by
+/// another test's server, or lie past 65 535.
 fn node() -> Server {
+    let bus = free_port().to_string();
     Server::start(&[
         "--cluster-enabled",
         "yes",
+        "--cluster-port",
+        &bus,
         "--cluster-config-file",
         "nodes.conf",
         "--cluster-node-timeout",
