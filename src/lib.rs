@@ -32,14 +32,15 @@ mod holders;
 mod info;
 mod key;
 mod lock;
+mod promotion;
 mod timers;
 mod waiters;
 mod writes;
 
 use redis_module::configuration::ConfigurationFlags;
-use redis_module::server_events::{FlushSubevent, ServerRole};
+use redis_module::server_events::FlushSubevent;
 use redis_module::{AclCategory, Context, RedisString, Status, redis_module};
-use redis_module_macros::{flush_event_handler, role_changed_event_handler};
+use redis_module_macros::flush_event_handler;
 
 use datatype::LOCK_TYPE;
 
@@ -49,29 +50,23 @@ type Allocator = redis_module::alloc::RedisAlloc;
 #[cfg(test)]
 type Allocator = std::alloc::System;
 
-/// A promoted replica may never have received the last tokens its old master issued: its next
-/// token lands a reserve above its clock floor, above anything the old master could issue
-/// (see [`fence`]). (A demoted master's waiters need nothing from here: Redis unblocks every
-/// client blocked in a write command with `-UNBLOCKED` then.)
-#[role_changed_event_handler]
-fn on_role_changed(_ctx: &Context, role: ServerRole) {
-    if role == ServerRole::Primary {
-        fence::counter().reserve();
-    }
-}
-
 /// `FLUSHALL`/`FLUSHDB` freed every lock: hand them to their waiters.
 #[flush_event_handler]
 fn on_flush(ctx: &Context, event: FlushSubevent) {
     handover::on_flush(ctx, event);
 }
 
-/// After the commands and configuration exist: refuses bad configuration values, then sets
-/// the commands' docs and key specs, and skips the replication command lookup where the server
-/// allows it.
+/// After the commands and configuration exist: refuses bad configuration values, starts
+/// watching for promotions that change no role (without which tokens could go back, so the
+/// module refuses to load), then sets the commands' docs and key specs, and skips the
+/// replication command lookup where the server allows it.
 fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
     if let Err(error) = config::check_loaded() {
         ctx.log_warning(&error);
+        return Status::Err;
+    }
+    if promotion::register(ctx) == Status::Err {
+        ctx.log_warning("the command filter that sees promotions could not be registered");
         return Status::Err;
     }
     if let Err(error) = docs::register(ctx) {

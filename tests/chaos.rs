@@ -9,12 +9,14 @@
 //! renew → release; now and then a client freezes past its lease while holding (as a
 //! `SIGSTOP`ped or GC-paused process would; the clients are threads of this test) and writes
 //! late. A nemesis, at random moments, each kind once per round in a random order: `kill -9`
-//! of the master (it comes back as a replica), `SIGSTOP` of the master past the Sentinel
+//! of the master (it comes back at once or after the failover, with its own configuration —
+//! so as a master — or as a replica), `SIGSTOP` of the master past the Sentinel
 //! down-after time, a cut link (the master's proxy closes, cutting it off from replicas,
 //! Sentinels and clients), `SENTINEL FAILOVER`, `FAILOVER` (the command; Sentinel does not
 //! follow it but fails over again some 20 s later, redis/redis#13118), and
-//! `CLIENT PAUSE WRITE`; after each it waits for the group to settle (one master, both
-//! replicas linked), so faults overlap the Sentinels' reconfiguration, not each other.
+//! `CLIENT PAUSE WRITE`; after half of them it waits for the group to settle (one master, both
+//! replicas linked), and the other half the next fault overlaps the Sentinels' reconfiguration
+//! (an old master not yet made a replica can be promoted as it is).
 //!
 //! The checker reports operations, grants, faults by kind, failovers, double grants (expected
 //! under asynchronous replication), split-brain grants (by a server Sentinel had already
@@ -121,7 +123,8 @@ struct Run {
 /// What the nemesis does to the master.
 #[derive(Clone, Copy)]
 enum Fault {
-    /// `kill -9`; it comes back (with what its persistence kept, or empty) as a replica.
+    /// `kill -9`; it comes back with what its persistence kept (or empty), after the failover or
+    /// at once, with its own configuration (as a master) or as a replica.
     Kill,
     /// `SIGSTOP` past the Sentinels' down-after time, then `SIGCONT`.
     Stop,
@@ -164,8 +167,18 @@ impl Fault {
         match self {
             Fault::Kill => {
                 group.servers[master].kill();
-                group.wait_for_failover(master, failover_within);
-                group.restart(master, rng.random_bool(0.5));
+                // Back after the failover, or at once (a supervisor restarting it, before or
+                // while the Sentinels fail over); mostly with its own configuration, so as a
+                // master, sometimes as a replica of the new master.
+                if rng.random_bool(0.5) {
+                    group.wait_for_failover(master, failover_within);
+                } else {
+                    thread::sleep(Duration::from_millis(rng.random_range(0..2_000)));
+                }
+                let lost_volume = rng.random_bool(0.5);
+                let as_replica = rng.random_bool(0.3);
+                let replica_of = group.master().filter(|new| *new != master && as_replica);
+                group.restart(master, lost_volume, replica_of);
             }
             Fault::Stop => {
                 group.servers[master].signal("STOP");
@@ -212,7 +225,8 @@ impl Fault {
 }
 
 /// Faults the master at random moments until `length` is over, every kind once per round in
-/// a random order; returns the faults by kind.
+/// a random order, half the time without waiting for the group to settle from the last one;
+/// returns the faults by kind.
 fn nemesis(
     group: &mut Group,
     history: &History,
@@ -235,9 +249,10 @@ fn nemesis(
         let fault = round.pop().expect("a fault");
         fault.inflict(group, master, history, &mut rng);
         *faults.entry(fault.name()).or_default() += 1;
-        // The Sentinels make an old master a replica some seconds later; faults overlap that
-        // time, not the next failover.
-        if !group.settle(Duration::from_secs(45)) {
+        // Half the time the next fault waits for the group to settle (the Sentinels make an old
+        // master a replica some seconds later); the other half it comes while they still
+        // reconfigure, as a nemesis in production would.
+        if rng.random_bool(0.5) && !group.settle(Duration::from_secs(45)) {
             *faults
                 .entry("group did not settle within 45 s")
                 .or_default() += 1;

@@ -33,7 +33,7 @@ fn client(nodes: &[Server]) -> redis::cluster::ClusterConnection {
 }
 
 /// The steps of `redis-cli --cluster reshard` for the one slot of `key`.
-fn reshard(nodes: &[Server], source: &Server, target: &Server, slot: &str, key: &str) {
+fn reshard(nodes: &[Server], source: &Server, target: &Server, slot: &str, keys: &[&str]) {
     let (source_id, target_id) = (node_id(source), node_id(target));
     call(
         &mut target.client(),
@@ -44,11 +44,13 @@ fn reshard(nodes: &[Server], source: &Server, target: &Server, slot: &str, key: 
         &["CLUSTER", "SETSLOT", slot, "MIGRATING", &target_id],
     );
     let target_port = target.port.to_string();
-    let migrated = call(
-        &mut source.client(),
-        &["MIGRATE", "127.0.0.1", &target_port, key, "0", "5000"],
-    );
-    assert_eq!(migrated, Value::Okay);
+    for key in keys {
+        let migrated = call(
+            &mut source.client(),
+            &["MIGRATE", "127.0.0.1", &target_port, key, "0", "5000"],
+        );
+        assert_eq!(migrated, Value::Okay);
+    }
     for node in nodes {
         call(
             &mut node.client(),
@@ -132,7 +134,7 @@ fn resharding_a_slot_keeps_a_held_lock() {
     let before = lock_info(&mut source.client(), key).expect("held");
     assert_eq!(before.3, 2, "two holds");
 
-    reshard(&nodes, source, target, &slot, key);
+    reshard(&nodes, source, target, &slot, &[key]);
 
     let after = lock_info(&mut target.client(), key).expect("held on the new master");
     assert_same_holding(&before, &after, 10_000);
@@ -176,7 +178,7 @@ fn resharding_a_slot_keeps_every_shared_holder() {
     let slot = slot_of(&nodes[0], key).to_string();
     let (source, target) = holder_and_other(&nodes, &slot);
     let before = shared_info(&mut source.client(), key).expect("held");
-    reshard(&nodes, source, target, &slot, key);
+    reshard(&nodes, source, target, &slot, &[key]);
     let after = shared_info(&mut target.client(), key).expect("held on the new master");
     let holdings = |info: &common::SharedInfo| {
         let owners = info.owners.iter().map(|o| (o.0.clone(), o.1, o.3));
@@ -214,7 +216,7 @@ fn a_waiter_whose_slot_moves_away_is_told_to_try_again() {
     wait_until("one waiter", || {
         lock_info(&mut source.client(), key).is_some_and(|info| info.4 == 1)
     });
-    reshard(&nodes, source, target, &slot, key);
+    reshard(&nodes, source, target, &slot, &[key]);
 
     let refused = waiting
         .join()
@@ -233,5 +235,44 @@ fn a_waiter_whose_slot_moves_away_is_told_to_try_again() {
         (moved.0.as_str(), moved.1),
         ("holder", token),
         "still the one holder"
+    );
+}
+
+/// True when `node` serves `key` (another node answers `-MOVED`).
+fn serves(node: &Server, key: &str) -> bool {
+    redis::cmd("LOCK.FENCE")
+        .arg(key)
+        .query::<Option<i64>>(&mut node.client())
+        .is_ok()
+}
+
+#[test]
+fn a_master_taking_a_slot_issues_tokens_above_the_slots_last_master() {
+    let nodes = cluster();
+    let key = "invoice:{taken-over}";
+    let slot = slot_of(&nodes[0], key).to_string();
+    let source = nodes.iter().find(|n| serves(n, key)).expect("its master");
+    let target = nodes
+        .iter()
+        .find(|n| n.port != source.port)
+        .expect("another");
+    let elsewhere = (0..)
+        .map(|i| format!("elsewhere:{i}"))
+        .find(|other| serves(target, other))
+        .expect("a key of the target");
+    // The target's first token comes first, so the source's first token lands above it.
+    let target_token = acquire(&mut target.client(), &elsewhere, "t", 1_000, &[]);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let mut source_con = source.client();
+    let source_token = acquire(&mut source_con, key, "first", 1_000, &[]).expect("free");
+    assert!(source_token > target_token.expect("free"));
+    call(&mut source_con, &["LOCK.RELEASE", key, "first"]);
+
+    reshard(&nodes, source, target, &slot, &[]);
+
+    let next = acquire(&mut target.client(), key, "next", 1_000, &[]).expect("free");
+    assert!(
+        next > source_token,
+        "the lock's new master went back: {next} after {source_token}"
     );
 }

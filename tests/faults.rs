@@ -267,3 +267,50 @@ fn tokens_follow_the_clock_and_stay_far_below_two_to_the_53() {
         "{first}: a century of headroom"
     );
 }
+
+// A node told to be the master while it already is one changes no role, so no role-change event
+// reaches the module (issue: Sentinel promoting an old master that came back with its own
+// configuration). `b`'s counter dates from its first grant; `a` starts later, so its start
+// reserve lands above everything `b` issued. When `b` is then promoted, its tokens must pass `a`'s.
+
+/// A master started (and granting) after `b` issued `b_token`: its first token, above
+/// `b_token` because its start reserve is later than `b`'s.
+fn a_later_master(b_token: i64) -> (Server, i64) {
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let a = Server::start(&[]);
+    let a_token = next_token(&mut a.client());
+    assert!(
+        a_token > b_token,
+        "the later start's tokens are above: {a_token} after {b_token}"
+    );
+    (a, a_token)
+}
+
+#[test]
+fn a_master_told_to_be_a_master_issues_tokens_above_a_later_master() {
+    let b = Server::start(&[]);
+    let mut b_con = b.client();
+    let mut b_token = acquire(&mut b_con, "x", "b", 100, &[]).expect("granted");
+    // Sentinel sends it in MULTI (with CONFIG REWRITE and CLIENT KILL).
+    for (command, in_multi) in [
+        ("REPLICAOF NO ONE", false),
+        ("slaveof no one", false),
+        ("SLAVEOF NO ONE", true),
+    ] {
+        let (_a, a_token) = a_later_master(b_token);
+        // The proof's one clock condition: the promotion is at least 1 ms after the token.
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let words: Vec<&str> = command.split(' ').collect();
+        let mut promote = redis::pipe();
+        promote.cmd(words[0]).arg(&words[1..]);
+        if in_multi {
+            promote.atomic();
+        }
+        let _: Value = promote.query(&mut b_con).expect(command);
+        b_token = acquire(&mut b_con, &format!("k:{command}"), "b", 10_000, &[]).expect("granted");
+        assert!(
+            b_token > a_token,
+            "{command} (MULTI: {in_multi}): {b_token} is below the other master's {a_token}"
+        );
+    }
+}

@@ -250,13 +250,29 @@ impl Server {
         self.launch();
     }
 
+    /// Like [`Self::restart`], with `extra` arguments for this start only
+    /// (`["--replicaof", "127.0.0.1", "6380"]`: back as a replica, as an orchestrator that
+    /// rewrote its configuration would bring it).
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        let kept = self.args.len();
+        self.args.extend(extra.iter().map(|arg| (*arg).to_owned()));
+        self.restart();
+        self.args.truncate(kept);
+    }
+
     /// `kill -9`, then starts again with nothing: no RDB (not even the one a replica keeps from
     /// its full sync), no AOF — a container that lost its volume.
     pub fn restart_empty(&mut self) {
         self.kill();
+        self.wipe();
+        self.restart();
+    }
+
+    /// Deletes what a stopped server kept: its RDB and its AOF.
+    pub fn wipe(&mut self) {
+        assert!(self.child.is_none(), "stop the server before wiping it");
         let _ = std::fs::remove_file(self.dir().join("dump.rdb"));
         let _ = std::fs::remove_dir_all(self.dir().join("appendonlydir"));
-        self.restart();
     }
 
     /// Makes this server a replica of `master` and waits until the link is up and in sync.

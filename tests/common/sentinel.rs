@@ -183,6 +183,20 @@ impl Group {
         false
     }
 
+    /// Waits up to `within` for a Sentinel to announce `+switch-master` to server `index`, the
+    /// end of a failover (the Sentinels name the new master earlier, while they still
+    /// reconfigure the replicas); true if one did.
+    pub fn wait_for_switch_to(&self, index: usize, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if self.switches().last().map(|switch| switch.1) == Some(self.addresses[index]) {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
     /// Waits up to `within` for server `index` to report the master role (after the `FAILOVER`
     /// command, which the Sentinels learn of only later), and records the switch to it then.
     pub fn follow_promotion(&self, index: usize, history: &History, within: Duration) -> bool {
@@ -202,13 +216,20 @@ impl Group {
     }
 
     /// Brings back a killed server with what its persistence kept, or — for a server without
-    /// persistence that `lost_volume` — empty. If the Sentinels failed it over meanwhile, they
-    /// make it a replica of the new master.
-    pub fn restart(&mut self, index: usize, lost_volume: bool) {
+    /// persistence that `lost_volume` — empty; with its own configuration (so as a master, until
+    /// the Sentinels make it a replica of the master they know some seconds later), or as a
+    /// replica of server `replica_of`.
+    pub fn restart(&mut self, index: usize, lost_volume: bool, replica_of: Option<usize>) {
+        let server = &mut self.servers[index];
         if lost_volume && self.persistence[index] == Persistence::Nothing {
-            self.servers[index].restart_empty();
-        } else {
-            self.servers[index].restart();
+            server.wipe();
+        }
+        match replica_of {
+            Some(master) => {
+                let port = self.addresses[master].to_string();
+                server.restart_with(&["--replicaof", "127.0.0.1", &port]);
+            }
+            None => server.restart(),
         }
     }
 

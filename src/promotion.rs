@@ -1,0 +1,164 @@
+//! Promotions: every way this server becomes the master it answers for, each taking the
+//! fencing counter's reserve (see [`crate::fence`]: the next token lands a reserve above the
+//! clock, so above every token a predecessor issued before).
+//!
+//! - A replica promoted (`REPLICAOF NO ONE`, `FAILOVER`, `CLUSTER FAILOVER` in every form, a
+//!   Cluster election) changes its role: the server's role-change event.
+//! - A node that is already a master and is *told* to be one changes nothing in Redis and fires
+//!   no event: Sentinel promoting an old master that came back with its own configuration
+//!   (so as a master) before Sentinel turned it into a replica sends it `REPLICAOF NO ONE`
+//!   (`SLAVEOF NO ONE`), which Redis answers `OK` and otherwise ignores. In Redis Cluster, a
+//!   master that takes slots it did not serve (`CLUSTER SETSLOT`, `CLUSTER ADDSLOTS`,
+//!   `CLUSTER ADDSLOTSRANGE`: a resharding or an operator reassigning a lost master's slots)
+//!   starts answering for locks another master issued tokens for. Only a command filter sees
+//!   these: it reads the name of every command (and the first argument of `REPLICAOF`,
+//!   `SLAVEOF` and `CLUSTER`) and takes the reserve before the command runs. `FAILOVER` and
+//!   `CLUSTER FAILOVER` are matched too, though their promotions change a role: a reserve
+//!   more is harmless, since reserves never stack.
+//!
+//! A reserve taken when a command is queued in `MULTI` (as Sentinel sends `SLAVEOF NO ONE`)
+//! rather than when it runs is as good: the promotion was decided by then, and every token
+//! from then on is at least the reserve's. The filter matches command names as clients send
+//! them: a server that renames these commands (`rename-command`) is outside it (README,
+//! "Guarantees").
+//!
+//! `redis-module` 2.0.8 has no command-filter API, so this is the one place that calls it.
+
+use std::os::raw::c_int;
+use std::ptr::NonNull;
+use std::slice;
+
+use redis_module::raw;
+use redis_module::server_events::ServerRole;
+use redis_module::{Context, Status};
+use redis_module_macros::role_changed_event_handler;
+
+use crate::fence;
+
+/// A replica was promoted, or a master demoted: a promotion takes the reserve. (A demoted
+/// master's waiters need nothing from here: Redis unblocks every client blocked in a write
+/// command with `-UNBLOCKED` then.)
+#[role_changed_event_handler]
+fn on_role_changed(_ctx: &Context, role: ServerRole) {
+    if role == ServerRole::Primary {
+        fence::counter().reserve();
+    }
+}
+
+/// Registers the filter that sees promotions which change no role.
+///
+/// # Errors
+/// `Status::Err` when the server lacks the command-filter API or refuses the filter.
+pub fn register(ctx: &Context) -> Status {
+    let registered = unsafe { raw::RedisModule_RegisterCommandFilter }.and_then(|register| {
+        let flags = raw::REDISMODULE_CMDFILTER_NOSELF as c_int;
+        NonNull::new(unsafe { register(ctx.get_raw(), Some(filter), flags) })
+    });
+    if registered.is_some() {
+        Status::Ok
+    } else {
+        Status::Err
+    }
+}
+
+/// True when the command `name args...` may make this server the master of locks it did not
+/// serve. `arg(i)` is the i-th argument after the name.
+fn promotes<'a>(name: &[u8], arg: impl Fn(usize) -> Option<&'a [u8]>) -> bool {
+    let is = |word: Option<&[u8]>, expected: &str| {
+        word.is_some_and(|word| word.eq_ignore_ascii_case(expected.as_bytes()))
+    };
+    let named = |expected: &str| name.eq_ignore_ascii_case(expected.as_bytes());
+    if named("replicaof") || named("slaveof") {
+        is(arg(0), "no") && is(arg(1), "one")
+    } else if named("cluster") {
+        ["setslot", "addslots", "addslotsrange", "failover"]
+            .iter()
+            .any(|subcommand| is(arg(0), subcommand))
+    } else {
+        named("failover")
+    }
+}
+
+/// Every command passes here before it runs: a few byte comparisons on its name, a reserve
+/// when it promotes.
+unsafe extern "C" fn filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    let arg = |position: usize| unsafe { argument(fctx, position) };
+    let Some(name) = arg(0) else {
+        return;
+    };
+    // Only names of 7 to 9 letters can match; most commands stop here.
+    if !(7..=9).contains(&name.len()) {
+        return;
+    }
+    if promotes(name, |i| arg(i + 1)) {
+        fence::counter().reserve();
+    }
+}
+
+/// The bytes of argument `position` of the filtered command (0: its name), if it has one. They
+/// live as long as the filter call.
+unsafe fn argument<'a>(
+    fctx: *mut raw::RedisModuleCommandFilterCtx,
+    position: usize,
+) -> Option<&'a [u8]> {
+    let position = c_int::try_from(position).ok()?;
+    let count = unsafe { raw::RedisModule_CommandFilterArgsCount?(fctx) };
+    if position >= count {
+        return None;
+    }
+    let string = unsafe { raw::RedisModule_CommandFilterArgGet?(fctx, position) };
+    let mut len = 0;
+    let bytes = unsafe { raw::RedisModule_StringPtrLen?(string, &mut len) };
+    if bytes.is_null() {
+        return None;
+    }
+    Some(unsafe { slice::from_raw_parts(bytes.cast::<u8>(), len) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::promotes;
+
+    fn check(command: &str) -> bool {
+        let words: Vec<&[u8]> = command.split(' ').map(str::as_bytes).collect();
+        promotes(words[0], |i| words.get(i + 1).copied())
+    }
+
+    #[test]
+    fn every_way_to_be_told_to_be_a_master_promotes() {
+        for command in [
+            "REPLICAOF NO ONE",
+            "replicaof no one",
+            "SLAVEOF No One",
+            "FAILOVER",
+            "failover TO 127.0.0.1 6380 FORCE TIMEOUT 100",
+            "FAILOVER ABORT",
+            "CLUSTER FAILOVER",
+            "cluster failover takeover",
+            "CLUSTER SETSLOT 42 NODE abc",
+            "CLUSTER SETSLOT 42 IMPORTING abc",
+            "CLUSTER ADDSLOTS 1 2 3",
+            "CLUSTER ADDSLOTSRANGE 0 100",
+        ] {
+            assert!(check(command), "{command}");
+        }
+    }
+
+    #[test]
+    fn other_commands_do_not() {
+        for command in [
+            "REPLICAOF 127.0.0.1 6379",
+            "SLAVEOF NO",
+            "REPLICAOF NO TWO",
+            "CLUSTER INFO",
+            "CLUSTER",
+            "SET k v",
+            "GET k",
+            "PSYNC ? -1",
+            "FAILOVERS",
+            "REPLICAOFF NO ONE",
+        ] {
+            assert!(!check(command), "{command}");
+        }
+    }
+}
