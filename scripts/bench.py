@@ -67,15 +67,16 @@ def free_port():
 
 
 class Server:
-    """A redis-server with the module on a free loopback port in a temp dir."""
+    """A redis-server with the module (unless module=False) on a free loopback port in a temp dir."""
 
-    def __init__(self, binary):
+    def __init__(self, binary, module=True):
         self.binary = binary
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="leasehold-bench-")
+        load = ["--loadmodule", str(MODULE)] if module else []
         self.process = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-             "--save", "", "--appendonly", "no", "--loadmodule", str(MODULE)],
+             "--save", "", "--appendonly", "no", *load],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 20
         while self.cli("PING") != "PONG":
@@ -133,13 +134,15 @@ def one_round(server, command, keyspace, setup, ops):
     return rate, (cpu_seconds(server) - cpu) * 1e6 / ops
 
 
-def compare(server, ours, baseline, keyspace, ours_setup=None, baseline_setup=None, ops=OPS):
-    """Runs ours and the baseline in alternating rounds (so drift hits both alike); returns the
-    medians of ops/s and CPU µs/op for each, and the medians of the per-round ratios."""
+def compare(server, ours, baseline, keyspace, ours_setup=None, baseline_setup=None, ops=OPS,
+            baseline_server=None):
+    """Runs ours and the baseline (on baseline_server, by default the same server) in
+    alternating rounds (so drift hits both alike); returns the medians of ops/s and CPU µs/op
+    for each, and the medians of the per-round ratios."""
     samples = []
     for _ in range(ROUNDS):
         a = one_round(server, ours, keyspace, ours_setup, ops)
-        b = one_round(server, baseline, keyspace, baseline_setup, ops)
+        b = one_round(baseline_server or server, baseline, keyspace, baseline_setup, ops)
         samples.append((a, b))
     med = statistics.median
     return {
@@ -229,10 +232,14 @@ PROFILED = ["RedisModuleCommandDispatcher", "ValkeyModuleCommandDispatcher", "se
             "RM_ModuleTypeSetValue", "VM_ModuleTypeSetValue", "RM_SetAbsExpire", "VM_SetAbsExpire",
             "RM_OpenKey", "VM_OpenKey"]
 PROFILE_OPS = 50_000
+# Where the module's command filter (src/promotion.rs) sits in every command's path.
+FILTER_PROFILED = ["processCommand", "moduleCallCommandFilters"]
+# Commands the filter only glances at: what every Redis user runs.
+PLAIN_COMMANDS = [["SET", "k:__rand_int__", "v"], ["GET", "k:__rand_int__"]]
 
 
-def instructions(binary, command):
-    """Instructions per operation spent in each PROFILED function, from a server run under
+def instructions(binary, command, functions=PROFILED):
+    """Instructions per operation spent in each of the functions, from a server run under
     valgrind's callgrind: deterministic, unlike throughput on a shared machine."""
     port = free_port()
     out = tempfile.mktemp(prefix="leasehold-callgrind-")
@@ -256,10 +263,21 @@ def instructions(binary, command):
     os.unlink(out)
     found = {}
     for line in report.splitlines():
-        for name in PROFILED:
+        for name in functions:
             if f":{name} [" in line and name not in found:
                 found[name] = int(line.split()[0].replace(",", "")) / PROFILE_OPS
     return found
+
+
+def filter_cost(with_module, without_module):
+    """SET and GET on a server with the module against the same server binary without it:
+    the cost of the command filter that watches for promotions on every command."""
+    rows = []
+    for command in PLAIN_COMMANDS:
+        print(f"  {command[0]} with the module vs without", file=sys.stderr)
+        rows.append((" ".join(command), compare(with_module, command, command, KEYS,
+                                                baseline_server=without_module)))
+    return rows
 
 
 def cargo_bench(server, name):
@@ -282,9 +300,11 @@ def main():
         [str(ROOT / "scripts" / "servers.sh"), "--all"], capture_output=True, text=True, check=True).stdout.splitlines())
     server = Server(servers["redis-7.0"])
     valkey = Server(servers["valkey-8.1"])
+    plain = Server(servers["redis-7.0"], module=False)
     try:
         print(f"benchmarking on Redis {server.version}, {ROUNDS} rounds each ...", file=sys.stderr)
         rows = throughput(server, valkey)
+        filter_rows = filter_cost(server, plain)
         memory_rows, left = memory(server)
         print("  contention (benches/contention.rs)", file=sys.stderr)
         contention_rows = cargo_bench(server, "contention")
@@ -298,9 +318,12 @@ def main():
                     "LOCK.ACQUIRE": instructions(servers[name], ["LOCK.ACQUIRE", "k:__rand_int__", OWNER, "30000"]),
                     "SET NX PX": instructions(servers[name], ["SET", "k:__rand_int__", OWNER, "NX", "PX", "30000"]),
                 }
+            filter_profile = {" ".join(command): instructions(servers["redis-7.0"], command, FILTER_PROFILED)
+                              for command in PLAIN_COMMANDS}
     finally:
         server.stop()
         valkey.stop()
+        plain.stop()
 
     lines = [
         "# Benchmarks",
@@ -329,6 +352,31 @@ def main():
         goal = "" if target is None else f"≥ {target}× {'met' if ratio >= target else 'NOT met'}"
         lines.append(f"| {what} | `{command}` | {result['ours']:,.0f} | {name} | {result['baseline']:,.0f} "
                      f"| {ratio:.2f}× | {result['cpu_ratio']:.2f}× | {goal} |")
+    lines += [
+        "",
+        "## What the module costs other commands",
+        "",
+        "The module watches every command for promotions that change no role (`REPLICAOF NO ONE` "
+        "sent to a master, `CLUSTER SETSLOT`, ...; `src/promotion.rs`) with a command filter, which "
+        "Redis calls before each command. `SET` and `GET` on random keys over "
+        f"{KEYS} names, on Redis {server.version} with the module against the same binary without "
+        "it, in alternating rounds as above; then the instructions per command that the filter "
+        "takes (callgrind: `moduleCallCommandFilters`, which runs the module's filter) within "
+        "`processCommand`.",
+        "",
+        "| command | with the module, ops/s | without, ops/s | ratio | CPU ratio |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for command, result in filter_rows:
+        lines.append(f"| `{command}` | {result['ours']:,.0f} | {result['baseline']:,.0f} "
+                     f"| {result['ratio']:.2f}× | {result['cpu_ratio']:.2f}× |")
+    if profiles:
+        lines += ["", "| command | instructions in `processCommand` | in the filter | share |",
+                  "| --- | ---: | ---: | ---: |"]
+        for command, found in filter_profile.items():
+            total, spent = found.get("processCommand", 0), found.get("moduleCallCommandFilters", 0)
+            share = f"{spent / total:.1%}" if total else ""
+            lines.append(f"| `{command}` | {total:,.0f} | {spent:,.0f} | {share} |")
     ours_usage, ours_real = memory_rows["LOCK.ACQUIRE"]
     set_usage, set_real = memory_rows["SET NX PX"]
     lines += [
