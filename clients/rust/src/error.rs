@@ -17,6 +17,10 @@ pub enum Error {
     /// allowance (ttl × drift factor + 2 ms).
     #[error("the lease of {0:?} is too short")]
     Lease(std::time::Duration),
+    /// Re-entering, downgrading and upgrading work on a lock of one server, not on a Redlock
+    /// holding.
+    #[error("{0} is not supported on a Redlock holding")]
+    NotOnRedlock(&'static str),
 }
 
 /// The crate's result.

@@ -15,8 +15,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::error::Result;
-use crate::lock::Held;
+use crate::error::{Error, Result};
+use crate::lock::{Held, Mode};
 use crate::redlock::Quorum;
 
 /// What a guard holds.
@@ -28,6 +28,14 @@ pub(crate) enum Holding {
 }
 
 impl Holding {
+    /// The owner that holds it.
+    fn owner(&self) -> &str {
+        match self {
+            Self::Node(held) => held.owner(),
+            Self::Quorum(quorum) => quorum.owner(),
+        }
+    }
+
     /// Resets the lease to `ttl`: true while still held, false once refused (lost).
     async fn renew(&self, ttl: Duration) -> Result<bool> {
         match self {
@@ -63,6 +71,7 @@ pub struct Keeping {
 #[must_use = "dropping a guard releases the lock"]
 pub struct Guard {
     holding: Arc<Holding>,
+    mode: Mode,
     token: u64,
     lost: Lost,
     ended: Arc<watch::Sender<bool>>,
@@ -90,11 +99,12 @@ impl Lost {
 }
 
 impl Guard {
-    /// A guard for a holding just granted with `token`, whose lease of `ttl` began at `granted`
-    /// (when the acquire was sent; for a wait, when the grant's reply came, which the server
-    /// sends the moment it grants).
+    /// A guard for a holding just granted in `mode` with `token`, whose lease of `ttl` began at
+    /// `granted` (when the acquire was sent; for a wait, when the grant's reply came, which the
+    /// server sends the moment it grants).
     pub(crate) fn start(
         holding: Holding,
+        mode: Mode,
         token: u64,
         ttl: Duration,
         granted: Instant,
@@ -114,6 +124,7 @@ impl Guard {
         });
         Self {
             holding,
+            mode,
             token,
             lost: Lost(lost),
             ended,
@@ -128,10 +139,68 @@ impl Guard {
         self.token
     }
 
+    /// The owner of this holding: new for each acquire, unless the lock was given one
+    /// ([`crate::Lock::with_owner`]).
+    #[must_use]
+    pub fn owner(&self) -> &str {
+        self.holding.owner()
+    }
+
     /// True while the lock is not known to be lost or released.
     #[must_use]
     pub fn is_held(&self) -> bool {
         self.lost.is_held()
+    }
+
+    /// One more hold of this holding (`REENTRANT`, lease reset to `ttl`): same owner, token and
+    /// mode, with a guard of its own whose release (or drop) gives that hold back — the lock
+    /// is free once every hold is. `None` when this owner no longer holds the lock. The new
+    /// guard has no watchdog: this one's, if on, keeps the lease.
+    ///
+    /// # Errors
+    /// No connection, or a Redlock holding ([`Error::NotOnRedlock`]).
+    pub async fn reenter(&self, ttl: Duration) -> Result<Option<Guard>> {
+        let held = self.node("reenter")?;
+        let token = held.acquire(ttl, self.mode, true).await?;
+        let holding = || Holding::Node(held.clone());
+        let keeping = Keeping::default();
+        Ok(token
+            .map(|token| Self::start(holding(), self.mode, token, ttl, Instant::now(), keeping)))
+    }
+
+    /// Turns a writer's holding into a reader's (same owner and token, lease reset to `ttl`),
+    /// letting other readers in. False when this owner no longer holds the lock.
+    ///
+    /// # Errors
+    /// No connection, or a Redlock holding ([`Error::NotOnRedlock`]).
+    pub async fn downgrade(&mut self, ttl: Duration) -> Result<bool> {
+        self.change_mode("downgrade", ttl, Mode::Shared(None)).await
+    }
+
+    /// Turns the only reader's holding into a writer's (same owner and token, lease reset to
+    /// `ttl`). False, with the reader's holding kept, while others read too; false also when
+    /// this owner no longer holds the lock.
+    ///
+    /// # Errors
+    /// No connection, or a Redlock holding ([`Error::NotOnRedlock`]).
+    pub async fn upgrade(&mut self, ttl: Duration) -> Result<bool> {
+        self.change_mode("upgrade", ttl, Mode::Exclusive).await
+    }
+
+    async fn change_mode(&mut self, what: &'static str, ttl: Duration, mode: Mode) -> Result<bool> {
+        let granted = self.node(what)?.acquire(ttl, mode, false).await?.is_some();
+        if granted {
+            self.mode = mode;
+        }
+        Ok(granted)
+    }
+
+    /// The single-server holding, for `what` only it supports.
+    fn node(&self, what: &'static str) -> Result<&Held> {
+        match &*self.holding {
+            Holding::Node(held) => Ok(held),
+            Holding::Quorum(_) => Err(Error::NotOnRedlock(what)),
+        }
     }
 
     /// Completes when the lock is known to be lost (see [`Lost`]).

@@ -25,7 +25,7 @@ pub enum Waiting {
 
 /// What is asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     Exclusive,
     Shared(Option<u32>),
 }
@@ -41,12 +41,15 @@ struct Settings {
     margin: Duration,
 }
 
-/// A lock on one server (or one cluster master), as one owner. Exclusive unless made by
+/// A lock on one server (or one cluster master). Exclusive unless made by
 /// [`ReadWriteLock::read`] or [`Semaphore`].
 ///
-/// Every handle has its own owner (a UUID and a counter), so acquiring again with the same
-/// handle is the holder asking again: the token stays and the lease is reset (with
-/// [`Lock::reentrant`], it also counts one more hold).
+/// Every acquire is a new owner (a UUID and a counter), kept by the [`Guard`] it returns: a
+/// handle shared by any number of tasks — cloned, or behind an `Arc` — excludes them like a
+/// mutex (Redisson's owner is the client and thread, redis-py's a new token per acquire, the
+/// same idea). A holder takes one more hold with [`Guard::reenter`], never by acquiring again.
+/// [`Lock::with_owner`] fixes the owner instead, for holders in several processes that must
+/// count as one.
 ///
 /// ```no_run
 /// # async fn example() -> leasehold_client::Result<()> {
@@ -66,22 +69,23 @@ struct Settings {
 pub struct Lock {
     client: Client,
     name: String,
-    owner: String,
+    /// The owner every acquire uses, if one was set; otherwise each acquire makes a new one.
+    owner: Option<String>,
     settings: Settings,
 }
 
 impl Lock {
-    /// An exclusive lock named `name` (the key) with a new owner.
+    /// An exclusive lock named `name` (the key), a new owner per acquire.
     #[must_use]
     pub fn new(client: &Client, name: &str) -> Self {
-        Self::with_mode(client, name, new_owner(), Mode::Exclusive)
+        Self::with_mode(client, name, Mode::Exclusive)
     }
 
-    fn with_mode(client: &Client, name: &str, owner: String, mode: Mode) -> Self {
+    fn with_mode(client: &Client, name: &str, mode: Mode) -> Self {
         Self {
             client: client.clone(),
             name: name.to_owned(),
-            owner,
+            owner: None,
             settings: Settings {
                 mode,
                 reentrant: false,
@@ -92,16 +96,19 @@ impl Lock {
         }
     }
 
-    /// Acquires as `owner` instead of a new one (1 to 256 bytes): for handles in different
-    /// processes that must count as the same holder.
+    /// Acquires always as `owner` (1 to 256 bytes) instead of a new owner each time: for
+    /// handles in different processes that must count as the same holder. The hazard: every
+    /// task using this handle (or another with the same owner) is then the holder too, and is
+    /// granted the lock while another holds it — the mutual exclusion between them is gone.
     #[must_use]
     pub fn with_owner(mut self, owner: &str) -> Self {
-        owner.clone_into(&mut self.owner);
+        self.owner = Some(owner.to_owned());
         self
     }
 
-    /// Counts each acquire by the holder as one more hold (`REENTRANT`): it takes as many
-    /// releases to free the lock.
+    /// With [`Lock::with_owner`], counts each acquire by that owner as one more hold
+    /// (`REENTRANT`): it takes as many releases to free the lock. (Without a fixed owner every
+    /// acquire is a new owner; a holder re-enters with [`Guard::reenter`].)
     #[must_use]
     pub fn reentrant(mut self, reentrant: bool) -> Self {
         self.settings.reentrant = reentrant;
@@ -137,10 +144,16 @@ impl Lock {
         self
     }
 
-    /// The owner this handle acquires as.
+    /// The owner every acquire of this handle uses, if one was set with [`Lock::with_owner`];
+    /// `None`: a new one per acquire ([`Guard::owner`] tells it).
     #[must_use]
-    pub fn owner(&self) -> &str {
-        &self.owner
+    pub fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+
+    /// The owner of the next acquisition: the fixed one, or a new one.
+    fn next_owner(&self) -> String {
+        self.owner.clone().unwrap_or_else(new_owner)
     }
 
     /// The lock's name (its key).
@@ -154,18 +167,22 @@ impl Lock {
     /// # Errors
     /// The server's error (`WRONGTYPE`, a different `LIMIT`), or no connection.
     pub async fn try_acquire(&self, ttl: Duration) -> Result<Option<Guard>> {
+        self.try_acquire_as(&self.next_owner(), ttl).await
+    }
+
+    async fn try_acquire_as(&self, owner: &str, ttl: Duration) -> Result<Option<Guard>> {
         let granted = Instant::now();
-        let token: Option<u64> = match self.client.query(&self.command(ttl, None)?).await {
+        let token: Option<u64> = match self.client.query(&self.command(owner, ttl, None)?).await {
             Err(Error::Redis(error)) if is_try_again(&error) => None,
             other => other?,
         };
-        Ok(token.map(|token| self.guard(token, ttl, granted)))
+        Ok(token.map(|token| self.guard(owner, token, ttl, granted)))
     }
 
     /// Takes the lock, waiting for it up to `wait`; `None` when it stayed busy. With
     /// [`Waiting::Server`] the client is queued in the server and handed the lock in arrival
     /// order. If the reply does not come (a dropped connection, the client-side timeout), the
-    /// client asks again with the same owner — holders get their token back — so it never
+    /// client asks again with this acquisition's owner — a holder gets its token back — so it never
     /// holds a lock it was told it did not get; if it cannot even ask, it releases in the
     /// background.
     ///
@@ -192,15 +209,16 @@ impl Lock {
         ttl: Duration,
         deadline: Option<Instant>,
     ) -> Result<Option<Guard>> {
+        let owner = self.next_owner();
         let mut attempt = 0;
         loop {
             let left = deadline.map(|end| end.saturating_duration_since(Instant::now()));
             if left.is_some_and(|left| left.is_zero()) {
-                return self.try_acquire(ttl).await;
+                return self.try_acquire_as(&owner, ttl).await;
             }
             let outcome = match self.settings.waiting {
-                Waiting::Server => self.wait_in_server(ttl, left).await?,
-                Waiting::Retry(backoff) => match self.try_acquire(ttl).await? {
+                Waiting::Server => self.wait_in_server(&owner, ttl, left).await?,
+                Waiting::Retry(backoff) => match self.try_acquire_as(&owner, ttl).await? {
                     Some(guard) => Attempt::Granted(guard),
                     None => {
                         let pause = backoff.delay(attempt);
@@ -218,34 +236,44 @@ impl Lock {
         }
     }
 
-    /// One `LOCK.ACQUIRE ... WAIT` for up to `left` (`None`: no limit).
-    async fn wait_in_server(&self, ttl: Duration, left: Option<Duration>) -> Result<Attempt> {
-        let command = self.command(ttl, Some(left.unwrap_or(Duration::ZERO)))?;
+    /// One `LOCK.ACQUIRE ... WAIT` for up to `left` (`None`: no limit) as `owner`.
+    async fn wait_in_server(
+        &self,
+        owner: &str,
+        ttl: Duration,
+        left: Option<Duration>,
+    ) -> Result<Attempt> {
+        let command = self.command(owner, ttl, Some(left.unwrap_or(Duration::ZERO)))?;
         match self
             .client
             .query_waiting::<Option<u64>>(&command, left, self.settings.margin)
             .await
         {
             // The server replies the moment it hands the lock over: the lease began then.
-            Ok(Some(token)) => Ok(Attempt::Granted(self.guard(token, ttl, Instant::now()))),
+            Ok(Some(token)) => Ok(Attempt::Granted(self.guard(
+                owner,
+                token,
+                ttl,
+                Instant::now(),
+            ))),
             Ok(None) => Ok(Attempt::TimedOut),
             Err(error) if is_try_again(&error) => {
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 Ok(Attempt::Again)
             }
-            Err(error) if is_lost_reply(&error) => self.recover(ttl).await,
+            Err(error) if is_lost_reply(&error) => self.recover(owner, ttl).await,
             Err(error) => Err(error.into()),
         }
     }
 
     /// The reply to a wait never came: the server may have granted the lock meanwhile. Asks
-    /// again with the same owner, without waiting (a holder gets its token back), over the
+    /// again as the same `owner`, without waiting (a holder gets its token back), over the
     /// shared connection, which reconnects; if that fails too, releases in the background.
-    async fn recover(&self, ttl: Duration) -> Result<Attempt> {
+    async fn recover(&self, owner: &str, ttl: Duration) -> Result<Attempt> {
         let backoff = Backoff::default();
         let mut attempt = 0;
         loop {
-            match self.try_acquire(ttl).await {
+            match self.try_acquire_as(owner, ttl).await {
                 Ok(Some(guard)) => return Ok(Attempt::Granted(guard)),
                 Ok(None) => return Ok(Attempt::Again),
                 Err(_) if attempt + 1 < RECOVERY_ATTEMPTS => {
@@ -253,7 +281,7 @@ impl Lock {
                     attempt += 1;
                 }
                 Err(error) => {
-                    let held = self.held();
+                    let held = self.held(owner);
                     tokio::spawn(async move { held.release_eventually().await });
                     return Err(error);
                 }
@@ -262,17 +290,10 @@ impl Lock {
     }
 
     /// `LOCK.ACQUIRE name owner ttl-ms [REENTRANT] [SHARED [LIMIT n]] [WAIT wait-ms]`.
-    fn command(&self, ttl: Duration, wait: Option<Duration>) -> Result<Cmd> {
-        let mut command = redis::cmd("LOCK.ACQUIRE");
-        command.arg(&self.name).arg(&self.owner).arg(millis(ttl)?);
+    fn command(&self, owner: &str, ttl: Duration, wait: Option<Duration>) -> Result<Cmd> {
+        let mut command = acquire_command(&self.name, owner, ttl, self.settings.mode)?;
         if self.settings.reentrant {
             command.arg("REENTRANT");
-        }
-        if let Mode::Shared(limit) = self.settings.mode {
-            command.arg("SHARED");
-            if let Some(limit) = limit {
-                command.arg("LIMIT").arg(limit);
-            }
         }
         if let Some(wait) = wait {
             command
@@ -282,18 +303,32 @@ impl Lock {
         Ok(command)
     }
 
-    fn held(&self) -> Held {
+    fn held(&self, owner: &str) -> Held {
         Held {
             client: self.client.clone(),
             name: self.name.clone(),
-            owner: self.owner.clone(),
+            owner: owner.to_owned(),
         }
     }
 
-    fn guard(&self, token: u64, ttl: Duration, granted: Instant) -> Guard {
-        let holding = Holding::Node(self.held());
-        Guard::start(holding, token, ttl, granted, self.settings.keeping)
+    fn guard(&self, owner: &str, token: u64, ttl: Duration, granted: Instant) -> Guard {
+        let holding = Holding::Node(self.held(owner));
+        let keeping = self.settings.keeping;
+        Guard::start(holding, self.settings.mode, token, ttl, granted, keeping)
     }
+}
+
+/// `LOCK.ACQUIRE name owner ttl-ms [SHARED [LIMIT n]]`, for options to follow.
+fn acquire_command(name: &str, owner: &str, ttl: Duration, mode: Mode) -> Result<Cmd> {
+    let mut command = redis::cmd("LOCK.ACQUIRE");
+    command.arg(name).arg(owner).arg(millis(ttl)?);
+    if let Mode::Shared(limit) = mode {
+        command.arg("SHARED");
+        if let Some(limit) = limit {
+            command.arg("LIMIT").arg(limit);
+        }
+    }
+    Ok(command)
 }
 
 /// How many times a lost reply is followed up before giving up.
@@ -333,6 +368,29 @@ pub(crate) struct Held {
 }
 
 impl Held {
+    /// The owner of this holding.
+    pub(crate) fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// `LOCK.ACQUIRE` as this holding's owner in `mode`, one more hold with `reentrant`: the
+    /// token, or `None` when the owner no longer holds what it takes (or another holds it).
+    pub(crate) async fn acquire(
+        &self,
+        ttl: Duration,
+        mode: Mode,
+        reentrant: bool,
+    ) -> Result<Option<u64>> {
+        let mut command = acquire_command(&self.name, &self.owner, ttl, mode)?;
+        if reentrant {
+            command.arg("REENTRANT");
+        }
+        match self.client.query(&command).await {
+            Err(Error::Redis(error)) if is_try_again(&error) => Ok(None),
+            other => other,
+        }
+    }
+
     pub(crate) async fn renew(&self, ttl: Duration) -> Result<bool> {
         let mut command = redis::cmd("LOCK.RENEW");
         command.arg(&self.name).arg(&self.owner).arg(millis(ttl)?);
@@ -357,8 +415,9 @@ impl Held {
 }
 
 /// A read-write lock: many readers or one writer, fair between them (a writer queued behind
-/// readers goes before readers that come after it). Both sides share the handle's owner, so a
-/// writer can downgrade to a reader, and the only reader can upgrade.
+/// readers goes before readers that come after it). Every acquire on either side is a new
+/// owner, as for [`Lock`]; a writer downgrades to a reader, and the only reader upgrades, through
+/// its guard ([`Guard::downgrade`], [`Guard::upgrade`]).
 ///
 /// ```no_run
 /// # async fn example() -> leasehold_client::Result<()> {
@@ -377,13 +436,21 @@ pub struct ReadWriteLock {
 }
 
 impl ReadWriteLock {
-    /// A read-write lock named `name` with a new owner.
+    /// A read-write lock named `name`, a new owner per acquire.
     #[must_use]
     pub fn new(client: &Client, name: &str) -> Self {
-        let owner = new_owner();
         Self {
-            read: Lock::with_mode(client, name, owner.clone(), Mode::Shared(None)),
-            write: Lock::with_mode(client, name, owner, Mode::Exclusive),
+            read: Lock::with_mode(client, name, Mode::Shared(None)),
+            write: Lock::with_mode(client, name, Mode::Exclusive),
+        }
+    }
+
+    /// Both sides acquire always as `owner`, with the hazard [`Lock::with_owner`] tells.
+    #[must_use]
+    pub fn with_owner(self, owner: &str) -> Self {
+        Self {
+            read: self.read.with_owner(owner),
+            write: self.write.with_owner(owner),
         }
     }
 
@@ -401,7 +468,8 @@ impl ReadWriteLock {
 }
 
 /// A semaphore: at most `permits` holders at once, each permit with its own lease and fencing
-/// token (`SHARED LIMIT permits`). Every acquire takes a new permit, with an owner of its own.
+/// token (`SHARED LIMIT permits`). Every acquire takes a new permit, with an owner of its own
+/// (as every acquire of a [`Lock`]).
 ///
 /// ```no_run
 /// # async fn example() -> leasehold_client::Result<()> {
@@ -423,7 +491,7 @@ impl Semaphore {
     #[must_use]
     pub fn new(client: &Client, name: &str, permits: u32) -> Self {
         Self {
-            permit: Lock::with_mode(client, name, String::new(), Mode::Shared(Some(permits))),
+            permit: Lock::with_mode(client, name, Mode::Shared(Some(permits))),
         }
     }
 
@@ -434,16 +502,12 @@ impl Semaphore {
         self
     }
 
-    fn next_permit(&self) -> Lock {
-        self.permit.clone().with_owner(&new_owner())
-    }
-
     /// Takes a permit now, with a lease of `ttl`, or `None` when all are taken.
     ///
     /// # Errors
     /// As [`Lock::try_acquire`].
     pub async fn try_acquire(&self, ttl: Duration) -> Result<Option<Guard>> {
-        self.next_permit().try_acquire(ttl).await
+        self.permit.try_acquire(ttl).await
     }
 
     /// Takes a permit, waiting up to `wait`.
@@ -451,7 +515,7 @@ impl Semaphore {
     /// # Errors
     /// As [`Lock::acquire_timeout`].
     pub async fn acquire_timeout(&self, ttl: Duration, wait: Duration) -> Result<Option<Guard>> {
-        self.next_permit().acquire_timeout(ttl, wait).await
+        self.permit.acquire_timeout(ttl, wait).await
     }
 
     /// Takes a permit, waiting as long as it takes.
@@ -459,6 +523,6 @@ impl Semaphore {
     /// # Errors
     /// As [`Lock::acquire`].
     pub async fn acquire(&self, ttl: Duration) -> Result<Guard> {
-        self.next_permit().acquire(ttl).await
+        self.permit.acquire(ttl).await
     }
 }

@@ -49,7 +49,7 @@ use crate::backoff::Backoff;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{Guard, Holding, Keeping};
-use crate::lock::millis;
+use crate::lock::{Mode, millis};
 use crate::owner::new_owner;
 
 /// Redlock's clock drift factor: the lease counts as `ttl × 0.01 + 2 ms` shorter.
@@ -90,26 +90,31 @@ impl Redlock {
         Ok(Self { nodes })
     }
 
-    /// A lock named `name` on every node, as a new owner.
+    /// A lock named `name` on every node, a new owner per acquire (as for [`crate::Lock`]).
     #[must_use]
     pub fn lock(&self, name: &str) -> RedlockLock {
         RedlockLock {
             quorum: Quorum {
                 nodes: self.nodes.clone(),
                 name: name.to_owned(),
-                owner: new_owner(),
+                owner: String::new(),
                 node_timeout: None,
             },
+            owner: None,
             backoff: Backoff::default(),
             keeping: Keeping::default(),
         }
     }
 }
 
-/// One owner's Redlock on one name.
+/// A Redlock on one name; every try is a new owner, kept by the guard it returns, so a handle
+/// shared by several tasks excludes them.
 #[derive(Clone)]
 pub struct RedlockLock {
+    /// The nodes, name and timeout; its owner is set for each try.
     quorum: Quorum,
+    /// The owner every try uses, if one was set.
+    owner: Option<String>,
     backoff: Backoff,
     keeping: Keeping,
 }
@@ -143,10 +148,18 @@ impl RedlockLock {
         self
     }
 
-    /// The owner this handle acquires as.
+    /// Tries always as `owner`, with the hazard [`crate::Lock::with_owner`] tells.
     #[must_use]
-    pub fn owner(&self) -> &str {
-        &self.quorum.owner
+    pub fn with_owner(mut self, owner: &str) -> Self {
+        self.owner = Some(owner.to_owned());
+        self
+    }
+
+    /// The owner every try uses, if one was set; `None`: a new one per try
+    /// ([`Guard::owner`] tells it).
+    #[must_use]
+    pub fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
     }
 
     /// One round of the protocol: the lock with its quorum token, or `None`.
@@ -155,7 +168,10 @@ impl RedlockLock {
     /// [`Error::Lease`] for a lease shorter than the drift allowance.
     pub async fn try_acquire(&self, ttl: Duration) -> Result<Option<Guard>> {
         let started = Instant::now();
-        let quorum = &self.quorum;
+        let quorum = &Quorum {
+            owner: self.owner.clone().unwrap_or_else(new_owner),
+            ..self.quorum.clone()
+        };
         let tokens = quorum.acquire(ttl).await?;
         let granted: Vec<(usize, u64)> = tokens
             .iter()
@@ -170,6 +186,7 @@ impl RedlockLock {
                 let holding = Holding::Quorum(quorum.clone());
                 return Ok(Some(Guard::start(
                     holding,
+                    Mode::Exclusive,
                     highest,
                     ttl,
                     started,
@@ -213,6 +230,11 @@ pub(crate) struct Quorum {
 }
 
 impl Quorum {
+    /// The owner of this holding.
+    pub(crate) fn owner(&self) -> &str {
+        &self.owner
+    }
+
     fn majority(&self) -> usize {
         self.nodes.len() / 2 + 1
     }

@@ -4,6 +4,9 @@
 #[path = "../../../tests/common/mod.rs"]
 mod common;
 
+use std::borrow::Borrow;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{Server, call, holder, shared_info};
@@ -23,17 +26,17 @@ async fn a_lock_is_taken_released_and_taken_again_with_a_larger_token() {
     let mut con = server.client();
     let lock = Lock::new(&client, "order:1");
     let guard = lock.try_acquire(TTL).await.expect("acquire").expect("free");
-    assert_eq!(holder(&mut con, "order:1").as_deref(), Some(lock.owner()));
+    assert_eq!(holder(&mut con, "order:1").as_deref(), Some(guard.owner()));
     assert_eq!(
         call(&mut con, &["LOCK.FENCE", "order:1"]),
         Value::Int(i64::try_from(guard.token()).expect("below 2^53"))
     );
-    let other = Lock::new(&client, "order:1");
-    assert_ne!(
-        other.owner(),
-        lock.owner(),
-        "every handle has its own owner"
+    assert_eq!(lock.owner(), None, "a new owner per acquire");
+    assert!(
+        lock.try_acquire(TTL).await.expect("acquire").is_none(),
+        "the same handle again is another owner"
     );
+    let other = Lock::new(&client, "order:1");
     assert!(other.try_acquire(TTL).await.expect("acquire").is_none());
     let first = guard.token();
     assert!(
@@ -54,28 +57,30 @@ async fn a_lock_is_taken_released_and_taken_again_with_a_larger_token() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_same_handle_again_is_the_holder_and_reentrant_counts_holds() {
+async fn a_holder_reenters_through_its_guard_and_a_fixed_owner_is_the_holder_everywhere() {
     let server = Server::start(&[]);
     let client = client(&server).await;
     let mut con = server.client();
-    let lock = Lock::new(&client, "k").reentrant(true);
+    let lock = Lock::new(&client, "k");
     let outer = lock.try_acquire(TTL).await.expect("acquire").expect("free");
-    let inner = lock
-        .try_acquire(TTL)
+    let inner = outer
+        .reenter(TTL)
         .await
-        .expect("acquire")
+        .expect("reenter")
         .expect("the holder");
     assert_eq!(inner.token(), outer.token());
+    assert_eq!(inner.owner(), outer.owner());
     assert_eq!(common::lock_info(&mut con, "k").map(|info| info.3), Some(2));
     assert!(inner.release().await.expect("release"));
     assert_eq!(
         holder(&mut con, "k").as_deref(),
-        Some(lock.owner()),
+        Some(outer.owner()),
         "one hold left"
     );
     assert!(outer.release().await.expect("release"));
     assert_eq!(holder(&mut con, "k"), None);
     let shared_owner = Lock::new(&client, "k").with_owner("host-a:42");
+    assert_eq!(shared_owner.owner(), Some("host-a:42"));
     let taken = shared_owner
         .try_acquire(TTL)
         .await
@@ -201,20 +206,33 @@ async fn readers_share_and_a_writer_waits_for_them() {
     let last_reader = r2.token();
     r1.release().await.expect("release");
     r2.release().await.expect("release");
-    let written = waiting
+    let mut written = waiting
         .await
         .expect("task")
         .expect("wait")
         .expect("granted");
     assert!(written.token() > last_reader);
-    // The writer downgrades: same owner, same token, now a reader.
-    let read = writer
-        .read()
-        .try_acquire(TTL)
-        .await
-        .expect("read")
-        .expect("downgrade");
-    assert_eq!(read.token(), written.token());
+    // The writer downgrades through its guard: same owner, same token, now a reader; another
+    // reader joins, the upgrade waits for it to leave.
+    assert!(written.downgrade(TTL).await.expect("downgrade"));
+    let info = shared_info(&mut con, "report").expect("read");
+    assert_eq!(info.owners[0].0, written.owner());
+    assert_eq!(
+        info.owners[0].1,
+        i64::try_from(written.token()).expect("token")
+    );
+    let reader = writer.read().try_acquire(TTL).await.expect("read");
+    let reader = reader.expect("readers share");
+    assert!(
+        !written.upgrade(TTL).await.expect("upgrade"),
+        "another reads"
+    );
+    assert!(reader.release().await.expect("release"));
+    assert!(
+        written.upgrade(TTL).await.expect("upgrade"),
+        "the only reader"
+    );
+    assert_eq!(holder(&mut con, "report").as_deref(), Some(written.owner()));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -260,4 +278,60 @@ async fn a_zero_lease_is_refused_before_asking() {
         .err()
         .expect("too short");
     assert!(error.to_string().contains("too short"), "{error}");
+}
+
+/// Tasks that share one lock handle — each holds its `handle` (a clone, or the same `Arc`) —
+/// each loop acquire → critical section → release: never two inside at once, and the tokens
+/// strictly increase in grant order.
+async fn tasks_sharing_a_handle_take_turns<H>(handles: Vec<H>)
+where
+    H: Borrow<Lock> + Send + 'static,
+{
+    const ROUNDS: usize = 10;
+    let tasks = handles.len();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let grants = Arc::new(Mutex::new(Vec::new()));
+    let running: Vec<_> = handles
+        .into_iter()
+        .map(|handle| {
+            let (inside, grants) = (Arc::clone(&inside), Arc::clone(&grants));
+            tokio::spawn(async move {
+                for _ in 0..ROUNDS {
+                    let guard = handle.borrow().acquire(TTL).await.expect("acquire");
+                    assert_eq!(
+                        inside.fetch_add(1, Ordering::SeqCst),
+                        0,
+                        "two inside at once"
+                    );
+                    grants.lock().expect("grants").push(guard.token());
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    assert!(guard.release().await.expect("release"), "still held");
+                }
+            })
+        })
+        .collect();
+    for task in running {
+        task.await.expect("a task");
+    }
+    let grants = grants.lock().expect("grants");
+    assert_eq!(grants.len(), tasks * ROUNDS);
+    assert!(
+        grants.windows(2).all(|pair| pair[0] < pair[1]),
+        "tokens in grant order: {grants:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn eight_tasks_on_clones_of_one_handle_exclude_each_other() {
+    let server = Server::start(&[]);
+    let lock = Lock::new(&client(&server).await, "invoice:42");
+    tasks_sharing_a_handle_take_turns((0..8).map(|_| lock.clone()).collect()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn eight_tasks_on_one_handle_behind_an_arc_exclude_each_other() {
+    let server = Server::start(&[]);
+    let lock = Arc::new(Lock::new(&client(&server).await, "invoice:42"));
+    tasks_sharing_a_handle_take_turns((0..8).map(|_| Arc::clone(&lock)).collect()).await;
 }
