@@ -2,9 +2,12 @@
  * Locks, read-write locks and semaphores on the leasehold Redis module (module `lock`, the
  * `LOCK.*` commands) for node-redis (v4 and later) and ioredis.
  *
+ * - Every acquire is a new owner, kept by the `Holding` it returns: one lock object shared by
+ *   concurrent calls excludes them like a mutex (as node-redlock's new random value per
+ *   acquire). A holder re-enters, downgrades or upgrades through its holding.
  * - Waiting happens in the server (`LOCK.ACQUIRE ... WAIT`), in arrival order, on a duplicate
  *   connection with no timeout shorter than the wait; a lost reply is followed up by asking
- *   again with the same owner, so a caller never holds a lock it was told it did not get.
+ *   again as the same owner, so a caller never holds a lock it was told it did not get.
  * - Every holding has a fencing token, a JS `number` (tokens stay below 2^53).
  * - `using(routine)` renews the lease every third of it and hands the routine an `AbortSignal`
  *   that fires when the lease is lost; renewal failures never throw into nowhere.
@@ -37,9 +40,12 @@ export { LostReply } from './connection.js';
 export interface LockOptions {
   /** The lease, ms (default 30 000). */
   ttl?: number;
-  /** The owner (1 to 256 bytes; default a new random UUID). */
+  /** One owner for every acquire (1 to 256 bytes) instead of a new random UUID each time: for
+   * holders in several processes that must count as one. The hazard: every call that uses this
+   * owner is then the holder too, so they no longer exclude each other. */
   owner?: string;
-  /** Each acquire by the holder counts one more hold (`REENTRANT`). */
+  /** With a fixed `owner`, each acquire by it counts one more hold (`REENTRANT`). Without one,
+   * a holder re-enters with `holding.reenter()`. */
   reentrant?: boolean;
   /** Renew the lease every third of it until release (always on in `using`). */
   watchdog?: boolean;
@@ -56,8 +62,11 @@ export interface WaitOptions {
 
 /** A held lock. */
 export interface Holding {
-  /** The fencing token: larger than every earlier holding's. Send it with every write. */
+  /** The fencing token: larger than every earlier holding's. Send it with every write. (An
+   * upgrade gives the holding a new one.) */
   readonly token: number;
+  /** The owner of this holding: new for each acquire, unless the lock was given one. */
+  readonly owner: string;
   /** Aborted when the lease is known lost: a renewal was refused, or the lease ran out while
    * renewals failed. Never aborted by a release. */
   readonly signal: AbortSignal;
@@ -66,14 +75,28 @@ export interface Holding {
   renew(ttl?: number): Promise<boolean>;
   /** Stops renewing and releases. True if it was still held. */
   release(): Promise<boolean>;
+  /** One more hold of this holding (`REENTRANT`, lease reset to `ttl` ms): same owner, token
+   * and mode, as a holding of its own whose release gives that hold back — the lock is free
+   * once every hold is. `null` when this owner no longer holds the lock. It does not renew by
+   * itself: this holding's watchdog, if on, keeps the lease. */
+  reenter(ttl?: number): Promise<Holding | null>;
+  /** A writer's holding becomes a reader's (same owner and token, lease reset), letting other
+   * readers in. False when this owner no longer holds the lock. */
+  downgrade(ttl?: number): Promise<boolean>;
+  /** The only reader's holding becomes a writer's (same owner, lease reset) with a new token,
+   * since exclusive writing starts now. False, the reader's holding kept, while others read
+   * too; false also when no longer held. */
+  upgrade(ttl?: number): Promise<boolean>;
 }
 
-/** A lock (exclusive, a reader, or a semaphore permit) as one owner. */
+/** A lock (exclusive, a reader, or a semaphore permit). Every acquire is a new owner, unless
+ * one was fixed with the `owner` option. */
 export interface Lock {
   /** The key. */
   readonly name: string;
-  /** The owner it acquires as (a semaphore: a new one per permit). */
-  readonly owner: string;
+  /** The owner every acquire uses, if one was fixed; `undefined`: a new one per acquire
+   * (`holding.owner` tells it). */
+  readonly owner: string | undefined;
   /** Takes it now, or `null` when busy. */
   tryAcquire(): Promise<Holding | null>;
   /** Takes it, waiting up to `wait` ms (`null` when still busy), or as long as it takes. */
@@ -95,23 +118,31 @@ type Mode = readonly string[];
 const DEFAULT_TTL = 30_000;
 const DEFAULT_MARGIN = 1_000;
 
-/** An exclusive lock named `name`. */
-export function createLock(client: Client, name: string, options: LockOptions = {}): Lock {
-  return new LeaseholdLock(new Connection(client), name, options, [], () => options.owner ?? randomUUID());
+const EXCLUSIVE: Mode = [];
+const SHARED: Mode = ['SHARED'];
+
+/** `LOCK.ACQUIRE key owner ttl [REENTRANT] [SHARED [LIMIT n]]`. */
+function acquireCommand(key: string, owner: string, ttl: number, mode: Mode, reentrant: boolean): string[] {
+  return ['LOCK.ACQUIRE', key, owner, String(ttl), ...(reentrant ? ['REENTRANT'] : []), ...mode];
 }
 
-/** A read-write lock: many readers or one writer, fair between them. Both sides share one
- * owner, so the writer can downgrade to a reader and the only reader can upgrade. */
+/** An exclusive lock named `name`. */
+export function createLock(client: Client, name: string, options: LockOptions = {}): Lock {
+  return new LeaseholdLock(new Connection(client), name, options, EXCLUSIVE);
+}
+
+/** A read-write lock: many readers or one writer, fair between them. Every acquire on either
+ * side is a new owner; a writer downgrades to a reader, and the only reader upgrades, through
+ * its holding. */
 export function createReadWriteLock(
   client: Client,
   name: string,
   options: LockOptions = {},
 ): { read: Lock; write: Lock } {
   const connection = new Connection(client);
-  const owner = options.owner ?? randomUUID();
   return {
-    read: new LeaseholdLock(connection, name, options, ['SHARED'], () => owner),
-    write: new LeaseholdLock(connection, name, options, [], () => owner),
+    read: new LeaseholdLock(connection, name, options, SHARED),
+    write: new LeaseholdLock(connection, name, options, EXCLUSIVE),
   };
 }
 
@@ -123,38 +154,34 @@ export function createSemaphore(
   options: LockOptions = {},
 ): Lock {
   const mode = ['SHARED', 'LIMIT', String(permits)];
-  return new LeaseholdLock(new Connection(client), name, options, mode, () => randomUUID());
+  return new LeaseholdLock(new Connection(client), name, options, mode);
 }
 
 class LeaseholdLock implements Lock {
   private readonly key: string;
   private readonly ttl: number;
-  private readonly fixedOwner: string;
 
   constructor(
     private readonly connection: Connection,
     readonly name: string,
     private readonly options: LockOptions,
     private readonly mode: Mode,
-    private readonly nextOwner: () => string,
   ) {
     this.key = connection.prefix + name;
     this.ttl = options.ttl ?? DEFAULT_TTL;
-    this.fixedOwner = nextOwner();
   }
 
-  get owner(): string {
-    return this.fixedOwner;
+  get owner(): string | undefined {
+    return this.options.owner;
   }
 
+  /** The owner of the next acquisition: the fixed one, or a new one. */
   private ownerForAcquire(): string {
-    return this.mode.includes('LIMIT') ? this.nextOwner() : this.fixedOwner;
+    return this.options.owner ?? randomUUID();
   }
 
   private command(owner: string, waitMs?: number): string[] {
-    const command = ['LOCK.ACQUIRE', this.key, owner, String(this.ttl)];
-    if (this.options.reentrant) command.push('REENTRANT');
-    command.push(...this.mode);
+    const command = acquireCommand(this.key, owner, this.ttl, this.mode, this.options.reentrant ?? false);
     if (waitMs !== undefined) command.push('WAIT', String(waitMs));
     return command;
   }
@@ -164,13 +191,8 @@ class LeaseholdLock implements Lock {
   }
 
   private async tryAs(owner: string, watchdog: boolean): Promise<Holding | null> {
-    try {
-      const token = await this.connection.send(this.command(owner));
-      return token === null ? null : this.hold(owner, Number(token), watchdog);
-    } catch (error) {
-      if (isTryAgain(error)) return null;
-      throw error;
-    }
+    const token = await tryToken(this.connection, this.command(owner));
+    return token === null ? null : this.hold(owner, token, watchdog);
   }
 
   acquire(options: WaitOptions = {}): Promise<Holding | null> {
@@ -240,7 +262,7 @@ class LeaseholdLock implements Lock {
   }
 
   private hold(owner: string, token: number, watchdog: boolean): Holding {
-    return new Held(this.connection, this.key, owner, token, this.ttl, watchdog);
+    return new Held(this.connection, this.key, owner, token, this.ttl, this.mode, watchdog);
   }
 }
 
@@ -253,9 +275,10 @@ class Held implements Holding {
   constructor(
     private readonly connection: Connection,
     private readonly key: string,
-    private readonly owner: string,
-    readonly token: number,
+    readonly owner: string,
+    public token: number,
     private readonly ttl: number,
+    private mode: Mode,
     watchdog: boolean,
   ) {
     this.heldUntil = Date.now() + ttl;
@@ -276,6 +299,32 @@ class Held implements Holding {
     this.released = true;
     clearTimeout(this.timer);
     return (await this.connection.send(['LOCK.RELEASE', this.key, this.owner])) === 1;
+  }
+
+  async reenter(ttl: number = this.ttl): Promise<Holding | null> {
+    const token = await this.acquire(ttl, this.mode, true);
+    return token === null ? null : new Held(this.connection, this.key, this.owner, token, ttl, this.mode, false);
+  }
+
+  downgrade(ttl: number = this.ttl): Promise<boolean> {
+    return this.changeMode(ttl, SHARED);
+  }
+
+  upgrade(ttl: number = this.ttl): Promise<boolean> {
+    return this.changeMode(ttl, EXCLUSIVE);
+  }
+
+  private async changeMode(ttl: number, mode: Mode): Promise<boolean> {
+    const token = await this.acquire(ttl, mode, false);
+    if (token === null) return false;
+    this.mode = mode;
+    this.token = token;
+    return true;
+  }
+
+  /** `LOCK.ACQUIRE` as this holding's owner: the token, or null when not granted. */
+  private acquire(ttl: number, mode: Mode, reentrant: boolean): Promise<number | null> {
+    return tryToken(this.connection, acquireCommand(this.key, this.owner, ttl, mode, reentrant));
   }
 
   /** The watchdog: renews every third of the lease; stops for good on release and on loss. */
@@ -302,6 +351,18 @@ class Held implements Holding {
   private lose(): void {
     clearTimeout(this.timer);
     if (!this.lost.signal.aborted) this.lost.abort(new Error('the lock lease was lost'));
+  }
+}
+
+/** Sends an acquire that does not wait: the token, or null when busy (or when the server cannot
+ * issue a token yet: `TRYAGAIN`). */
+async function tryToken(connection: Connection, command: string[]): Promise<number | null> {
+  try {
+    const token = await connection.send(command);
+    return token === null ? null : Number(token);
+  } catch (error) {
+    if (isTryAgain(error)) return null;
+    throw error;
   }
 }
 

@@ -93,6 +93,36 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
       assert.equal(await server.admin.exists(name), 0, 'never taken back');
     });
 
+    it('one lock object shared by 8 concurrent calls excludes them; re-entry is explicit', async () => {
+      const name = unique('invoice');
+      const lock = createLock(client, name, { ttl: 10_000 });
+      assert.equal(lock.owner, undefined, 'a new owner per acquire');
+      let inside = 0;
+      const tokens = [];
+      await Promise.all(Array.from({ length: 8 }, () => (async () => {
+        for (let round = 0; round < 5; round++) {
+          await lock.using(async (signal, holding) => {
+            assert.equal(inside++, 0, 'two inside at once');
+            tokens.push(holding.token);
+            await new Promise((resolve) => setTimeout(resolve, 2));
+            inside--;
+          });
+        }
+      })()));
+      assert.equal(tokens.length, 40);
+      assert.ok(tokens.every((token, i) => i === 0 || token > tokens[i - 1]), 'in grant order');
+
+      const outer = await lock.tryAcquire();
+      assert.equal(await lock.tryAcquire(), null, 'the same object again is another owner');
+      const inner = await outer.reenter();
+      assert.equal(inner.token, outer.token);
+      assert.equal(inner.owner, outer.owner);
+      assert.equal(await inner.release(), true);
+      assert.equal(await server.admin.call('LOCK.FENCE', name, outer.owner), outer.token, 'one hold left');
+      assert.equal(await outer.release(), true);
+      assert.equal(await server.admin.exists(name), 0);
+    });
+
     it('a lost reply is followed up, so the lock is never held unknowingly', async () => {
       const name = unique('lost');
       const holding = await createLock(client, name, { ttl: 10_000 }).tryAcquire();
@@ -105,7 +135,7 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
       await holding.release();
       const granted = await waiting;
       assert.ok(granted, 'told it holds the lock the server granted');
-      assert.equal(await server.admin.call('LOCK.FENCE', name, waiter.owner), granted.token);
+      assert.equal(await server.admin.call('LOCK.FENCE', name, granted.owner), granted.token);
       await granted.release();
       await close(through);
       proxy.close();
@@ -125,6 +155,17 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
       await r2.release();
       const written = await writing;
       assert.ok(written && written.token > r2.token);
+      // The writer downgrades through its holding; another reader joins; the upgrade waits
+      // for it to leave.
+      assert.equal(await written.downgrade(), true);
+      const reader = await first.read.tryAcquire();
+      assert.ok(reader, 'readers share');
+      assert.equal(await written.upgrade(), false, 'another reads');
+      await reader.release();
+      const readToken = written.token;
+      assert.equal(await written.upgrade(), true, 'the only reader');
+      assert.ok(written.token > readToken, 'exclusive writing starts anew');
+      assert.equal(await server.admin.call('LOCK.FENCE', name, written.owner), written.token);
       await written.release();
 
       const pool = createSemaphore(client, unique('pool'), 2);

@@ -16,10 +16,14 @@ export async function typed(): Promise<number> {
   const permit = await createSemaphore(ioredis, 'pool', 3).tryAcquire();
   const token: number = await read.using(async (signal, held) => {
     signal.throwIfAborted();
-    return held.token;
+    const owner: string = held.owner;
+    const inner: Holding | null = await held.reenter(1_000);
+    const upgraded: boolean = await held.upgrade();
+    return held.token + (inner?.token ?? 0) + Number(upgraded) + owner.length;
   });
+  const fixed: string | undefined = lock.owner;
   await write.tryAcquire();
   await createLock(await createClient4().connect(), 'old').tryAcquire();
   await createLock(new Redis5(), 'old').tryAcquire();
-  return token + (holding?.token ?? 0) + (permit?.token ?? 0);
+  return token + (holding?.token ?? 0) + (permit?.token ?? 0) + (fixed?.length ?? 0);
 }

@@ -133,7 +133,8 @@ impl Guard {
         }
     }
 
-    /// The fencing token of this holding: larger than every token of an earlier holding.
+    /// The fencing token of this holding: larger than every token of an earlier holding. (An
+    /// [`Guard::upgrade`] gives the holding a new one.)
     #[must_use]
     pub fn token(&self) -> u64 {
         self.token
@@ -177,9 +178,9 @@ impl Guard {
         self.change_mode("downgrade", ttl, Mode::Shared(None)).await
     }
 
-    /// Turns the only reader's holding into a writer's (same owner and token, lease reset to
-    /// `ttl`). False, with the reader's holding kept, while others read too; false also when
-    /// this owner no longer holds the lock.
+    /// Turns the only reader's holding into a writer's (same owner, lease reset to `ttl`) with
+    /// a new token, since exclusive writing starts now. False, with the reader's holding kept,
+    /// while others read too; false also when this owner no longer holds the lock.
     ///
     /// # Errors
     /// No connection, or a Redlock holding ([`Error::NotOnRedlock`]).
@@ -188,11 +189,12 @@ impl Guard {
     }
 
     async fn change_mode(&mut self, what: &'static str, ttl: Duration, mode: Mode) -> Result<bool> {
-        let granted = self.node(what)?.acquire(ttl, mode, false).await?.is_some();
-        if granted {
-            self.mode = mode;
-        }
-        Ok(granted)
+        let Some(token) = self.node(what)?.acquire(ttl, mode, false).await? else {
+            return Ok(false);
+        };
+        self.mode = mode;
+        self.token = token;
+        Ok(true)
     }
 
     /// The single-server holding, for `what` only it supports.

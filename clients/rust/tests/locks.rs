@@ -228,11 +228,20 @@ async fn readers_share_and_a_writer_waits_for_them() {
         "another reads"
     );
     assert!(reader.release().await.expect("release"));
+    let read_token = written.token();
     assert!(
         written.upgrade(TTL).await.expect("upgrade"),
         "the only reader"
     );
+    assert!(
+        written.token() > read_token,
+        "exclusive writing starts anew"
+    );
     assert_eq!(holder(&mut con, "report").as_deref(), Some(written.owner()));
+    assert_eq!(
+        call(&mut con, &["LOCK.FENCE", "report"]),
+        Value::Int(i64::try_from(written.token()).expect("token"))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
