@@ -56,13 +56,18 @@ async def test_a_lost_reply_is_recovered(server, proxy, name, admin):
     assert await holder.acquire()
     waiter = leasehold.asyncio.Lock(
         redis.asyncio.Redis(port=proxy.port), name, timeout=30, blocking_timeout=1.0)
-    waiting = asyncio.ensure_future(waiter.acquire())
+
+    async def wait_then_release():
+        # A holding is its task's: acquired and released in one task.
+        assert await waiter.acquire() is True
+        assert admin.execute_command("LOCK.FENCE", name) == waiter.fencing_token
+        await waiter.release()
+
+    waiting = asyncio.ensure_future(wait_then_release())
     await eventually(lambda: waiters(admin, name) == 1)
     proxy.stall_last_connection()
     await holder.release()
-    assert await waiting is True
-    assert admin.execute_command("LOCK.FENCE", name) == waiter.fencing_token
-    await waiter.release()
+    await waiting
 
 
 async def test_the_watchdog_keeps_the_lock_and_tells_when_it_is_lost(server, name, admin):
@@ -86,13 +91,62 @@ async def test_read_write_lock_and_semaphore(server, name):
     assert await first.read.acquire(blocking=False)
     assert await second.read.acquire(blocking=False)
     assert not await first.write.acquire(blocking=False)
-    writing = asyncio.ensure_future(first.write.acquire(blocking_timeout=5))
+
+    async def write():
+        assert await first.write.acquire(blocking_timeout=5)
+        await first.write.release()
+
+    writing = asyncio.ensure_future(write())
     await asyncio.sleep(0.2)
     await first.read.release()
     await second.read.release()
-    assert await writing
-    await first.write.release()
+    await writing
     permit = leasehold.asyncio.Semaphore(r, name + ":pool", 1, timeout=10)
     assert await permit.acquire(blocking=False)
     other = leasehold.asyncio.Semaphore(r, name + ":pool", 1, timeout=10)
     assert not await other.acquire(blocking=False)
+
+
+async def test_tasks_sharing_one_lock_take_turns(server, name):
+    r = redis.asyncio.Redis(port=server.port)
+    lock = r.lock(name, timeout=10, lock_class=leasehold.asyncio.Lock)
+    inside, grants = [0], []
+
+    async def loop():
+        for _ in range(5):
+            async with lock:
+                inside[0] += 1
+                assert inside[0] == 1, "two inside at once"
+                grants.append(lock.fencing_token)
+                await asyncio.sleep(0.002)
+                inside[0] -= 1
+
+    await asyncio.gather(*(loop() for _ in range(8)))
+    assert len(grants) == 40
+    assert grants == sorted(grants) and len(set(grants)) == 40, "in grant order"
+    await r.aclose() if hasattr(r, "aclose") else await r.close()
+
+
+async def test_reader_tasks_sharing_one_lock_each_keep_their_own_holding(server, name, admin):
+    r = redis.asyncio.Redis(port=server.port)
+    read = leasehold.asyncio.ReadWriteLock(r, name, timeout=10).read
+    both_in, release = asyncio.Event(), asyncio.Event()
+    tokens = []
+
+    async def reader():
+        assert await read.acquire(blocking=False)
+        tokens.append(read.fencing_token)
+        if len(tokens) == 2:
+            both_in.set()
+        await release.wait()
+        assert await read.owned()
+        await read.release()
+
+    readers = [asyncio.ensure_future(reader()) for _ in range(2)]
+    await both_in.wait()
+    assert tokens[0] != tokens[1], "two holdings, one per task"
+    assert not await read.owned(), "this task holds nothing"
+    release.set()
+    await asyncio.gather(*readers)
+    assert admin.exists(name) == 0, "each task released its own holding"
+    await r.aclose() if hasattr(r, "aclose") else await r.close()

@@ -191,3 +191,33 @@ def test_read_write_lock_and_semaphore(server, name):
     assert permits[2].acquire(blocking_timeout=5)
     with pytest.raises(redis.ResponseError, match="differs from the lock's 2"):
         leasehold.Semaphore(r, name + ":pool", 3, timeout=10).acquire(blocking=False)
+
+
+def test_threads_sharing_one_lock_take_turns(server, name):
+    r = redis.Redis(port=server.port)
+    lock = r.lock(name, timeout=10, lock_class=leasehold.Lock)
+    inside, grants, failures = [0], [], []
+    guard = threading.Lock()
+
+    def loop():
+        try:
+            for _ in range(5):
+                with lock:
+                    with guard:
+                        inside[0] += 1
+                        assert inside[0] == 1, "two inside at once"
+                        grants.append(lock.fencing_token)
+                    time.sleep(0.002)
+                    with guard:
+                        inside[0] -= 1
+        except Exception as error:  # noqa: BLE001 - reported below
+            failures.append(error)
+
+    threads = [threading.Thread(target=loop) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert len(grants) == 40
+    assert grants == sorted(grants) and len(set(grants)) == 40, "in grant order"

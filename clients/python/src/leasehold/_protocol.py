@@ -3,6 +3,7 @@ the connection a wait gets for itself."""
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import uuid
@@ -105,6 +106,31 @@ class Shared:
     keeper: Any = None
 
 
+class TaskLocal:
+    """What one holder (one asyncio task, with ``thread_local=True``) keeps: the fields of
+    :class:`Local`, in a context variable. The tasks of one thread share a ``threading.local``,
+    so with it two tasks on one lock would overwrite each other's owner, and one would release
+    the other's holding; each task runs in a context of its own. A task started by a holder
+    starts with a copy of what the holder kept then."""
+
+    _FIELDS = ("token", "fencing_token", "keeper")
+
+    def __init__(self) -> None:
+        state: contextvars.ContextVar[dict] = contextvars.ContextVar("leasehold_holder", default={})
+        object.__setattr__(self, "_state", state)
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in TaskLocal._FIELDS:
+            raise AttributeError(name)
+        return self._state.get().get(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in TaskLocal._FIELDS:
+            raise AttributeError(name)
+        # A new dict each time: the one a context holds may be its parent's too.
+        self._state.set({**self._state.get(), name: value})
+
+
 class LockBase:
     """What the sync and asyncio ``Lock`` share: redis-py's constructor (same arguments and
     defaults, plus ``watchdog``), the current holding's state, and the lease and command they
@@ -112,6 +138,9 @@ class LockBase:
 
     #: The module's options for this kind of lock (``SHARED``, ``LIMIT n``).
     mode: Sequence[Any] = ()
+
+    #: Where a holder's state lives with ``thread_local=True``: per thread (per task for asyncio).
+    holder_state: type = Local
 
     def __init__(
         self,
@@ -135,7 +164,7 @@ class LockBase:
         self.thread_local = bool(thread_local)
         self.raise_on_release_error = raise_on_release_error
         self.watchdog = watchdog or timeout is None
-        self.local: Union[Local, Shared] = Local() if self.thread_local else Shared()
+        self.local: Union[Local, TaskLocal, Shared] = self.holder_state() if self.thread_local else Shared()
 
     @property
     def fencing_token(self) -> Optional[int]:

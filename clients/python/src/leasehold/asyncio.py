@@ -22,6 +22,7 @@ from ._protocol import (
     TRY_AGAIN_DELAY,
     LockBase,
     Number,
+    TaskLocal,
     new_owner,
     own_ttl_ms,
     to_ms,
@@ -31,7 +32,12 @@ from ._protocol import (
 
 class Lock(LockBase):
     """:class:`leasehold.Lock` for ``redis.asyncio`` clients; see it for the differences from
-    redis-py's lock."""
+    redis-py's lock. With ``thread_local=True`` (the default) each asyncio task keeps its own
+    holding, so tasks sharing one lock object exclude each other (redis-py's asyncio lock keeps
+    it per thread, which every task of the loop shares): release a holding from the task that
+    acquired it, or pass ``thread_local=False`` to share one holding between tasks."""
+
+    holder_state = TaskLocal
 
     async def __aenter__(self) -> "Lock":
         if await self.acquire():
