@@ -131,3 +131,65 @@ fn a_replica_keeps_the_effects_in_its_own_aof_and_passes_them_to_its_replicas() 
     assert_eq!((info.0.as_str(), info.1, info.3), ("alice", token, 2));
     assert!(acquire(&mut r, "other", "bob", 1_000, &[]).expect("granted") > token);
 }
+
+/// Whether `WAIT` on a waiter's own connection, right after a hand-over granted it the lock,
+/// covers the grant: the grant was written by another client's `LOCK.RELEASE` or by a lease
+/// timer, not by the waiter's command. With the replica stopped it must count 0 replicas.
+#[test]
+fn wait_after_a_hand_over_counts_only_replicas_that_have_the_grant() {
+    let (master, replica) = pair();
+    let mut admin = master.client();
+    for (by_timer, replica_running) in [(false, false), (false, true), (true, false), (true, true)]
+    {
+        let key = format!("handed-over:{by_timer}:{replica_running}");
+        let lease = if by_timer { 300 } else { 60_000 };
+        let mut holder = master.client();
+        acquire(&mut holder, &key, "holder", lease, &[]).expect("free");
+        wait_replicas(&mut holder, 1);
+        let mut waiter = master.client();
+        let waiting_key = key.clone();
+        let waiting = std::thread::spawn(move || {
+            let token: Option<i64> = redis::cmd("LOCK.ACQUIRE")
+                .arg(&waiting_key)
+                .arg("waiter")
+                .arg(60_000)
+                .arg("WAIT")
+                .arg(10_000)
+                .query(&mut waiter)
+                .expect("LOCK.ACQUIRE WAIT");
+            let acked: i64 = redis::cmd("WAIT")
+                .arg(1)
+                .arg(500)
+                .query(&mut waiter)
+                .expect("WAIT");
+            (token, acked)
+        });
+        common::queued(&mut admin, &key, 1);
+        if !replica_running {
+            replica.signal("STOP");
+        }
+        if !by_timer {
+            call(&mut holder, &["LOCK.RELEASE", &key, "holder"]);
+        }
+        let (token, acked) = waiting.join().expect("the waiter");
+        if !replica_running {
+            replica.signal("CONT");
+        }
+        assert!(token.is_some(), "granted");
+        assert_eq!(
+            acked,
+            i64::from(replica_running),
+            "hand-over by {}, replica {}",
+            if by_timer {
+                "the lease timer"
+            } else {
+                "LOCK.RELEASE"
+            },
+            if replica_running {
+                "running"
+            } else {
+                "stopped"
+            }
+        );
+    }
+}
