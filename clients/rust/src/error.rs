@@ -17,6 +17,16 @@ pub enum Error {
     /// allowance (ttl × drift factor + 2 ms).
     #[error("the lease of {0:?} is too short")]
     Lease(std::time::Duration),
+    /// The lock was granted, but fewer replicas than wanted had the grant within the sync
+    /// timeout ([`crate::Sync`]); the client released it (owner-checked). Distinct from "busy":
+    /// the lock was free, the replicas were not there.
+    #[error("the grant reached {acked} of the {wanted} replicas wanted; released")]
+    NotReplicated {
+        /// Replicas that acknowledged the grant.
+        acked: u32,
+        /// Replicas wanted.
+        wanted: u32,
+    },
     /// Re-entering, downgrading and upgrading work on a lock of one server, not on a Redlock
     /// holding.
     #[error("{0} is not supported on a Redlock holding")]

@@ -40,6 +40,7 @@ mod guard;
 mod lock;
 mod owner;
 pub mod redlock;
+pub mod sync;
 
 pub use backoff::Backoff;
 pub use client::Client;
@@ -47,3 +48,4 @@ pub use error::{Error, Result};
 pub use guard::{Guard, Lost};
 pub use lock::{Lock, ReadWriteLock, Semaphore, Waiting};
 pub use redlock::{Redlock, RedlockLock};
+pub use sync::Sync;

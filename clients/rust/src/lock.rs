@@ -7,10 +7,11 @@ use redis::{Cmd, RedisError};
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
-use crate::client::Client;
+use crate::client::{Client, Own};
 use crate::error::{Error, Result};
 use crate::guard::{Guard, Holding, Keeping};
 use crate::owner::new_owner;
+use crate::sync::Sync;
 
 /// How an acquire that finds the lock busy waits for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +40,8 @@ struct Settings {
     keeping: Keeping,
     /// How long after a wait should have ended the client gives up on the server's reply.
     margin: Duration,
+    /// How grants reach the replicas before they are returned.
+    sync: Sync,
 }
 
 /// A lock on one server (or one cluster master). Exclusive unless made by
@@ -92,6 +95,7 @@ impl Lock {
                 waiting: Waiting::Server,
                 keeping: Keeping::default(),
                 margin: Duration::from_secs(1),
+                sync: Sync::to_replicas(),
             },
         }
     }
@@ -136,6 +140,16 @@ impl Lock {
         self
     }
 
+    /// Whether and how a grant reaches the replicas before an acquire returns it (default:
+    /// every replica the master has, within 1 s — see [`Sync`]). When fewer acknowledge in
+    /// time the grant is released and the acquire fails with [`Error::NotReplicated`], or, with
+    /// a wait budget left, tries again within it. Renewals and releases never wait.
+    #[must_use]
+    pub fn with_sync(mut self, sync: Sync) -> Self {
+        self.settings.sync = sync;
+        self
+    }
+
     /// How long after a wait should have ended the client stops waiting for the server's reply
     /// and finds out for itself whether it got the lock (default 1 s).
     #[must_use]
@@ -172,11 +186,56 @@ impl Lock {
 
     async fn try_acquire_as(&self, owner: &str, ttl: Duration) -> Result<Option<Guard>> {
         let granted = Instant::now();
-        let token: Option<u64> = match self.client.query(&self.command(owner, ttl, None)?).await {
-            Err(Error::Redis(error)) if is_try_again(&error) => None,
-            other => other?,
+        let command = self.command(owner, ttl, None)?;
+        let wanted = self.replicas_wanted().await?;
+        let token: Option<u64> = if wanted == 0 {
+            match self.client.query(&command).await {
+                Err(Error::Redis(error)) if is_try_again(&error) => None,
+                other => other?,
+            }
+        } else {
+            match self
+                .client
+                .query_own::<Option<u64>>(&command, &self.settings.sync)
+                .await
+            {
+                Err(error) if is_try_again(&error) => None,
+                Err(error) => return Err(error.into()),
+                Ok((token, mut own)) => {
+                    if token.is_some() {
+                        self.sync(owner, &mut own, wanted).await?;
+                    }
+                    token
+                }
+            }
         };
         Ok(token.map(|token| self.guard(owner, token, ttl, granted)))
+    }
+
+    async fn replicas_wanted(&self) -> Result<u32> {
+        self.client
+            .replicas_wanted(&self.name, &self.settings.sync)
+            .await
+    }
+
+    /// Waits for `wanted` replicas to have the grant `own` just carried. When fewer have it in
+    /// time, releases it (owner-checked) and fails with [`Error::NotReplicated`]; when the wait
+    /// cannot even be asked, releases in the background.
+    async fn sync(&self, owner: &str, own: &mut Own, wanted: u32) -> Result<()> {
+        let sync = &self.settings.sync;
+        match own.wait_for_replicas(&self.name, wanted, sync).await {
+            Ok(acked) if acked >= wanted => Ok(()),
+            Ok(acked) => {
+                self.client.ask_replicas_again(&self.name);
+                let _ = self.held(owner).release().await;
+                Err(Error::NotReplicated { acked, wanted })
+            }
+            Err(error) => {
+                let held = self.held(owner);
+                tokio::spawn(async move { held.release_eventually().await });
+                Err(error.into())
+            }
+        }
     }
 
     /// Takes the lock, waiting for it up to `wait`; `None` when it stayed busy. With
@@ -217,16 +276,23 @@ impl Lock {
                 return self.try_acquire_as(&owner, ttl).await;
             }
             let outcome = match self.settings.waiting {
-                Waiting::Server => self.wait_in_server(&owner, ttl, left).await?,
-                Waiting::Retry(backoff) => match self.try_acquire_as(&owner, ttl).await? {
-                    Some(guard) => Attempt::Granted(guard),
-                    None => {
+                Waiting::Server => self.wait_in_server(&owner, ttl, left).await,
+                Waiting::Retry(backoff) => match self.try_acquire_as(&owner, ttl).await {
+                    Ok(Some(guard)) => Ok(Attempt::Granted(guard)),
+                    Ok(None) => {
                         let pause = backoff.delay(attempt);
                         tokio::time::sleep(left.map_or(pause, |left| pause.min(left))).await;
                         attempt += 1;
-                        Attempt::Again
+                        Ok(Attempt::Again)
                     }
+                    Err(error) => Err(error),
                 },
+            };
+            // A grant the replicas did not get was released: try again within the budget.
+            let budget_left = deadline.is_some_and(|end| Instant::now() < end);
+            let outcome = match outcome {
+                Err(Error::NotReplicated { .. }) if budget_left => Attempt::Again,
+                other => other?,
             };
             match outcome {
                 Attempt::Granted(guard) => return Ok(Some(guard)),
@@ -244,19 +310,21 @@ impl Lock {
         left: Option<Duration>,
     ) -> Result<Attempt> {
         let command = self.command(owner, ttl, Some(left.unwrap_or(Duration::ZERO)))?;
+        let wanted = self.replicas_wanted().await?;
         match self
             .client
             .query_waiting::<Option<u64>>(&command, left, self.settings.margin)
             .await
         {
             // The server replies the moment it hands the lock over: the lease began then.
-            Ok(Some(token)) => Ok(Attempt::Granted(self.guard(
-                owner,
-                token,
-                ttl,
-                Instant::now(),
-            ))),
-            Ok(None) => Ok(Attempt::TimedOut),
+            Ok((Some(token), mut own)) => {
+                let granted = Instant::now();
+                if wanted > 0 {
+                    self.sync(owner, &mut own, wanted).await?;
+                }
+                Ok(Attempt::Granted(self.guard(owner, token, ttl, granted)))
+            }
+            Ok((None, _)) => Ok(Attempt::TimedOut),
             Err(error) if is_try_again(&error) => {
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 Ok(Attempt::Again)
@@ -442,6 +510,15 @@ impl ReadWriteLock {
         Self {
             read: Lock::with_mode(client, name, Mode::Shared(None)),
             write: Lock::with_mode(client, name, Mode::Exclusive),
+        }
+    }
+
+    /// Both sides sync their grants as `sync` says (see [`Lock::with_sync`]).
+    #[must_use]
+    pub fn with_sync(self, sync: Sync) -> Self {
+        Self {
+            read: self.read.with_sync(sync),
+            write: self.write.with_sync(sync),
         }
     }
 

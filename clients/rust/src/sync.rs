@@ -1,0 +1,216 @@
+//! Grants synced to replicas before they are returned: after a grant the client sends
+//! `WAIT numreplicas timeout` (or `WAITAOF`) on the connection that carried it, and counts the
+//! grant only once enough replicas have it. Replication is asynchronous: without this, a master
+//! can acknowledge a grant and fail before any replica has it, and the promoted replica grants
+//! the same lock again.
+//!
+//! How many replicas to wait for, by default, is learned from the master (`INFO replication`:
+//! its replicas online) and never lowered by a drop the same master sees: in a split brain an
+//! old master loses exactly the replica that was promoted, and would otherwise count a grant as
+//! synced to the one replica about to be re-pointed elsewhere. A master is known by its
+//! replication ID, which a promotion changes, so a new master is learned anew.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::cluster_routing::Slot;
+use tokio::time::Instant;
+
+/// How many replicas must have a grant before it is returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replicas {
+    /// As many as the master has online, learned from it and never lowered for the same master.
+    Learned,
+    /// This many (0: don't wait).
+    Exactly(u32),
+}
+
+/// Whether and how grants are synced to replicas before an acquire returns them. The default:
+/// to every replica the master has, waiting up to [`Sync::DEFAULT_TIMEOUT`]; a lone server
+/// pays nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sync {
+    pub(crate) replicas: Replicas,
+    pub(crate) timeout: Duration,
+    pub(crate) aof: bool,
+}
+
+impl Sync {
+    /// How long a grant waits for its replicas by default: 1 s. A replica that is up
+    /// acknowledges within a round trip plus its replication lag (well under a millisecond on a
+    /// LAN, `make chaos` measures it); a second runs out only when a replica is down or far
+    /// behind, and then the grant is not safe anyway.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+
+    /// To every replica the master has (learned from it), the default.
+    #[must_use]
+    pub const fn to_replicas() -> Self {
+        Self {
+            replicas: Replicas::Learned,
+            timeout: Self::DEFAULT_TIMEOUT,
+            aof: false,
+        }
+    }
+
+    /// To exactly `replicas` replicas.
+    #[must_use]
+    pub const fn exactly(replicas: u32) -> Self {
+        Self {
+            replicas: Replicas::Exactly(replicas),
+            ..Self::to_replicas()
+        }
+    }
+
+    /// No syncing: a grant is returned as soon as the master made it.
+    #[must_use]
+    pub const fn off() -> Self {
+        Self::exactly(0)
+    }
+
+    /// Waits up to `timeout` for the replicas (whole ms, at least 1).
+    #[must_use]
+    pub const fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Waits with `WAITAOF 1 n timeout` instead: the grant is in the master's AOF and the
+    /// replicas' AOFs on disk (Redis 7.2+, Valkey 8+, with `appendonly yes`).
+    #[must_use]
+    pub const fn with_aof(mut self, aof: bool) -> Self {
+        self.aof = aof;
+        self
+    }
+
+    /// The timeout in whole ms for `WAIT` (at least 1: 0 would mean no limit).
+    pub(crate) fn timeout_ms(&self) -> u64 {
+        u64::try_from(self.timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+}
+
+impl Default for Sync {
+    fn default() -> Self {
+        Self::to_replicas()
+    }
+}
+
+/// How long what a master said of its replicas is used before it is asked again.
+const REFRESH: Duration = Duration::from_secs(5);
+
+/// What one master (or, in a cluster, the master of one slot) said of its replicas.
+#[derive(Debug, Clone)]
+struct Known {
+    replication_id: String,
+    /// The most replicas online it reported since it became master.
+    replicas: u32,
+    /// When it was last asked; `None`: ask at the next grant.
+    asked_at: Option<Instant>,
+}
+
+/// Where a lock's master is asked: `None` on one server, the lock's slot in a cluster.
+pub(crate) type Place = Option<Slot>;
+
+/// The replica counts learned so far, by where they were asked.
+#[derive(Debug, Default)]
+pub(crate) struct Learned(HashMap<Place, Known>);
+
+impl Learned {
+    /// The count to wait for at `place`, if it was asked recently enough.
+    pub(crate) fn fresh(&self, place: Place) -> Option<u32> {
+        let known = self.0.get(&place)?;
+        let recent = known.asked_at?.elapsed() < REFRESH;
+        recent.then_some(known.replicas)
+    }
+
+    /// Takes note of what the master at `place` said (`INFO replication`), and returns the count
+    /// to wait for: the highest it reported under its current replication ID.
+    pub(crate) fn heard(&mut self, place: Place, info: &str) -> u32 {
+        let (replication_id, online) = parse(info);
+        let known = self.0.entry(place).or_insert_with(|| Known {
+            replication_id: replication_id.clone(),
+            replicas: 0,
+            asked_at: None,
+        });
+        if known.replication_id != replication_id {
+            known.replication_id = replication_id;
+            known.replicas = 0;
+        }
+        known.replicas = known.replicas.max(online);
+        known.asked_at = Some(Instant::now());
+        known.replicas
+    }
+
+    /// Makes the next grant at `place` ask again (after a grant was not synced: the master may
+    /// have changed), keeping the count for the same master.
+    pub(crate) fn ask_again(&mut self, place: Place) {
+        if let Some(known) = self.0.get_mut(&place) {
+            known.asked_at = None;
+        }
+    }
+}
+
+/// `(master_replid, replicas online)` from `INFO replication`; no replicas for a replica.
+fn parse(info: &str) -> (String, u32) {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    let replication_id = field("master_replid").unwrap_or_default().to_owned();
+    if field("role") != Some("master") {
+        return (replication_id, 0);
+    }
+    let online = info
+        .lines()
+        .filter(|line| line.starts_with("slave") && line.contains("state=online"))
+        .count();
+    (replication_id, u32::try_from(online).unwrap_or(u32::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(replid: &str, online: usize) -> String {
+        let mut info = format!("# Replication\r\nrole:master\r\nconnected_slaves:{online}\r\n");
+        for i in 0..online {
+            info += &format!("slave{i}:ip=127.0.0.1,port={i},state=online,offset=1,lag=0\r\n");
+        }
+        info + &format!(
+            "slave9:ip=127.0.0.1,port=9,state=wait_bgsave,offset=0,lag=0\r\nmaster_replid:{replid}\r\n"
+        )
+    }
+
+    #[test]
+    fn the_count_is_what_the_master_has_online() {
+        assert_eq!(parse(&info("a", 2)), ("a".into(), 2));
+        assert_eq!(parse("role:slave\r\nmaster_replid:b\r\n"), ("b".into(), 0));
+    }
+
+    #[test]
+    fn a_drop_on_the_same_master_does_not_lower_it_and_a_new_master_is_learned_anew() {
+        let mut learned = Learned::default();
+        assert_eq!(learned.heard(None, &info("a", 2)), 2);
+        assert_eq!(
+            learned.heard(None, &info("a", 1)),
+            2,
+            "the same master lost one"
+        );
+        assert_eq!(learned.fresh(None), Some(2));
+        assert_eq!(learned.heard(None, &info("b", 1)), 1, "a promoted master");
+        assert_eq!(
+            learned.heard(Slot::new(7), &info("c", 0)),
+            0,
+            "per slot in a cluster"
+        );
+        learned.ask_again(None);
+        assert_eq!(learned.fresh(None), None);
+        assert_eq!(
+            learned.heard(None, &info("b", 0)),
+            1,
+            "asked again: still not lowered"
+        );
+    }
+}

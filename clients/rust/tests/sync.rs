@@ -1,0 +1,186 @@
+//! Grants synced to replicas before they are returned (`Sync`): on a real master and replica,
+//! with the replica running, stopped (`SIGSTOP`) and detached.
+
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+
+use std::time::Duration;
+
+use common::{Server, call, holder, info_field};
+use leasehold_client::{Client, Error, Lock, Sync};
+use redis::Value;
+
+const TTL: Duration = Duration::from_secs(10);
+const QUICK: Duration = Duration::from_millis(200);
+
+/// A master and its replica, online as the master sees it (the count a client learns) and
+/// acknowledging writes.
+fn pair() -> (Server, Server) {
+    let master = Server::start(&[]);
+    let replica = Server::start(&[]);
+    replica.replicate(&master);
+    let mut con = master.client();
+    common::wait_until("the master counts its replica online", || {
+        info_field(&mut con, "replication", "slave0").is_some_and(|s| s.contains("state=online"))
+    });
+    call(&mut con, &["SET", "settled", "1"]);
+    common::wait_replicas(&mut con, 1);
+    (master, replica)
+}
+
+async fn client(server: &Server) -> Client {
+    Client::open(&server.url()).await.expect("connect")
+}
+
+/// `WAIT` calls the server has run.
+fn waits(server: &Server) -> u64 {
+    let stats = info_field(&mut server.client(), "commandstats", "cmdstat_wait");
+    stats.map_or(0, |s| {
+        let calls = s.split(',').next().and_then(|c| c.strip_prefix("calls="));
+        calls.and_then(|c| c.parse().ok()).unwrap_or(0)
+    })
+}
+
+fn fence(server: &Server, key: &str) -> Value {
+    call(&mut server.client(), &["LOCK.FENCE", key])
+}
+
+fn int(token: u64) -> Value {
+    Value::Int(i64::try_from(token).expect("below 2^53"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lone_server_pays_nothing() {
+    let server = Server::start(&[]);
+    let lock = Lock::new(&client(&server).await, "k");
+    let guard = lock.try_acquire(TTL).await.expect("acquire").expect("free");
+    assert!(guard.release().await.expect("release"));
+    assert_eq!(waits(&server), 0, "no replicas: no WAIT");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grant_is_on_the_replica_when_it_is_returned_immediate_or_handed_over() {
+    let (master, replica) = pair();
+    let client = client(&master).await;
+    let guard = Lock::new(&client, "k")
+        .try_acquire(TTL)
+        .await
+        .expect("acquire");
+    let guard = guard.expect("free");
+    assert_eq!(
+        fence(&replica, "k"),
+        int(guard.token()),
+        "already on the replica"
+    );
+    assert!(waits(&master) >= 1);
+
+    let waiting = tokio::spawn({
+        let lock = Lock::new(&client, "k");
+        async move { lock.acquire_timeout(TTL, Duration::from_secs(5)).await }
+    });
+    common::queued(&mut master.client(), "k", 1);
+    assert!(guard.release().await.expect("release"));
+    let handed = waiting
+        .await
+        .expect("task")
+        .expect("wait")
+        .expect("granted");
+    assert_eq!(
+        fence(&replica, "k"),
+        int(handed.token()),
+        "the hand-over too"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grant_the_replica_does_not_get_is_released_and_reported() {
+    let (master, replica) = pair();
+    let client = client(&master).await;
+    let lock = Lock::new(&client, "k").with_sync(Sync::to_replicas().timeout(QUICK));
+    lock.try_acquire(TTL)
+        .await
+        .expect("learns 1 replica")
+        .expect("free")
+        .release()
+        .await
+        .expect("release");
+    replica.signal("STOP");
+    let refused = lock.try_acquire(TTL).await;
+    assert!(
+        matches!(
+            refused,
+            Err(Error::NotReplicated {
+                acked: 0,
+                wanted: 1
+            })
+        ),
+        "{:?}",
+        refused.map(|g| g.map(|g| g.token()))
+    );
+    assert_eq!(holder(&mut master.client(), "k"), None, "released");
+
+    // With a wait budget it tries again within it, and gets it once the replica is back.
+    let resume = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        replica.signal("CONT");
+        replica
+    });
+    let guard = lock
+        .acquire_timeout(TTL, Duration::from_secs(5))
+        .await
+        .expect("acquire");
+    let replica = resume.await.expect("resumed");
+    let guard = guard.expect("granted after the replica came back");
+    assert_eq!(fence(&replica, "k"), int(guard.token()));
+    assert!(
+        Lock::new(&client, "other")
+            .with_sync(Sync::off())
+            .try_acquire(TTL)
+            .await
+            .is_ok(),
+        "sync off"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_the_same_master_lost_still_counts_and_a_new_master_is_learned_anew() {
+    let (mut master, replica) = pair();
+    let client = client(&master).await;
+    let lock = Lock::new(&client, "k").with_sync(Sync::to_replicas().timeout(QUICK));
+    lock.try_acquire(TTL)
+        .await
+        .expect("learns 1 replica")
+        .expect("free")
+        .release()
+        .await
+        .expect("release");
+    // The replica leaves, as a promoted one would in a split brain: the master still wants it.
+    call(&mut replica.client(), &["REPLICAOF", "NO", "ONE"]);
+    for _ in 0..2 {
+        let refused = lock.try_acquire(TTL).await;
+        assert!(matches!(
+            refused,
+            Err(Error::NotReplicated {
+                acked: 0,
+                wanted: 1
+            })
+        ));
+    }
+    let exactly = lock.clone().with_sync(Sync::exactly(0));
+    assert!(
+        exactly.try_acquire(TTL).await.expect("acquire").is_some(),
+        "set to 0"
+    );
+    // A restarted master has a new replication ID and no replicas: learned anew.
+    master.kill();
+    master.restart();
+    let mut granted = None;
+    for _ in 0..50 {
+        if let Ok(Some(guard)) = lock.try_acquire(TTL).await {
+            granted = Some(guard);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(granted.is_some(), "a new master with no replicas");
+}
