@@ -3,6 +3,7 @@ temp dir, killed at the end. ``LEASEHOLD_SERVER`` names the server binary (defau
 ``redis-server``), ``LEASEHOLD_MODULE`` the module (default the debug build of this repo)."""
 
 import os
+import signal
 import socket
 import subprocess
 import tempfile
@@ -24,7 +25,7 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self) -> None:
+    def __init__(self, *args: str) -> None:
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="leasehold-py-")
         binary = os.environ.get("LEASEHOLD_SERVER", "redis-server")
@@ -32,7 +33,7 @@ class Server:
         self.log = open(Path(self.dir) / "server.log", "w")
         self.process = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-             "--save", "", "--appendonly", "no", "--loadmodule", module],
+             "--save", "", "--appendonly", "no", "--loadmodule", module, *args],
             stdout=self.log, stderr=self.log)
         deadline = time.monotonic() + 20
         while True:
@@ -53,6 +54,26 @@ class Server:
         self.process.kill()
         self.process.wait()
         self.log.close()
+
+    def signal(self, number: int) -> None:
+        """Sends a signal (``signal.SIGSTOP``, ``signal.SIGCONT``) to the server process."""
+        self.process.send_signal(number)
+
+
+@pytest.fixture
+def replicated():
+    """A master and its replica, the replica online and acknowledging writes."""
+    # No diskless-sync delay: the replica syncs at once rather than 5 s later.
+    master, replica = Server("--repl-diskless-sync-delay", "0"), Server()
+    redis.Redis(port=replica.port).execute_command("REPLICAOF", "127.0.0.1", master.port)
+    admin = redis.Redis(port=master.port)
+    wait_until(lambda: admin.info("replication").get("slave0", {}).get("state") == "online")
+    admin.set("settled", 1)
+    assert admin.execute_command("WAIT", 1, 10_000) == 1
+    yield master, replica
+    for running in (master, replica):
+        running.signal(signal.SIGCONT)
+        running.stop()
 
 
 @pytest.fixture(scope="session")

@@ -10,14 +10,26 @@ commands).
         write_invoice(data, fencing_token=lock.fencing_token)
 
 with waiting in the server (fair, on a connection of its own whose socket timeout is longer
-than the wait), a fencing token for every holding, an optional watchdog, and
+than the wait), a fencing token for every holding, grants synced to the master's replicas
+before they are returned (:class:`Sync`), an optional watchdog, and
 ``ReadWriteLock`` and ``Semaphore``. ``leasehold.asyncio`` has the same classes for
 ``redis.asyncio``. Times are seconds, as in redis-py.
 """
 
 from redis.exceptions import LockError, LockNotOwnedError
 
+from ._protocol import SYNC_OFF, NotReplicatedError, Sync
 from .lock import Lock, ReadWriteLock, Semaphore, SharedLock
 
-__all__ = ["Lock", "ReadWriteLock", "Semaphore", "SharedLock", "LockError", "LockNotOwnedError"]
+__all__ = [
+    "Lock",
+    "ReadWriteLock",
+    "Semaphore",
+    "SharedLock",
+    "Sync",
+    "SYNC_OFF",
+    "LockError",
+    "LockNotOwnedError",
+    "NotReplicatedError",
+]
 __version__ = "0.2.0"

@@ -6,8 +6,11 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
+import time
 import uuid
-from typing import Any, List, Optional, Sequence, Union
+import weakref
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from redis.backoff import NoBackoff
 from redis.exceptions import LockError
@@ -31,6 +34,103 @@ WAIT_MARGIN = 1.0
 TRY_AGAIN_DELAY = 0.01
 
 
+@dataclass(frozen=True)
+class Sync:
+    """Whether and how a grant reaches the replicas before ``acquire`` returns it: after every
+    grant the lock sends ``WAIT replicas timeout`` (or ``WAITAOF 1 replicas timeout`` with
+    ``aof``) on the connection that carried it.
+
+    ``replicas=None`` (the default) waits for every replica the lock's master has online, asked
+    from the master (``INFO replication``) now and then and never lowered for the same master
+    (known by its replication ID, which a promotion changes): in a split brain an old master
+    loses exactly the replica that was promoted, and must not count a grant as synced to the
+    one left. A lone server pays nothing. ``replicas=0`` (:data:`SYNC_OFF`) turns it off.
+    ``timeout`` is in seconds (default 1 s: a replica that is up acknowledges within a round
+    trip plus its lag; a second runs out only when one is down or far behind)."""
+
+    replicas: Optional[int] = None
+    timeout: Number = 1.0
+    aof: bool = False
+
+    def wait_command(self, replicas: int) -> List[Any]:
+        """``WAIT replicas timeout-ms``, or ``WAITAOF 1 replicas timeout-ms``."""
+        ms = to_ms(self.timeout, "sync timeout")
+        return ["WAITAOF", 1, replicas, ms] if self.aof else ["WAIT", replicas, ms]
+
+    def acked(self, reply: Any) -> int:
+        """How many replicas a ``WAIT`` / ``WAITAOF`` reply says have the grant."""
+        if self.aof:
+            local, replicas = (int(n) for n in reply)
+            return replicas if local >= 1 else 0
+        return int(reply)
+
+
+#: No syncing: a grant is returned as soon as the master made it.
+SYNC_OFF = Sync(replicas=0)
+
+
+class NotReplicatedError(LockError):
+    """The lock was granted, but fewer replicas than wanted had the grant within the sync
+    timeout; the lock released it (owner-checked). Not "busy": the lock was free, the replicas
+    were not there."""
+
+    def __init__(self, acked: int, wanted: int) -> None:
+        super().__init__(f"the grant reached {acked} of the {wanted} replicas wanted; released")
+        self.acked = acked
+        self.wanted = wanted
+
+
+#: How long what a master said of its replicas is used before it is asked again, in seconds.
+REPLICAS_REFRESH = 5.0
+
+
+class Learned:
+    """How many replicas the master of a redis-py client has: the most it reported online
+    under its current replication ID, asked again every :data:`REPLICAS_REFRESH` seconds."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._replication_id: Optional[str] = None
+        self._replicas = 0
+        self._asked_at: Optional[float] = None
+
+    def fresh(self) -> Optional[int]:
+        """The count, if it was asked recently enough."""
+        with self._lock:
+            recent = self._asked_at is not None and time.monotonic() - self._asked_at < REPLICAS_REFRESH
+            return self._replicas if recent else None
+
+    def heard(self, info: Dict[str, Any]) -> int:
+        """Takes note of ``INFO replication`` (as redis-py parses it) and returns the count."""
+        replication_id = text(info.get("master_replid"))
+        online = 0
+        if text(info.get("role")) == "master":
+            online = sum(1 for key, value in info.items()
+                         if str(key).startswith("slave") and isinstance(value, dict)
+                         and text(value.get("state")) == "online")
+        with self._lock:
+            if replication_id != self._replication_id:
+                self._replication_id, self._replicas = replication_id, 0
+            self._replicas = max(self._replicas, online)
+            self._asked_at = time.monotonic()
+            return self._replicas
+
+    def ask_again(self) -> None:
+        """The next grant asks the master again (keeping the count for the same master)."""
+        with self._lock:
+            self._asked_at = None
+
+
+_LEARNED: "weakref.WeakKeyDictionary[Any, Learned]" = weakref.WeakKeyDictionary()
+_LEARNED_LOCK = threading.Lock()
+
+
+def learned(pool: Any) -> Learned:
+    """What was learned of the master behind a connection pool (shared by every lock on it)."""
+    with _LEARNED_LOCK:
+        return _LEARNED.setdefault(pool, Learned())
+
+
 def new_owner() -> str:
     """A new owner: a random UUID (v4) in 32 hex digits, as redis-py's tokens are."""
     return uuid.uuid4().hex
@@ -44,6 +144,12 @@ def to_ms(seconds: Number, what: str = "timeout") -> int:
     if ms < 1:
         raise LockError(f"{what} must be at least 0.001 s, not {seconds!r}")
     return ms
+
+
+def wait_ms(left: Optional[Number]) -> int:
+    """The ``WAIT`` argument of ``LOCK.ACQUIRE`` for ``left`` seconds: whole ms, at least 1;
+    0 (no limit) for ``None``."""
+    return 0 if left is None else max(int(left * 1000), 1)
 
 
 def wait_connection_kwargs(pool: Any, wait: Optional[Number]) -> dict:
@@ -154,6 +260,7 @@ class LockBase:
         raise_on_release_error: bool = True,
         *,
         watchdog: bool = False,
+        sync: Sync = Sync(),
     ) -> None:
         self.redis = redis
         self.name = name
@@ -164,6 +271,7 @@ class LockBase:
         self.thread_local = bool(thread_local)
         self.raise_on_release_error = raise_on_release_error
         self.watchdog = watchdog or timeout is None
+        self.sync = sync
         self.local: Union[Local, TaskLocal, Shared] = self.holder_state() if self.thread_local else Shared()
 
     @property
@@ -181,6 +289,21 @@ class LockBase:
         if wait_ms is not None:
             command += ["WAIT", wait_ms]
         return command
+
+    def _own_connection_kwargs(self, left: Optional[Number], replicas: int) -> dict:
+        """A connection of its own for a grant: a wait of ``left`` seconds (``None``: no limit)
+        and, with ``replicas`` to sync, the ``WAIT`` after it."""
+        pool = self.redis.connection_pool
+        if left is not None and replicas:
+            left += self.sync.timeout
+        return wait_connection_kwargs(pool, left)
+
+    def _not_synced(self, acked: int, wanted: int) -> Optional[NotReplicatedError]:
+        """The error for a grant that reached ``acked`` of ``wanted`` replicas, or ``None``."""
+        if acked >= wanted:
+            return None
+        learned(self.redis.connection_pool).ask_again()
+        return NotReplicatedError(acked, wanted)
 
     def _released_on_exit(self, error: LockError) -> None:
         """What leaving a ``with`` block does when the release failed: raise, or with

@@ -21,12 +21,14 @@ from redis.exceptions import (
 from ._protocol import (
     TRY_AGAIN_DELAY,
     LockBase,
+    NotReplicatedError,
     Number,
     TaskLocal,
+    learned,
     new_owner,
     own_ttl_ms,
     to_ms,
-    wait_connection_kwargs,
+    wait_ms,
 )
 
 
@@ -136,11 +138,20 @@ class Lock(LockBase):
         return await self.redis.execute_command("LOCK.FENCE", self.name, owner) is not None
 
     async def _try(self, owner: Any) -> Optional[int]:
-        command = self._acquire_command(owner)
         try:
-            return await self.redis.execute_command(*command)
+            wanted = await self._replicas_wanted()
+            if wanted:
+                return await self._grant(owner, wanted, waiting=False)
+            return await self.redis.execute_command(*self._acquire_command(owner))
         except TryAgainError:
             return None
+
+    async def _replicas_wanted(self) -> int:
+        if self.sync.replicas is not None:
+            return self.sync.replicas
+        known = learned(self.redis.connection_pool)
+        count = known.fresh()
+        return count if count is not None else known.heard(await self.redis.info("replication"))
 
     async def _wait(self, owner: Any, blocking_timeout: Optional[Number]) -> Optional[int]:
         deadline = None if blocking_timeout is None else time.monotonic() + blocking_timeout
@@ -149,22 +160,35 @@ class Lock(LockBase):
             if left is not None and left <= 0:
                 return await self._try(owner)
             try:
-                return await self._wait_once(owner, left)
+                return await self._grant(owner, await self._replicas_wanted(), waiting=True, left=left)
             except TryAgainError:
                 await asyncio.sleep(TRY_AGAIN_DELAY)
+            except NotReplicatedError:
+                if deadline is None or time.monotonic() >= deadline:
+                    raise
             except (TimeoutError, ConnectionError, asyncio.TimeoutError):
                 granted = await self._recover(owner)
                 if granted is not None:
                     return granted
 
-    async def _wait_once(self, owner: Any, left: Optional[Number]) -> Optional[int]:
-        wait_ms = 0 if left is None else max(int(left * 1000), 1)
-        command = self._acquire_command(owner, wait_ms)
+    async def _grant(
+        self, owner: Any, wanted: int, waiting: bool, left: Optional[Number] = None
+    ) -> Optional[int]:
+        """As :meth:`leasehold.Lock._grant`."""
+        command = self._acquire_command(owner, wait_ms(left) if waiting else None)
         pool = self.redis.connection_pool
-        connection = pool.connection_class(**wait_connection_kwargs(pool, left))
+        kwargs = self._own_connection_kwargs(left if waiting else 0, wanted)
+        connection = pool.connection_class(**kwargs)
         try:
             await connection.send_command(*command)
-            return await connection.read_response()
+            token = await connection.read_response()
+            if token is not None and wanted:
+                await connection.send_command(*self.sync.wait_command(wanted))
+                error = self._not_synced(self.sync.acked(await connection.read_response()), wanted)
+                if error is not None:
+                    await self.redis.execute_command("LOCK.RELEASE", self.name, owner)
+                    raise error
+            return token
         finally:
             await connection.disconnect()
 

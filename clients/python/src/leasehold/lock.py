@@ -25,10 +25,12 @@ from ._protocol import (
     TRY_AGAIN_DELAY,
     LockBase,
     Number,
+    NotReplicatedError,
+    learned,
     new_owner,
     own_ttl_ms,
     to_ms,
-    wait_connection_kwargs,
+    wait_ms,
 )
 
 
@@ -50,6 +52,10 @@ class Lock(LockBase):
       thread renews the lease every third of it, stops for good at release or when a renewal
       is refused (it never takes the lock back), and then sets :attr:`lost`.
     - ``locked()`` and ``owned()`` ask the module (``GET`` on a module lock is ``WRONGTYPE``).
+    - Every grant reaches the master's replicas before ``acquire`` returns (``sync``, see
+      :class:`leasehold.Sync`); when fewer acknowledge in time the lock releases the grant and
+      raises :class:`leasehold.NotReplicatedError`, or with time left in ``blocking_timeout``
+      tries again within it.
     """
 
     def __enter__(self) -> "Lock":
@@ -153,11 +159,21 @@ class Lock(LockBase):
         return self.redis.execute_command("LOCK.FENCE", self.name, owner) is not None
 
     def _try(self, owner: Any) -> Optional[int]:
-        command = self._acquire_command(owner)
         try:
-            return self.redis.execute_command(*command)
+            wanted = self._replicas_wanted()
+            if wanted:
+                return self._grant(owner, wanted, waiting=False)
+            return self.redis.execute_command(*self._acquire_command(owner))
         except TryAgainError:
             return None
+
+    def _replicas_wanted(self) -> int:
+        """How many replicas a grant must reach (see :class:`leasehold.Sync`)."""
+        if self.sync.replicas is not None:
+            return self.sync.replicas
+        known = learned(self.redis.connection_pool)
+        count = known.fresh()
+        return count if count is not None else known.heard(self.redis.info("replication"))
 
     def _wait(self, owner: Any, blocking_timeout: Optional[Number]) -> Optional[int]:
         deadline = None if blocking_timeout is None else time.monotonic() + blocking_timeout
@@ -166,23 +182,38 @@ class Lock(LockBase):
             if left is not None and left <= 0:
                 return self._try(owner)
             try:
-                return self._wait_once(owner, left)
+                return self._grant(owner, self._replicas_wanted(), waiting=True, left=left)
             except TryAgainError:
                 time.sleep(TRY_AGAIN_DELAY)
+            except NotReplicatedError:
+                if deadline is None or time.monotonic() >= deadline:
+                    raise
             except (TimeoutError, ConnectionError):
                 granted = self._recover(owner)
                 if granted is not None:
                     return granted
 
-    def _wait_once(self, owner: Any, left: Optional[Number]) -> Optional[int]:
-        """One ``LOCK.ACQUIRE ... WAIT`` on a connection of its own."""
-        wait_ms = 0 if left is None else max(int(left * 1000), 1)
-        command = self._acquire_command(owner, wait_ms)
+    def _grant(
+        self, owner: Any, wanted: int, waiting: bool, left: Optional[Number] = None
+    ) -> Optional[int]:
+        """One ``LOCK.ACQUIRE`` on a connection of its own — with ``waiting``, waiting up to
+        ``left`` seconds (``None``: as long as it takes) — then, for a grant, the ``WAIT`` for
+        ``wanted`` replicas on the same connection. A grant too few replicas have is released:
+        ``NotReplicatedError``."""
+        command = self._acquire_command(owner, wait_ms(left) if waiting else None)
         pool = self.redis.connection_pool
-        connection = pool.connection_class(**wait_connection_kwargs(pool, left))
+        kwargs = self._own_connection_kwargs(left if waiting else 0, wanted)
+        connection = pool.connection_class(**kwargs)
         try:
             connection.send_command(*command)
-            return connection.read_response()
+            token = connection.read_response()
+            if token is not None and wanted:
+                connection.send_command(*self.sync.wait_command(wanted))
+                error = self._not_synced(self.sync.acked(connection.read_response()), wanted)
+                if error is not None:
+                    self.redis.execute_command("LOCK.RELEASE", self.name, owner)
+                    raise error
+            return token
         finally:
             connection.disconnect()
 
