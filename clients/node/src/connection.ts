@@ -8,6 +8,8 @@
  * `commandTimeout` would otherwise report a failure while the server still grants the lock).
  */
 
+import { Learned } from './sync.js';
+
 /** What the locks use of a node-redis client (`createClient()`, v4 and later). */
 export interface NodeRedisClient {
   sendCommand(args: string[]): Promise<unknown>;
@@ -48,6 +50,16 @@ export class Connection {
     this.prefix = isIORedis(client) ? (client.options.keyPrefix ?? '') : '';
   }
 
+  /** What was learned of the master behind this client, shared by every lock on it. */
+  get learned(): Learned {
+    let known = LEARNED.get(this.client);
+    if (!known) {
+      known = new Learned();
+      LEARNED.set(this.client, known);
+    }
+    return known;
+  }
+
   /** Sends a quick command over the program's own connection. */
   async send(args: string[]): Promise<unknown> {
     const client = this.client;
@@ -59,21 +71,26 @@ export class Connection {
   }
 
   /**
-   * Sends a command that blocks in the server for up to `waitMs` (0: no limit) over a
-   * connection of its own, closed afterwards. Rejects with {@link LostReply} when no reply
-   * came `marginMs` after the wait should have ended, or the connection failed: the server
-   * may have done it or not.
+   * Sends a command over a connection of its own, closed afterwards — one that blocks in the
+   * server (a wait), or a grant to sync — and, when its reply is not null and `then` is given,
+   * `then` on the same connection; resolves to both replies. Rejects with {@link LostReply}
+   * when no reply came within `timeoutMs` (`undefined`: no limit), or the connection failed:
+   * the server may have done it or not.
    */
-  async sendWaiting(args: string[], waitMs: number, marginMs: number): Promise<unknown> {
+  async sendOwn(args: string[], timeoutMs: number | undefined, then?: string[]): Promise<[unknown, unknown]> {
     const dedicated = await this.dedicated();
     let timer: NodeJS.Timeout | undefined;
     const expiry = new Promise<never>((_, reject) => {
-      if (waitMs > 0) {
-        timer = setTimeout(() => reject(new LostReply('no reply in time')), waitMs + marginMs);
+      if (timeoutMs !== undefined) {
+        timer = setTimeout(() => reject(new LostReply('no reply in time')), timeoutMs);
       }
     });
+    const exchange = async (): Promise<[unknown, unknown]> => {
+      const reply = await dedicated.send(args);
+      return [reply, reply !== null && then ? await dedicated.send(then) : undefined];
+    };
     try {
-      return await Promise.race([dedicated.send(args), expiry]);
+      return await Promise.race([exchange(), expiry]);
     } catch (error) {
       throw isServerError(error) ? error : new LostReply(String(error));
     } finally {
@@ -111,6 +128,8 @@ export class Connection {
     };
   }
 }
+
+const LEARNED = new WeakMap<Client, Learned>();
 
 /** A wait's reply did not come: the server may have granted the lock, or not. */
 export class LostReply extends Error {

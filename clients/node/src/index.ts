@@ -32,9 +32,12 @@
 import { randomUUID } from 'node:crypto';
 
 import { Client, Connection, LostReply, isTryAgain } from './connection.js';
+import { DEFAULT_SYNC_TIMEOUT, NotReplicatedError, SyncOptions, ackedBy, waitCommand } from './sync.js';
 
 export type { Client, IORedisClient, NodeRedisClient, NodeRedisDuplicate } from './connection.js';
 export { LostReply } from './connection.js';
+export type { SyncOptions } from './sync.js';
+export { NotReplicatedError } from './sync.js';
 
 /** How a lock is taken and kept. */
 export interface LockOptions {
@@ -52,6 +55,11 @@ export interface LockOptions {
   /** How long after a wait should have ended the client stops waiting for the reply and asks
    * for itself, ms (default 1 000). */
   timeoutMargin?: number;
+  /** How grants reach the master's replicas before an acquire returns them (default: every
+   * replica it has online, within 1 s; `false`: not at all). When fewer acknowledge in time,
+   * the grant is released and the acquire rejects with {@link NotReplicatedError}, or with a
+   * `wait` budget left, tries again within it. Renewals and releases never wait. */
+  sync?: SyncOptions | false;
 }
 
 /** How long to wait for a busy lock. */
@@ -191,8 +199,50 @@ class LeaseholdLock implements Lock {
   }
 
   private async tryAs(owner: string, watchdog: boolean): Promise<Holding | null> {
+    const wanted = await this.replicasWanted();
+    if (wanted > 0) {
+      try {
+        return await this.grant(owner, undefined, wanted, watchdog);
+      } catch (error) {
+        if (isTryAgain(error)) return null;
+        if (error instanceof LostReply) void this.releaseEventually(owner);
+        throw error;
+      }
+    }
     const token = await tryToken(this.connection, this.command(owner));
     return token === null ? null : this.hold(owner, token, watchdog);
+  }
+
+  /** How many replicas a grant must reach: as `sync` says, or as many as the master has
+   * online (asked now and then, never lowered for the same master). */
+  private async replicasWanted(): Promise<number> {
+    const sync = this.options.sync;
+    if (sync === false) return 0;
+    if (sync?.replicas !== undefined) return sync.replicas;
+    const learned = this.connection.learned;
+    return learned.fresh() ?? learned.heard(String(await this.connection.send(['INFO', 'replication'])));
+  }
+
+  /**
+   * `LOCK.ACQUIRE` on a connection of its own — with `WAIT waitMs` when given (0: no limit) —
+   * then, for a grant, the `WAIT` for `wanted` replicas on the same connection. A grant too
+   * few replicas have is released: {@link NotReplicatedError}.
+   */
+  private async grant(owner: string, waitMs: number | undefined, wanted: number, watchdog: boolean): Promise<Holding | null> {
+    const sync = this.options.sync || {};
+    const syncMs = wanted > 0 ? (sync.timeout ?? DEFAULT_SYNC_TIMEOUT) : 0;
+    const margin = this.options.timeoutMargin ?? DEFAULT_MARGIN;
+    const timeout = waitMs === 0 ? undefined : (waitMs ?? 0) + margin + syncMs;
+    const then = wanted > 0 ? waitCommand(sync, wanted) : undefined;
+    const [token, synced] = await this.connection.sendOwn(this.command(owner, waitMs), timeout, then);
+    if (token === null) return null;
+    const acked = wanted > 0 ? ackedBy(sync, synced) : 0;
+    if (acked < wanted) {
+      this.connection.learned.askAgain();
+      await this.connection.send(['LOCK.RELEASE', this.key, owner]);
+      throw new NotReplicatedError(acked, wanted);
+    }
+    return this.hold(owner, Number(token), watchdog);
   }
 
   acquire(options: WaitOptions = {}): Promise<Holding | null> {
@@ -207,15 +257,12 @@ class LeaseholdLock implements Lock {
       // WAIT takes whole ms; 0 would mean "no limit".
       const waitMs = left === undefined ? 0 : Math.max(Math.ceil(left), 1);
       try {
-        const token = await this.connection.sendWaiting(
-          this.command(owner, waitMs),
-          waitMs,
-          this.options.timeoutMargin ?? DEFAULT_MARGIN,
-        );
-        return token === null ? null : this.hold(owner, Number(token), watchdog);
+        return await this.grant(owner, waitMs, await this.replicasWanted(), watchdog);
       } catch (error) {
         if (isTryAgain(error)) {
           await sleep(10);
+        } else if (error instanceof NotReplicatedError) {
+          if (deadline === undefined || Date.now() >= deadline) throw error;
         } else if (error instanceof LostReply) {
           const recovered = await this.recover(owner, watchdog);
           if (recovered) return recovered;

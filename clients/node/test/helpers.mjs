@@ -26,20 +26,28 @@ export function freePort() {
   });
 }
 
-export async function startServer() {
+export async function startServer(extra = []) {
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'leasehold-node-'));
   const binary = process.env.LEASEHOLD_SERVER ?? 'redis-server';
   const module = process.env.LEASEHOLD_MODULE ?? join(ROOT, 'target', 'debug', 'libleasehold.so');
   const child = spawn(binary, ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir,
-    '--save', '', '--appendonly', 'no', '--loadmodule', module], { stdio: 'ignore' });
+    '--save', '', '--appendonly', 'no', '--loadmodule', module, ...extra], { stdio: 'ignore' });
   process.on('exit', () => child.kill('SIGKILL'));
   const deadline = Date.now() + 20_000;
   for (;;) {
     const admin = new Redis(port, '127.0.0.1', { lazyConnect: true, retryStrategy: () => null });
     try {
       await admin.connect();
-      if ((await admin.ping()) === 'PONG') return { port, url: `redis://127.0.0.1:${port}`, admin, stop: () => { admin.disconnect(); child.kill('SIGKILL'); } };
+      if ((await admin.ping()) === 'PONG') {
+        return {
+          port,
+          url: `redis://127.0.0.1:${port}`,
+          admin,
+          signal: (name) => child.kill(name),
+          stop: () => { admin.disconnect(); child.kill('SIGKILL'); },
+        };
+      }
     } catch {
       admin.disconnect();
     }

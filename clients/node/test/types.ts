@@ -5,12 +5,13 @@ import { createClient as createClient4 } from 'redis4';
 import { Redis } from 'ioredis';
 import { Redis as Redis5 } from 'ioredis5';
 
-import { createLock, createReadWriteLock, createSemaphore, type Holding } from '../dist/index.js';
+import { NotReplicatedError, createLock, createReadWriteLock, createSemaphore, type Holding } from '../dist/index.js';
 
 export async function typed(): Promise<number> {
   const nodeRedis = await createClient().connect();
   const ioredis = new Redis({ keyPrefix: 'app:' });
-  const lock = createLock(nodeRedis, 'order:1', { ttl: 10_000 });
+  const lock = createLock(nodeRedis, 'order:1', { ttl: 10_000, sync: { replicas: 1, timeout: 500, aof: false } });
+  createLock(ioredis, 'order:2', { sync: false });
   const holding: Holding | null = await lock.acquire({ wait: 1_000 });
   const { read, write } = createReadWriteLock(ioredis, 'report');
   const permit = await createSemaphore(ioredis, 'pool', 3).tryAcquire();
@@ -25,5 +26,6 @@ export async function typed(): Promise<number> {
   await write.tryAcquire();
   await createLock(await createClient4().connect(), 'old').tryAcquire();
   await createLock(new Redis5(), 'old').tryAcquire();
-  return token + (holding?.token ?? 0) + (permit?.token ?? 0) + (fixed?.length ?? 0);
+  const refused = new NotReplicatedError(0, 1);
+  return refused.acked + token + (holding?.token ?? 0) + (permit?.token ?? 0) + (fixed?.length ?? 0);
 }
