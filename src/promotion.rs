@@ -95,18 +95,18 @@ unsafe extern "C" fn filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     }
 }
 
-/// The bytes of argument `position` of the filtered command (0: its name), if it has one. They
-/// live as long as the filter call.
+/// The bytes of argument `position` of the filtered command (0: its name), if it has one
+/// (`RedisModule_CommandFilterArgGet` answers NULL past the last). They live as long as the
+/// filter call.
 unsafe fn argument<'a>(
     fctx: *mut raw::RedisModuleCommandFilterCtx,
     position: usize,
 ) -> Option<&'a [u8]> {
     let position = c_int::try_from(position).ok()?;
-    let count = unsafe { raw::RedisModule_CommandFilterArgsCount?(fctx) };
-    if position >= count {
+    let string = unsafe { raw::RedisModule_CommandFilterArgGet?(fctx, position) };
+    if string.is_null() {
         return None;
     }
-    let string = unsafe { raw::RedisModule_CommandFilterArgGet?(fctx, position) };
     let mut len = 0;
     let bytes = unsafe { raw::RedisModule_StringPtrLen?(string, &mut len) };
     if bytes.is_null() {
