@@ -2,9 +2,13 @@
 //! failovers — counted, not assumed (Jepsen's method: record a history, then check it).
 //!
 //! A master and two replicas with the module (AOF on the master, RDB on one replica, nothing
-//! on the other), three Sentinels, and 16 clients that find the master through Sentinel (the
-//! `redis` crate's Sentinel client). Each loops: acquire one of a few locks (exclusive or
-//! shared, with or without `WAIT`) → an exclusive holder writes `(lock, token)` to a fenced
+//! on the other), three Sentinels, and 18 clients that find the master through Sentinel (the
+//! `redis` crate's Sentinel client) and lock through `leasehold-client`, in three classes of
+//! six that differ only in how they sync a grant before counting on it: not at all, to 1
+//! replica, to every replica the master has (the client's default). Each class has locks of
+//! its own, so every double grant lies within one class, and the one nemesis hits all three
+//! at once. Each client loops: acquire one of its class's locks (a new owner each time;
+//! exclusive or shared, with or without waiting) → an exclusive holder writes `(lock, token)` to a fenced
 //! store that rejects a token not above the last one it accepted for that lock → sometimes
 //! renew → release; now and then a client freezes past its lease while holding (as a
 //! `SIGSTOP`ped or GC-paused process would; the clients are threads of this test) and writes
@@ -27,24 +31,82 @@
 //!
 //! `LEASEHOLD_CHAOS_SECONDS` sets the length (default 20, as in `make test`; `make chaos
 //! DURATION=600` for ten minutes), `LEASEHOLD_CHAOS_SEED` the seed (default: new each run).
-//! One summary line goes to stderr, with the seed.
+//! A summary line goes to stderr, with the seed, and one line per class: grants, double grants
+//! per 10 000 exclusive grants, `NotReplicated` refusals, and the acquire latency.
 
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::history::{self, FencedStore, Grant, History};
 use common::sentinel::{Group, MASTER_NAME};
+use leasehold_client::{Client, Error, Lock, ReadWriteLock, Sync};
 use rand::{RngExt, SeedableRng, rngs::StdRng, seq::SliceRandom};
-use redis::{Connection, ConnectionAddr, RedisResult};
+use redis::ConnectionAddr;
 
-const CLIENTS: usize = 16;
+/// Clients per class of sync.
+const CLIENTS_PER_CLASS: usize = 6;
+/// Locks per class: each class has locks of its own, so a double grant is within one class.
 const LOCKS: usize = 4;
-const LEASE_MS: u64 = 1_000;
+const LEASE: Duration = Duration::from_secs(1);
+
+/// How a class of clients syncs its grants before counting on them (`leasehold-client`'s
+/// `Sync`): the same nemesis hits all three at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    /// Returned as soon as the master made it.
+    NotSynced,
+    /// `WAIT 1`.
+    OneReplica,
+    /// `WAIT n`, n the replicas the master has (the client's default).
+    EveryReplica,
+}
+
+impl Class {
+    const ALL: [Class; 3] = [Class::NotSynced, Class::OneReplica, Class::EveryReplica];
+
+    fn name(self) -> &'static str {
+        match self {
+            Class::NotSynced => "not-synced",
+            Class::OneReplica => "synced-to-1",
+            Class::EveryReplica => "synced-to-all",
+        }
+    }
+
+    fn sync(self) -> Sync {
+        match self {
+            Class::NotSynced => Sync::off(),
+            Class::OneReplica => Sync::exactly(1),
+            Class::EveryReplica => Sync::to_replicas(),
+        }
+    }
+}
+
+/// What one class's clients saw.
+#[derive(Default)]
+struct ClassStats {
+    refused: AtomicU64,
+    /// µs from sending the acquire to holding the lock, per grant.
+    latencies: Mutex<Vec<u64>>,
+}
+
+impl ClassStats {
+    fn granted(&self, latency_us: u64) {
+        self.latencies.lock().expect("latencies").push(latency_us);
+    }
+
+    /// The `q`-quantile of the grant latencies, ms.
+    fn latency_ms(&self, q: f64) -> f64 {
+        let mut latencies = self.latencies.lock().expect("latencies").clone();
+        latencies.sort_unstable();
+        let at = ((latencies.len() as f64 - 1.0) * q).round() as usize;
+        latencies.get(at).map_or(0.0, |us| *us as f64 / 1_000.0)
+    }
+}
 
 #[test]
 fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
@@ -61,14 +123,15 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
     let mut group = Group::start(&history);
     let first_master = group.addresses[0];
     let run = Arc::new(Run::default());
-    let clients: Vec<_> = (0..CLIENTS)
+    let clients: Vec<_> = (0..CLIENTS_PER_CLASS * Class::ALL.len())
         .map(|id| {
+            let class = Class::ALL[id % Class::ALL.len()];
             let (urls, history, run) = (
                 group.sentinel_urls(),
                 Arc::clone(&history),
                 Arc::clone(&run),
             );
-            thread::spawn(move || client(seed ^ id as u64, &urls, &history, &run))
+            thread::spawn(move || client(seed ^ id as u64, class, &urls, &history, &run))
         })
         .collect();
 
@@ -88,6 +151,28 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
     let split_brain = grants.len() - designated.len();
     let doubles = history::double_grants(&grants);
     let (accepted, rejected, replay) = run.store.summary();
+    for class in Class::ALL {
+        let granted: Vec<Grant> = grants
+            .iter()
+            .filter(|grant| grant.lock.starts_with(class.name()))
+            .cloned()
+            .collect();
+        let exclusive = granted.iter().filter(|grant| grant.exclusive).count();
+        let doubles = history::double_grants(&granted);
+        let stats = run.stats(class);
+        let refused = stats.refused.load(Ordering::SeqCst);
+        eprintln!(
+            "chaos class {}: {} grants ({exclusive} exclusive), {doubles} double grants \
+             ({:.1} per 10 000 exclusive grants), {refused} NotReplicated refusals ({:.2} % of \
+             grants and refusals), acquire latency p50 {:.2} ms p99 {:.2} ms",
+            class.name(),
+            granted.len(),
+            doubles as f64 * 10_000.0 / exclusive.max(1) as f64,
+            refused as f64 * 100.0 / (granted.len() as f64 + refused as f64).max(1.0),
+            stats.latency_ms(0.5),
+            stats.latency_ms(0.99),
+        );
+    }
     eprintln!(
         "chaos: {seconds} s (seed {seed}), {} operations, {} grants ({} by designated masters), faults {faults:?}, \
          {} failovers, {doubles} double grants, {split_brain} split-brain grants, \
@@ -116,8 +201,15 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
 struct Run {
     stop: AtomicBool,
     operations: AtomicU64,
+    classes: [ClassStats; 3],
     stalls: AtomicU64,
     store: FencedStore,
+}
+
+impl Run {
+    fn stats(&self, class: Class) -> &ClassStats {
+        &self.classes[class as usize]
+    }
 }
 
 /// What the nemesis does to the master.
@@ -261,53 +353,58 @@ fn nemesis(
     faults
 }
 
-/// One client: finds the master through Sentinel, then acquires, writes, sometimes renews,
-/// and releases random locks, recording every grant; on any error it asks Sentinel again.
-fn client(id: u64, sentinel_urls: &[String], history: &History, run: &Run) {
+/// One client: finds the master through Sentinel, then acquires (through `leasehold-client`,
+/// syncing grants as its class says), writes, sometimes renews, and releases random locks of
+/// its class, recording every grant; on any other error it asks Sentinel again.
+fn client(id: u64, class: Class, sentinel_urls: &[String], history: &History, run: &Run) {
     let mut rng = StdRng::seed_from_u64(id);
     let mut sentinel = redis::sentinel::Sentinel::build(sentinel_urls.to_vec()).expect("urls");
-    let mut sequence = 0u64;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
     while !run.stop.load(Ordering::SeqCst) {
-        let Ok((mut con, server)) = connect_to_master(&mut sentinel) else {
+        let Ok((client, server)) = connect_to_master(&mut sentinel, &runtime) else {
             thread::sleep(Duration::from_millis(50));
             continue;
         };
         while !run.stop.load(Ordering::SeqCst) {
-            sequence += 1;
-            // A new owner per attempt: a retried acquire of the same holding would keep its
-            // token and look like a regression.
-            let owner = format!("client-{id}-{sequence}");
             let attempt = Attempt {
-                lock: format!("lock-{}", rng.random_range(0..LOCKS)),
-                owner,
+                lock: format!("{}-lock-{}", class.name(), rng.random_range(0..LOCKS)),
+                class,
                 exclusive: rng.random_bool(0.7),
                 wait: rng.random_bool(0.5),
                 stall: rng.random_bool(0.002),
                 renew: rng.random_bool(0.5),
             };
             run.operations.fetch_add(1, Ordering::SeqCst);
-            if hold(&mut con, server, &attempt, history, run).is_err() {
+            if runtime
+                .block_on(hold(&client, server, &attempt, history, run))
+                .is_err()
+            {
                 break;
             }
         }
     }
 }
 
-fn connect_to_master(sentinel: &mut redis::sentinel::Sentinel) -> RedisResult<(Connection, u16)> {
-    let client = sentinel.master_for(MASTER_NAME, None)?;
-    let ConnectionAddr::Tcp(_, port) = client.get_connection_info().addr().clone() else {
+/// The master Sentinel names now, and its port (the one everyone reaches it on).
+fn connect_to_master(
+    sentinel: &mut redis::sentinel::Sentinel,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<(Client, u16), Box<dyn std::error::Error>> {
+    let master = sentinel.master_for(MASTER_NAME, None)?;
+    let ConnectionAddr::Tcp(host, port) = master.get_connection_info().addr().clone() else {
         unreachable!("the group listens on TCP");
     };
-    let con = client.get_connection_with_timeout(Duration::from_secs(1))?;
-    con.set_read_timeout(Some(Duration::from_secs(2)))?;
-    con.set_write_timeout(Some(Duration::from_secs(2)))?;
-    Ok((con, port))
+    let client = runtime.block_on(Client::open(&format!("redis://{host}:{port}")))?;
+    Ok((client, port))
 }
 
 /// What one loop of a client does.
 struct Attempt {
     lock: String,
-    owner: String,
+    class: Class,
     exclusive: bool,
     wait: bool,
     /// Freeze past the lease while holding, then write late.
@@ -315,27 +412,44 @@ struct Attempt {
     renew: bool,
 }
 
-fn hold(
-    con: &mut Connection,
+/// Holds one lock once: acquire (a new owner each time), write, renew, release. Busy and
+/// `NotReplicated` are outcomes; any other error ends the connection.
+async fn hold(
+    client: &Client,
     server: u16,
     attempt: &Attempt,
     history: &History,
     run: &Run,
-) -> RedisResult<()> {
-    let mut acquire = redis::cmd("LOCK.ACQUIRE");
-    acquire.arg(&attempt.lock).arg(&attempt.owner).arg(LEASE_MS);
-    if !attempt.exclusive {
-        acquire.arg("SHARED");
-    }
-    if attempt.wait {
-        acquire.arg("WAIT").arg(300);
-    }
+) -> leasehold_client::Result<()> {
+    let lock = Lock::new(client, &attempt.lock).with_sync(attempt.class.sync());
+    let lock = if attempt.exclusive {
+        lock
+    } else {
+        let shared = ReadWriteLock::new(client, &attempt.lock).with_sync(attempt.class.sync());
+        shared.read().clone()
+    };
     let requested_us = history.now_us();
-    let token: Option<i64> = acquire.query(con)?;
-    let Some(token) = token else {
-        return Ok(());
+    let acquired = if attempt.wait {
+        lock.acquire_timeout(LEASE, Duration::from_millis(300))
+            .await
+    } else {
+        lock.try_acquire(LEASE).await
+    };
+    let guard = match acquired {
+        Ok(Some(guard)) => guard,
+        Ok(None) => return Ok(()),
+        Err(Error::NotReplicated { .. }) => {
+            run.stats(attempt.class)
+                .refused
+                .fetch_add(1, Ordering::SeqCst);
+            return Ok(());
+        }
+        Err(error) => return Err(error),
     };
     let acknowledged_us = history.now_us();
+    run.stats(attempt.class)
+        .granted(acknowledged_us - requested_us);
+    let token = i64::try_from(guard.token()).expect("below 2^53");
     let mut grant = Grant {
         lock: attempt.lock.clone(),
         token,
@@ -347,31 +461,26 @@ fn hold(
     };
     if attempt.stall {
         run.stalls.fetch_add(1, Ordering::SeqCst);
-        thread::sleep(Duration::from_millis(LEASE_MS * 2));
+        tokio::time::sleep(LEASE * 2).await;
     }
     if attempt.exclusive {
         run.store.write(&attempt.lock, token);
     }
-    let mut lease_end = requested_us + LEASE_MS * 1_000;
-    let mut renew = || -> RedisResult<()> {
+    let lease_us = u64::try_from(LEASE.as_micros()).expect("µs");
+    let mut lease_end = requested_us + lease_us;
+    let renewed = if attempt.renew {
         let sent = history.now_us();
-        let renewed: i64 = redis::cmd("LOCK.RENEW")
-            .arg(&attempt.lock)
-            .arg(&attempt.owner)
-            .arg(LEASE_MS)
-            .query(con)?;
-        if renewed == 1 {
-            lease_end = sent + LEASE_MS * 1_000;
+        let renewed = guard.renew(LEASE).await;
+        if matches!(renewed, Ok(true)) {
+            lease_end = sent + lease_us;
         }
+        renewed.map(drop)
+    } else {
         Ok(())
     };
-    let renewed = if attempt.renew { renew() } else { Ok(()) };
     // The client stops counting on the lock when it sends the release (or its lease ends).
     grant.held_until_us = history.now_us().min(lease_end);
     history.record(grant);
     renewed?;
-    redis::cmd("LOCK.RELEASE")
-        .arg(&attempt.lock)
-        .arg(&attempt.owner)
-        .exec(con)
+    guard.release().await.map(drop)
 }

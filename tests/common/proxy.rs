@@ -52,6 +52,9 @@ impl LinkProxy {
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
                     continue;
                 };
+                // As Redis does on its own sockets: no Nagle delay on small replies (which
+                // would hold a `WAIT`'s acknowledgement for a delayed-ACK period).
+                let _ = (client.set_nodelay(true), server.set_nodelay(true));
                 pump(&client, &server, &accepting, number);
                 pump(&server, &client, &accepting, number);
             }
