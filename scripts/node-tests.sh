@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the Node client's tests (clients/node, node --test) against $LEASEHOLD_SERVER (default
 # redis-server): installs the pinned node-redis 6 and 4, ioredis 6 and 5 and TypeScript from
-# the lockfile, builds with `tsc --strict` (the package and a type test), then tests.
+# the lockfile, builds with `tsc --strict` (the package and a type test), checks that the
+# committed dist/ is what that build made, then tests.
 set -euo pipefail
 cd "$(dirname "$0")/../clients/node"
 
@@ -9,5 +10,11 @@ if [ ! -d node_modules ] || [ package-lock.json -nt node_modules ]; then
   npm ci --silent --no-audit --no-fund
 fi
 npm run --silent build
+# dist/ is committed, so that `npm install <path>` (which builds nothing) gives a working
+# package: it must be what src/ builds to.
+if git rev-parse --git-dir >/dev/null 2>&1 && [ -n "$(git status --porcelain -- dist)" ]; then
+  echo "clients/node/dist is not what src/ builds to: run 'npm run build' there and commit dist/" >&2
+  exit 1
+fi
 echo "--- clients/node with node-redis 6.3.1 and 4.7.0, ioredis 6.0.0 and 5.9.2"
 node --test --test-concurrency=1 --test-reporter=dot test/

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the unit tests and doctests once, then against every server of the matrix
+# Runs the unit tests, doctests and the install-as-documented tests of the client packages
+# (scripts/install-tests.sh) once, then against every server of the matrix
 # (scripts/servers.sh), or only against $LEASEHOLD_SERVER when it is set: the integration tests
 # of the module and of the Rust client (clients/rust is a member of the Cargo workspace, so
 # `cargo test --workspace` runs its tests), and the tests of the Python and Node clients.
@@ -9,6 +10,7 @@ cd "$(dirname "$0")/.."
 cargo build --workspace --all-targets
 cargo test --workspace --lib
 cargo test --workspace --doc
+scripts/install-tests.sh
 
 matrix=$(scripts/servers.sh)
 while read -r name server; do

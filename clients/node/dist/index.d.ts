@@ -1,0 +1,121 @@
+/**
+ * Locks, read-write locks and semaphores on the leasehold Redis module (module `lock`, the
+ * `LOCK.*` commands) for node-redis (v4 and later) and ioredis.
+ *
+ * - Every acquire is a new owner, kept by the `Holding` it returns: one lock object shared by
+ *   concurrent calls excludes them like a mutex (as node-redlock's new random value per
+ *   acquire). A holder re-enters, downgrades or upgrades through its holding.
+ * - Waiting happens in the server (`LOCK.ACQUIRE ... WAIT`), in arrival order, on a duplicate
+ *   connection with no timeout shorter than the wait; a lost reply is followed up by asking
+ *   again as the same owner, so a caller never holds a lock it was told it did not get.
+ * - Every holding has a fencing token, a JS `number` (tokens stay below 2^53).
+ * - `using(routine)` renews the lease every third of it and hands the routine an `AbortSignal`
+ *   that fires when the lease is lost; renewal failures never throw into nowhere.
+ * - ioredis's `keyPrefix` is applied to the lock's key (ioredis does not apply it to module
+ *   commands).
+ *
+ * Times are milliseconds.
+ *
+ * @example
+ * ```js
+ * import { createClient } from 'redis';
+ * import { createLock } from 'leasehold';
+ *
+ * const client = await createClient().connect();
+ * const lock = createLock(client, 'invoice:42', { ttl: 10_000 });
+ * await lock.using(async (signal, holding) => {
+ *   await writeInvoice(data, { fencingToken: holding.token, signal });
+ * }, { wait: 5_000 });
+ * ```
+ */
+import { Client } from './connection.js';
+import { SyncOptions } from './sync.js';
+export type { Client, IORedisClient, NodeRedisClient, NodeRedisDuplicate } from './connection.js';
+export { LostReply } from './connection.js';
+export type { SyncOptions } from './sync.js';
+export { NotReplicatedError } from './sync.js';
+/** How a lock is taken and kept. */
+export interface LockOptions {
+    /** The lease, ms (default 30 000). */
+    ttl?: number;
+    /** One owner for every acquire (1 to 256 bytes) instead of a new random UUID each time: for
+     * holders in several processes that must count as one. The hazard: every call that uses this
+     * owner is then the holder too, so they no longer exclude each other. */
+    owner?: string;
+    /** With a fixed `owner`, each acquire by it counts one more hold (`REENTRANT`). Without one,
+     * a holder re-enters with `holding.reenter()`. */
+    reentrant?: boolean;
+    /** Renew the lease every third of it until release (always on in `using`). */
+    watchdog?: boolean;
+    /** How long after a wait should have ended the client stops waiting for the reply and asks
+     * for itself, ms (default 1 000). */
+    timeoutMargin?: number;
+    /** How grants reach the master's replicas before an acquire returns them (default: every
+     * replica it has online, within 1 s; `false`: not at all). When fewer acknowledge in time,
+     * the grant is released and the acquire rejects with {@link NotReplicatedError}, or with a
+     * `wait` budget left, tries again within it. Renewals and releases never wait. */
+    sync?: SyncOptions | false;
+}
+/** How long to wait for a busy lock. */
+export interface WaitOptions {
+    /** ms; omitted: as long as it takes. */
+    wait?: number;
+}
+/** A held lock. */
+export interface Holding {
+    /** The fencing token: larger than every earlier holding's. Send it with every write. (An
+     * upgrade gives the holding a new one.) */
+    readonly token: number;
+    /** The owner of this holding: new for each acquire, unless the lock was given one. */
+    readonly owner: string;
+    /** Aborted when the lease is known lost: a renewal was refused, or the lease ran out while
+     * renewals failed. Never aborted by a release. */
+    readonly signal: AbortSignal;
+    /** Resets the lease to `ttl` ms (default: the lock's). False when it was lost (and then
+     * `signal` aborts); a lost lock is never taken back. */
+    renew(ttl?: number): Promise<boolean>;
+    /** Stops renewing and releases. True if it was still held. */
+    release(): Promise<boolean>;
+    /** One more hold of this holding (`REENTRANT`, lease reset to `ttl` ms): same owner, token
+     * and mode, as a holding of its own whose release gives that hold back — the lock is free
+     * once every hold is. `null` when this owner no longer holds the lock. It does not renew by
+     * itself: this holding's watchdog, if on, keeps the lease. */
+    reenter(ttl?: number): Promise<Holding | null>;
+    /** A writer's holding becomes a reader's (same owner and token, lease reset), letting other
+     * readers in. False when this owner no longer holds the lock. */
+    downgrade(ttl?: number): Promise<boolean>;
+    /** The only reader's holding becomes a writer's (same owner, lease reset) with a new token,
+     * since exclusive writing starts now. False, the reader's holding kept, while others read
+     * too; false also when no longer held. */
+    upgrade(ttl?: number): Promise<boolean>;
+}
+/** A lock (exclusive, a reader, or a semaphore permit). Every acquire is a new owner, unless
+ * one was fixed with the `owner` option. */
+export interface Lock {
+    /** The key. */
+    readonly name: string;
+    /** The owner every acquire uses, if one was fixed; `undefined`: a new one per acquire
+     * (`holding.owner` tells it). */
+    readonly owner: string | undefined;
+    /** Takes it now, or `null` when busy. */
+    tryAcquire(): Promise<Holding | null>;
+    /** Takes it, waiting up to `wait` ms (`null` when still busy), or as long as it takes. */
+    acquire(options?: WaitOptions): Promise<Holding | null>;
+    /**
+     * Takes it (waiting as `acquire`), runs `routine` with a signal that aborts if the lease is
+     * lost, renews the lease meanwhile, and releases when `routine` ends, however it ends.
+     * Rejects when the lock stayed busy.
+     */
+    using<T>(routine: (signal: AbortSignal, holding: Holding) => Promise<T>, options?: WaitOptions): Promise<T>;
+}
+/** An exclusive lock named `name`. */
+export declare function createLock(client: Client, name: string, options?: LockOptions): Lock;
+/** A read-write lock: many readers or one writer, fair between them. Every acquire on either
+ * side is a new owner; a writer downgrades to a reader, and the only reader upgrades, through
+ * its holding. */
+export declare function createReadWriteLock(client: Client, name: string, options?: LockOptions): {
+    read: Lock;
+    write: Lock;
+};
+/** A semaphore: at most `permits` holders, each acquire a new permit with its own owner. */
+export declare function createSemaphore(client: Client, name: string, permits: number, options?: LockOptions): Lock;
