@@ -60,6 +60,29 @@ class Server:
         self.process.send_signal(number)
 
 
+def cluster_nodes():
+    """Three masters with a replica each (``redis-cli --cluster create --cluster-replicas 1``),
+    the slots covered, every replica online; the servers, masters first."""
+    nodes = [Server("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                    "--cluster-node-timeout", "5000", "--cluster-port", str(free_port()),
+                    "--repl-diskless-sync-delay", "0") for _ in range(6)]
+    created = subprocess.run(["redis-cli", "--cluster", "create",
+                              *[f"127.0.0.1:{node.port}" for node in nodes],
+                              "--cluster-replicas", "1", "--cluster-yes"],
+                             capture_output=True, text=True, timeout=60)
+    assert created.returncode == 0, created.stdout + created.stderr
+
+    def ready(node):
+        client = redis.Redis(port=node.port)
+        if "cluster_state:ok" not in client.execute_command("CLUSTER", "INFO").decode():
+            return False
+        info = client.info("replication")
+        return info["role"] == "slave" or info.get("slave0", {}).get("state") == "online"
+
+    wait_until(lambda: all(ready(node) for node in nodes), timeout=60)
+    return nodes
+
+
 @pytest.fixture
 def replicated():
     """A master and its replica, the replica online and acknowledging writes."""

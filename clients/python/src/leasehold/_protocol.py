@@ -10,7 +10,7 @@ import time
 import uuid
 import weakref
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Union
 
 from redis.backoff import NoBackoff
 from redis.exceptions import LockError
@@ -122,13 +122,39 @@ class Learned:
 
 
 _LEARNED: "weakref.WeakKeyDictionary[Any, Learned]" = weakref.WeakKeyDictionary()
+_LEARNED_BY_NAME: Dict[str, Learned] = {}
 _LEARNED_LOCK = threading.Lock()
 
 
-def learned(pool: Any) -> Learned:
-    """What was learned of the master behind a connection pool (shared by every lock on it)."""
+def learned(place: Any) -> Learned:
+    """What was learned of the master behind a connection pool, or a cluster node named
+    ``host:port`` (shared by every lock on it)."""
     with _LEARNED_LOCK:
-        return _LEARNED.setdefault(pool, Learned())
+        table = _LEARNED_BY_NAME if isinstance(place, str) else _LEARNED
+        return table.setdefault(place, Learned())
+
+
+class Master(NamedTuple):
+    """The master a lock lives on: one server, or in Redis Cluster the master of the lock's
+    slot."""
+
+    #: What opens a connection of the lock's own to it (a wait, a grant to sync).
+    connection_class: Any
+    connection_kwargs: dict
+    #: What its replica count is learned under: its connection pool, or its cluster node's
+    #: ``host:port``.
+    place: Any
+    #: ``INFO replication`` from it (a coroutine for ``redis.asyncio``).
+    info: Callable[[], Any]
+
+
+def is_cluster(redis: Any) -> bool:
+    """True for a redis-py ``RedisCluster`` (sync or asyncio)."""
+    return hasattr(redis, "get_node_from_key")
+
+
+#: How many ``MOVED`` / ``ASK`` redirections a grant on a connection of its own follows.
+REDIRECTS = 5
 
 
 def new_owner() -> str:
@@ -152,12 +178,12 @@ def wait_ms(left: Optional[Number]) -> int:
     return 0 if left is None else max(int(left * 1000), 1)
 
 
-def wait_connection_kwargs(pool: Any, wait: Optional[Number]) -> dict:
+def wait_connection_kwargs(connection_kwargs: dict, wait: Optional[Number]) -> dict:
     """The arguments of a connection of its own for a wait of ``wait`` seconds (``None``: no
     limit): the client's own settings (host, TLS, protocol, ``decode_responses``, ...), a socket
     timeout longer than the wait, and no retries — a retried wait would queue again, or fail
     a lock the first try got."""
-    kwargs = dict(pool.connection_kwargs)
+    kwargs = dict(connection_kwargs)
     kwargs["socket_timeout"] = None if wait is None else wait + WAIT_MARGIN
     kwargs["retry"] = Retry(NoBackoff(), 0)
     kwargs.pop("retry_on_timeout", None)
@@ -290,19 +316,24 @@ class LockBase:
             command += ["WAIT", wait_ms]
         return command
 
-    def _own_connection_kwargs(self, left: Optional[Number], replicas: int) -> dict:
-        """A connection of its own for a grant: a wait of ``left`` seconds (``None``: no limit)
-        and, with ``replicas`` to sync, the ``WAIT`` after it."""
-        pool = self.redis.connection_pool
+    def _own_connection_kwargs(
+        self, master: Master, left: Optional[Number], replicas: int, redirect: Any = None
+    ) -> dict:
+        """A connection of its own to ``master`` (or to the ``(host, port)`` an ``ASK`` named)
+        for a grant: a wait of ``left`` seconds (``None``: no limit) and, with ``replicas`` to
+        sync, the ``WAIT`` after it."""
         if left is not None and replicas:
             left += self.sync.timeout
-        return wait_connection_kwargs(pool, left)
+        kwargs = wait_connection_kwargs(master.connection_kwargs, left)
+        if redirect is not None:
+            kwargs["host"], kwargs["port"] = redirect
+        return kwargs
 
-    def _not_synced(self, acked: int, wanted: int) -> Optional[NotReplicatedError]:
+    def _not_synced(self, acked: int, wanted: int, master: Master) -> Optional[NotReplicatedError]:
         """The error for a grant that reached ``acked`` of ``wanted`` replicas, or ``None``."""
         if acked >= wanted:
             return None
-        learned(self.redis.connection_pool).ask_again()
+        learned(master.place).ask_again()
         return NotReplicatedError(acked, wanted)
 
     def _released_on_exit(self, error: LockError) -> None:

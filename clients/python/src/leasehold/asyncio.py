@@ -10,20 +10,25 @@ from types import TracebackType
 from typing import Any, Awaitable, Callable, Optional, Type
 
 from redis.exceptions import (
+    AskError,
     ConnectionError,
     LockError,
     LockNotOwnedError,
+    MovedError,
     RedisError,
     TimeoutError,
     TryAgainError,
 )
 
 from ._protocol import (
+    REDIRECTS,
     TRY_AGAIN_DELAY,
     LockBase,
+    Master,
     NotReplicatedError,
     Number,
     TaskLocal,
+    is_cluster,
     learned,
     new_owner,
     own_ttl_ms,
@@ -149,9 +154,22 @@ class Lock(LockBase):
     async def _replicas_wanted(self) -> int:
         if self.sync.replicas is not None:
             return self.sync.replicas
-        known = learned(self.redis.connection_pool)
+        master = await self._master()
+        known = learned(master.place)
         count = known.fresh()
-        return count if count is not None else known.heard(await self.redis.info("replication"))
+        return count if count is not None else known.heard(await master.info())
+
+    async def _master(self) -> Master:
+        """The server, or the master of the lock's slot in a ``RedisCluster`` (which learns its
+        slots at its first command)."""
+        if is_cluster(self.redis):
+            await self.redis.initialize()
+            node = self.redis.get_node_from_key(self.name)
+            return Master(node.connection_class, node.connection_kwargs, node.name,
+                          lambda: self.redis.execute_command("INFO", "replication", target_nodes=node))
+        pool = self.redis.connection_pool
+        return Master(pool.connection_class, pool.connection_kwargs, pool,
+                      lambda: self.redis.info("replication"))
 
     async def _wait(self, owner: Any, blocking_timeout: Optional[Number]) -> Optional[int]:
         deadline = None if blocking_timeout is None else time.monotonic() + blocking_timeout
@@ -176,21 +194,33 @@ class Lock(LockBase):
     ) -> Optional[int]:
         """As :meth:`leasehold.Lock._grant`."""
         command = self._acquire_command(owner, wait_ms(left) if waiting else None)
-        pool = self.redis.connection_pool
-        kwargs = self._own_connection_kwargs(left if waiting else 0, wanted)
-        connection = pool.connection_class(**kwargs)
-        try:
-            await connection.send_command(*command)
-            token = await connection.read_response()
-            if token is not None and wanted:
-                await connection.send_command(*self.sync.wait_command(wanted))
-                error = self._not_synced(self.sync.acked(await connection.read_response()), wanted)
-                if error is not None:
-                    await self.redis.execute_command("LOCK.RELEASE", self.name, owner)
-                    raise error
-            return token
-        finally:
-            await connection.disconnect()
+        redirect = None
+        for _ in range(REDIRECTS):
+            master = await self._master()
+            kwargs = self._own_connection_kwargs(master, left if waiting else 0, wanted, redirect)
+            connection = master.connection_class(**kwargs)
+            try:
+                if redirect is not None:
+                    await connection.send_command("ASKING")
+                    await connection.read_response()
+                await connection.send_command(*command)
+                token = await connection.read_response()
+                if token is not None and wanted:
+                    await connection.send_command(*self.sync.wait_command(wanted))
+                    acked = self.sync.acked(await connection.read_response())
+                    error = self._not_synced(acked, wanted, master)
+                    if error is not None:
+                        await self.redis.execute_command("LOCK.RELEASE", self.name, owner)
+                        raise error
+                return token
+            except MovedError:
+                redirect = None
+                await self.redis.nodes_manager.initialize()
+            except AskError as error:
+                redirect = (error.host, int(error.port))
+            finally:
+                await connection.disconnect()
+        raise TryAgainError("the lock's slot kept moving")
 
     async def _recover(self, owner: Any) -> Optional[int]:
         try:

@@ -13,19 +13,24 @@ from types import TracebackType
 from typing import Any, Callable, Optional, Type
 
 from redis.exceptions import (
+    AskError,
     ConnectionError,
     LockError,
     LockNotOwnedError,
+    MovedError,
     RedisError,
     TimeoutError,
     TryAgainError,
 )
 
 from ._protocol import (
+    REDIRECTS,
     TRY_AGAIN_DELAY,
     LockBase,
+    Master,
     Number,
     NotReplicatedError,
+    is_cluster,
     learned,
     new_owner,
     own_ttl_ms,
@@ -171,9 +176,20 @@ class Lock(LockBase):
         """How many replicas a grant must reach (see :class:`leasehold.Sync`)."""
         if self.sync.replicas is not None:
             return self.sync.replicas
-        known = learned(self.redis.connection_pool)
+        master = self._master()
+        known = learned(master.place)
         count = known.fresh()
-        return count if count is not None else known.heard(self.redis.info("replication"))
+        return count if count is not None else known.heard(master.info())
+
+    def _master(self) -> Master:
+        """The server, or the master of the lock's slot in a ``RedisCluster``."""
+        if is_cluster(self.redis):
+            client = self.redis.get_node_from_key(self.name).redis_connection
+        else:
+            client = self.redis
+        pool = client.connection_pool
+        return Master(pool.connection_class, pool.connection_kwargs, pool,
+                      lambda: client.info("replication"))
 
     def _wait(self, owner: Any, blocking_timeout: Optional[Number]) -> Optional[int]:
         deadline = None if blocking_timeout is None else time.monotonic() + blocking_timeout
@@ -201,21 +217,33 @@ class Lock(LockBase):
         ``wanted`` replicas on the same connection. A grant too few replicas have is released:
         ``NotReplicatedError``."""
         command = self._acquire_command(owner, wait_ms(left) if waiting else None)
-        pool = self.redis.connection_pool
-        kwargs = self._own_connection_kwargs(left if waiting else 0, wanted)
-        connection = pool.connection_class(**kwargs)
-        try:
-            connection.send_command(*command)
-            token = connection.read_response()
-            if token is not None and wanted:
-                connection.send_command(*self.sync.wait_command(wanted))
-                error = self._not_synced(self.sync.acked(connection.read_response()), wanted)
-                if error is not None:
-                    self.redis.execute_command("LOCK.RELEASE", self.name, owner)
-                    raise error
-            return token
-        finally:
-            connection.disconnect()
+        redirect = None
+        for _ in range(REDIRECTS):
+            master = self._master()
+            kwargs = self._own_connection_kwargs(master, left if waiting else 0, wanted, redirect)
+            connection = master.connection_class(**kwargs)
+            try:
+                if redirect is not None:
+                    connection.send_command("ASKING")
+                    connection.read_response()
+                connection.send_command(*command)
+                token = connection.read_response()
+                if token is not None and wanted:
+                    connection.send_command(*self.sync.wait_command(wanted))
+                    acked = self.sync.acked(connection.read_response())
+                    error = self._not_synced(acked, wanted, master)
+                    if error is not None:
+                        self.redis.execute_command("LOCK.RELEASE", self.name, owner)
+                        raise error
+                return token
+            except MovedError:  # the slot moved: learn where
+                redirect = None
+                self.redis.nodes_manager.initialize()
+            except AskError as error:  # the slot is moving and the lock is free here
+                redirect = (error.host, int(error.port))
+            finally:
+                connection.disconnect()
+        raise TryAgainError("the lock's slot kept moving")
 
     def _recover(self, owner: Any) -> Optional[int]:
         """The reply to a wait was lost: asks again without waiting, with the same owner (a
