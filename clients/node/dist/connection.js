@@ -7,43 +7,82 @@
  * come — or when it has not come `margin` ms after the wait should have ended (ioredis's
  * `commandTimeout` would otherwise report a failure while the server still grants the lock).
  */
+import keySlot from 'cluster-key-slot';
 import { Learned } from './sync.js';
-/** The client as the locks use it. */
+/** The client as the locks use it: commands on a lock go to the master serving it (in a
+ * cluster, the master of its slot). */
 export class Connection {
     client;
     /** ioredis's `keyPrefix`, which it does not apply to module commands: the locks do. */
     prefix;
     constructor(client) {
         this.client = client;
-        this.prefix = isIORedis(client) ? (client.options.keyPrefix ?? '') : '';
+        this.prefix = isIORedis(client) || isIORedisCluster(client) ? (client.options.keyPrefix ?? '') : '';
     }
-    /** What was learned of the master behind this client, shared by every lock on it. */
-    get learned() {
+    /** What was learned of the master serving `key`, shared by every lock on it. */
+    learned(key) {
         let known = LEARNED.get(this.client);
         if (!known) {
-            known = new Learned();
+            known = new Map();
             LEARNED.set(this.client, known);
         }
-        return known;
+        const place = isCluster(this.client) ? this.masterAddress(key) : '';
+        let learned = known.get(place);
+        if (!learned) {
+            learned = new Learned();
+            known.set(place, learned);
+        }
+        return learned;
     }
-    /** Sends a quick command over the program's own connection. */
+    /** Sends a quick command on a lock (`args[1]` its key) over the program's own connection. */
     async send(args) {
         const client = this.client;
-        if (isIORedis(client)) {
+        if (isIORedis(client) || isIORedisCluster(client)) {
             const [command, ...rest] = args;
             return client.call(command, ...rest);
         }
+        if (isNodeRedisCluster(client))
+            return client.sendCommand(args[1], false, args);
         return client.sendCommand(args);
     }
+    /** Sends a keyless command (`INFO replication`) to the master serving `key`. */
+    async sendToMaster(key, args) {
+        const client = this.client;
+        if (isNodeRedisCluster(client)) {
+            return (await client.nodeClient(client.getSlotMaster(keySlot(key)))).sendCommand(args);
+        }
+        if (isIORedisCluster(client)) {
+            const [command, ...rest] = args;
+            return this.ioredisNode(client, this.masterAddress(key)).call(command, ...rest);
+        }
+        return this.send(args);
+    }
     /**
-     * Sends a command over a connection of its own, closed afterwards — one that blocks in the
-     * server (a wait), or a grant to sync — and, when its reply is not null and `then` is given,
-     * `then` on the same connection; resolves to both replies. Rejects with {@link LostReply}
-     * when no reply came within `timeoutMs` (`undefined`: no limit), or the connection failed:
-     * the server may have done it or not.
+     * Sends a command on `key` over a connection of its own to the master serving it, closed
+     * afterwards — one that blocks in the server (a wait), or a grant to sync — and, when its
+     * reply is not null and `then` is given, `then` on the same connection; resolves to both
+     * replies. In a cluster it follows `MOVED` (relearning the slots) and `ASK` (to the
+     * importing master). Rejects with {@link LostReply} when no reply came within `timeoutMs`
+     * (`undefined`: no limit), or the connection failed: the server may have done it or not.
      */
-    async sendOwn(args, timeoutMs, then) {
-        const dedicated = await this.dedicated();
+    async sendOwn(key, args, timeoutMs, then) {
+        let asking;
+        for (let redirects = 0;; redirects++) {
+            try {
+                return await this.sendOwnOnce(key, args, timeoutMs, then, asking);
+            }
+            catch (error) {
+                const redirect = /^(MOVED|ASK) \d+ (\S+)/.exec(error instanceof Error ? error.message : '');
+                if (!redirect || redirects >= REDIRECTS)
+                    throw error;
+                asking = redirect[1] === 'ASK' ? redirect[2] : undefined;
+                if (!asking)
+                    await this.relearnSlots(key);
+            }
+        }
+    }
+    async sendOwnOnce(key, args, timeoutMs, then, asking) {
+        const dedicated = await this.dedicated(key, asking);
         let timer;
         const expiry = new Promise((_, reject) => {
             if (timeoutMs !== undefined) {
@@ -51,6 +90,8 @@ export class Connection {
             }
         });
         const exchange = async () => {
+            if (asking)
+                await dedicated.send(['ASKING']);
             const reply = await dedicated.send(args);
             return [reply, reply !== null && then ? await dedicated.send(then) : undefined];
         };
@@ -65,20 +106,25 @@ export class Connection {
             dedicated.close();
         }
     }
-    async dedicated() {
+    /** A connection of its own to the master serving `key`, or to the node at `address`. */
+    async dedicated(key, address) {
         const client = this.client;
-        if (isIORedis(client)) {
-            const own = client.duplicate({
+        if (isIORedis(client) || isIORedisCluster(client)) {
+            const node = isIORedisCluster(client) ? this.ioredisNode(client, address ?? this.masterAddress(key)) : client;
+            const own = node.duplicate({
                 commandTimeout: undefined,
                 maxRetriesPerRequest: 0,
                 retryStrategy: () => null,
             });
+            // A failed connection rejects the command; the handler keeps ioredis from logging it.
+            own.on?.('error', () => { });
             return {
                 send: ([command, ...rest]) => own.call(command, ...rest),
                 close: () => own.disconnect(),
             };
         }
-        const own = client.duplicate();
+        const node = isNodeRedisCluster(client) ? await this.nodeRedisNode(client, key, address) : client;
+        const own = node.duplicate();
         // The error handler keeps a dropped wait connection from crashing the program.
         own.on?.('error', () => { });
         await own.connect();
@@ -94,14 +140,62 @@ export class Connection {
             },
         };
     }
+    /** `host:port` of the master serving `key`, as the cluster client knows it now. */
+    masterAddress(key) {
+        const client = this.client;
+        if (isIORedisCluster(client))
+            return client.slots[keySlot(key)]?.[0] ?? '';
+        if (isNodeRedisCluster(client)) {
+            const master = client.getSlotMaster(keySlot(key));
+            return `${master.host}:${master.port}`;
+        }
+        return '';
+    }
+    ioredisNode(client, address) {
+        const node = client.nodes('master').find(({ options }) => `${options.host}:${options.port}` === address);
+        if (!node)
+            throw new Error(`no cluster master at ${address}`);
+        return node;
+    }
+    async nodeRedisNode(client, key, address) {
+        const node = address === undefined
+            ? client.getSlotMaster(keySlot(key))
+            : client.getMasters().find(({ host, port }) => `${host}:${port}` === address);
+        if (!node)
+            throw new Error(`no cluster master at ${address}`);
+        return client.nodeClient(node);
+    }
+    /** After `MOVED`: the cluster client learns where the slot of `key` went. */
+    async relearnSlots(key) {
+        const client = this.client;
+        if (isIORedisCluster(client)) {
+            await new Promise((done) => client.refreshSlotsCache(() => done()));
+        }
+        else if (isNodeRedisCluster(client)) {
+            // A routed command meets the same MOVED, on which node-redis rediscovers the slots.
+            await client.sendCommand(key, false, ['LOCK.FENCE', key]);
+        }
+    }
 }
+/** How many `MOVED` / `ASK` redirections a command on a connection of its own follows. */
+const REDIRECTS = 5;
+/** What was learned per client, by master address (`''` for one server). */
 const LEARNED = new WeakMap();
 /** A wait's reply did not come: the server may have granted the lock, or not. */
 export class LostReply extends Error {
     name = 'LostReply';
 }
 function isIORedis(client) {
-    return typeof client.call === 'function';
+    return typeof client.call === 'function' && !isIORedisCluster(client);
+}
+function isIORedisCluster(client) {
+    return client.isCluster === true;
+}
+function isNodeRedisCluster(client) {
+    return typeof client.getSlotMaster === 'function';
+}
+function isCluster(client) {
+    return isIORedisCluster(client) || isNodeRedisCluster(client);
 }
 /**
  * An error reply of the server (`ERR ...`, `WRONGTYPE ...`, `TRYAGAIN ...`): its message starts

@@ -116,8 +116,8 @@ class LeaseholdLock {
             return 0;
         if (sync?.replicas !== undefined)
             return sync.replicas;
-        const learned = this.connection.learned;
-        return learned.fresh() ?? learned.heard(String(await this.connection.send(['INFO', 'replication'])));
+        const learned = this.connection.learned(this.key);
+        return learned.fresh() ?? learned.heard(String(await this.connection.sendToMaster(this.key, ['INFO', 'replication'])));
     }
     /**
      * `LOCK.ACQUIRE` on a connection of its own — with `WAIT waitMs` when given (0: no limit) —
@@ -130,12 +130,12 @@ class LeaseholdLock {
         const margin = this.options.timeoutMargin ?? DEFAULT_MARGIN;
         const timeout = waitMs === 0 ? undefined : (waitMs ?? 0) + margin + syncMs;
         const then = wanted > 0 ? waitCommand(sync, wanted) : undefined;
-        const [token, synced] = await this.connection.sendOwn(this.command(owner, waitMs), timeout, then);
+        const [token, synced] = await this.connection.sendOwn(this.key, this.command(owner, waitMs), timeout, then);
         if (token === null)
             return null;
         const acked = wanted > 0 ? ackedBy(sync, synced) : 0;
         if (acked < wanted) {
-            this.connection.learned.askAgain();
+            this.connection.learned(this.key).askAgain();
             await this.connection.send(['LOCK.RELEASE', this.key, owner]);
             throw new NotReplicatedError(acked, wanted);
         }

@@ -219,8 +219,8 @@ class LeaseholdLock implements Lock {
     const sync = this.options.sync;
     if (sync === false) return 0;
     if (sync?.replicas !== undefined) return sync.replicas;
-    const learned = this.connection.learned;
-    return learned.fresh() ?? learned.heard(String(await this.connection.send(['INFO', 'replication'])));
+    const learned = this.connection.learned(this.key);
+    return learned.fresh() ?? learned.heard(String(await this.connection.sendToMaster(this.key, ['INFO', 'replication'])));
   }
 
   /**
@@ -234,11 +234,11 @@ class LeaseholdLock implements Lock {
     const margin = this.options.timeoutMargin ?? DEFAULT_MARGIN;
     const timeout = waitMs === 0 ? undefined : (waitMs ?? 0) + margin + syncMs;
     const then = wanted > 0 ? waitCommand(sync, wanted) : undefined;
-    const [token, synced] = await this.connection.sendOwn(this.command(owner, waitMs), timeout, then);
+    const [token, synced] = await this.connection.sendOwn(this.key, this.command(owner, waitMs), timeout, then);
     if (token === null) return null;
     const acked = wanted > 0 ? ackedBy(sync, synced) : 0;
     if (acked < wanted) {
-      this.connection.learned.askAgain();
+      this.connection.learned(this.key).askAgain();
       await this.connection.send(['LOCK.RELEASE', this.key, owner]);
       throw new NotReplicatedError(acked, wanted);
     }

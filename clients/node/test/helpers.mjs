@@ -37,6 +37,7 @@ export async function startServer(extra = []) {
   const deadline = Date.now() + 20_000;
   for (;;) {
     const admin = new Redis(port, '127.0.0.1', { lazyConnect: true, retryStrategy: () => null });
+    admin.on('error', () => {}); // a refused connection before the server listens rejects connect()
     try {
       await admin.connect();
       if ((await admin.ping()) === 'PONG') {

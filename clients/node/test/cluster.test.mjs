@@ -1,0 +1,149 @@
+// The locks on a real Redis Cluster — three masters with a replica each — through node-redis's
+// createCluster (6 and 4) and ioredis's Cluster (6 and 5): commands go to the master of the
+// lock's slot, a wait on a connection of its own to it, grants synced to its replica; MOVED and
+// ASK are followed while a slot migrates under a held lock and under a waiting client.
+
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { after, before, describe, it } from 'node:test';
+
+import { createCluster } from 'redis';
+import { createCluster as createCluster4 } from 'redis4';
+import { Cluster, Redis } from 'ioredis';
+import { Cluster as Cluster5 } from 'ioredis5';
+
+import { createLock } from '../dist/index.js';
+import { freePort, startServer, until } from './helpers.mjs';
+
+const nodes = [];
+for (let i = 0; i < 6; i++) {
+  nodes.push(await startServer(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf',
+    '--cluster-node-timeout', '5000', '--cluster-port', String(await freePort()),
+    '--repl-diskless-sync-delay', '0']));
+}
+await promisify(execFile)('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`),
+  '--cluster-replicas', '1', '--cluster-yes']);
+await until(async () => {
+  for (const node of nodes) {
+    if (!(await node.admin.call('CLUSTER', 'INFO')).includes('cluster_state:ok')) return false;
+    const replication = await node.admin.call('INFO', 'replication');
+    if (replication.includes('role:master') && !replication.includes('state=online')) return false;
+  }
+  return true;
+}, 60_000);
+after(() => nodes.forEach((node) => node.stop()));
+
+const admin = (port) => nodes.find((node) => node.port === Number(port)).admin;
+
+/** The master serving `key` and its replica, as admin connections. */
+async function shard(key) {
+  const slot = await nodes[0].admin.call('CLUSTER', 'KEYSLOT', key);
+  for (const node of nodes) {
+    const replication = await node.admin.call('INFO', 'replication');
+    if (!replication.includes('role:master')) continue;
+    const shards = await node.admin.call('CLUSTER', 'SLOTS');
+    const mine = shards.find(([from, to, [, port]]) => from <= slot && slot <= to && Number(port) === node.port);
+    if (mine) {
+      const [, replicaPort] = /slave0:ip=[^,]+,port=(\d+)/.exec(replication);
+      return { slot, master: node.admin, replica: admin(replicaPort), port: node.port };
+    }
+  }
+  throw new Error(`no master for ${key}`);
+}
+
+/** `LOCK.FENCE key` on the replica of its master. */
+async function onReplica(key) {
+  const { replica } = await shard(key);
+  await replica.call('READONLY');
+  return replica.call('LOCK.FENCE', key);
+}
+
+/** Moves the slot of `key` to another master, migrating `keys` with it; the new master. */
+async function reshard(key, keys) {
+  const { slot, master, port } = await shard(key);
+  const masters = [];
+  for (const node of nodes) {
+    if ((await node.admin.call('INFO', 'replication')).includes('role:master')) masters.push(node);
+  }
+  const target = masters.find((node) => node.port !== port);
+  const [sourceId, targetId] = [await master.call('CLUSTER', 'MYID'), await target.admin.call('CLUSTER', 'MYID')];
+  await target.admin.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', sourceId);
+  await master.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', targetId);
+  for (const moving of keys) await master.call('MIGRATE', '127.0.0.1', target.port, moving, 0, 5000);
+  for (const node of masters) await node.admin.call('CLUSTER', 'SETSLOT', slot, 'NODE', targetId);
+  return target;
+}
+
+const CLUSTERS = {
+  'node-redis 6': async () => createCluster({ rootNodes: [{ url: nodes[0].url }] }).connect(),
+  'node-redis 4': async () => { const c = createCluster4({ rootNodes: [{ url: nodes[0].url }] }); await c.connect(); return c; },
+  'ioredis 6': async () => { const c = new Cluster([{ host: '127.0.0.1', port: nodes[0].port }]); await until(async () => c.status === 'ready'); return c; },
+  'ioredis 5': async () => { const c = new Cluster5([{ host: '127.0.0.1', port: nodes[0].port }]); await until(async () => c.status === 'ready'); return c; },
+};
+
+let counter = 0;
+const tag = (what) => `${what}:{${process.pid}-${counter++}}`;
+
+for (const [label, connect] of Object.entries(CLUSTERS)) {
+  describe(label, () => {
+    let cluster;
+    before(async () => { cluster = await connect(); });
+    after(async () => { if (cluster.isCluster) cluster.disconnect(); else await cluster.close?.() ?? cluster.disconnect(); });
+
+    it('takes locks on every master, each synced to its replica before it is returned', async () => {
+      const masters = new Set();
+      for (let i = 0; i < 9; i++) {
+        const name = tag('order');
+        masters.add((await shard(name)).port);
+        const holding = await createLock(cluster, name, { ttl: 10_000 }).tryAcquire();
+        assert.ok(holding);
+        assert.equal(await onReplica(name), holding.token, 'on the replica already');
+        assert.equal(await holding.renew(20_000), true);
+        assert.equal(await holding.release(), true);
+      }
+      assert.equal(masters.size, 3, 'every master');
+    });
+
+    it('hands a lock over to a waiting client and follows its slot when it migrates', async () => {
+      const name = tag('payment');
+      const holding = await createLock(cluster, name, { ttl: 30_000 }).tryAcquire();
+      const waiting = createLock(cluster, name, { ttl: 30_000 }).acquire({ wait: 20_000 });
+      await until(async () => {
+        const info = await (await shard(name)).master.call('LOCK.INFO', name);
+        return info !== null && info[info.indexOf('waiters') + 1] === 1;
+      });
+      await reshard(name, [name]);
+      assert.equal(await holding.renew(), true, 'the held lock moved with its holder');
+      assert.equal(await holding.release(), true);
+      const handed = await waiting;
+      assert.ok(handed && handed.token > holding.token, 'granted on the new master');
+      assert.equal(await onReplica(name), handed.token);
+      await handed.release();
+    });
+
+    it('takes a free lock on the importing master while its slot migrates (ASK)', async () => {
+      const name = tag('invoice');
+      const { slot, master, port } = await shard(name);
+      let importing;
+      for (const node of nodes) {
+        if (node.port !== port && (await node.admin.call('INFO', 'replication')).includes('role:master')) { importing = node; break; }
+      }
+      const [sourceId, targetId] = [await master.call('CLUSTER', 'MYID'), await importing.admin.call('CLUSTER', 'MYID')];
+      await importing.admin.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', sourceId);
+      await master.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', targetId);
+      try {
+        const holding = await createLock(cluster, name, { ttl: 10_000 }).tryAcquire();
+        assert.ok(holding, 'granted');
+        await importing.admin.call('ASKING');
+        assert.equal(await importing.admin.call('LOCK.FENCE', name), holding.token, 'by the importing master');
+      } finally {
+        for (const node of nodes) {
+          if ((await node.admin.call('INFO', 'replication')).includes('role:master')) {
+            await node.admin.call('CLUSTER', 'SETSLOT', slot, 'NODE', targetId);
+          }
+        }
+      }
+    });
+  });
+}
