@@ -363,11 +363,13 @@ fn client(id: u64, class: Class, sentinel_urls: &[String], history: &History, ru
         .enable_all()
         .build()
         .expect("a runtime");
+    let mut last: Option<Client> = None;
     while !run.stop.load(Ordering::SeqCst) {
-        let Ok((client, server)) = connect_to_master(&mut sentinel, &runtime) else {
+        let Ok((client, server)) = connect_to_master(&mut sentinel, &runtime, last.as_ref()) else {
             thread::sleep(Duration::from_millis(50));
             continue;
         };
+        last = Some(client.clone());
         while !run.stop.load(Ordering::SeqCst) {
             let attempt = Attempt {
                 lock: format!("{}-lock-{}", class.name(), rng.random_range(0..LOCKS)),
@@ -388,16 +390,22 @@ fn client(id: u64, class: Class, sentinel_urls: &[String], history: &History, ru
     }
 }
 
-/// The master Sentinel names now, and its port (the one everyone reaches it on).
+/// A client of the master Sentinel names now — the same client as `last` following a
+/// failover, if there was one — and its port (the one everyone reaches it on).
 fn connect_to_master(
     sentinel: &mut redis::sentinel::Sentinel,
     runtime: &tokio::runtime::Runtime,
+    last: Option<&Client>,
 ) -> Result<(Client, u16), Box<dyn std::error::Error>> {
     let master = sentinel.master_for(MASTER_NAME, None)?;
     let ConnectionAddr::Tcp(host, port) = master.get_connection_info().addr().clone() else {
         unreachable!("the group listens on TCP");
     };
-    let client = runtime.block_on(Client::open(&format!("redis://{host}:{port}")))?;
+    let url = format!("redis://{host}:{port}");
+    let client = match last {
+        Some(last) => runtime.block_on(last.reopen(&url))?,
+        None => runtime.block_on(Client::open(&url))?,
+    };
     Ok((client, port))
 }
 

@@ -40,6 +40,8 @@ export declare function ackedBy(sync: SyncOptions, reply: unknown): number;
 export declare class Learned {
     private replicationId;
     private replicas;
+    /** The most replicas any master of this client had. */
+    private most;
     private askedAt;
     /** The count, if it was asked recently enough. */
     fresh(): number | undefined;

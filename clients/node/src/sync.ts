@@ -59,6 +59,8 @@ export function ackedBy(sync: SyncOptions, reply: unknown): number {
 export class Learned {
   private replicationId: string | undefined;
   private replicas = 0;
+  /** The most replicas any master of this client had. */
+  private most = 0;
   private askedAt: number | undefined;
 
   /** The count, if it was asked recently enough. */
@@ -74,10 +76,13 @@ export class Learned {
       ? info.split(/\r?\n/).filter((line) => line.startsWith('slave') && line.includes('state=online')).length
       : 0;
     if (replicationId !== this.replicationId) {
+      // A new master here (promoted, or the old one restarted) starts from one fewer than the
+      // most any master had: its replicas reattach only some time after a failover.
       this.replicationId = replicationId;
-      this.replicas = 0;
+      this.replicas = Math.max(this.most - 1, 0);
     }
     this.replicas = Math.max(this.replicas, online);
+    this.most = Math.max(this.most, this.replicas);
     this.askedAt = Date.now();
     return this.replicas;
   }

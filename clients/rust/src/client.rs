@@ -82,6 +82,21 @@ impl Client {
         Ok(Self::with(Inner::Cluster { nodes, shared }))
     }
 
+    /// Connects to another server (`redis://host:port`) as the same client, to follow a
+    /// failover to a new master: what was learned of the replicas carries over, so the new
+    /// master's grants wait for one replica fewer than the old one's, not for none while its
+    /// replicas reattach (see [`crate::sync`]).
+    ///
+    /// # Errors
+    /// As [`Client::open`].
+    pub async fn reopen(&self, url: &str) -> Result<Self> {
+        let reopened = Self::open(url).await?;
+        Ok(Self {
+            learned: Arc::clone(&self.learned),
+            ..reopened
+        })
+    }
+
     fn with(inner: Inner) -> Self {
         Self {
             inner: Arc::new(inner),

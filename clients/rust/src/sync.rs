@@ -8,7 +8,12 @@
 //! its replicas online) and never lowered by a drop the same master sees: in a split brain an
 //! old master loses exactly the replica that was promoted, and would otherwise count a grant as
 //! synced to the one replica about to be re-pointed elsewhere. A master is known by its
-//! replication ID, which a promotion changes, so a new master is learned anew.
+//! replication ID, which a promotion (and a restart) changes. A new master at the same place
+//! — a replica promoted, or the old master restarted — starts from one fewer than the most any
+//! master there had (the promoted replica is no longer a replica) rather than from what it
+//! reports at once: its
+//! replicas reattach only some time after a failover, and a restarted old master that Sentinel
+//! has not yet made a replica has none, yet its grants are the ones most likely lost.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -105,6 +110,8 @@ struct Known {
     replication_id: String,
     /// The most replicas online it reported since it became master.
     replicas: u32,
+    /// The most replicas any master at this place had.
+    most: u32,
     /// When it was last asked; `None`: ask at the next grant.
     asked_at: Option<Instant>,
 }
@@ -131,13 +138,15 @@ impl Learned {
         let known = self.0.entry(place).or_insert_with(|| Known {
             replication_id: replication_id.clone(),
             replicas: 0,
+            most: 0,
             asked_at: None,
         });
         if known.replication_id != replication_id {
             known.replication_id = replication_id;
-            known.replicas = 0;
+            known.replicas = known.most.saturating_sub(1);
         }
         known.replicas = known.replicas.max(online);
+        known.most = known.most.max(known.replicas);
         known.asked_at = Some(Instant::now());
         known.replicas
     }
@@ -193,24 +202,26 @@ mod tests {
     fn a_drop_on_the_same_master_does_not_lower_it_and_a_new_master_is_learned_anew() {
         let mut learned = Learned::default();
         assert_eq!(learned.heard(None, &info("a", 2)), 2);
-        assert_eq!(
-            learned.heard(None, &info("a", 1)),
-            2,
-            "the same master lost one"
-        );
+        let dropped = learned.heard(None, &info("a", 1));
+        assert_eq!(dropped, 2, "the same master lost one");
         assert_eq!(learned.fresh(None), Some(2));
-        assert_eq!(learned.heard(None, &info("b", 1)), 1, "a promoted master");
+        let promoted = learned.heard(None, &info("b", 0));
+        assert_eq!(promoted, 1, "a new master: one fewer than the most before");
         assert_eq!(
-            learned.heard(Slot::new(7), &info("c", 0)),
-            0,
-            "per slot in a cluster"
+            learned.heard(None, &info("b", 2)),
+            2,
+            "its replicas came back"
         );
+        let cluster = learned.heard(Slot::new(7), &info("c", 0));
+        assert_eq!(cluster, 0, "per slot in a cluster");
         learned.ask_again(None);
         assert_eq!(learned.fresh(None), None);
-        assert_eq!(
-            learned.heard(None, &info("b", 0)),
-            1,
-            "asked again: still not lowered"
-        );
+        let again = learned.heard(None, &info("b", 0));
+        assert_eq!(again, 2, "asked again: still not lowered");
+        assert_eq!(learned.heard(None, &info("d", 0)), 1);
+        let worn = learned.heard(None, &info("e", 0));
+        assert_eq!(worn, 1, "new masters do not wear it down");
+        let lone = Learned::default().heard(None, &info("f", 0));
+        assert_eq!(lone, 0, "a lone server");
     }
 }

@@ -44,7 +44,9 @@ class Sync:
     from the master (``INFO replication``) now and then and never lowered for the same master
     (known by its replication ID, which a promotion changes): in a split brain an old master
     loses exactly the replica that was promoted, and must not count a grant as synced to the
-    one left. A lone server pays nothing. ``replicas=0`` (:data:`SYNC_OFF`) turns it off.
+    one left. A new master behind the same client — promoted, or the old one restarted —
+    starts from one fewer than the most any master had rather than from what it reports at once
+    (its replicas reattach some time later). A lone server pays nothing. ``replicas=0`` (:data:`SYNC_OFF`) turns it off.
     ``timeout`` is in seconds (default 1 s: a replica that is up acknowledges within a round
     trip plus its lag; a second runs out only when one is down or far behind)."""
 
@@ -92,6 +94,7 @@ class Learned:
         self._lock = threading.Lock()
         self._replication_id: Optional[str] = None
         self._replicas = 0
+        self._most = 0  # the most replicas any master of this client had
         self._asked_at: Optional[float] = None
 
     def fresh(self) -> Optional[int]:
@@ -110,8 +113,10 @@ class Learned:
                          and text(value.get("state")) == "online")
         with self._lock:
             if replication_id != self._replication_id:
-                self._replication_id, self._replicas = replication_id, 0
+                # A new master here starts from one fewer than the last (see Sync).
+                self._replication_id, self._replicas = replication_id, max(self._most - 1, 0)
             self._replicas = max(self._replicas, online)
+            self._most = max(self._most, self._replicas)
             self._asked_at = time.monotonic()
             return self._replicas
 
