@@ -11,6 +11,7 @@ contention benchmark (benches/contention.rs) and the shared-lock benchmark again
 read-write lock and semaphore scripts (benches/shared.rs).
 """
 
+import json
 import os
 import platform
 import shutil
@@ -69,14 +70,14 @@ def free_port():
 class Server:
     """A redis-server with the module (unless module=False) on a free loopback port in a temp dir."""
 
-    def __init__(self, binary, module=True):
+    def __init__(self, binary, module=True, args=()):
         self.binary = binary
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="leasehold-bench-")
         load = ["--loadmodule", str(MODULE)] if module else []
         self.process = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-             "--save", "", "--appendonly", "no", *load],
+             "--save", "", "--appendonly", "no", *load, *args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 20
         while self.cli("PING") != "PONG":
@@ -280,6 +281,60 @@ def filter_cost(with_module, without_module):
     return rows
 
 
+def client_sync(binary):
+    """Acquire + release through each client on a master with one replica, grants synced to
+    it and not: rows of (client, mode, ops/s, p50 ms, p99 ms)."""
+    master = Server(binary, args=["--repl-diskless-sync-delay", "0"])
+    replica = Server(binary)
+    try:
+        replica.cli("REPLICAOF", "127.0.0.1", str(master.port))
+        deadline = time.time() + 30
+        while "state=online" not in master.cli("INFO", "replication") and time.time() < deadline:
+            time.sleep(0.1)
+        master.cli("SET", "settled", "1")
+        master.cli("WAIT", "1", "10000")
+        url = f"redis://127.0.0.1:{master.port}"
+        runs = {
+            "Rust (`leasehold-client`)": (["cargo", "bench", "--quiet", "--bench", "client_sync"],
+                                          ROOT, {"LEASEHOLD_BENCH_URL": url}),
+            "Python (redis-py 8.1.0)": ([str(python_with_client()), "bench/sync.py", url],
+                                        ROOT / "clients" / "python", {}),
+            "Node (node-redis 6.3.1)": (["node", "bench/sync.mjs", url], node_with_client(), {}),
+        }
+        rows = []
+        for client, (command, cwd, env) in runs.items():
+            print(f"  {client}: acquire + release, synced and not", file=sys.stderr)
+            out = subprocess.run(command, cwd=cwd, env=dict(os.environ, **env), capture_output=True,
+                                 text=True, check=True).stdout
+            for line in out.splitlines():
+                if line.startswith("{"):
+                    result = json.loads(line)
+                    rows.append((client, result["mode"], result["ops_per_s"], result["p50_ms"], result["p99_ms"]))
+        return rows
+    finally:
+        master.stop()
+        replica.stop()
+
+
+def python_with_client():
+    """A virtualenv with redis-py 8.1.0 and this repository's Python client."""
+    venv = ROOT / "build" / "venv" / "bench"
+    if not (venv / "bin" / "python").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
+                    "redis==8.1.0", str(ROOT / "clients" / "python")], check=True)
+    return venv / "bin" / "python"
+
+
+def node_with_client():
+    """The Node package's folder, its dependencies installed from the lockfile and built."""
+    folder = ROOT / "clients" / "node"
+    if not (folder / "node_modules").exists():
+        subprocess.run(["npm", "ci", "--silent", "--no-audit", "--no-fund"], cwd=folder, check=True)
+    subprocess.run(["npm", "run", "--silent", "build"], cwd=folder, check=True)
+    return folder
+
+
 def cargo_bench(server, name):
     """The Markdown tables a Rust benchmark (benches/<name>.rs) prints, run against `server`."""
     env = dict(os.environ, LEASEHOLD_BENCH_URL=f"redis://127.0.0.1:{server.port}")
@@ -310,6 +365,7 @@ def main():
         contention_rows = cargo_bench(server, "contention")
         print("  shared locks (benches/shared.rs)", file=sys.stderr)
         shared_rows = cargo_bench(server, "shared")
+        sync_rows = client_sync(servers["redis-7.0"])
         profiles = {}
         if shutil.which("valgrind"):
             print("  instructions per command (callgrind)", file=sys.stderr)
@@ -451,6 +507,18 @@ def main():
         "starves; `NaN` means a role never got the lock).",
         "",
         *shared_rows,
+        "",
+        "## The clients: grants synced to a replica",
+        "",
+        f"Each client on Redis {server.version}, a master with one replica on loopback: one task "
+        "loops acquire (no wait, a free lock) → release for 3 s, with the grant synced to the "
+        "replica before it is returned (the default: `WAIT 1` on the grant's own connection) and "
+        "not (sync off: the shared connection). Latency is acquire + release, ms.",
+        "",
+        "| client | grants | acquire + release/s | p50 | p99 |",
+        "| --- | --- | ---: | ---: | ---: |",
+        *[f"| {client} | {mode} | {ops:,.0f} | {p50:.3f} | {p99:.3f} |"
+          for client, mode, ops, p50, p99 in sync_rows],
         "",
         "## Rerun",
         "",
