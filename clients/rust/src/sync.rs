@@ -80,7 +80,8 @@ impl Sync {
     }
 
     /// Waits with `WAITAOF 1 n timeout` instead: the grant is in the master's AOF and the
-    /// replicas' AOFs on disk (Redis 7.2+, Valkey 8+, with `appendonly yes`).
+    /// replicas' AOFs on disk (Redis 7.2+, Valkey 8+, with `appendonly yes`). With
+    /// `appendfsync everysec` a server fsyncs once a second, so give it a timeout above 1 s.
     #[must_use]
     pub const fn with_aof(mut self, aof: bool) -> Self {
         self.aof = aof;

@@ -16,8 +16,13 @@ const QUICK: Duration = Duration::from_millis(200);
 /// A master and its replica, online as the master sees it (the count a client learns) and
 /// acknowledging writes.
 fn pair() -> (Server, Server) {
-    let master = Server::start(&[]);
-    let replica = Server::start(&[]);
+    pair_with(&[])
+}
+
+/// [`pair`], both servers started with `args`.
+fn pair_with(args: &[&str]) -> (Server, Server) {
+    let master = Server::start(args);
+    let replica = Server::start(args);
     replica.replicate(&master);
     let mut con = master.client();
     common::wait_until("the master counts its replica online", || {
@@ -183,4 +188,18 @@ async fn a_replica_the_same_master_lost_still_counts_and_a_new_master_is_learned
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(granted.is_some(), "a new master with no replicas");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn waitaof_puts_the_grant_on_the_replicas_disks_where_the_server_has_it() {
+    let (master, replica) = pair_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let waitaof = call(&mut master.client(), &["COMMAND", "INFO", "WAITAOF"]);
+    if waitaof == Value::Array(vec![Value::Nil]) {
+        return; // Redis 7.0 has no WAITAOF (7.2+, Valkey 8+)
+    }
+    let client = client(&master).await;
+    let lock = Lock::new(&client, "k").with_sync(Sync::to_replicas().with_aof(true));
+    let guard = lock.try_acquire(TTL).await.expect("acquire").expect("free");
+    assert_eq!(fence(&replica, "k"), int(guard.token()));
+    assert!(guard.release().await.expect("release"));
 }
