@@ -25,6 +25,15 @@ def fence(server, name):
     return redis.Redis(port=server.port).execute_command("LOCK.FENCE", name)
 
 
+def learned_one_replica(r, name):
+    """A lock whose grants wait up to 0.2 s for the replicas, after a grant that learned the one
+    replica of the master."""
+    lock = leasehold.Lock(r, name, timeout=10, thread_local=False, sync=QUICK)
+    assert lock.acquire(blocking=False)
+    lock.release()
+    return lock
+
+
 def test_a_lone_server_pays_nothing(server, name):
     before = waits(server)
     lock = leasehold.Lock(redis.Redis(port=server.port), name, timeout=10)
@@ -52,9 +61,7 @@ def test_a_grant_is_on_the_replica_when_returned_immediate_or_handed_over(replic
 def test_a_grant_the_replica_lacks_is_released_and_reported_or_retried(replicated, name):
     master, replica = replicated
     r = redis.Redis(port=master.port)
-    lock = leasehold.Lock(r, name, timeout=10, thread_local=False, sync=QUICK)
-    assert lock.acquire(blocking=False)
-    lock.release()
+    lock = learned_one_replica(r, name)
     replica.signal(signal.SIGSTOP)
     with pytest.raises(leasehold.NotReplicatedError) as refused:
         lock.acquire(blocking=False)
@@ -72,9 +79,7 @@ def test_a_grant_the_replica_lacks_is_released_and_reported_or_retried(replicate
 def test_a_replica_the_same_master_lost_still_counts(replicated, name):
     master, replica = replicated
     r = redis.Redis(port=master.port)
-    lock = leasehold.Lock(r, name, timeout=10, thread_local=False, sync=QUICK)
-    assert lock.acquire(blocking=False)
-    lock.release()
+    lock = learned_one_replica(r, name)
     redis.Redis(port=replica.port).execute_command("REPLICAOF", "NO", "ONE")
     for _ in range(2):
         with pytest.raises(leasehold.NotReplicatedError):

@@ -54,6 +54,15 @@ fn int(token: u64) -> Value {
     Value::Int(i64::try_from(token).expect("below 2^53"))
 }
 
+/// A lock whose grants wait up to 200 ms for the replicas, after a grant that learned the one
+/// replica of `client`'s master.
+async fn learned_one_replica(client: &Client) -> Lock {
+    let lock = Lock::new(client, "k").with_sync(Sync::to_replicas().timeout(QUICK));
+    let guard = lock.try_acquire(TTL).await.expect("learns 1 replica");
+    assert!(guard.expect("free").release().await.expect("release"));
+    lock
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lone_server_pays_nothing() {
     let server = Server::start(&[]);
@@ -101,14 +110,7 @@ async fn a_grant_is_on_the_replica_when_it_is_returned_immediate_or_handed_over(
 async fn a_grant_the_replica_does_not_get_is_released_and_reported() {
     let (master, replica) = pair();
     let client = client(&master).await;
-    let lock = Lock::new(&client, "k").with_sync(Sync::to_replicas().timeout(QUICK));
-    lock.try_acquire(TTL)
-        .await
-        .expect("learns 1 replica")
-        .expect("free")
-        .release()
-        .await
-        .expect("release");
+    let lock = learned_one_replica(&client).await;
     replica.signal("STOP");
     let refused = lock.try_acquire(TTL).await;
     assert!(
@@ -151,14 +153,7 @@ async fn a_grant_the_replica_does_not_get_is_released_and_reported() {
 async fn a_replica_the_same_master_lost_still_counts_and_a_new_master_is_learned_anew() {
     let (mut master, replica) = pair();
     let client = client(&master).await;
-    let lock = Lock::new(&client, "k").with_sync(Sync::to_replicas().timeout(QUICK));
-    lock.try_acquire(TTL)
-        .await
-        .expect("learns 1 replica")
-        .expect("free")
-        .release()
-        .await
-        .expect("release");
+    let lock = learned_one_replica(&client).await;
     // The replica leaves, as a promoted one would in a split brain: the master still wants it.
     call(&mut replica.client(), &["REPLICAOF", "NO", "ONE"]);
     for _ in 0..2 {
