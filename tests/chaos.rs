@@ -135,7 +135,8 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         })
         .collect();
 
-    let mut faults = nemesis(&mut group, &history, Duration::from_secs(seconds), seed);
+    let length = Duration::from_secs(seconds);
+    let mut faults = nemesis(&mut group, &history, &run, length, seed);
     run.stop.store(true, Ordering::SeqCst);
     for client in clients {
         client.join().expect("client thread");
@@ -158,12 +159,15 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
             .cloned()
             .collect();
         let exclusive = granted.iter().filter(|grant| grant.exclusive).count();
-        let doubles = history::double_grants(&granted);
+        let pairs = history::double_grant_pairs(&granted);
+        let doubles = pairs.len();
+        let causes = causes(&pairs, &run.faults.lock().expect("faults"));
         let stats = run.stats(class);
         let refused = stats.refused.load(Ordering::SeqCst);
         eprintln!(
             "chaos class {}: {} grants ({exclusive} exclusive), {doubles} double grants \
-             ({:.1} per 10 000 exclusive grants), {refused} NotReplicated refusals ({:.2} % of \
+             ({:.1} per 10 000 exclusive grants; by the fault before them and whether the \
+             earlier holder renewed: {causes:?}), {refused} NotReplicated refusals ({:.2} % of \
              grants and refusals), acquire latency p50 {:.2} ms p99 {:.2} ms",
             class.name(),
             granted.len(),
@@ -204,6 +208,26 @@ struct Run {
     classes: [ClassStats; 3],
     stalls: AtomicU64,
     store: FencedStore,
+    /// When each fault began (µs on the history's clock), and its kind.
+    faults: Mutex<Vec<(u64, &'static str)>>,
+}
+
+/// The double grants of `pairs` by the last fault that began before the later grant was
+/// requested, and whether the earlier holder had renewed its lease.
+fn causes(
+    pairs: &[(&Grant, &Grant)],
+    faults: &[(u64, &'static str)],
+) -> BTreeMap<(&'static str, bool), usize> {
+    let mut causes = BTreeMap::new();
+    for (earlier, later) in pairs {
+        let fault = faults
+            .iter()
+            .take_while(|(began, _)| *began <= later.requested_us)
+            .last()
+            .map_or("none", |(_, kind)| *kind);
+        *causes.entry((fault, earlier.renewed)).or_default() += 1;
+    }
+    causes
 }
 
 impl Run {
@@ -322,6 +346,7 @@ impl Fault {
 fn nemesis(
     group: &mut Group,
     history: &History,
+    run: &Run,
     length: Duration,
     seed: u64,
 ) -> BTreeMap<&'static str, u64> {
@@ -339,6 +364,10 @@ fn nemesis(
             round.shuffle(&mut rng);
         }
         let fault = round.pop().expect("a fault");
+        run.faults
+            .lock()
+            .expect("faults")
+            .push((history.now_us(), fault.name()));
         fault.inflict(group, master, history, &mut rng);
         *faults.entry(fault.name()).or_default() += 1;
         // Half the time the next fault waits for the group to settle (the Sentinels make an old
@@ -466,6 +495,7 @@ async fn hold(
         acknowledged_us,
         exclusive: attempt.exclusive,
         held_until_us: acknowledged_us,
+        renewed: false,
     };
     if attempt.stall {
         run.stalls.fetch_add(1, Ordering::SeqCst);
@@ -481,6 +511,7 @@ async fn hold(
         let renewed = guard.renew(LEASE).await;
         if matches!(renewed, Ok(true)) {
             lease_end = sent + lease_us;
+            grant.renewed = true;
         }
         renewed.map(drop)
     } else {

@@ -23,6 +23,8 @@ pub struct Grant {
     /// sent its release, or the end of its lease), in µs since the start.
     pub exclusive: bool,
     pub held_until_us: u64,
+    /// Whether the holder renewed the lease (a renewal is not synced to the replicas).
+    pub renewed: bool,
 }
 
 /// The grants of a run, from many threads.
@@ -109,19 +111,28 @@ pub fn regressions_per_lock<'a>(
 /// that both believed they held it. Expected across an asynchronous failover; the fencing
 /// token orders them.
 pub fn double_grants(grants: &[Grant]) -> usize {
+    double_grant_pairs(grants).len()
+}
+
+/// The double grants as (the earlier holding, the grant that overlapped it).
+pub fn double_grant_pairs(grants: &[Grant]) -> Vec<(&Grant, &Grant)> {
     let exclusive = grants.iter().filter(|grant| grant.exclusive);
-    let mut doubles = 0;
+    let mut pairs = Vec::new();
     for grants in grouped(exclusive, |grant| grant.lock.clone()).values_mut() {
         grants.sort_by_key(|grant| grant.acknowledged_us);
-        let mut held_until = 0;
+        let mut holding: Option<&Grant> = None;
         for grant in grants.iter() {
-            if grant.acknowledged_us < held_until {
-                doubles += 1;
+            if let Some(earlier) = holding
+                && grant.acknowledged_us < earlier.held_until_us
+            {
+                pairs.push((earlier, *grant));
             }
-            held_until = held_until.max(grant.held_until_us);
+            if holding.is_none_or(|earlier| grant.held_until_us > earlier.held_until_us) {
+                holding = Some(grant);
+            }
         }
     }
-    doubles
+    pairs
 }
 
 /// Which server was the designated master at `at_us`: `first` until the first switch, then
