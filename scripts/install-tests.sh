@@ -42,11 +42,11 @@ for block in re.findall(r"```" + sys.argv[1] + r"\n(.*?)```", readme, re.S):
 PY
 }
 
-echo "--- Node: npm install <path> beside node-redis and ioredis, then the README's JavaScript"
+echo "--- Node: npm install --install-links <path> beside node-redis and ioredis, then the README's JavaScript"
 copy node
 mkdir "$work/node-app"
 (cd "$work/node-app" && npm init -y >/dev/null &&
-  npm install --silent --no-audit --no-fund "$work/node" redis@6.3.1 ioredis@6.0.0)
+  npm install --silent --no-audit --no-fund --install-links "$work/node" redis@6.3.1 ioredis@6.0.0)
 while IFS= read -r -d '' block; do
   (cd "$work/node-app" && node --input-type=module -e "$block")
 done < <(blocks js)
