@@ -14,7 +14,7 @@ import { Cluster, Redis } from 'ioredis';
 import { Cluster as Cluster5 } from 'ioredis5';
 
 import { createLock } from '../dist/index.js';
-import { freePort, startServer, until } from './helpers.mjs';
+import { close, freePort, startServer, until } from './helpers.mjs';
 
 const nodes = [];
 for (let i = 0; i < 6; i++) {
@@ -36,18 +36,19 @@ after(() => nodes.forEach((node) => node.stop()));
 
 const admin = (port) => nodes.find((node) => node.port === Number(port)).admin;
 
-/** The master serving `key` and its replica, as admin connections. */
+/** The master serving `key` and its replica, as admin connections: the master that answers
+ * for the key rather than redirecting (asked until one does, as slot views settle). */
 async function shard(key) {
   const slot = await nodes[0].admin.call('CLUSTER', 'KEYSLOT', key);
-  for (const node of nodes) {
-    const replication = await node.admin.call('INFO', 'replication');
-    if (!replication.includes('role:master')) continue;
-    const shards = await node.admin.call('CLUSTER', 'SLOTS');
-    const mine = shards.find(([from, to, [, port]]) => from <= slot && slot <= to && Number(port) === node.port);
-    if (mine) {
-      const [, replicaPort] = /slave0:ip=[^,]+,port=(\d+)/.exec(replication);
-      return { slot, master: node.admin, replica: admin(replicaPort), port: node.port };
+  for (let attempt = 0; attempt < 100; attempt++) {
+    for (const node of nodes) {
+      const replication = await node.admin.call('INFO', 'replication');
+      const replica = /slave0:ip=[^,]+,port=(\d+)/.exec(replication);
+      if (!replication.includes('role:master') || !replica) continue;
+      const serves = await node.admin.call('LOCK.FENCE', key).then(() => true, () => false);
+      if (serves) return { slot, master: node.admin, replica: admin(replica[1]), port: node.port };
     }
+    await new Promise((r) => setTimeout(r, 50));
   }
   throw new Error(`no master for ${key}`);
 }
@@ -89,7 +90,7 @@ for (const [label, connect] of Object.entries(CLUSTERS)) {
   describe(label, () => {
     let cluster;
     before(async () => { cluster = await connect(); });
-    after(async () => { if (cluster.isCluster) cluster.disconnect(); else await cluster.close?.() ?? cluster.disconnect(); });
+    after(() => close(cluster));
 
     it('takes locks on every master, each synced to its replica before it is returned', async () => {
       const masters = new Set();
