@@ -1,5 +1,6 @@
-//! The `LOCK.*` commands a client calls: argument parsing, the write through
-//! [`crate::writes`], the hand-over to waiters, and the reply.
+//! The `LOCK.*` commands a client calls: parse the arguments, let the core decide
+//! ([`leasehold_core::machine`], through [`crate::looks::decide`], which carries the outcome
+//! out), reply.
 //!
 //! Replies and errors follow Redis's own commands: null for "no lock" (RESP2 `$-1`, RESP3
 //! `_`), `ERR value is not an integer or out of range` and `ERR invalid expire time in '...'
@@ -10,15 +11,20 @@ use redis_module::{
     redisvalue::RedisValueKey,
 };
 
-use crate::blocking::waiters;
+use leasehold_core::fence;
+use leasehold_core::lock::{Lock, Mode};
+use leasehold_core::machine::{self, Request};
+use leasehold_core::outcome::{Refusal, Reply};
+use leasehold_core::owner::check_owner;
+use leasehold_core::queue::Waiter;
+
+use crate::blocking;
 use crate::clock;
 use crate::config;
-use crate::fence;
-use crate::handover::{self, Wanted};
-use crate::info::CONTENDED;
 use crate::key::{LockKey, selected_db};
-use crate::lock::{Lock, Mode, Release, Renew, check_owner};
-use crate::writes::{self, Grant, Request};
+use crate::looks::{self, Leaving};
+use crate::replies;
+use crate::state;
 
 /// `LOCK.ACQUIRE key owner ttl-ms [REENTRANT] [WAIT timeout-ms] [SHARED [LIMIT n]]`: takes the
 /// lock for `owner` with a lease of `ttl-ms` — exclusively, or with `SHARED` as one of its
@@ -37,57 +43,43 @@ use crate::writes::{self, Grant, Request};
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let parsed = AcquireArgs::parse(args)?;
     parse_owner(&parsed.owner)?;
-    let now = clock::now_ms();
-    let deadline = lease_deadline(now, parsed.ttl_ms, "lock.acquire")?;
+    let deadline_ms = lease_deadline(clock::now_ms(), parsed.ttl_ms, "lock.acquire")?;
     let name = &parsed.name;
-
-    // Waiters come first: a lock that can take them is theirs, not this newcomer's.
-    handover::hand_over(ctx, name)?;
-    let mut key = LockKey::write(ctx, name)?;
-    let queued = waiters().total() > 0 && waiting(ctx, name) > 0;
     let request = Request {
-        owner: &parsed.owner,
+        owner: parsed.owner.as_slice(),
         mode: parsed.mode,
         reentrant: parsed.reentrant,
-        now_ms: now,
-        deadline_ms: deadline,
+        deadline_ms,
     };
-    // When to look at the lock again for a waiter, and the answer when not waiting.
-    let (check_in_ms, answer) = match writes::acquire(ctx, &mut key, name, &request, queued)? {
-        Grant::Held(token) => {
-            let shared = matches!(key.lock(), Some(Lock::Shared(_)));
-            handover::watch(ctx, &key, name);
-            drop(key);
-            if shared {
-                // A writer that downgraded lets the readers queued first join it.
-                handover::hand_over(ctx, name)?;
-            }
-            return Ok(token_reply(token));
-        }
-        Grant::UpgradeRefused => return Ok(RedisValue::Null),
-        Grant::LimitDiffers(limit) => return Err(limit_differs(parsed.mode, limit)),
-        Grant::Busy => {
-            CONTENDED.bump();
-            (handover::check_in(&key, true), Ok(RedisValue::Null))
-        }
-        Grant::TooSoon { retry_in_ms } => {
-            let retry_in_ms = i64::try_from(retry_in_ms).unwrap_or(i64::MAX);
-            (Some(retry_in_ms), Err(too_soon(retry_in_ms)))
-        }
-    };
+    let mut key = LockKey::write(ctx, name)?;
+    let reply = looks::decide(ctx, &mut key, name, Some(&parsed.owner), |scope| {
+        scope.acquire(&request)
+    })?;
+    let busy = matches!(reply, Reply::Busy | Reply::Refused(Refusal::TooSoon { .. }));
     match parsed.wait_ms {
-        Some(timeout) if can_block(ctx) => {
-            drop(key);
-            let wanted = Wanted {
-                owner: parsed.owner.as_slice(),
-                ttl_ms: parsed.ttl_ms,
-                mode: parsed.mode,
-                reentrant: parsed.reentrant,
-            };
-            handover::wait(ctx, name, &wanted, timeout, check_in_ms)
-        }
-        _ => answer,
+        Some(timeout) if busy && can_block(ctx) => wait(ctx, &key, &parsed, timeout),
+        _ => reply_for(reply, "lock.acquire"),
     }
+}
+
+/// Blocks the caller of `LOCK.ACQUIRE` until the lock is handed to it or `timeout_ms` passes
+/// (0: no limit), queued last for the open lock `key`. Replies nothing now.
+///
+/// # Errors
+/// When the server cannot block the client (nothing is queued then).
+fn wait(ctx: &Context, key: &LockKey, parsed: &AcquireArgs, timeout_ms: i64) -> RedisResult {
+    let handle = blocking::block::<Leaving>(ctx, timeout_ms)?;
+    let (db, name) = (selected_db(ctx), parsed.name.as_slice());
+    let waiter = Waiter {
+        handle,
+        owner: parsed.owner.as_slice().into(),
+        ttl_ms: parsed.ttl_ms,
+        mode: parsed.mode,
+        reentrant: parsed.reentrant,
+    };
+    let next = machine::wait(key.lock(), &mut state::waiters(), db, name, waiter);
+    looks::look_again(ctx, key, db, name, next);
+    Ok(RedisValue::NoReply)
 }
 
 /// The arguments of `LOCK.ACQUIRE`, options in any order, each at most once.
@@ -155,20 +147,12 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let name = args.next_arg()?;
     let owner = args.next_arg()?;
     args.done()?;
-    parse_owner(&owner)?;
+    let owner_bytes = parse_owner(&owner)?;
     let mut key = LockKey::write(ctx, &name)?;
-    let released = writes::release(ctx, &mut key, &name, &owner)?;
-    handover::watch(ctx, &key, &name);
-    drop(key);
-    Ok(RedisValue::Integer(match released {
-        Release::Missing => 0,
-        Release::HeldByOther => -1,
-        Release::Freed | Release::Left => {
-            handover::hand_over(ctx, &name)?;
-            1
-        }
-        Release::Decremented { .. } => 1,
-    }))
+    let reply = looks::decide(ctx, &mut key, &name, Some(&owner), |scope| {
+        scope.release(owner_bytes)
+    })?;
+    reply_for(reply, "lock.release")
 }
 
 /// `LOCK.RENEW key owner ttl-ms`: resets the lease of `owner`'s holding to `ttl-ms` from now.
@@ -185,18 +169,13 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let owner = args.next_arg()?;
     let ttl = args.next_arg()?;
     args.done()?;
-    parse_owner(&owner)?;
-    let now = clock::now_ms();
-    let deadline = lease_deadline(now, parse_ttl(&ttl)?, "lock.renew")?;
-
+    let owner_bytes = parse_owner(&owner)?;
+    let deadline = lease_deadline(clock::now_ms(), parse_ttl(&ttl)?, "lock.renew")?;
     let mut key = LockKey::write(ctx, &name)?;
-    let renewed = writes::renew(ctx, &mut key, &name, &owner, now, deadline)?;
-    handover::watch(ctx, &key, &name);
-    Ok(RedisValue::Integer(match renewed {
-        Renew::Renewed => 1,
-        Renew::Missing => 0,
-        Renew::HeldByOther => -1,
-    }))
+    let reply = looks::decide(ctx, &mut key, &name, Some(&owner), |scope| {
+        scope.renew(owner_bytes, deadline)
+    })?;
+    reply_for(reply, "lock.renew")
 }
 
 /// `LOCK.RAISE key owner token`: if `owner` holds `key`, its holding's fencing token becomes the
@@ -215,17 +194,31 @@ pub fn raise(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let owner = args.next_arg()?;
     let token = args.next_arg()?;
     args.done()?;
-    parse_owner(&owner)?;
-    let now = clock::now_ms();
-    let limit = fence::raise_limit(now, config::max_clock_skew_ms());
+    let owner_bytes = parse_owner(&owner)?;
+    let limit = fence::raise_limit(clock::now_ms(), config::max_clock_skew_ms());
     let token = token
         .parse_unsigned_integer()
         .ok()
         .filter(|token| (1..=limit).contains(token))
         .ok_or(RedisError::Str("ERR token out of range"))?;
     let mut key = LockKey::write(ctx, &name)?;
-    let raised = writes::raise(ctx, &mut key, &name, &owner, token, now)?;
-    Ok(raised.map_or(RedisValue::Null, token_reply))
+    let reply = looks::decide(ctx, &mut key, &name, Some(&owner), |scope| {
+        scope.raise(owner_bytes, token)
+    })?;
+    reply_for(reply, "lock.raise")
+}
+
+/// The reply to a command from the core's [`Reply`].
+///
+/// # Errors
+/// A refusal, as a Redis error reply.
+fn reply_for(reply: Reply, command: &str) -> RedisResult {
+    match reply {
+        Reply::Token(token) => Ok(replies::token(token)),
+        Reply::Integer(n) => Ok(RedisValue::Integer(n)),
+        Reply::Null | Reply::Busy | Reply::Nothing => Ok(RedisValue::Null),
+        Reply::Refused(refusal) => Err(replies::refusal(refusal, command)),
+    }
 }
 
 /// `LOCK.FENCE key [owner]`: with `owner`, its holding's fencing token if it holds the lock;
@@ -247,7 +240,7 @@ pub fn fence(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         Some(owner) => lock.token_of(owner, now),
         None => lock.newest_token(now),
     });
-    Ok(token.map_or(RedisValue::Null, token_reply))
+    Ok(token.map_or(RedisValue::Null, replies::token))
 }
 
 /// `LOCK.INFO key`: null when free. For an exclusive lock a map of `owner`, `token`, `ttl` (ms
@@ -270,7 +263,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         None => RedisValue::Null,
         Some(Lock::Exclusive(holding)) => map([
             ("owner", RedisValue::StringBuffer(holding.owner.to_vec())),
-            ("token", token_reply(holding.token)),
+            ("token", replies::token(holding.token)),
             ("ttl", ttl),
             ("holds", RedisValue::Integer(i64::from(holding.holds))),
             ("waiters", waiting),
@@ -285,7 +278,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 .map(|holder| {
                     map([
                         ("owner", RedisValue::StringBuffer(holder.owner.to_vec())),
-                        ("token", token_reply(holder.token)),
+                        ("token", replies::token(holder.token)),
                         ("ttl", RedisValue::Integer(holder.deadline_ms - now)),
                         ("holds", RedisValue::Integer(i64::from(holder.holds))),
                     ])
@@ -299,7 +292,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                     RedisValue::Integer(shared.limit.map_or(-1, i64::from)),
                 ),
                 ("holders", RedisValue::Integer(len(owners.len()))),
-                ("token", newest.map_or(RedisValue::Null, token_reply)),
+                ("token", newest.map_or(RedisValue::Null, replies::token)),
                 ("ttl", ttl),
                 ("waiters", waiting),
                 ("owners", RedisValue::Array(owners)),
@@ -343,35 +336,14 @@ fn parse_limit(limit: &RedisString) -> Result<u32, RedisError> {
         ))
 }
 
-/// The error for [`Grant::LimitDiffers`]: `ERR LIMIT m differs from the lock's n`, each `none`
-/// when there is no limit.
-#[must_use]
-pub fn limit_differs(asked: Mode, lock: Option<u32>) -> RedisError {
-    let shown = |limit: Option<u32>| limit.map_or_else(|| "none".to_owned(), |n| n.to_string());
-    let asked = match asked {
-        Mode::Shared(limit) => limit,
-        Mode::Exclusive => None,
-    };
-    RedisError::String(format!(
-        "ERR LIMIT {} differs from the lock's {}",
-        shown(asked),
-        shown(lock)
-    ))
-}
-
 /// The unix time in ms at which a lease of `ttl_ms` given at `now_ms` ends.
 ///
 /// # Errors
 /// `ERR invalid expire time in '<command>' command` for a lease that is not positive or a
 /// deadline past the largest time Redis stores, as `SET ... PX` reports it.
-pub fn lease_deadline(now_ms: u64, ttl_ms: i64, command: &str) -> Result<i64, RedisError> {
-    i64::try_from(now_ms)
-        .ok()
-        .filter(|_| ttl_ms > 0)
-        .and_then(|now| now.checked_add(ttl_ms))
-        .ok_or_else(|| {
-            RedisError::String(format!("ERR invalid expire time in '{command}' command"))
-        })
+fn lease_deadline(now_ms: u64, ttl_ms: i64, command: &str) -> Result<i64, RedisError> {
+    machine::lease_deadline(now_ms, ttl_ms)
+        .ok_or_else(|| replies::refusal(Refusal::InvalidExpire, command))
 }
 
 /// A `WAIT` timeout in ms: 0 (no limit) or more, as `BLPOP` takes its timeout.
@@ -385,14 +357,6 @@ fn parse_timeout(timeout: &RedisString) -> Result<i64, RedisError> {
     Ok(timeout)
 }
 
-/// The error for [`Grant::TooSoon`]: `TRYAGAIN`, as Redis answers a command that may succeed
-/// if repeated shortly.
-fn too_soon(retry_in_ms: i64) -> RedisError {
-    RedisError::String(format!(
-        "TRYAGAIN fencing tokens are ahead of this server's clock; retry in {retry_in_ms} ms"
-    ))
-}
-
 /// False inside `MULTI`, scripts, functions and `RM_Call`, where a client cannot block.
 fn can_block(ctx: &Context) -> bool {
     !ctx.get_flags()
@@ -400,7 +364,7 @@ fn can_block(ctx: &Context) -> bool {
 }
 
 fn waiting(ctx: &Context, name: &RedisString) -> i64 {
-    len(waiters().count(selected_db(ctx), name.as_slice()))
+    len(state::waiters().count(selected_db(ctx), name.as_slice()))
 }
 
 fn len(count: usize) -> i64 {
@@ -409,8 +373,4 @@ fn len(count: usize) -> i64 {
 
 fn now_signed() -> i64 {
     i64::try_from(clock::now_ms()).unwrap_or(i64::MAX)
-}
-
-fn token_reply(token: u64) -> RedisValue {
-    RedisValue::Integer(fence::as_integer(token))
 }

@@ -12,11 +12,13 @@ use std::ptr;
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
+use leasehold_core::fence::{self, MAX_TOKEN};
+use leasehold_core::holders::Holder;
+use leasehold_core::lock::{Holding, Lock, Mode};
+
 use crate::effects::APPLY;
-use crate::fence::{self, MAX_TOKEN};
-use crate::holders::Holder;
 use crate::info;
-use crate::lock::{Holding, Lock, Mode};
+use crate::state;
 
 /// The data type's name as `TYPE key` and `OBJECT ENCODING` show it (Redis wants 9 characters).
 pub const TYPE_NAME: &str = "leasehold";
@@ -77,7 +79,7 @@ fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
         _ => return None,
     };
     let newest = lock.newest_token(i64::MIN)?;
-    fence::counter().observe(newest);
+    state::counter().observe(newest);
     Some(lock)
 }
 
@@ -150,14 +152,14 @@ unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) 
 }
 
 unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
-    raw::save_unsigned(rdb, fence::counter().last());
+    raw::save_unsigned(rdb, state::counter().last());
 }
 
 unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
     let known = matches!(encver, EXCLUSIVE_ONLY_VERSION | ENCODING_VERSION);
     match raw::load_unsigned(rdb) {
         Ok(last) if known && last <= MAX_TOKEN => {
-            fence::counter().observe(last);
+            state::counter().observe(last);
             raw::REDISMODULE_OK as c_int
         }
         _ => raw::REDISMODULE_ERR as c_int,

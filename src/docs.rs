@@ -9,7 +9,7 @@ use std::ptr;
 use redis_module::commands::{BeginSearch, FindKeys, KeySpec, KeySpecFlags};
 use redis_module::{Context, RedisError, raw};
 
-use crate::key::{api, ok_or_error};
+use crate::api::{api, ok_or_error};
 
 /// The first release (`since` in `COMMAND DOCS`): every command but `LOCK.RAISE`.
 const SINCE_0_1: &CStr = c"0.1.0";

@@ -6,23 +6,24 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use leasehold_core::outcome::Counts;
 use redis_module::{InfoContext, RedisResult};
 use redis_module_macros::info_command_handler;
 
-use crate::blocking::waiters;
-use crate::fence;
+use crate::state;
 
 /// One counter of the `lock_stats` section.
-pub struct Counter(AtomicU64);
+struct Counter(AtomicU64);
 
 impl Counter {
     const fn new() -> Self {
         Self(AtomicU64::new(0))
     }
 
-    /// Counts one more.
-    pub fn bump(&self) {
-        self.0.fetch_add(1, Ordering::Relaxed);
+    fn add(&self, count: u32) {
+        if count > 0 {
+            self.0.fetch_add(u64::from(count), Ordering::Relaxed);
+        }
     }
 
     fn get(&self) -> u64 {
@@ -31,18 +32,28 @@ impl Counter {
 }
 
 /// New holdings granted (a new fencing token each), directly or by hand-over.
-pub static ACQUISITIONS: Counter = Counter::new();
+static ACQUISITIONS: Counter = Counter::new();
 /// `LOCK.ACQUIRE` calls that found the lock held by another owner (then waited or got null).
-pub static CONTENDED: Counter = Counter::new();
+static CONTENDED: Counter = Counter::new();
 /// Successful `LOCK.RELEASE` calls.
-pub static RELEASES: Counter = Counter::new();
+static RELEASES: Counter = Counter::new();
 /// Successful `LOCK.RENEW` calls.
-pub static RENEWALS: Counter = Counter::new();
+static RENEWALS: Counter = Counter::new();
 /// Locks handed to a waiting client.
-pub static HANDOVERS: Counter = Counter::new();
+static HANDOVERS: Counter = Counter::new();
 /// Leases that ended by expiry rather than by release: a shared holder's, ended by the module,
 /// or a lock key's, expired by Redis.
-pub static EXPIRED_LEASES: Counter = Counter::new();
+static EXPIRED_LEASES: Counter = Counter::new();
+
+/// Adds what one event did to the counters.
+pub fn count(counts: &Counts) {
+    ACQUISITIONS.add(counts.acquisitions);
+    CONTENDED.add(counts.contended);
+    RELEASES.add(counts.releases);
+    RENEWALS.add(counts.renewals);
+    HANDOVERS.add(counts.handovers);
+    EXPIRED_LEASES.add(counts.expired_leases);
+}
 
 /// The lock key Redis removed last, as (database, name): Redis tells a data type which key it
 /// unlinks, then publishes why (`expired`, `del`, ...) for that same key.
@@ -59,7 +70,7 @@ pub fn key_removed(db: i32, key: &[u8], event: &str) {
     if event == "expired"
         && last.is_some_and(|(unlinked_db, name)| unlinked_db == db && name == key)
     {
-        EXPIRED_LEASES.bump();
+        EXPIRED_LEASES.add(1);
     }
 }
 
@@ -74,7 +85,7 @@ fn unlinked() -> MutexGuard<'static, Option<(i32, Vec<u8>)>> {
 
 #[info_command_handler]
 fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
-    let waiting = u64::try_from(waiters().total()).unwrap_or(u64::MAX);
+    let waiting = u64::try_from(state::waiters().total()).unwrap_or(u64::MAX);
     ctx.builder()
         .add_section("stats")
         .field("acquisitions", ACQUISITIONS.get())?
@@ -84,7 +95,7 @@ fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .field("expired_leases", EXPIRED_LEASES.get())?
         .field("waiters", waiting)?
         .field("handovers", HANDOVERS.get())?
-        .field("last_token", fence::counter().last())?
+        .field("last_token", state::counter().last())?
         .build_section()?
         .build_info()?;
     Ok(())

@@ -5,14 +5,17 @@
 //! this is the one place that calls the module API on keys (and on the selected database)
 //! directly; everything else uses [`LockKey`].
 
-use std::os::raw::{c_int, c_void};
+use std::os::raw::c_void;
 use std::ptr::NonNull;
 
 use redis_module::{Context, RedisError, RedisString, raw};
 
+use crate::api::{api, ok_or_error};
 use crate::datatype::LOCK_TYPE;
 use crate::info;
-use crate::lock::Lock;
+use leasehold_core::lock::Holding;
+use leasehold_core::lock::Lock;
+use leasehold_core::owner::Owner;
 
 /// A key opened by a `LOCK.*` command; closed when dropped.
 pub struct LockKey {
@@ -68,22 +71,32 @@ impl LockKey {
         self.value().map(|lock| unsafe { &*lock.as_ptr() })
     }
 
-    /// The lock held under this key, to change in place (key opened for writing).
-    #[must_use]
-    pub fn lock_mut(&mut self) -> Option<&mut Lock> {
-        self.value().map(|lock| unsafe { &mut *lock.as_ptr() })
-    }
-
-    /// Stores `lock` under this key (opened for writing). A lock already there is overwritten
-    /// in place and keeps its lease; a new key has no expiry until [`Self::set_deadline`].
+    /// Lets `decide` change the lock (`None` while free) and stores what it leaves: in place
+    /// when the key exists (keeping its lease), under a new key without expiry (until
+    /// [`Self::set_deadline`]), or deleting the key when the lock is free now.
     ///
     /// # Errors
-    /// When the key was opened for reading only.
-    pub fn store(&mut self, lock: Lock) -> Result<(), RedisError> {
-        if let Some(current) = self.lock_mut() {
-            *current = lock;
-            return Ok(());
+    /// When the key was opened for reading only, or cannot be written.
+    pub fn update<T>(
+        &mut self,
+        decide: impl FnOnce(&mut Option<Lock>) -> T,
+    ) -> Result<T, RedisError> {
+        let stored = self.value();
+        // Moved out and back (a few words): the core decides on a plain `Option<Lock>`.
+        let mut lock =
+            stored.map(|value| std::mem::replace(unsafe { &mut *value.as_ptr() }, vacant()));
+        let decided = decide(&mut lock);
+        match (stored, lock) {
+            (Some(value), Some(lock)) => unsafe { *value.as_ptr() = lock },
+            (Some(_), None) => self.delete()?,
+            (None, Some(lock)) => self.store(lock)?,
+            (None, None) => {}
         }
+        Ok(decided)
+    }
+
+    /// Stores `lock` under this key, which holds no lock (opened for writing).
+    fn store(&mut self, lock: Lock) -> Result<(), RedisError> {
         let key = self.writable()?;
         let value = Box::into_raw(Box::new(lock));
         let stored = unsafe {
@@ -109,18 +122,6 @@ impl LockKey {
         ok_or_error(status, "ERR could not set the lease")
     }
 
-    /// Sets the key's lease to the last of a shared lock's holders' (nothing for an exclusive
-    /// lock, whose lease is set with [`Self::set_deadline`]).
-    ///
-    /// # Errors
-    /// When the key is empty or opened for reading only.
-    pub fn set_shared_deadline(&mut self) -> Result<(), RedisError> {
-        match self.lock().and_then(Lock::shared_deadline) {
-            Some(deadline) => self.set_deadline(deadline),
-            None => Ok(()),
-        }
-    }
-
     /// The lease left in ms (what `PTTL` replies), or `None` for a key without expiry.
     #[must_use]
     pub fn remaining_ms(&self) -> Option<i64> {
@@ -131,10 +132,7 @@ impl LockKey {
     }
 
     /// Deletes the key (opened for writing).
-    ///
-    /// # Errors
-    /// When the key was opened for reading only.
-    pub fn delete(&mut self) -> Result<(), RedisError> {
+    fn delete(&mut self) -> Result<(), RedisError> {
         let key = self.writable()?;
         unsafe { api(raw::RedisModule_DeleteKey)?(key.as_ptr()) };
         info::forget_unlinked();
@@ -145,6 +143,16 @@ impl LockKey {
         self.key
             .ok_or(RedisError::Str("ERR the lock key is not open for writing"))
     }
+}
+
+/// What a key holds for the moment its lock is out with the core: an empty exclusive holding,
+/// which owns no heap memory.
+fn vacant() -> Lock {
+    Lock::Exclusive(Holding {
+        owner: Owner::new(b""),
+        token: 0,
+        holds: 0,
+    })
 }
 
 impl Drop for LockKey {
@@ -176,27 +184,4 @@ pub fn is_lock(key: *mut raw::RedisModuleKey) -> bool {
         return false;
     };
     !key.is_null() && unsafe { get_type(key) } == *LOCK_TYPE.raw_type.borrow()
-}
-
-/// `Ok` for a module API call that returned `REDISMODULE_OK`, else the error reply `error`.
-///
-/// # Errors
-/// `error` for any other status.
-pub fn ok_or_error(status: c_int, error: &'static str) -> Result<(), RedisError> {
-    if status == raw::REDISMODULE_OK as c_int {
-        Ok(())
-    } else {
-        Err(RedisError::Str(error))
-    }
-}
-
-/// A module API function, or an error reply when this server does not export it (instead of
-/// the panic that `unwrap` on a missing function would be).
-///
-/// # Errors
-/// `ERR` naming nothing more than that the server lacks the function.
-pub fn api<F>(function: Option<F>) -> Result<F, RedisError> {
-    function.ok_or(RedisError::Str(
-        "ERR this server lacks a module API function the lock module needs",
-    ))
 }

@@ -4,7 +4,8 @@
 //! scripts lock clients ship today — exclusive locks, read-write locks and semaphores: owner
 //! checks, leases and fencing tokens run atomically in the server, and the fencing counter is
 //! persisted and replicated so tokens only go up.
-//! This file only registers things with Redis; each concern has its own module.
+//! This file only registers things with Redis; each concern has its own module, and every rule
+//! lives in the `leasehold-core` crate (`core/`): see ARCHITECTURE.md.
 
 // A panic in a command handler would abort the whole Redis server.
 #![cfg_attr(
@@ -17,6 +18,8 @@
     )
 )]
 
+mod api;
+mod apply;
 mod blocking;
 mod clock;
 mod cluster;
@@ -25,17 +28,14 @@ mod config;
 mod datatype;
 mod docs;
 mod effects;
-mod fence;
-mod handover;
-mod heap;
-mod holders;
+mod execute;
 mod info;
 mod key;
-mod lock;
+mod looks;
 mod promotion;
+mod replies;
+mod state;
 mod timers;
-mod waiters;
-mod writes;
 
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::server_events::FlushSubevent;
@@ -53,7 +53,7 @@ type Allocator = std::alloc::System;
 /// `FLUSHALL`/`FLUSHDB` freed every lock: hand them to their waiters.
 #[flush_event_handler]
 fn on_flush(ctx: &Context, event: FlushSubevent) {
-    handover::on_flush(ctx, event);
+    looks::on_flush(ctx, event);
 }
 
 /// After the commands and configuration exist: refuses bad configuration values, starts
@@ -92,10 +92,10 @@ redis_module! {
         ["lock.fence", commands::fence, "readonly fast", 1, 1, 1, "", "read fast lock"],
         ["lock.info", commands::info, "readonly fast", 1, 1, 1, "", "read fast lock"],
         ["lock.raise", commands::raise, "write fast", 1, 1, 1, "", "write fast lock"],
-        ["lock.apply", effects::apply, "write fast", 1, 1, 1, "", "write fast lock"],
+        ["lock.apply", apply::apply, "write fast", 1, 1, 1, "", "write fast lock"],
     ],
     event_handlers: [
-        [@GENERIC @EXPIRED @EVICTED: handover::on_key_event],
+        [@GENERIC @EXPIRED @EVICTED: looks::on_key_event],
     ],
     configurations: [
         i64: [

@@ -1,5 +1,5 @@
 //! Promotions: every way this server becomes the master it answers for, each taking the
-//! fencing counter's reserve (see [`crate::fence`]: the next token lands a reserve above the
+//! fencing counter's reserve (see [`leasehold_core::fence`]: the next token lands a reserve above the
 //! clock, so above every token a predecessor issued before).
 //!
 //! - A replica promoted (`REPLICAOF NO ONE`, `FAILOVER`, `CLUSTER FAILOVER` in every form, a
@@ -33,7 +33,7 @@ use redis_module::server_events::ServerRole;
 use redis_module::{Context, Status};
 use redis_module_macros::role_changed_event_handler;
 
-use crate::fence;
+use crate::state;
 
 /// A replica was promoted, or a master demoted: a promotion takes the reserve. (A demoted
 /// master's waiters need nothing from here: Redis unblocks every client blocked in a write
@@ -41,7 +41,7 @@ use crate::fence;
 #[role_changed_event_handler]
 fn on_role_changed(_ctx: &Context, role: ServerRole) {
     if role == ServerRole::Primary {
-        fence::counter().reserve();
+        state::counter().reserve();
     }
 }
 
@@ -91,7 +91,7 @@ unsafe extern "C" fn filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
         return;
     }
     if promotes(name, |i| arg(i + 1)) {
-        fence::counter().reserve();
+        state::counter().reserve();
     }
 }
 

@@ -1,22 +1,37 @@
 //! When each lock needs a look next: one armed timer per lock — a key name in one database —
 //! the earliest one needed. A lock needs a look when a lease ends that may let a waiter in, or
-//! a shared holder's lease ends and it must leave (see [`crate::handover`]).
+//! a shared holder's lease ends and it must leave (see [`crate::looks`]).
 //!
-//! Plain Rust, unit-tested without Redis; the timers themselves are Redis's
-//! (`RedisModule_CreateTimer`).
+//! Only the bookkeeping; the timers themselves are Redis's (`RedisModule_CreateTimer`).
 
 use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
+
+static TIMERS: LazyLock<Mutex<Timers>> = LazyLock::new(Mutex::default);
+
+fn timers() -> MutexGuard<'static, Timers> {
+    TIMERS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Notes that `key` of `db` needs a look at unix time `at_ms`. True when the caller must start
+/// a timer for it: none of its timers fires by then.
+pub fn needs_timer(db: i32, key: &[u8], at_ms: u64) -> bool {
+    timers().needs_timer(db, key, at_ms)
+}
+
+/// Notes that the timer for `key` of `db` set for `at_ms` fired.
+pub fn fired(db: i32, key: &[u8], at_ms: u64) {
+    timers().fired(db, key, at_ms);
+}
 
 /// The time (unix ms) each lock's armed timer fires at, by database and key name.
 #[derive(Debug, Default)]
-pub struct Timers {
+struct Timers {
     armed: HashMap<i32, HashMap<Box<[u8]>, u64>>,
 }
 
 impl Timers {
-    /// Notes that `key` of `db` needs a look at unix time `at_ms`. True when the caller must
-    /// start a timer for it: none of its timers fires by then.
-    pub fn needs_timer(&mut self, db: i32, key: &[u8], at_ms: u64) -> bool {
+    fn needs_timer(&mut self, db: i32, key: &[u8], at_ms: u64) -> bool {
         let keys = self.armed.entry(db).or_default();
         match keys.get_mut(key) {
             Some(armed) if *armed <= at_ms => false,
@@ -31,8 +46,7 @@ impl Timers {
         }
     }
 
-    /// Notes that the timer for `key` of `db` set for `at_ms` fired.
-    pub fn fired(&mut self, db: i32, key: &[u8], at_ms: u64) {
+    fn fired(&mut self, db: i32, key: &[u8], at_ms: u64) {
         let Some(keys) = self.armed.get_mut(&db) else {
             return;
         };

@@ -1,11 +1,12 @@
-//! The waiter registry: per lock — a key name in one database — the clients blocked in
-//! `LOCK.ACQUIRE ... WAIT`, in arrival order, exclusive and shared requests in one queue.
+//! The waiters' queues: per lock — a key name in one database — the requests waiting for it
+//! (`LOCK.ACQUIRE ... WAIT`), in arrival order, exclusive and shared ones in one queue. Each is
+//! known by an id the shell gives it (`H`: the module uses the blocked client's handle).
 //!
-//! The module keeps its own registry instead of Redis's key-blocking API
+//! The module keeps its own queues instead of Redis's key-blocking API
 //! (`RedisModule_BlockClientOnKeys`): Redis 7.0 lacks the flags that wake clients on `DEL`, and
 //! a hand-over must grant exactly the first waiters, in the same step, which key-readiness
-//! wake-ups (all waiters race, in no set order) do not give. Plain Rust, generic over the
-//! blocked-client handle so it is unit-tested without Redis.
+//! wake-ups (all waiters race, in no set order) do not give. Who is granted when is decided by
+//! [`crate::machine`].
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -58,10 +59,10 @@ impl<H: Copy + Eq + Hash> Waiters<H> {
             .push_back(waiter);
     }
 
-    /// A copy of the first waiter for `key` of `db`, left in its place.
+    /// The first waiter for `key` of `db`, left in its place.
     #[must_use]
-    pub fn first(&self, db: i32, key: &[u8]) -> Option<Waiter<H>> {
-        self.queues.get(&db)?.get(key)?.front().cloned()
+    pub fn first(&self, db: i32, key: &[u8]) -> Option<&Waiter<H>> {
+        self.queues.get(&db)?.get(key)?.front()
     }
 
     /// Takes the first waiter for `key` of `db` off its queue.

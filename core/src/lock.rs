@@ -6,93 +6,12 @@
 //! exclusive holding's lease is the key's own expiry (`PTTL key`), which Redis persists,
 //! replicates and enforces; each shared holder has its own deadline, and the key expires with
 //! the last of them. The waiting order (first come, first served, across both kinds — the
-//! phase-fair order of `ZooKeeper`'s shared-lock recipe) is kept by [`crate::waiters`].
-
-use std::fmt;
-use std::ops::Deref;
+//! phase-fair order of `ZooKeeper`'s shared-lock recipe) is kept by [`crate::queue`], and the
+//! hand-over to waiters by [`crate::machine`].
 
 use crate::fence::MAX_TOKEN;
 use crate::holders::{Holder, Holders};
-
-/// Longest owner accepted, in bytes. Owners are usually a UUID or `host:pid:thread`; the cap
-/// keeps a lock's memory bounded.
-pub const MAX_OWNER_LEN: usize = 256;
-
-/// Owners up to this many bytes live inside the lock itself — a UUID (36 bytes) with a short
-/// thread id, as Redisson's owners are — so a typical lock is one 56-byte allocation and a
-/// shared holder 64 bytes.
-pub const INLINE_OWNER_LEN: usize = 38;
-
-/// An owner identifier (any bytes), stored inline up to [`INLINE_OWNER_LEN`] bytes.
-#[derive(Clone, PartialEq, Eq)]
-pub enum Owner {
-    /// A short owner: its length and its bytes, zero-padded.
-    Inline {
-        /// How many of `bytes` are the owner.
-        len: u8,
-        /// The owner, then zeros.
-        bytes: [u8; INLINE_OWNER_LEN],
-    },
-    /// A longer owner, on the heap.
-    Spilled(Box<[u8]>),
-}
-
-impl Owner {
-    /// `owner` as stored in a lock.
-    #[must_use]
-    pub fn new(owner: &[u8]) -> Self {
-        let mut bytes = [0; INLINE_OWNER_LEN];
-        match (u8::try_from(owner.len()), bytes.get_mut(..owner.len())) {
-            (Ok(len), Some(start)) => {
-                start.copy_from_slice(owner);
-                Self::Inline { len, bytes }
-            }
-            _ => Self::Spilled(owner.into()),
-        }
-    }
-
-    /// Heap bytes it owns (for `MEMORY USAGE`): none while inline.
-    #[must_use]
-    pub fn heap_size(&self) -> usize {
-        match self {
-            Self::Inline { .. } => 0,
-            Self::Spilled(owner) => owner.len(),
-        }
-    }
-}
-
-impl Deref for Owner {
-    type Target = [u8];
-
-    fn deref(&self) -> &[u8] {
-        match self {
-            Self::Inline { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or(bytes),
-            Self::Spilled(owner) => owner,
-        }
-    }
-}
-
-impl fmt::Debug for Owner {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", String::from_utf8_lossy(self))
-    }
-}
-
-/// Why an owner identifier was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct InvalidOwner;
-
-/// Checks that `owner` is 1 to [`MAX_OWNER_LEN`] bytes.
-///
-/// # Errors
-/// [`InvalidOwner`] for an empty or longer owner.
-pub fn check_owner(owner: &[u8]) -> Result<&[u8], InvalidOwner> {
-    if owner.is_empty() || owner.len() > MAX_OWNER_LEN {
-        Err(InvalidOwner)
-    } else {
-        Ok(owner)
-    }
-}
+use crate::owner::{Owner, check_owner};
 
 /// An exclusive holding. Its lease is the key's expiry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -249,6 +168,15 @@ impl Lock {
         }
     }
 
+    /// `owner`'s reentrant hold count, if it holds the lock.
+    #[must_use]
+    pub fn holds_of(&self, owner: &[u8]) -> Option<u32> {
+        match self {
+            Self::Exclusive(holding) => (*holding.owner == *owner).then_some(holding.holds),
+            Self::Shared(shared) => shared.holders.get(owner).map(|holder| holder.holds),
+        }
+    }
+
     /// The largest token among the holders whose lease has not ended by `now_ms`.
     #[must_use]
     pub fn newest_token(&self, now_ms: i64) -> Option<u64> {
@@ -312,10 +240,9 @@ impl Lock {
         }
     }
 
-    /// Raises `owner`'s holding's token to `token` if that is larger ([`LOCK.RAISE`]); the
+    /// Raises `owner`'s holding's token to `token` if that is larger (`LOCK.RAISE`); the
     /// holding's token afterwards, or `None` if `owner` does not hold the lock.
     ///
-    /// [`LOCK.RAISE`]: crate::commands::raise
     pub fn raise(&mut self, owner: &[u8], token: u64) -> Option<u64> {
         match self {
             Self::Exclusive(holding) if *holding.owner == *owner => {

@@ -50,8 +50,6 @@
 //! Every token is below 2^53, so JSON and JavaScript clients read it exactly: the ceiling
 //! reaches 2^53 in the year 2255, whatever the number of restarts.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
-
 #[cfg(test)]
 mod simulation;
 
@@ -184,14 +182,6 @@ impl Default for Counter {
 #[must_use]
 pub fn as_integer(token: u64) -> i64 {
     i64::try_from(token.min(MAX_TOKEN)).unwrap_or(i64::MAX)
-}
-
-static COUNTER: Mutex<Counter> = Mutex::new(Counter::new());
-
-/// The server's counter. Redis runs commands, loading and events on one thread, so the lock
-/// is never contended; a panic elsewhere cannot poison it into refusing service.
-pub fn counter() -> MutexGuard<'static, Counter> {
-    COUNTER.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]

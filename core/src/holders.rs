@@ -19,7 +19,7 @@ use std::sync::LazyLock;
 use hashbrown::HashTable;
 
 use crate::heap::{MinMaxHeap, Slots, grow_gently};
-use crate::lock::Owner;
+use crate::owner::Owner;
 
 /// One shared holding.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,6 +181,20 @@ impl Holders {
         let position = holder.position;
         self.by_deadline.changed(&mut self.slab, position);
         true
+    }
+
+    /// Sets `holder` as given (a master's effect on a replica): in place when its owner holds
+    /// the lock with the same token, else in place of the owner's holding, if any.
+    pub fn put(&mut self, holder: Holder) {
+        let same = self
+            .get(&holder.owner)
+            .is_some_and(|held| held.token == holder.token);
+        if same {
+            self.update(&holder.owner, holder.holds, holder.deadline_ms);
+        } else {
+            self.remove(&holder.owner);
+            self.insert(holder);
+        }
     }
 
     /// Gives `owner`'s holding the token `token` if that is larger than its own; returns the

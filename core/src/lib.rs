@@ -1,0 +1,37 @@
+//! leasehold-core: every rule of leasehold's locks, with no Redis in it.
+//!
+//! The `lock` Redis module (`src/` of this repository) is a shell around this crate: it parses
+//! a command, calls one entry point of [`machine`] with the lock's value, the waiters' queues,
+//! the fencing counter and the time, and carries out the [`outcome::Outcome`] it gets back —
+//! key writes, effects for replicas and the AOF, keyspace events, answers to blocked clients,
+//! timers. Nothing here calls back into the shell, so every rule is tested without a server,
+//! and the compiler keeps it that way: this crate does not depend on `redis-module`.
+//!
+//! Where each rule lives:
+//! - [`lock`]: what a request does to a lock (exclusive, shared, limits, re-entry, upgrade and
+//!   downgrade, release, renewal), with [`holders`] (a shared lock's holders, indexed by
+//!   owner, deadline and token; [`heap`] orders their deadlines) and [`owner`];
+//! - [`fence`]: the fencing-token counter, and why its tokens never go back;
+//! - [`queue`]: the waiters of each lock, in arrival order;
+//! - [`machine`]: one entry point per event — the FIFO hand-over to waiters, lease ends,
+//!   promotions' effects on tokens — returning an [`outcome::Outcome`].
+
+// A panic would abort the Redis server that runs this code.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
+
+pub mod fence;
+pub mod heap;
+pub mod holders;
+pub mod lock;
+pub mod machine;
+pub mod outcome;
+pub mod owner;
+pub mod queue;

@@ -1,0 +1,592 @@
+//! One entry point per event that can change a lock — a command (`acquire`, `release`,
+//! `renew`, `raise`), a look (a lease timer, a key deleted, expired or flushed, a waiter
+//! leaving), a waiter joining its queue, a Cluster slot moving away, a master's effect reaching
+//! a replica — each deciding everything about the lock and returning it as an [`Outcome`].
+//!
+//! An event works on a [`Scope`]: the lock's value (`None` while free; changed in place, as the
+//! shell stores it back), the waiters' queues, the fencing counter and the time. It never calls
+//! out: the shell carries out the outcome afterwards.
+//!
+//! # The hand-over rule
+//! When a lock can take another holder, its first waiters get it in the same event, in arrival
+//! order, so nobody who arrives later (or without waiting) takes it in between: a request is
+//! busy while anyone queues for the lock ([`crate::lock::acquire`]'s `queued`). A shared waiter
+//! at the head brings every shared waiter behind it up to the next exclusive one (and up to the
+//! limit): the phase-fair order of `ZooKeeper`'s shared-lock recipe, in which no writer starves
+//! behind a stream of readers and no reader behind writers. Every event that may free room —
+//! a release, a downgrade, a lease ending, a key deleted, a waiter at the head leaving — hands
+//! over before it returns, and `acquire` hands over before it looks at the request.
+
+use std::hash::Hash;
+
+use crate::fence::{Counter, Refused};
+use crate::holders::Holder;
+use crate::lock::{self, Acquire, Holding, Lock, Mode, Release, Renew};
+use crate::outcome::{
+    Answer, Event, KeyLease, Lease, Next, Outcome, Party, Refusal, Reply, Step, asked_limit,
+};
+use crate::queue::{Waiter, Waiters};
+
+/// What `LOCK.ACQUIRE` asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// The owner it acquires for (1 to 256 bytes, checked by the caller).
+    pub owner: &'a [u8],
+    /// Exclusive, or shared with its `LIMIT`.
+    pub mode: Mode,
+    /// `REENTRANT`: one more hold for a holder.
+    pub reentrant: bool,
+    /// When a lease granted now ends, unix ms ([`lease_deadline`]).
+    pub deadline_ms: i64,
+}
+
+/// One lock and the state an event on it reads and changes.
+pub struct Scope<'a, H> {
+    /// The lock's value; `None` while it is free (its key does not exist). Changed in place.
+    pub lock: &'a mut Option<Lock>,
+    /// Every lock's waiters.
+    pub waiters: &'a mut Waiters<H>,
+    /// The server's fencing counter.
+    pub counter: &'a mut Counter,
+    /// The lock's database.
+    pub db: i32,
+    /// The lock's key name.
+    pub key: &'a [u8],
+    /// The time of the event, unix ms.
+    pub now_ms: u64,
+}
+
+/// When a lease of `ttl_ms` given at `now_ms` ends, unix ms; `None` for a lease that is not
+/// positive or ends past the largest time Redis stores (`i64` ms).
+#[must_use]
+pub fn lease_deadline(now_ms: u64, ttl_ms: i64) -> Option<i64> {
+    i64::try_from(now_ms)
+        .ok()
+        .filter(|_| ttl_ms > 0)
+        .and_then(|now| now.checked_add(ttl_ms))
+}
+
+/// The lock with what deciding changes on the way: the counter and the outcome.
+struct Deciding<'a, H> {
+    lock: &'a mut Option<Lock>,
+    counter: &'a mut Counter,
+    now_ms: u64,
+    out: Outcome<H>,
+}
+
+/// What trying to grant one request came to.
+enum Tried {
+    /// The owner holds the lock now, with this token.
+    Held(u64),
+    /// Busy: nothing changed.
+    Busy,
+    /// A refused upgrade: null, nothing changed.
+    Null,
+    /// An error: nothing changed.
+    Refused(Refusal),
+}
+
+impl<H> Deciding<'_, H> {
+    fn now(&self) -> i64 {
+        i64::try_from(self.now_ms).unwrap_or(i64::MAX)
+    }
+
+    /// Ends the shared holdings whose lease ended; the lock is free after the last.
+    fn expire_shared(&mut self) {
+        let now = self.now();
+        let Some(Lock::Shared(shared)) = self.lock.as_mut() else {
+            return;
+        };
+        if shared
+            .holders
+            .soonest()
+            .is_none_or(|holder| holder.deadline_ms > now)
+        {
+            return;
+        }
+        while let Some(holder) = shared.holders.pop_expired(now) {
+            self.out.steps.push(Step::Drop(holder));
+            self.out.steps.push(Step::Notify(Event::Expire));
+            self.out.counts.expired_leases += 1;
+        }
+        self.lease_changed();
+    }
+
+    /// After the holdings changed: the key's lease is the exclusive `deadline_ms` or the last
+    /// shared holder's; a lock with no holder left is freed.
+    fn set_lease(&mut self, exclusive_deadline_ms: Option<i64>) {
+        self.out.lease = match self.lock.as_ref() {
+            Some(Lock::Shared(shared)) if shared.holders.is_empty() => {
+                *self.lock = None;
+                self.out.steps.push(Step::Free);
+                KeyLease::Kept
+            }
+            Some(lock) => lock
+                .shared_deadline()
+                .or(exclusive_deadline_ms)
+                .map_or(self.out.lease, KeyLease::At),
+            None => KeyLease::Kept,
+        };
+    }
+
+    fn lease_changed(&mut self) {
+        self.set_lease(None);
+    }
+
+    /// Decides `owner`'s request and, when it is granted, carries it out on the lock.
+    fn try_grant(
+        &mut self,
+        owner: &[u8],
+        mode: Mode,
+        reentrant: bool,
+        queued: bool,
+        deadline_ms: i64,
+    ) -> Tried {
+        let decision = lock::acquire(self.lock.as_ref(), owner, mode, reentrant, queued);
+        match decision {
+            Acquire::Busy => return Tried::Busy,
+            Acquire::UpgradeRefused => return Tried::Null,
+            Acquire::LimitDiffers { limit } => {
+                let asked = asked_limit(mode);
+                return Tried::Refused(Refusal::LimitDiffers { asked, lock: limit });
+            }
+            _ => {}
+        }
+        let token = if decision.needs_token() {
+            match self.counter.issue(self.now_ms) {
+                Ok(token) => token,
+                Err(Refused::AheadOfClock { retry_in_ms }) => {
+                    return Tried::Refused(Refusal::TooSoon { retry_in_ms });
+                }
+                Err(Refused::Exhausted) => return Tried::Refused(Refusal::Exhausted),
+            }
+        } else {
+            0
+        };
+        if let Some(new) = lock::grant(
+            self.lock.as_mut(),
+            owner,
+            mode,
+            decision,
+            token,
+            deadline_ms,
+        ) {
+            *self.lock = Some(new);
+        }
+        if decision.needs_token() {
+            self.out.counts.acquisitions += 1;
+        }
+        self.set_lease(Some(deadline_ms));
+        self.lock
+            .as_ref()
+            .and_then(|lock| lock.token_of(owner, i64::MIN))
+            .map_or(Tried::Refused(Refusal::Exhausted), Tried::Held)
+    }
+
+    /// `owner`'s holding as an effect carries it; an exclusive holding's lease is
+    /// `deadline_ms` (`None`: kept).
+    fn holding(&self, owner: &[u8], deadline_ms: Option<i64>) -> Option<(u64, u32, Lease)> {
+        match self.lock.as_ref()? {
+            Lock::Exclusive(holding) => Some((
+                holding.token,
+                holding.holds,
+                deadline_ms.map_or(Lease::Kept, Lease::Until),
+            )),
+            Lock::Shared(shared) => shared.holders.get(owner).map(|holder| {
+                let lease = Lease::Shared {
+                    deadline_ms: holder.deadline_ms,
+                    limit: shared.limit,
+                };
+                (holder.token, holder.holds, lease)
+            }),
+        }
+    }
+
+    /// Replicates `owner`'s holding for `party` and publishes `event`.
+    fn wrote(&mut self, party: Party, owner: &[u8], deadline_ms: Option<i64>, event: Event) {
+        if let Some((token, holds, lease)) = self.holding(owner, deadline_ms) {
+            self.out.steps.push(Step::Hold {
+                owner: party,
+                token,
+                holds,
+                lease,
+            });
+        }
+        self.out.steps.push(Step::Notify(event));
+    }
+}
+
+/// A scope with its decisions under way.
+struct Run<'a, H> {
+    deciding: Deciding<'a, H>,
+    waiters: &'a mut Waiters<H>,
+    db: i32,
+    key: &'a [u8],
+}
+
+impl<'a, H: Copy + Eq + Hash> Run<'a, H> {
+    fn new(scope: Scope<'a, H>) -> Self {
+        Self {
+            deciding: Deciding {
+                lock: scope.lock,
+                counter: scope.counter,
+                now_ms: scope.now_ms,
+                out: Outcome::new(),
+            },
+            waiters: scope.waiters,
+            db: scope.db,
+            key: scope.key,
+        }
+    }
+
+    fn waiting(&self) -> bool {
+        self.waiters.total() > 0 && self.waiters.count(self.db, self.key) > 0
+    }
+
+    /// Grants the first waiters while they can be granted.
+    fn hand_over(&mut self) {
+        let now_ms = self.deciding.now_ms;
+        while let Some(first) = self.waiters.first(self.db, self.key) {
+            let Some(deadline) = lease_deadline(now_ms, first.ttl_ms) else {
+                self.answer_first(Answer::Failed(Refusal::InvalidExpire));
+                continue;
+            };
+            let tried =
+                self.deciding
+                    .try_grant(&first.owner, first.mode, first.reentrant, false, deadline);
+            let answer = match tried {
+                Tried::Busy => return,
+                Tried::Refused(Refusal::TooSoon { retry_in_ms }) => {
+                    // The waiter keeps its place until a token can be issued.
+                    let retry = i64::try_from(retry_in_ms).unwrap_or(i64::MAX);
+                    let at = self.deciding.now().saturating_add(retry);
+                    self.deciding.out.next = self.deciding.out.next.min(Next::At(at));
+                    return;
+                }
+                Tried::Held(token) => {
+                    let hold = self.deciding.holding(&first.owner, Some(deadline));
+                    let Some(waiter) = self.waiters.pop(self.db, self.key) else {
+                        return;
+                    };
+                    if let Some((token, holds, lease)) = hold {
+                        self.deciding.out.steps.push(Step::Hold {
+                            owner: Party::Waiter(waiter.owner),
+                            token,
+                            holds,
+                            lease,
+                        });
+                    }
+                    let out = &mut self.deciding.out;
+                    out.steps.push(Step::Notify(Event::Acquire));
+                    out.steps
+                        .push(Step::Answer(waiter.handle, Answer::Granted(token)));
+                    out.counts.handovers += 1;
+                    continue;
+                }
+                Tried::Null => Answer::Null,
+                Tried::Refused(refusal) => Answer::Failed(refusal),
+            };
+            self.answer_first(answer);
+        }
+    }
+
+    /// Takes the first waiter off its queue with `answer`.
+    fn answer_first(&mut self, answer: Answer) {
+        if let Some(waiter) = self.waiters.pop(self.db, self.key) {
+            self.deciding
+                .out
+                .steps
+                .push(Step::Answer(waiter.handle, answer));
+        }
+    }
+
+    /// Ends the outcome: when to look at the lock next.
+    fn finish(mut self) -> Outcome<H> {
+        let waiting = self.waiting();
+        let next = check_in(self.deciding.lock.as_ref(), waiting);
+        let out = &mut self.deciding.out;
+        out.next = out.next.min(next);
+        self.deciding.out
+    }
+}
+
+/// When a lock needs a look with nothing else happening: when its first shared lease ends,
+/// when its exclusive lease ends if someone waits, else never.
+fn check_in(lock: Option<&Lock>, waiting: bool) -> Next {
+    match lock {
+        Some(Lock::Shared(shared)) => shared
+            .holders
+            .soonest()
+            .map_or(Next::Never, |holder| Next::At(holder.deadline_ms)),
+        Some(Lock::Exclusive(_)) if waiting => Next::LeaseEnd,
+        _ => Next::Never,
+    }
+}
+
+impl<H: Copy + Eq + Hash> Scope<'_, H> {
+    /// `LOCK.ACQUIRE key owner ttl [REENTRANT] [SHARED [LIMIT n]]`: hands over to the lock's
+    /// waiters first, then decides the request ([`crate::lock::acquire`]) and grants it with
+    /// a new fencing token when a holding begins. [`Reply::Busy`] when it must wait; the
+    /// caller then queues it with [`Self::wait`] or answers null.
+    #[must_use]
+    pub fn acquire(self, request: &Request) -> Outcome<H> {
+        let mut run = Run::new(self);
+        run.deciding.expire_shared();
+        if run.waiting() {
+            run.hand_over();
+        }
+        let queued = run.waiting();
+        let Request {
+            owner,
+            mode,
+            reentrant,
+            deadline_ms,
+        } = *request;
+        let deciding = &mut run.deciding;
+        deciding.out.reply = match deciding.try_grant(owner, mode, reentrant, queued, deadline_ms) {
+            Tried::Held(token) => {
+                deciding.wrote(Party::Caller, owner, Some(deadline_ms), Event::Acquire);
+                Reply::Token(token)
+            }
+            Tried::Busy => {
+                deciding.out.counts.contended += 1;
+                Reply::Busy
+            }
+            Tried::Null => Reply::Null,
+            Tried::Refused(refusal) => {
+                if let Refusal::TooSoon { retry_in_ms } = refusal {
+                    let retry = i64::try_from(retry_in_ms).unwrap_or(i64::MAX);
+                    deciding.out.next = Next::At(deciding.now().saturating_add(retry));
+                }
+                Reply::Refused(refusal)
+            }
+        };
+        if matches!(run.deciding.out.reply, Reply::Token(_)) && run.waiting() {
+            // A writer that downgraded lets the readers queued first join it.
+            run.hand_over();
+        }
+        run.finish()
+    }
+
+    /// `LOCK.RELEASE key owner`: releases one hold of `owner`'s holding
+    /// ([`crate::lock::release`]); when a holding ends, the waiters that fit now are granted.
+    /// Replies 1 released, 0 no lock, -1 held by another.
+    #[must_use]
+    pub fn release(self, owner: &[u8]) -> Outcome<H> {
+        let mut run = Run::new(self);
+        let deciding = &mut run.deciding;
+        deciding.expire_shared();
+        let decision = lock::release(deciding.lock.as_ref(), owner);
+        deciding.out.reply = Reply::Integer(match decision {
+            Release::Missing => 0,
+            Release::HeldByOther => -1,
+            Release::Freed => {
+                *deciding.lock = None;
+                deciding.out.lease = KeyLease::Kept;
+                deciding.out.steps.push(Step::Free);
+                1
+            }
+            Release::Left => {
+                if let Some(holder) = deciding.lock.as_mut().and_then(|l| l.remove_holder(owner)) {
+                    deciding.out.steps.push(Step::Drop(holder));
+                }
+                deciding.lease_changed();
+                1
+            }
+            Release::Decremented { holds } => {
+                if let Some(lock) = deciding.lock.as_mut() {
+                    lock.set_holds(owner, holds, None);
+                }
+                if let Some((token, holds, lease)) = deciding.holding(owner, None) {
+                    deciding.out.steps.push(Step::Hold {
+                        owner: Party::Caller,
+                        token,
+                        holds,
+                        lease,
+                    });
+                }
+                1
+            }
+        });
+        if deciding.out.reply == Reply::Integer(1) {
+            deciding.out.steps.push(Step::Notify(Event::Release));
+            deciding.out.counts.releases += 1;
+        }
+        if matches!(decision, Release::Freed | Release::Left) && run.waiting() {
+            run.hand_over();
+        }
+        run.finish()
+    }
+
+    /// `LOCK.RENEW key owner ttl`: `owner`'s lease ends at `deadline_ms` now. A lease that has
+    /// ended is not brought back. Replies 1 renewed, 0 no lock, -1 held by another.
+    #[must_use]
+    pub fn renew(self, owner: &[u8], deadline_ms: i64) -> Outcome<H> {
+        let mut run = Run::new(self);
+        let deciding = &mut run.deciding;
+        deciding.expire_shared();
+        let decision = lock::renew(deciding.lock.as_ref(), owner);
+        deciding.out.reply = Reply::Integer(match decision {
+            Renew::Missing => 0,
+            Renew::HeldByOther => -1,
+            Renew::Renewed => {
+                if let Some(lock) = deciding.lock.as_mut() {
+                    let holds = lock.holds_of(owner).unwrap_or(1);
+                    lock.set_holds(owner, holds, Some(deadline_ms));
+                }
+                deciding.set_lease(Some(deadline_ms));
+                deciding.wrote(Party::Caller, owner, Some(deadline_ms), Event::Renew);
+                deciding.out.counts.renewals += 1;
+                1
+            }
+        });
+        run.finish()
+    }
+
+    /// `LOCK.RAISE key owner token`: `owner`'s holding's token becomes at least `token`
+    /// (checked against [`crate::fence::raise_limit`] by the caller), and so does the counter.
+    /// Replies the holding's token afterwards, or null when `owner` holds nothing.
+    #[must_use]
+    pub fn raise(self, owner: &[u8], token: u64) -> Outcome<H> {
+        let mut run = Run::new(self);
+        let deciding = &mut run.deciding;
+        deciding.expire_shared();
+        let raised = deciding
+            .lock
+            .as_mut()
+            .and_then(|lock| lock.raise(owner, token));
+        deciding.out.reply = match raised {
+            Some(raised) => {
+                deciding.counter.observe(raised);
+                deciding.wrote(Party::Caller, owner, None, Event::Raise);
+                Reply::Token(raised)
+            }
+            None => Reply::Null,
+        };
+        run.finish()
+    }
+
+    /// A look at the lock: its lease timer fired, its key was deleted, expired, evicted or
+    /// flushed, or a waiter left its queue. Ends shared leases that ended and hands over.
+    #[must_use]
+    pub fn look(self) -> Outcome<H> {
+        let mut run = Run::new(self);
+        run.deciding.expire_shared();
+        if run.waiting() {
+            run.hand_over();
+        }
+        run.finish()
+    }
+
+    /// The lock's slot moved, or is moving, to another node (Redis Cluster): every waiter
+    /// leaves with [`Refusal::SlotMoved`], which clients retry on the slot's new node.
+    #[must_use]
+    pub fn turn_away(self) -> Outcome<H> {
+        let mut run = Run::new(self);
+        while run.waiting() {
+            run.answer_first(Answer::Failed(Refusal::SlotMoved));
+        }
+        run.deciding.out
+    }
+}
+
+/// Queues `waiter` last for the lock `key` of `db` (now `lock`), after [`Scope::acquire`]
+/// replied [`Reply::Busy`] (or [`Refusal::TooSoon`]) and the caller blocked. Returns when to
+/// look at the lock for it.
+pub fn wait<H: Copy + Eq + Hash>(
+    lock: Option<&Lock>,
+    waiters: &mut Waiters<H>,
+    db: i32,
+    key: &[u8],
+    waiter: Waiter<H>,
+) -> Next {
+    waiters.push(db, key, waiter);
+    check_in(lock, true)
+}
+
+/// What one `LOCK.APPLY` from a master (or the AOF) says.
+#[derive(Debug, Clone)]
+pub enum Applied<'a> {
+    /// `holding` is the lock's in `mode`; its lease ends at `deadline_ms` (unix ms; -1: none
+    /// for a shared holder), or keeps the key's lease when `None` (exclusive only).
+    Holds {
+        /// The holding, already checked ([`Holding::from_parts`]).
+        holding: Holding,
+        /// Exclusive, or shared with its limit.
+        mode: Mode,
+        /// When the lease ends.
+        deadline_ms: Option<i64>,
+    },
+    /// `owner` no longer holds the lock.
+    Dropped {
+        /// The owner whose holding ended.
+        owner: &'a [u8],
+    },
+}
+
+/// Sets one holding of `lock` as a master decided it, on a replica or from the AOF, and raises
+/// `counter` to at least its token: nothing is decided again, so a replica ends with the same
+/// tokens and deadlines. Returns the key's lease afterwards; `lock` is `None` when it is free.
+pub fn apply(lock: &mut Option<Lock>, counter: &mut Counter, effect: Applied) -> KeyLease {
+    match effect {
+        Applied::Holds {
+            holding,
+            mode: Mode::Exclusive,
+            deadline_ms,
+        } => {
+            counter.observe(holding.token);
+            *lock = Some(Lock::Exclusive(holding));
+            deadline_ms.map_or(KeyLease::Kept, KeyLease::At)
+        }
+        Applied::Holds {
+            holding,
+            mode: Mode::Shared(limit),
+            deadline_ms,
+        } => {
+            counter.observe(holding.token);
+            let deadline = deadline_ms.unwrap_or(-1);
+            match lock {
+                Some(Lock::Shared(shared)) => {
+                    shared.limit = limit;
+                    let Holding {
+                        owner,
+                        token,
+                        holds,
+                    } = holding;
+                    shared
+                        .holders
+                        .put(Holder::new(&owner, token, holds, deadline));
+                }
+                _ => {
+                    *lock = Some(Lock::new(
+                        &holding.owner,
+                        holding.token,
+                        holding.holds,
+                        Mode::Shared(limit),
+                        deadline,
+                    ));
+                }
+            }
+            shared_lease(lock.as_ref())
+        }
+        Applied::Dropped { owner } => {
+            let emptied = match lock.as_mut() {
+                Some(Lock::Shared(shared)) => {
+                    shared.holders.remove(owner);
+                    shared.holders.is_empty()
+                }
+                Some(Lock::Exclusive(holding)) => *holding.owner == *owner,
+                None => false,
+            };
+            if emptied {
+                *lock = None;
+            }
+            shared_lease(lock.as_ref())
+        }
+    }
+}
+
+fn shared_lease(lock: Option<&Lock>) -> KeyLease {
+    lock.and_then(Lock::shared_deadline)
+        .map_or(KeyLease::Kept, KeyLease::At)
+}

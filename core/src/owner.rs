@@ -1,0 +1,85 @@
+//! Owner identifiers: who holds a lock. Any bytes, 1 to [`MAX_OWNER_LEN`] of them, stored
+//! inline in the lock up to [`INLINE_OWNER_LEN`].
+
+use std::fmt;
+use std::ops::Deref;
+
+/// Longest owner accepted, in bytes. Owners are usually a UUID or `host:pid:thread`; the cap
+/// keeps a lock's memory bounded.
+pub const MAX_OWNER_LEN: usize = 256;
+
+/// Owners up to this many bytes live inside the lock itself — a UUID (36 bytes) with a short
+/// thread id, as Redisson's owners are — so a typical lock is one 56-byte allocation and a
+/// shared holder 64 bytes.
+pub const INLINE_OWNER_LEN: usize = 38;
+
+/// An owner identifier (any bytes), stored inline up to [`INLINE_OWNER_LEN`] bytes.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// A short owner: its length and its bytes, zero-padded.
+    Inline {
+        /// How many of `bytes` are the owner.
+        len: u8,
+        /// The owner, then zeros.
+        bytes: [u8; INLINE_OWNER_LEN],
+    },
+    /// A longer owner, on the heap.
+    Spilled(Box<[u8]>),
+}
+
+impl Owner {
+    /// `owner` as stored in a lock.
+    #[must_use]
+    pub fn new(owner: &[u8]) -> Self {
+        let mut bytes = [0; INLINE_OWNER_LEN];
+        match (u8::try_from(owner.len()), bytes.get_mut(..owner.len())) {
+            (Ok(len), Some(start)) => {
+                start.copy_from_slice(owner);
+                Self::Inline { len, bytes }
+            }
+            _ => Self::Spilled(owner.into()),
+        }
+    }
+
+    /// Heap bytes it owns (for `MEMORY USAGE`): none while inline.
+    #[must_use]
+    pub fn heap_size(&self) -> usize {
+        match self {
+            Self::Inline { .. } => 0,
+            Self::Spilled(owner) => owner.len(),
+        }
+    }
+}
+
+impl Deref for Owner {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Self::Inline { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or(bytes),
+            Self::Spilled(owner) => owner,
+        }
+    }
+}
+
+impl fmt::Debug for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self))
+    }
+}
+
+/// Why an owner identifier was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InvalidOwner;
+
+/// Checks that `owner` is 1 to [`MAX_OWNER_LEN`] bytes.
+///
+/// # Errors
+/// [`InvalidOwner`] for an empty or longer owner.
+pub fn check_owner(owner: &[u8]) -> Result<&[u8], InvalidOwner> {
+    if owner.is_empty() || owner.len() > MAX_OWNER_LEN {
+        Err(InvalidOwner)
+    } else {
+        Ok(owner)
+    }
+}

@@ -1,0 +1,57 @@
+//! The executor: carries out what the core decided for one lock ([`Outcome`]) — the key's
+//! lease, the effects for replicas and the AOF, the keyspace events, the answers to waiters
+//! and the `INFO lock` counters — in the order the core gave them, and decides nothing. The
+//! one place a lock's writes are replicated from.
+
+use leasehold_core::outcome::{KeyLease, Next, Outcome, Party, Reply, Step};
+use redis_module::{Context, RedisError, RedisString};
+
+use crate::blocking::{self, Blocked};
+use crate::effects::{notify, replicate_drop, replicate_free, replicate_holding};
+use crate::info;
+use crate::key::LockKey;
+
+/// Carries out `outcome` on the open lock `key` named `name`, whose value the core already
+/// changed ([`LockKey::update`]); `caller` is the owner the command named. Returns what is
+/// left for the caller: the reply, and when to look at the lock next.
+///
+/// # Errors
+/// A key that cannot be written.
+pub fn carry_out(
+    ctx: &Context,
+    key: &mut LockKey,
+    name: &RedisString,
+    caller: Option<&RedisString>,
+    outcome: Outcome<Blocked>,
+) -> Result<(Reply, Next), RedisError> {
+    if let KeyLease::At(deadline) = outcome.lease {
+        key.set_deadline(deadline)?;
+    }
+    for step in outcome.steps {
+        match step {
+            Step::Hold {
+                owner,
+                token,
+                holds,
+                lease,
+            } => {
+                let waiter;
+                let owner = match (owner, caller) {
+                    (Party::Caller, Some(caller)) => caller,
+                    (Party::Waiter(owner), _) => {
+                        waiter = ctx.create_string(&*owner);
+                        &waiter
+                    }
+                    (Party::Caller, None) => continue,
+                };
+                replicate_holding(ctx, name, owner, token, holds, lease);
+            }
+            Step::Drop(holder) => replicate_drop(ctx, name, &holder),
+            Step::Free => replicate_free(ctx, name),
+            Step::Notify(event) => notify(ctx, event, name),
+            Step::Answer(waiter, answer) => blocking::unblock(waiter, answer),
+        }
+    }
+    info::count(&outcome.counts);
+    Ok((outcome.reply, outcome.next))
+}

@@ -1,0 +1,33 @@
+//! The core's answers as Redis replies: tokens as integers, refusals as Redis-style errors
+//! (`TRYAGAIN` for what may succeed if repeated shortly, as Redis Cluster uses it).
+
+use leasehold_core::fence;
+use leasehold_core::outcome::Refusal;
+use redis_module::{RedisError, RedisValue};
+
+/// A fencing token as Redis replies it: an integer, exact below 2^53.
+#[must_use]
+pub fn token(token: u64) -> RedisValue {
+    RedisValue::Integer(fence::as_integer(token))
+}
+
+/// The error reply for `refusal` of `command` (lower case, as Redis names commands in errors).
+#[must_use]
+pub fn refusal(refusal: Refusal, command: &str) -> RedisError {
+    let shown = |limit: Option<u32>| limit.map_or_else(|| "none".to_owned(), |n| n.to_string());
+    RedisError::String(match refusal {
+        Refusal::LimitDiffers { asked, lock } => format!(
+            "ERR LIMIT {} differs from the lock's {}",
+            shown(asked),
+            shown(lock)
+        ),
+        Refusal::TooSoon { retry_in_ms } => format!(
+            "TRYAGAIN fencing tokens are ahead of this server's clock; retry in {retry_in_ms} ms"
+        ),
+        Refusal::Exhausted => "ERR fencing tokens exhausted: 2^53 reached".to_owned(),
+        Refusal::InvalidExpire => format!("ERR invalid expire time in '{command}' command"),
+        Refusal::SlotMoved => {
+            "TRYAGAIN the lock's slot moved to another node while waiting".to_owned()
+        }
+    })
+}

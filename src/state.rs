@@ -1,0 +1,56 @@
+//! The module's process-wide state: the fencing counter and every lock's waiters, each behind
+//! a mutex. Redis runs commands, loading and events on one thread, so neither is ever
+//! contended; a panic elsewhere cannot poison them into refusing service.
+//!
+//! Hold a guard only while the core decides ([`scope`]): carrying out an outcome may re-enter
+//! the module (a keyspace event), which takes them again.
+
+use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
+
+use leasehold_core::fence::Counter;
+use leasehold_core::lock::Lock;
+use leasehold_core::machine::Scope;
+use leasehold_core::queue::Waiters;
+
+use crate::blocking::Blocked;
+
+static COUNTER: Mutex<Counter> = Mutex::new(Counter::new());
+
+static WAITERS: LazyLock<Mutex<Waiters<Blocked>>> = LazyLock::new(Mutex::default);
+
+/// The server's fencing counter.
+pub fn counter() -> MutexGuard<'static, Counter> {
+    COUNTER.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The clients blocked for each lock.
+pub fn waiters() -> MutexGuard<'static, Waiters<Blocked>> {
+    WAITERS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// True when clients wait for `key` of `db`. Cheap when nobody waits for any lock.
+#[must_use]
+pub fn has_waiters(db: i32, key: &[u8]) -> bool {
+    let waiters = waiters();
+    waiters.total() > 0 && waiters.count(db, key) > 0
+}
+
+/// Runs `decide` on the lock `key` of `db` (its value `lock`) at unix time `now_ms`, with the
+/// counter and the waiters; the guards are gone when it returns.
+pub fn scope<T>(
+    lock: &mut Option<Lock>,
+    db: i32,
+    key: &[u8],
+    now_ms: u64,
+    decide: impl FnOnce(Scope<'_, Blocked>) -> T,
+) -> T {
+    let (mut waiters, mut counter) = (waiters(), counter());
+    decide(Scope {
+        lock,
+        waiters: &mut waiters,
+        counter: &mut counter,
+        db,
+        key,
+        now_ms,
+    })
+}
