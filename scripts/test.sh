@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the unit tests, doctests and the install-as-documented tests of the client packages
-# (scripts/install-tests.sh) once, then against every server of the matrix
+# Runs the lock rules' tests with no server (leasehold-core: unit tests, the fencing simulation
+# and the model-based test of the hand-over), the unit tests, doctests and the
+# install-as-documented tests of the client packages (scripts/install-tests.sh) once, then against every server of the matrix
 # (scripts/servers.sh), or only against $LEASEHOLD_SERVER when it is set: the integration tests
 # of the module and of the Rust client (clients/rust is a member of the Cargo workspace, so
 # `cargo test --workspace` runs its tests), and the tests of the Python and Node clients.
@@ -8,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cargo build --workspace --all-targets
+cargo test -p leasehold-core
 cargo test --workspace --lib
 cargo test --workspace --doc
 scripts/install-tests.sh
@@ -15,7 +17,7 @@ scripts/install-tests.sh
 matrix=$(scripts/servers.sh)
 while read -r name server; do
   echo "=== integration tests on $name: $("$server" --version)"
-  LEASEHOLD_SERVER="$server" cargo test --workspace --test '*'
+  LEASEHOLD_SERVER="$server" cargo test --workspace --exclude leasehold-core --test '*'
   LEASEHOLD_SERVER="$server" scripts/python-tests.sh
   LEASEHOLD_SERVER="$server" scripts/node-tests.sh
 done <<< "$matrix"
