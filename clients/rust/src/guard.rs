@@ -16,8 +16,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::lock::{Held, Mode};
-use crate::redlock::Quorum;
+use crate::held::{Held, Mode};
+use crate::quorum::Quorum;
 
 /// What a guard holds.
 pub(crate) enum Holding {

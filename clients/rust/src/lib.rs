@@ -37,8 +37,10 @@ mod backoff;
 mod client;
 mod error;
 mod guard;
+mod held;
 mod lock;
 mod owner;
+mod quorum;
 pub mod redlock;
 pub mod sync;
 

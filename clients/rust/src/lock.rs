@@ -10,6 +10,7 @@ use crate::backoff::Backoff;
 use crate::client::{Client, Own};
 use crate::error::{Error, Result};
 use crate::guard::{Guard, Holding, Keeping};
+use crate::held::{Held, Mode, acquire_command, is_try_again};
 use crate::owner::new_owner;
 use crate::sync::Sync;
 
@@ -22,13 +23,6 @@ pub enum Waiting {
     /// Retried with backoff (`LOCK.ACQUIRE` without `WAIT`): for proxies or servers where a
     /// blocking command is unwanted. Not fair: a retry can come after a newcomer.
     Retry(Backoff),
-}
-
-/// What is asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
-    Exclusive,
-    Shared(Option<u32>),
 }
 
 /// How a lock handle acquires and keeps its lock.
@@ -386,19 +380,6 @@ impl Lock {
     }
 }
 
-/// `LOCK.ACQUIRE name owner ttl-ms [SHARED [LIMIT n]]`, for options to follow.
-fn acquire_command(name: &str, owner: &str, ttl: Duration, mode: Mode) -> Result<Cmd> {
-    let mut command = redis::cmd("LOCK.ACQUIRE");
-    command.arg(name).arg(owner).arg(millis(ttl)?);
-    if let Mode::Shared(limit) = mode {
-        command.arg("SHARED");
-        if let Some(limit) = limit {
-            command.arg("LIMIT").arg(limit);
-        }
-    }
-    Ok(command)
-}
-
 /// How many times a lost reply is followed up before giving up.
 const RECOVERY_ATTEMPTS: u32 = 5;
 
@@ -409,77 +390,9 @@ enum Attempt {
     Again,
 }
 
-/// A lease in whole ms, at least 1.
-pub(crate) fn millis(ttl: Duration) -> Result<u64> {
-    u64::try_from(ttl.as_millis())
-        .ok()
-        .filter(|ms| *ms > 0)
-        .ok_or(Error::Lease(ttl))
-}
-
-/// `TRYAGAIN`: the server could not issue a fencing token yet; a moment later it can.
-fn is_try_again(error: &RedisError) -> bool {
-    error.code() == Some("TRYAGAIN")
-}
-
 /// The reply may have been lost: the server may or may not have done it.
 fn is_lost_reply(error: &RedisError) -> bool {
     error.is_timeout() || error.is_io_error() || error.is_connection_dropped()
-}
-
-/// One owner's holding of one lock on one server.
-#[derive(Clone)]
-pub(crate) struct Held {
-    client: Client,
-    name: String,
-    owner: String,
-}
-
-impl Held {
-    /// The owner of this holding.
-    pub(crate) fn owner(&self) -> &str {
-        &self.owner
-    }
-
-    /// `LOCK.ACQUIRE` as this holding's owner in `mode`, one more hold with `reentrant`: the
-    /// token, or `None` when the owner no longer holds what it takes (or another holds it).
-    pub(crate) async fn acquire(
-        &self,
-        ttl: Duration,
-        mode: Mode,
-        reentrant: bool,
-    ) -> Result<Option<u64>> {
-        let mut command = acquire_command(&self.name, &self.owner, ttl, mode)?;
-        if reentrant {
-            command.arg("REENTRANT");
-        }
-        match self.client.query(&command).await {
-            Err(Error::Redis(error)) if is_try_again(&error) => Ok(None),
-            other => other,
-        }
-    }
-
-    pub(crate) async fn renew(&self, ttl: Duration) -> Result<bool> {
-        let mut command = redis::cmd("LOCK.RENEW");
-        command.arg(&self.name).arg(&self.owner).arg(millis(ttl)?);
-        Ok(self.client.query::<i64>(&command).await? == 1)
-    }
-
-    pub(crate) async fn release(&self) -> Result<bool> {
-        let mut command = redis::cmd("LOCK.RELEASE");
-        command.arg(&self.name).arg(&self.owner);
-        Ok(self.client.query::<i64>(&command).await? == 1)
-    }
-
-    /// Releases, retrying with backoff while the server cannot be reached (a few seconds).
-    async fn release_eventually(&self) {
-        for attempt in 0..20 {
-            if self.release().await.is_ok() {
-                return;
-            }
-            tokio::time::sleep(Backoff::default().delay(attempt)).await;
-        }
-    }
 }
 
 /// A read-write lock: many readers or one writer, fair between them (a writer queued behind
