@@ -68,13 +68,14 @@ def free_port():
 
 
 class Server:
-    """A redis-server with the module (unless module=False) on a free loopback port in a temp dir."""
+    """A redis-server with the module at `module` (none for None) on a free loopback port in a
+    temp dir."""
 
-    def __init__(self, binary, module=True, args=()):
+    def __init__(self, binary, module=MODULE, args=()):
         self.binary = binary
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="leasehold-bench-")
-        load = ["--loadmodule", str(MODULE)] if module else []
+        load = ["--loadmodule", str(module)] if module else []
         self.process = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
              "--save", "", "--appendonly", "no", *load, *args],
@@ -239,14 +240,14 @@ FILTER_PROFILED = ["processCommand", "moduleCallCommandFilters"]
 PLAIN_COMMANDS = [["SET", "k:__rand_int__", "v"], ["GET", "k:__rand_int__"]]
 
 
-def instructions(binary, command, functions=PROFILED):
+def instructions(binary, command, functions=PROFILED, module=MODULE):
     """Instructions per operation spent in each of the functions, from a server run under
     valgrind's callgrind: deterministic, unlike throughput on a shared machine."""
     port = free_port()
     out = tempfile.mktemp(prefix="leasehold-callgrind-")
     process = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", binary, "--port", str(port),
-         "--save", "", "--loadmodule", str(MODULE)],
+         "--save", "", "--loadmodule", str(module)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cli = ["redis-cli", "-p", str(port)]
     deadline = time.time() + 60
@@ -268,6 +269,25 @@ def instructions(binary, command, functions=PROFILED):
             if f":{name} [" in line and name not in found:
                 found[name] = int(line.split()[0].replace(",", "")) / PROFILE_OPS
     return found
+
+
+# The module before the lock rules moved into leasehold-core (issue #19): the last commit
+# without core/. `make bench` measures it side by side with the current one.
+BEFORE = os.environ.get("LEASEHOLD_BENCH_BEFORE", "b55e45c")
+
+
+def build_before(ref=BEFORE):
+    """The module built in release mode from commit `ref` (its files from `git archive`, its
+    own target folder under build/), for before-and-after comparisons."""
+    source = ROOT / "build" / "before" / ref
+    if not (source / "Cargo.toml").exists():
+        source.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "archive", ref], cwd=ROOT, capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(source)], input=archive, check=True)
+    target = ROOT / "build" / "before" / "target"
+    subprocess.run(["cargo", "build", "--quiet", "--release", "--lib", "-p", "leasehold"], cwd=source,
+                   env=dict(os.environ, CARGO_TARGET_DIR=str(target)), check=True)
+    return target / "release" / "libleasehold.so"
 
 
 def filter_cost(with_module, without_module):
@@ -355,7 +375,7 @@ def main():
         [str(ROOT / "scripts" / "servers.sh"), "--all"], capture_output=True, text=True, check=True).stdout.splitlines())
     server = Server(servers["redis-7.0"])
     valkey = Server(servers["valkey-8.1"])
-    plain = Server(servers["redis-7.0"], module=False)
+    plain = Server(servers["redis-7.0"], module=None)
     try:
         print(f"benchmarking on Redis {server.version}, {ROUNDS} rounds each ...", file=sys.stderr)
         rows = throughput(server, valkey)

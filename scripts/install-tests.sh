@@ -51,7 +51,8 @@ while IFS= read -r -d '' block; do
   (cd "$work/node-app" && node --input-type=module -e "$block")
 done < <(blocks js)
 (cd "$work/node" && npm pack --silent --pack-destination "$work" >/dev/null)
-tar -tzf "$work"/leasehold-*.tgz | grep -q "package/dist/index.js"
+# tar fails unless the member is there (a `| grep -q` would end tar with SIGPIPE under pipefail).
+tar -tzf "$work"/leasehold-*.tgz package/dist/index.js >/dev/null
 
 echo "--- Python: pip install <path> into a fresh virtualenv, then the README's Python"
 copy python

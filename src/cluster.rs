@@ -2,7 +2,25 @@
 //! owns its slot. Clients blocked in `LOCK.ACQUIRE ... WAIT` are connections to one node, and
 //! Redis does not unblock module-blocked clients when their key's slot migrates away.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use redis_module::{Context, ContextFlags, RedisError, RedisString, RedisValue};
+
+/// Whether the server runs in cluster mode (`cluster-enabled`, which cannot change while it
+/// runs), noted at load so that commands need not ask the server every time.
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Notes at load whether the server runs in cluster mode.
+pub fn note_mode(ctx: &Context) {
+    let enabled = ctx.get_flags().contains(ContextFlags::CLUSTER);
+    ENABLED.store(enabled, Ordering::Relaxed);
+}
+
+/// True when the server runs in cluster mode (as noted at load).
+#[must_use]
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
 
 /// True unless this node runs in cluster mode and does not own `key`'s slot, or is migrating
 /// it to another node (`CLUSTER KEYSLOT`, and the `myself` line of `CLUSTER NODES`).

@@ -43,7 +43,8 @@ use crate::state;
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let parsed = AcquireArgs::parse(args)?;
     parse_owner(&parsed.owner)?;
-    let deadline_ms = lease_deadline(clock::now_ms(), parsed.ttl_ms, "lock.acquire")?;
+    let now = clock::now_ms();
+    let deadline_ms = lease_deadline(now, parsed.ttl_ms, "lock.acquire")?;
     let name = &parsed.name;
     let request = Request {
         owner: parsed.owner.as_slice(),
@@ -52,8 +53,8 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         deadline_ms,
     };
     let mut key = LockKey::write(ctx, name)?;
-    let reply = looks::decide(ctx, &mut key, name, Some(&parsed.owner), |scope| {
-        scope.acquire(&request)
+    let reply = looks::decide(ctx, &mut key, name, Some(&parsed.owner), now, |scope| {
+        scope.acquire(&request);
     })?;
     let busy = matches!(reply, Reply::Busy | Reply::Refused(Refusal::TooSoon { .. }));
     match parsed.wait_ms {
@@ -149,8 +150,9 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     args.done()?;
     let owner_bytes = parse_owner(&owner)?;
     let mut key = LockKey::write(ctx, &name)?;
-    let reply = looks::decide(ctx, &mut key, &name, Some(&owner), |scope| {
-        scope.release(owner_bytes)
+    let now = clock::now_ms();
+    let reply = looks::decide(ctx, &mut key, &name, Some(&owner), now, |scope| {
+        scope.release(owner_bytes);
     })?;
     reply_for(reply, "lock.release")
 }
@@ -170,10 +172,11 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let ttl = args.next_arg()?;
     args.done()?;
     let owner_bytes = parse_owner(&owner)?;
-    let deadline = lease_deadline(clock::now_ms(), parse_ttl(&ttl)?, "lock.renew")?;
+    let now = clock::now_ms();
+    let deadline = lease_deadline(now, parse_ttl(&ttl)?, "lock.renew")?;
     let mut key = LockKey::write(ctx, &name)?;
-    let reply = looks::decide(ctx, &mut key, &name, Some(&owner), |scope| {
-        scope.renew(owner_bytes, deadline)
+    let reply = looks::decide(ctx, &mut key, &name, Some(&owner), now, |scope| {
+        scope.renew(owner_bytes, deadline);
     })?;
     reply_for(reply, "lock.renew")
 }
@@ -195,15 +198,16 @@ pub fn raise(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let token = args.next_arg()?;
     args.done()?;
     let owner_bytes = parse_owner(&owner)?;
-    let limit = fence::raise_limit(clock::now_ms(), config::max_clock_skew_ms());
+    let now = clock::now_ms();
+    let limit = fence::raise_limit(now, config::max_clock_skew_ms());
     let token = token
         .parse_unsigned_integer()
         .ok()
         .filter(|token| (1..=limit).contains(token))
         .ok_or(RedisError::Str("ERR token out of range"))?;
     let mut key = LockKey::write(ctx, &name)?;
-    let reply = looks::decide(ctx, &mut key, &name, Some(&owner), |scope| {
-        scope.raise(owner_bytes, token)
+    let reply = looks::decide(ctx, &mut key, &name, Some(&owner), now, |scope| {
+        scope.raise(owner_bytes, token);
     })?;
     reply_for(reply, "lock.raise")
 }

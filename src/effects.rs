@@ -26,7 +26,6 @@ use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_longlong};
 
 use leasehold_core::fence;
-use leasehold_core::holders::Holder;
 use leasehold_core::outcome::{Event, Lease};
 use redis_module::{Context, RedisString, raw};
 
@@ -103,18 +102,17 @@ pub fn replicate_holding(
     }
 }
 
-/// Sends "`holder`'s shared holding of `key` ended".
-pub fn replicate_drop(ctx: &Context, key: &RedisString, holder: &Holder) {
+/// Sends "`owner`'s shared holding of `key` ended".
+pub fn replicate_drop(ctx: &Context, key: &RedisString, owner: &[u8]) {
     if let Some(replicate) = unsafe { raw::RedisModule_Replicate } {
-        let owner = holder.owner.as_ptr().cast::<c_char>();
         unsafe {
             replicate(
                 ctx.get_raw(),
                 APPLY.as_ptr(),
                 c"sbc".as_ptr(),
                 key.inner,
-                owner,
-                holder.owner.len(),
+                owner.as_ptr().cast::<c_char>(),
+                owner.len(),
                 c"DROP".as_ptr(),
             );
         }

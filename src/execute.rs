@@ -3,7 +3,7 @@
 //! and the `INFO lock` counters — in the order the core gave them, and decides nothing. The
 //! one place a lock's writes are replicated from.
 
-use leasehold_core::outcome::{KeyLease, Next, Outcome, Party, Reply, Step};
+use leasehold_core::outcome::{KeyLease, Outcome, Party, Step};
 use redis_module::{Context, RedisError, RedisString};
 
 use crate::blocking::{self, Blocked};
@@ -12,8 +12,8 @@ use crate::info;
 use crate::key::LockKey;
 
 /// Carries out `outcome` on the open lock `key` named `name`, whose value the core already
-/// changed ([`LockKey::update`]); `caller` is the owner the command named. Returns what is
-/// left for the caller: the reply, and when to look at the lock next.
+/// changed ([`LockKey::update`]); `caller` is the owner the command named. The reply and the
+/// next look are left to the caller.
 ///
 /// # Errors
 /// A key that cannot be written.
@@ -22,12 +22,12 @@ pub fn carry_out(
     key: &mut LockKey,
     name: &RedisString,
     caller: Option<&RedisString>,
-    outcome: Outcome<Blocked>,
-) -> Result<(Reply, Next), RedisError> {
+    outcome: &Outcome<Blocked>,
+) -> Result<(), RedisError> {
     if let KeyLease::At(deadline) = outcome.lease {
         key.set_deadline(deadline)?;
     }
-    for step in outcome.steps {
+    for step in &outcome.steps {
         match step {
             Step::Hold {
                 owner,
@@ -39,19 +39,19 @@ pub fn carry_out(
                 let owner = match (owner, caller) {
                     (Party::Caller, Some(caller)) => caller,
                     (Party::Waiter(owner), _) => {
-                        waiter = ctx.create_string(&*owner);
+                        waiter = ctx.create_string(&**owner);
                         &waiter
                     }
                     (Party::Caller, None) => continue,
                 };
-                replicate_holding(ctx, name, owner, token, holds, lease);
+                replicate_holding(ctx, name, owner, *token, *holds, *lease);
             }
-            Step::Drop(holder) => replicate_drop(ctx, name, &holder),
+            Step::Drop(owner) => replicate_drop(ctx, name, owner),
             Step::Free => replicate_free(ctx, name),
-            Step::Notify(event) => notify(ctx, event, name),
-            Step::Answer(waiter, answer) => blocking::unblock(waiter, answer),
+            Step::Notify(event) => notify(ctx, *event, name),
+            Step::Answer(waiter, answer) => blocking::unblock(*waiter, *answer),
         }
     }
     info::count(&outcome.counts);
-    Ok((outcome.reply, outcome.next))
+    Ok(())
 }

@@ -77,6 +77,7 @@ impl LockKey {
     ///
     /// # Errors
     /// When the key was opened for reading only, or cannot be written.
+    #[inline]
     pub fn update<T>(
         &mut self,
         decide: impl FnOnce(&mut Option<Lock>) -> T,

@@ -58,8 +58,8 @@ fn on_flush(ctx: &Context, event: FlushSubevent) {
 
 /// After the commands and configuration exist: refuses bad configuration values, starts
 /// watching for promotions that change no role (without which tokens could go back, so the
-/// module refuses to load), then sets the commands' docs and key specs, and skips the
-/// replication command lookup where the server allows it.
+/// module refuses to load), then sets the commands' docs and key specs, skips the replication
+/// command lookup where the server allows it, and notes whether it runs in cluster mode.
 fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
     if let Err(error) = config::check_loaded() {
         ctx.log_warning(&error);
@@ -73,6 +73,7 @@ fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
         ctx.log_warning(&format!("COMMAND DOCS not set: {error}"));
     }
     effects::skip_command_lookup(ctx);
+    cluster::note_mode(ctx);
     Status::Ok
 }
 

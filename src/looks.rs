@@ -35,10 +35,10 @@ use crate::timers;
 /// How often a look is retried while writes are paused, in ms.
 const PAUSED_RETRY_MS: u64 = 10;
 
-/// Runs `event` on the open lock `key` named `name` in the selected database and carries out
-/// its outcome, with `caller` the owner a command named; then arms the next look. Returns the
-/// command's reply. In Redis Cluster, when the lock has waiters and this node no longer serves
-/// its slot, they are turned away first.
+/// Runs `event` at unix time `now_ms` on the open lock `key` named `name` in the selected
+/// database and carries out its outcome, with `caller` the owner a command named; then arms
+/// the next look. Returns the command's reply. In Redis Cluster, when the lock has waiters and
+/// this node no longer serves its slot, they are turned away first.
 ///
 /// # Errors
 /// A key that cannot be written; the cluster commands failing.
@@ -47,19 +47,24 @@ pub fn decide(
     key: &mut LockKey,
     name: &RedisString,
     caller: Option<&RedisString>,
-    event: impl FnOnce(Scope<'_, Blocked>) -> Outcome<Blocked>,
+    now: u64,
+    event: impl FnOnce(Scope<'_, Blocked>),
 ) -> Result<Reply, RedisError> {
-    let (db, now) = (selected_db(ctx), clock::now_ms());
-    if state::has_waiters(db, name.as_slice()) && !cluster::serves(ctx, name)? {
-        let outcome = key.update(|lock| {
-            state::scope(lock, db, name.as_slice(), now, |scope| scope.turn_away())
+    let (db, key_name) = (selected_db(ctx), name.as_slice());
+    let mut outcome = Outcome::new();
+    if cluster::enabled() && state::has_waiters(db, key_name) && !cluster::serves(ctx, name)? {
+        key.update(|lock| {
+            state::scope(lock, db, key_name, now, &mut outcome, |scope| {
+                scope.turn_away();
+            });
         })?;
-        execute::carry_out(ctx, key, name, None, outcome)?;
+        execute::carry_out(ctx, key, name, None, &outcome)?;
+        outcome = Outcome::new();
     }
-    let outcome = key.update(|lock| state::scope(lock, db, name.as_slice(), now, event))?;
-    let (reply, next) = execute::carry_out(ctx, key, name, caller, outcome)?;
-    look_again(ctx, key, db, name.as_slice(), next);
-    Ok(reply)
+    key.update(|lock| state::scope(lock, db, key_name, now, &mut outcome, event))?;
+    execute::carry_out(ctx, key, name, caller, &outcome)?;
+    look_again(ctx, key, db, key_name, outcome.next);
+    Ok(outcome.reply)
 }
 
 /// Arms a look at the open lock `key` (`name` of `db`) for `next`.
@@ -86,7 +91,9 @@ fn look_at(ctx: &Context, name: &RedisString) -> Result<(), RedisError> {
         return Ok(());
     }
     let mut key = LockKey::write(ctx, name)?;
-    decide(ctx, &mut key, name, None, |scope| scope.look())?;
+    decide(ctx, &mut key, name, None, clock::now_ms(), |scope| {
+        scope.look();
+    })?;
     Ok(())
 }
 

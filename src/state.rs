@@ -10,6 +10,7 @@ use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 use leasehold_core::fence::Counter;
 use leasehold_core::lock::Lock;
 use leasehold_core::machine::Scope;
+use leasehold_core::outcome::Outcome;
 use leasehold_core::queue::Waiters;
 
 use crate::blocking::Blocked;
@@ -36,14 +37,16 @@ pub fn has_waiters(db: i32, key: &[u8]) -> bool {
 }
 
 /// Runs `decide` on the lock `key` of `db` (its value `lock`) at unix time `now_ms`, with the
-/// counter and the waiters; the guards are gone when it returns.
-pub fn scope<T>(
+/// counter and the waiters, filling in `out`; the guards are gone when it returns.
+#[inline]
+pub fn scope(
     lock: &mut Option<Lock>,
     db: i32,
     key: &[u8],
     now_ms: u64,
-    decide: impl FnOnce(Scope<'_, Blocked>) -> T,
-) -> T {
+    out: &mut Outcome<Blocked>,
+    decide: impl FnOnce(Scope<'_, Blocked>),
+) {
     let (mut waiters, mut counter) = (waiters(), counter());
     decide(Scope {
         lock,
@@ -52,5 +55,6 @@ pub fn scope<T>(
         db,
         key,
         now_ms,
-    })
+        out,
+    });
 }

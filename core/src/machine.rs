@@ -4,8 +4,9 @@
 //! a replica — each deciding everything about the lock and returning it as an [`Outcome`].
 //!
 //! An event works on a [`Scope`]: the lock's value (`None` while free; changed in place, as the
-//! shell stores it back), the waiters' queues, the fencing counter and the time. It never calls
-//! out: the shell carries out the outcome afterwards.
+//! shell stores it back), the waiters' queues, the fencing counter, the time, and the
+//! [`Outcome`] it fills in (passed in, so that it is never copied on the way back). It never
+//! calls out: the shell carries out the outcome afterwards.
 //!
 //! # The hand-over rule
 //! When a lock can take another holder, its first waiters get it in the same event, in arrival
@@ -40,7 +41,7 @@ pub struct Request<'a> {
     pub deadline_ms: i64,
 }
 
-/// One lock and the state an event on it reads and changes.
+/// One lock, the state an event on it reads and changes, and the outcome the event fills.
 pub struct Scope<'a, H> {
     /// The lock's value; `None` while it is free (its key does not exist). Changed in place.
     pub lock: &'a mut Option<Lock>,
@@ -54,6 +55,8 @@ pub struct Scope<'a, H> {
     pub key: &'a [u8],
     /// The time of the event, unix ms.
     pub now_ms: u64,
+    /// What the event decided, filled in by it (start from [`Outcome::new`]).
+    pub out: &'a mut Outcome<H>,
 }
 
 /// When a lease of `ttl_ms` given at `now_ms` ends, unix ms; `None` for a lease that is not
@@ -71,7 +74,7 @@ struct Deciding<'a, H> {
     lock: &'a mut Option<Lock>,
     counter: &'a mut Counter,
     now_ms: u64,
-    out: Outcome<H>,
+    out: &'a mut Outcome<H>,
 }
 
 /// What trying to grant one request came to.
@@ -105,7 +108,7 @@ impl<H> Deciding<'_, H> {
             return;
         }
         while let Some(holder) = shared.holders.pop_expired(now) {
-            self.out.steps.push(Step::Drop(holder));
+            self.out.steps.push(Step::Drop(holder.owner));
             self.out.steps.push(Step::Notify(Event::Expire));
             self.out.counts.expired_leases += 1;
         }
@@ -225,13 +228,14 @@ struct Run<'a, H> {
 }
 
 impl<'a, H: Copy + Eq + Hash> Run<'a, H> {
+    #[inline]
     fn new(scope: Scope<'a, H>) -> Self {
         Self {
             deciding: Deciding {
                 lock: scope.lock,
                 counter: scope.counter,
                 now_ms: scope.now_ms,
-                out: Outcome::new(),
+                out: scope.out,
             },
             waiters: scope.waiters,
             db: scope.db,
@@ -301,12 +305,12 @@ impl<'a, H: Copy + Eq + Hash> Run<'a, H> {
     }
 
     /// Ends the outcome: when to look at the lock next.
-    fn finish(mut self) -> Outcome<H> {
+    #[inline]
+    fn finish(self) {
         let waiting = self.waiting();
         let next = check_in(self.deciding.lock.as_ref(), waiting);
-        let out = &mut self.deciding.out;
+        let out = &mut *self.deciding.out;
         out.next = out.next.min(next);
-        self.deciding.out
     }
 }
 
@@ -328,8 +332,8 @@ impl<H: Copy + Eq + Hash> Scope<'_, H> {
     /// waiters first, then decides the request ([`crate::lock::acquire`]) and grants it with
     /// a new fencing token when a holding begins. [`Reply::Busy`] when it must wait; the
     /// caller then queues it with [`Self::wait`] or answers null.
-    #[must_use]
-    pub fn acquire(self, request: &Request) -> Outcome<H> {
+    #[inline]
+    pub fn acquire(self, request: &Request) {
         let mut run = Run::new(self);
         run.deciding.expire_shared();
         if run.waiting() {
@@ -365,14 +369,13 @@ impl<H: Copy + Eq + Hash> Scope<'_, H> {
             // A writer that downgraded lets the readers queued first join it.
             run.hand_over();
         }
-        run.finish()
+        run.finish();
     }
 
     /// `LOCK.RELEASE key owner`: releases one hold of `owner`'s holding
     /// ([`crate::lock::release`]); when a holding ends, the waiters that fit now are granted.
     /// Replies 1 released, 0 no lock, -1 held by another.
-    #[must_use]
-    pub fn release(self, owner: &[u8]) -> Outcome<H> {
+    pub fn release(self, owner: &[u8]) {
         let mut run = Run::new(self);
         let deciding = &mut run.deciding;
         deciding.expire_shared();
@@ -388,7 +391,7 @@ impl<H: Copy + Eq + Hash> Scope<'_, H> {
             }
             Release::Left => {
                 if let Some(holder) = deciding.lock.as_mut().and_then(|l| l.remove_holder(owner)) {
-                    deciding.out.steps.push(Step::Drop(holder));
+                    deciding.out.steps.push(Step::Drop(holder.owner));
                 }
                 deciding.lease_changed();
                 1
@@ -415,13 +418,12 @@ impl<H: Copy + Eq + Hash> Scope<'_, H> {
         if matches!(decision, Release::Freed | Release::Left) && run.waiting() {
             run.hand_over();
         }
-        run.finish()
+        run.finish();
     }
 
     /// `LOCK.RENEW key owner ttl`: `owner`'s lease ends at `deadline_ms` now. A lease that has
     /// ended is not brought back. Replies 1 renewed, 0 no lock, -1 held by another.
-    #[must_use]
-    pub fn renew(self, owner: &[u8], deadline_ms: i64) -> Outcome<H> {
+    pub fn renew(self, owner: &[u8], deadline_ms: i64) {
         let mut run = Run::new(self);
         let deciding = &mut run.deciding;
         deciding.expire_shared();
@@ -440,14 +442,13 @@ impl<H: Copy + Eq + Hash> Scope<'_, H> {
                 1
             }
         });
-        run.finish()
+        run.finish();
     }
 
     /// `LOCK.RAISE key owner token`: `owner`'s holding's token becomes at least `token`
     /// (checked against [`crate::fence::raise_limit`] by the caller), and so does the counter.
     /// Replies the holding's token afterwards, or null when `owner` holds nothing.
-    #[must_use]
-    pub fn raise(self, owner: &[u8], token: u64) -> Outcome<H> {
+    pub fn raise(self, owner: &[u8], token: u64) {
         let mut run = Run::new(self);
         let deciding = &mut run.deciding;
         deciding.expire_shared();
@@ -463,30 +464,27 @@ impl<H: Copy + Eq + Hash> Scope<'_, H> {
             }
             None => Reply::Null,
         };
-        run.finish()
+        run.finish();
     }
 
     /// A look at the lock: its lease timer fired, its key was deleted, expired, evicted or
     /// flushed, or a waiter left its queue. Ends shared leases that ended and hands over.
-    #[must_use]
-    pub fn look(self) -> Outcome<H> {
+    pub fn look(self) {
         let mut run = Run::new(self);
         run.deciding.expire_shared();
         if run.waiting() {
             run.hand_over();
         }
-        run.finish()
+        run.finish();
     }
 
     /// The lock's slot moved, or is moving, to another node (Redis Cluster): every waiter
     /// leaves with [`Refusal::SlotMoved`], which clients retry on the slot's new node.
-    #[must_use]
-    pub fn turn_away(self) -> Outcome<H> {
+    pub fn turn_away(self) {
         let mut run = Run::new(self);
         while run.waiting() {
             run.answer_first(Answer::Failed(Refusal::SlotMoved));
         }
-        run.deciding.out
     }
 }
 

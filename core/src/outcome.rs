@@ -8,8 +8,8 @@
 
 use smallvec::SmallVec;
 
-use crate::holders::Holder;
 use crate::lock::Mode;
+use crate::owner::Owner;
 
 /// The answer to the command behind an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,8 +118,8 @@ pub enum Step<H> {
         /// Its lease.
         lease: Lease,
     },
-    /// Replicate the end of a shared holding (`LOCK.APPLY key owner DROP`).
-    Drop(Holder),
+    /// Replicate the end of this owner's shared holding (`LOCK.APPLY key owner DROP`).
+    Drop(Owner),
     /// Replicate "the lock is free" (`DEL key`).
     Free,
     /// Publish a keyspace event.

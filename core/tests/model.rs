@@ -230,14 +230,16 @@ impl Harness {
         }
     }
 
-    fn run(&mut self, event: impl FnOnce(Scope<'_, u32>) -> Outcome<u32>) -> Outcome<u32> {
-        let outcome = event(Scope {
+    fn run(&mut self, event: impl FnOnce(Scope<'_, u32>)) -> Outcome<u32> {
+        let mut outcome = Outcome::new();
+        event(Scope {
             lock: &mut self.lock,
             waiters: &mut self.waiters,
             counter: &mut self.counter,
             db: DB,
             key: KEY,
             now_ms: u64::try_from(self.now).unwrap_or(0),
+            out: &mut outcome,
         });
         if let KeyLease::At(deadline) = outcome.lease {
             self.key_deadline = Some(deadline);
@@ -274,10 +276,7 @@ impl Harness {
     }
 
     /// Runs an event that hands over, and has the model hand over alike.
-    fn run_and_hand_over(
-        &mut self,
-        event: impl FnOnce(Scope<'_, u32>) -> Outcome<u32>,
-    ) -> Outcome<u32> {
+    fn run_and_hand_over(&mut self, event: impl FnOnce(Scope<'_, u32>)) -> Outcome<u32> {
         self.model.expire_shared(self.now);
         let outcome = self.run(event);
         let mut answers = Self::answers(&outcome);
