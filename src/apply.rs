@@ -4,7 +4,8 @@
 
 use leasehold_core::lock::{Holding, Mode};
 use leasehold_core::machine::{self, Applied};
-use leasehold_core::outcome::KeyLease;
+use leasehold_core::outcome::{KeyLease, Lease};
+use leasehold_core::packed;
 use redis_module::{
     Context, ContextFlags, NextArg, RedisError, RedisResult, RedisString, RedisValue,
 };
@@ -12,10 +13,11 @@ use redis_module::{
 use crate::key::LockKey;
 use crate::state;
 
-/// `LOCK.APPLY key owner token holds [[PXAT] deadline-ms] [SHARED limit]` and
-/// `LOCK.APPLY key owner DROP`: sets one holding of a lock as a master decided it, and raises
-/// the fencing counter to at least `token`. 0.1.0 wrote `PXAT` before the deadline, and no
-/// deadline for "keep the lease"; both still apply.
+/// `LOCK.APPLY key owner <packed>`, `LOCK.APPLY key owner token holds [[PXAT] deadline-ms]
+/// [SHARED limit]` and `LOCK.APPLY key owner DROP`: sets one holding of a lock as a master
+/// decided it, and raises the fencing counter to at least its token. Masters send the packed
+/// form ([`leasehold_core::packed`]); AOF rewrites write the integers, as 0.2.0 sent them;
+/// 0.1.0 wrote `PXAT` before the deadline, and no deadline for "keep the lease". All apply.
 ///
 /// Runs only from the master's replication stream or while loading the AOF; a client gets an
 /// error, so no client can make the server adopt a token of its choosing.
@@ -45,8 +47,8 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
 
-/// The effect after the key and owner: `DROP`, or `token holds [[PXAT] deadline] [SHARED
-/// limit]` (`limit` -1: none).
+/// The effect after the key and owner: `DROP`, a packed holding, or `token holds [[PXAT]
+/// deadline] [SHARED limit]` (`limit` -1: none).
 fn parse<'a>(
     owner: &'a RedisString,
     args: &mut impl Iterator<Item = RedisString>,
@@ -57,6 +59,15 @@ fn parse<'a>(
         return Ok(Applied::Dropped {
             owner: owner.as_slice(),
         });
+    }
+    if let Some((token, holds, lease)) = packed::unpack(word.as_slice()) {
+        args.done()?;
+        let (mode, deadline_ms) = match lease {
+            Lease::Until(deadline) => (Mode::Exclusive, Some(deadline)),
+            Lease::Kept => (Mode::Exclusive, None),
+            Lease::Shared { deadline_ms, limit } => (Mode::Shared(limit), Some(deadline_ms)),
+        };
+        return holds_as(owner, token, u64::from(holds), mode, deadline_ms);
     }
     let token = word.parse_unsigned_integer()?;
     let holds = args.next_u64()?;
@@ -73,6 +84,17 @@ fn parse<'a>(
             deadline_ms = Some(deadline.ok_or(RedisError::Str("ERR syntax error"))?);
         }
     }
+    holds_as(owner, token, holds, mode, deadline_ms)
+}
+
+/// `owner`'s holding as the effect describes it, checked as a loaded one is.
+fn holds_as(
+    owner: &RedisString,
+    token: u64,
+    holds: u64,
+    mode: Mode,
+    deadline_ms: Option<i64>,
+) -> Result<Applied<'_>, RedisError> {
     let holding = Holding::from_parts(owner.as_slice(), token, holds).ok_or(RedisError::Str(
         "ERR invalid owner, fencing token or hold count in LOCK.APPLY",
     ))?;

@@ -5,9 +5,10 @@
 //! compute another deadline and another token. So every write is sent as the state it left
 //! behind, one holding at a time:
 //!
-//! - `LOCK.APPLY key owner token holds deadline-ms` — `owner` holds `key` exclusively;
-//! - `LOCK.APPLY key owner token holds deadline-ms SHARED limit` — `owner` is one of its
-//!   shared holders (`limit` -1: none);
+//! - `LOCK.APPLY key owner <packed>` — `owner` holds `key`, exclusively or shared, with the
+//!   token, hold count and lease packed into one binary argument
+//!   ([`leasehold_core::packed`]; 0.2.0 sent `token holds deadline-ms [SHARED limit]` as
+//!   integers, and `LOCK.APPLY` still takes that form, which AOF rewrites also write);
 //! - `LOCK.APPLY key owner DROP` — `owner`'s shared holding ended (released, or its lease);
 //! - `DEL key` — the lock is free.
 //!
@@ -23,10 +24,10 @@
 //! which Redis shares instead of copying.
 
 use std::ffi::CStr;
-use std::os::raw::{c_char, c_int, c_longlong};
+use std::os::raw::{c_char, c_int};
 
-use leasehold_core::fence;
 use leasehold_core::outcome::{Event, Lease};
+use leasehold_core::packed;
 use redis_module::{Context, RedisString, raw};
 
 /// The internal command that carries a lock's state to replicas and the AOF.
@@ -70,35 +71,17 @@ pub fn replicate_holding(
     let Some(replicate) = (unsafe { raw::RedisModule_Replicate }) else {
         return;
     };
-    let (ctx, key, owner) = (ctx.get_raw(), key.inner, owner.inner);
-    let (token, holds) = (fence::as_integer(token), c_longlong::from(holds));
-    let apply = APPLY.as_ptr();
+    let numbers = packed::pack(token, holds, lease);
     unsafe {
-        match lease {
-            Lease::Until(deadline) => replicate(
-                ctx,
-                apply,
-                c"sslll".as_ptr(),
-                key,
-                owner,
-                token,
-                holds,
-                deadline,
-            ),
-            Lease::Kept => replicate(ctx, apply, c"ssll".as_ptr(), key, owner, token, holds),
-            Lease::Shared { deadline_ms, limit } => replicate(
-                ctx,
-                apply,
-                c"sslllcl".as_ptr(),
-                key,
-                owner,
-                token,
-                holds,
-                deadline_ms,
-                c"SHARED".as_ptr(),
-                limit.map_or(-1, c_longlong::from),
-            ),
-        };
+        replicate(
+            ctx.get_raw(),
+            APPLY.as_ptr(),
+            c"ssb".as_ptr(),
+            key.inner,
+            owner.inner,
+            numbers.as_ptr().cast::<c_char>(),
+            numbers.len(),
+        );
     }
 }
 

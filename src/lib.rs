@@ -79,7 +79,7 @@ fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
 
 redis_module! {
     name: "lock",
-    version: 2,
+    version: 3,
     allocator: (Allocator, Allocator {}),
     data_types: [LOCK_TYPE],
     // The `lock` ACL category and the commands' `@read`/`@write`/`@fast` ones (Redis 7.2+ and

@@ -283,6 +283,89 @@ fn an_rdb_written_by_0_1_0_still_loads() {
     assert!(next > old_token);
 }
 
+/// The RESP encoding of one command, as an AOF holds it.
+fn resp(args: &[&str]) -> String {
+    let mut out = format!("*{}\r\n", args.len());
+    for arg in args {
+        out.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    out
+}
+
+#[test]
+fn an_aof_with_the_effects_of_older_releases_still_replays() {
+    // Every effect form that 0.1.0 and 0.2.0 wrote, in a single-file AOF as Redis 6 and
+    // earlier kept it (which Redis 7 and later load, then turn into a multi-part AOF). This
+    // release sends holdings packed; these must still apply.
+    let mut server = Server::start(&[]);
+    server.shutdown("NOSAVE");
+    let deadline = (common::now_ms() + 600_000).to_string();
+    let base: i64 = 1_795_406_499_228_000;
+    let token = |n: i64| (base + n).to_string();
+    let aof: String = [
+        vec!["SELECT", "0"],
+        // 0.1.0: an exclusive holding with PXAT.
+        vec![
+            "LOCK.APPLY",
+            "x1",
+            "alice",
+            &token(1),
+            "2",
+            "PXAT",
+            &deadline,
+        ],
+        // 0.2.0: an exclusive holding with its deadline, and one that keeps its lease.
+        vec!["LOCK.APPLY", "x2", "bob", &token(2), "1", &deadline],
+        vec!["LOCK.APPLY", "x4", "erin", &token(6), "1"],
+        vec!["PEXPIREAT", "x4", &deadline],
+        // 0.2.0: shared holders, one of which leaves.
+        vec![
+            "LOCK.APPLY",
+            "x3",
+            "carol",
+            &token(3),
+            "1",
+            &deadline,
+            "SHARED",
+            "3",
+        ],
+        vec![
+            "LOCK.APPLY",
+            "x3",
+            "dave",
+            &token(4),
+            "1",
+            &deadline,
+            "SHARED",
+            "3",
+        ],
+        vec!["LOCK.APPLY", "x3", "carol", "DROP"],
+    ]
+    .iter()
+    .map(|command| resp(command))
+    .collect();
+    std::fs::write(server.dir().join("appendonly.aof"), aof).expect("the AOF");
+    server.restart_with(&["--appendonly", "yes"]);
+    let mut con = server.client();
+    let holding =
+        |con: &mut Connection, key| lock_info(con, key).map(|info| (info.0, info.1, info.3));
+    assert_eq!(holding(&mut con, "x1"), Some(("alice".into(), base + 1, 2)));
+    assert_eq!(holding(&mut con, "x2"), Some(("bob".into(), base + 2, 1)));
+    assert_eq!(holding(&mut con, "x4"), Some(("erin".into(), base + 6, 1)));
+    assert!(
+        lock_info(&mut con, "x4").is_some_and(|info| info.2 > 500_000),
+        "its lease"
+    );
+    let shared = common::shared_info(&mut con, "x3").expect("x3");
+    assert_eq!((shared.holders, shared.limit), (1, 3));
+    assert_eq!(
+        shared.owners.first().map(|o| (o.0.as_str(), o.1)),
+        Some(("dave", base + 4))
+    );
+    let next = acquire(&mut con, "new", "someone", 1_000, &[]).expect("granted");
+    assert!(next > base + 6, "the counter saw every token");
+}
+
 /// A `DUMP` payload of `key` with `token` replaced by `forged` and the CRC64 recomputed.
 fn payload_with_token(con: &mut Connection, key: &str, token: i64, forged: i64) -> Vec<u8> {
     let mut payload: Vec<u8> = redis::cmd("DUMP").arg(key).query(con).expect("DUMP");

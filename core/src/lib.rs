@@ -13,6 +13,7 @@
 //!   owner, deadline and token; [`heap`] orders their deadlines) and [`owner`];
 //! - [`fence`]: the fencing-token counter, and why its tokens never go back;
 //! - [`queue`]: the waiters of each lock, in arrival order;
+//! - [`packed`]: the binary form of a holding in the effects sent to replicas and the AOF;
 //! - [`machine`]: one entry point per event — the FIFO hand-over to waiters, lease ends,
 //!   promotions' effects on tokens — returning an [`outcome::Outcome`].
 
@@ -34,4 +35,5 @@ pub mod lock;
 pub mod machine;
 pub mod outcome;
 pub mod owner;
+pub mod packed;
 pub mod queue;
