@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 cargo build --workspace --all-targets
 cargo test -p leasehold-core
-cargo test --workspace --lib
+cargo test --workspace --exclude leasehold-core --lib
 cargo test --workspace --doc
 scripts/install-tests.sh
 

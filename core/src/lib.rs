@@ -17,6 +17,7 @@
 //! - [`machine`]: one entry point per event — the FIFO hand-over to waiters, lease ends,
 //!   promotions' effects on tokens — returning an [`outcome::Outcome`].
 
+#![warn(missing_docs)]
 // A panic would abort the Redis server that runs this code.
 #![cfg_attr(
     not(test),

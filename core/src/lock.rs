@@ -16,7 +16,7 @@ use crate::owner::{Owner, check_owner};
 /// An exclusive holding. Its lease is the key's expiry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holding {
-    /// The owner identifier the holder chose (1 to [`MAX_OWNER_LEN`] bytes, any bytes).
+    /// The owner identifier the holder chose (1 to [`crate::owner::MAX_OWNER_LEN`] bytes, any bytes).
     pub owner: Owner,
     /// The fencing token issued when this holding began; unchanged by renewals and re-entry.
     pub token: u64,

@@ -331,7 +331,7 @@ impl<H: Copy + Eq + Hash> Scope<'_, H> {
     /// `LOCK.ACQUIRE key owner ttl [REENTRANT] [SHARED [LIMIT n]]`: hands over to the lock's
     /// waiters first, then decides the request ([`crate::lock::acquire`]) and grants it with
     /// a new fencing token when a holding begins. [`Reply::Busy`] when it must wait; the
-    /// caller then queues it with [`Self::wait`] or answers null.
+    /// caller then queues it with [`wait`] or answers null.
     #[inline]
     pub fn acquire(self, request: &Request) {
         let mut run = Run::new(self);
