@@ -290,6 +290,55 @@ def build_before(ref=BEFORE):
     return target / "release" / "libleasehold.so"
 
 
+def before_after(binary, valkey_binary, before_module):
+    """The module against itself before the core split (BEFORE), in one run on the same
+    server binary: the same commands in alternating rounds, the hand-over rate and the shared
+    lock at 10 000 holders (the Rust benches), and callgrind's instructions per LOCK.ACQUIRE."""
+    new, old = Server(binary), Server(binary, module=before_module)
+    free = 100_000_000
+    lock = ["LOCK.ACQUIRE", "k:__rand_int__", OWNER, "30000"]
+    held_lock = ["LOCK.ACQUIRE", "k:__rand_int__", OWNER, "600000"]
+    other_lock = ["LOCK.ACQUIRE", "k:__rand_int__", "someone-else", "600000"]
+    cases = [
+        ("acquire a free lock", lock, free, None, OPS),
+        ("release (≈60% held keys)", ["LOCK.RELEASE", "k:__rand_int__", OWNER], KEYS, held_lock, KEYS),
+        ("renew a held lock", ["LOCK.RENEW", "k:__rand_int__", OWNER, "600000"], KEYS, held_lock, OPS),
+        ("acquire a lock held by another owner", lock, KEYS, other_lock, OPS),
+    ]
+    try:
+        rows = []
+        for what, command, keyspace, setup, ops in cases:
+            print(f"  {what}: now vs before", file=sys.stderr)
+            result = compare(new, command, command, keyspace, setup, setup, ops, baseline_server=old)
+            rows.append((what, result["ours"], result["baseline"], result["ratio"], result["cpu_ratio"]))
+        benches = {}
+        for name in ["contention", "shared"]:
+            print(f"  benches/{name}.rs: now and before", file=sys.stderr)
+            benches[name] = (cargo_bench(new, name), cargo_bench(old, name))
+    finally:
+        new.stop()
+        old.stop()
+    picked = []
+    for label, bench, match, column in [
+            ("hand-overs/s, {} clients (benches/contention.rs)", "contention", "LOCK.ACQUIRE WAIT", 3),
+            ("{}: leasehold /s at 10 000 holders (benches/shared.rs)", "shared", "| 10000 |", 2)]:
+        now_rows, before_rows = benches[bench]
+        for now_row, before_row in zip([r for r in now_rows if match in r], [r for r in before_rows if match in r]):
+            cells = [c.strip() for c in now_row.strip("|").split("|")]
+            before_cells = [c.strip() for c in before_row.strip("|").split("|")]
+            what = cells[0] if bench == "contention" else cells[1]
+            now_value, before_value = float(cells[column]), float(before_cells[column])
+            picked.append((label.format(what), now_value, before_value, now_value / before_value))
+    profiles = {}
+    if shutil.which("valgrind"):
+        print("  instructions per LOCK.ACQUIRE: now and before (callgrind)", file=sys.stderr)
+        for server_name, server_binary in [("Redis 7.0", binary), ("Valkey 8.1", valkey_binary)]:
+            profiles[server_name] = {
+                label: instructions(server_binary, lock, PROFILED + ["RM_Alloc", "VM_Alloc"], module=module)
+                for label, module in [("now", MODULE), ("before", before_module)]}
+    return rows, picked, profiles
+
+
 def filter_cost(with_module, without_module):
     """SET and GET on a server with the module against the same server binary without it:
     the cost of the command filter that watches for promotions on every command."""
@@ -386,6 +435,8 @@ def main():
         print("  shared locks (benches/shared.rs)", file=sys.stderr)
         shared_rows = cargo_bench(server, "shared")
         sync_rows = client_sync(servers["redis-7.0"])
+        print(f"  the module before the core split ({BEFORE})", file=sys.stderr)
+        redesign = before_after(servers["redis-7.0"], servers["valkey-8.1"], build_before())
         profiles = {}
         if shutil.which("valgrind"):
             print("  instructions per command (callgrind)", file=sys.stderr)
@@ -499,6 +550,33 @@ def main():
                     lines.append(f"| {version} | `{name}` | {mine} | {base} |")
             lines.append(f"| {version} | command without `RM_Replicate` | {handler - replicate:,.0f} | "
                          f"{theirs.get('setCommand', 0):,.0f} |")
+    redesign_rows, redesign_benches, redesign_profiles = redesign
+    lines += [
+        "",
+        f"## The core split: now against before ({BEFORE})",
+        "",
+        "The lock rules moved into `leasehold-core` and the module became a shell that carries out "
+        f"the core's decisions (issue #19). The module built from commit `{BEFORE}` (the last one "
+        f"before the split) against this one, on the same Redis {server.version} binary in one run: "
+        "the same commands in alternating rounds as above (ratio: now over before, so above 1 is "
+        "faster now), the Rust benches on both, and the instructions per `LOCK.ACQUIRE`. Every "
+        "ratio against a baseline in the tables above moves by the same factor.",
+        "",
+        "| benchmark | now ops/s | before ops/s | now / before | CPU ratio |",
+        "| --- | ---: | ---: | ---: | ---: |",
+        *[f"| {what} | {now:,.0f} | {before:,.0f} | {ratio:.2f}× | {cpu:.2f}× |"
+          for what, now, before, ratio, cpu in redesign_rows],
+        *[f"| {what} | {now:,.0f} | {before:,.0f} | {ratio:.2f}× | |"
+          for what, now, before, ratio in redesign_benches],
+    ]
+    if redesign_profiles:
+        lines += ["", "| server | function | instructions per LOCK.ACQUIRE now | before |",
+                  "| --- | --- | ---: | ---: |"]
+        for server_name, profile in redesign_profiles.items():
+            now, before = profile["now"], profile["before"]
+            for name in PROFILED + ["RM_Alloc", "VM_Alloc"]:
+                if name in now or name in before:
+                    lines.append(f"| {server_name} | `{name}` | {now.get(name, 0):,.0f} | {before.get(name, 0):,.0f} |")
     lines += [
         "",
         "## Contention on one lock",
