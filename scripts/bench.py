@@ -548,8 +548,9 @@ def main():
             "looks the replicated command up by name), where Redis's own commands propagate their argv "
             "in place. It cannot be skipped when nothing listens: it is also what counts the write for "
             "RDB `save` points and fills the backlog for replicas' partial resyncs. The effect passes "
-            "the key and owner the client sent as they are (no copies) and the deadline without a "
-            "keyword; on Valkey the module skips the command lookup (`SKIP_COMMAND_VALIDATION`).",
+            "the key and owner the client sent as they are (no copies) and the holding's numbers "
+            "packed into one binary argument (`core/src/packed.rs`); on Valkey the module skips "
+            "the command lookup (`SKIP_COMMAND_VALIDATION`).",
             "",
             "| server | function | instructions per LOCK.ACQUIRE | per SET NX PX |",
             "| --- | --- | ---: | ---: |",
