@@ -32,6 +32,16 @@ OPS = 1_000_000
 KEYS = 300_000  # keyspace of the benchmarks that need held locks
 OWNER = "8d3c2f4e-1b2a-4c5d-9e8f-0a1b2c3d4e5f:1"  # a UUID and a thread id, as Redisson's
 
+# The commands the throughput rounds run (and set up with): locks on random keys.
+FREE = 100_000_000  # a keyspace so large that nearly every key is free
+ACQUIRE = ["LOCK.ACQUIRE", "k:__rand_int__", OWNER, "30000"]
+HELD_LOCK = ["LOCK.ACQUIRE", "k:__rand_int__", OWNER, "600000"]
+HELD_STRING = ["SET", "k:__rand_int__", OWNER, "PX", "600000"]
+RELEASE = ["LOCK.RELEASE", "k:__rand_int__", OWNER]
+RENEW = ["LOCK.RENEW", "k:__rand_int__", OWNER, "600000"]
+OTHER_LOCK = ["LOCK.ACQUIRE", "k:__rand_int__", "someone-else", "600000"]
+OTHER_STRING = ["SET", "k:__rand_int__", "someone-else", "PX", "600000"]
+
 # redis-py's Lock.release (LUA_RELEASE_SCRIPT): delete only when the token matches.
 PY_RELEASE = """local token = redis.call('get', KEYS[1])
 if not token or token ~= ARGV[1] then return 0 end
@@ -170,34 +180,26 @@ def throughput(server, valkey):
     sha = {name: server.cli("SCRIPT", "LOAD", script) for name, script in
            [("release", PY_RELEASE), ("extend", PY_EXTEND), ("rlock", REDISSON_LOCK),
             ("fenced", REDISSON_FENCED)]}
-    free = 100_000_000  # so large that nearly every key is free
-    lock = ["LOCK.ACQUIRE", "k:__rand_int__", OWNER, "30000"]
-    held_lock = ["LOCK.ACQUIRE", "k:__rand_int__", OWNER, "600000"]
-    held_string = ["SET", "k:__rand_int__", OWNER, "PX", "600000"]
-    release = ["LOCK.RELEASE", "k:__rand_int__", OWNER]
-    renew = ["LOCK.RENEW", "k:__rand_int__", OWNER, "600000"]
-    other_lock = ["LOCK.ACQUIRE", "k:__rand_int__", "someone-else", "600000"]
-    other_string = ["SET", "k:__rand_int__", "someone-else", "PX", "600000"]
     cases = [
-        ("acquire a free lock", server, lock, "SET NX PX",
-         ["SET", "k:__rand_int__", OWNER, "NX", "PX", "30000"], free, None, None, OPS, 0.9),
-        (f"acquire a free lock (Valkey {valkey.version})", valkey, lock, "SET NX PX (Valkey)",
-         ["SET", "k:__rand_int__", OWNER, "NX", "PX", "30000"], free, None, None, OPS, 0.9),
-        ("acquire a free lock", server, lock, "Redisson RLock script (EVALSHA)",
-         ["EVALSHA", sha["rlock"], "1", "k:__rand_int__", "30000", OWNER], free, None, None, OPS, None),
-        ("fenced acquire (token included)", server, lock, "Redisson RFencedLock script (EVALSHA)",
+        ("acquire a free lock", server, ACQUIRE, "SET NX PX",
+         ["SET", "k:__rand_int__", OWNER, "NX", "PX", "30000"], FREE, None, None, OPS, 0.9),
+        (f"acquire a free lock (Valkey {valkey.version})", valkey, ACQUIRE, "SET NX PX (Valkey)",
+         ["SET", "k:__rand_int__", OWNER, "NX", "PX", "30000"], FREE, None, None, OPS, 0.9),
+        ("acquire a free lock", server, ACQUIRE, "Redisson RLock script (EVALSHA)",
+         ["EVALSHA", sha["rlock"], "1", "k:__rand_int__", "30000", OWNER], FREE, None, None, OPS, None),
+        ("fenced acquire (token included)", server, ACQUIRE, "Redisson RFencedLock script (EVALSHA)",
          ["EVALSHA", sha["fenced"], "2", "k:__rand_int__", "t:__rand_int__", "30000", OWNER],
-         free, None, None, OPS, 2.0),
-        ("release (≈60% held keys)", server, release, "redis-py release script (EVALSHA)",
-         ["EVALSHA", sha["release"], "1", "k:__rand_int__", OWNER], KEYS, held_lock, held_string, KEYS, 1.3),
-        ("release (≈60% held keys)", server, release, "DEL (no owner check)",
-         ["DEL", "k:__rand_int__"], KEYS, held_lock, held_string, KEYS, None),
-        ("renew a held lock", server, renew, "redis-py extend script (EVALSHA)",
-         ["EVALSHA", sha["extend"], "1", "k:__rand_int__", OWNER, "600000"], KEYS, held_lock, held_string, OPS, 1.3),
-        ("acquire a lock held by another owner", server, lock, "SET NX PX on a held key",
-         ["SET", "k:__rand_int__", OWNER, "NX", "PX", "30000"], KEYS, other_lock, other_string, OPS, None),
-        (f"renew a held lock (Valkey {valkey.version})", valkey, renew, "SET IFEQ PX (Valkey)",
-         ["SET", "k:__rand_int__", OWNER, "IFEQ", OWNER, "PX", "600000"], KEYS, held_lock, held_string, OPS, None),
+         FREE, None, None, OPS, 2.0),
+        ("release (≈60% held keys)", server, RELEASE, "redis-py release script (EVALSHA)",
+         ["EVALSHA", sha["release"], "1", "k:__rand_int__", OWNER], KEYS, HELD_LOCK, HELD_STRING, KEYS, 1.3),
+        ("release (≈60% held keys)", server, RELEASE, "DEL (no owner check)",
+         ["DEL", "k:__rand_int__"], KEYS, HELD_LOCK, HELD_STRING, KEYS, None),
+        ("renew a held lock", server, RENEW, "redis-py extend script (EVALSHA)",
+         ["EVALSHA", sha["extend"], "1", "k:__rand_int__", OWNER, "600000"], KEYS, HELD_LOCK, HELD_STRING, OPS, 1.3),
+        ("acquire a lock held by another owner", server, ACQUIRE, "SET NX PX on a held key",
+         ["SET", "k:__rand_int__", OWNER, "NX", "PX", "30000"], KEYS, OTHER_LOCK, OTHER_STRING, OPS, None),
+        (f"renew a held lock (Valkey {valkey.version})", valkey, RENEW, "SET IFEQ PX (Valkey)",
+         ["SET", "k:__rand_int__", OWNER, "IFEQ", OWNER, "PX", "600000"], KEYS, HELD_LOCK, HELD_STRING, OPS, None),
     ]
     rows = []
     for what, target_server, ours, name, baseline, keyspace, ours_setup, baseline_setup, ops, goal in cases:
@@ -310,15 +312,11 @@ def before_after(binary, valkey_binary, before_module):
     server binary: the same commands in alternating rounds, the hand-over rate and the shared
     lock at 10 000 holders (the Rust benches), and callgrind's instructions per LOCK.ACQUIRE."""
     new, old = Server(binary), Server(binary, module=before_module)
-    free = 100_000_000
-    lock = ["LOCK.ACQUIRE", "k:__rand_int__", OWNER, "30000"]
-    held_lock = ["LOCK.ACQUIRE", "k:__rand_int__", OWNER, "600000"]
-    other_lock = ["LOCK.ACQUIRE", "k:__rand_int__", "someone-else", "600000"]
     cases = [
-        ("acquire a free lock", lock, free, None, OPS),
-        ("release (≈60% held keys)", ["LOCK.RELEASE", "k:__rand_int__", OWNER], KEYS, held_lock, KEYS),
-        ("renew a held lock", ["LOCK.RENEW", "k:__rand_int__", OWNER, "600000"], KEYS, held_lock, OPS),
-        ("acquire a lock held by another owner", lock, KEYS, other_lock, OPS),
+        ("acquire a free lock", ACQUIRE, FREE, None, OPS),
+        ("release (≈60% held keys)", RELEASE, KEYS, HELD_LOCK, KEYS),
+        ("renew a held lock", RENEW, KEYS, HELD_LOCK, OPS),
+        ("acquire a lock held by another owner", ACQUIRE, KEYS, OTHER_LOCK, OPS),
     ]
     try:
         rows = []
@@ -349,7 +347,7 @@ def before_after(binary, valkey_binary, before_module):
         print("  instructions per LOCK.ACQUIRE: now and before (callgrind)", file=sys.stderr)
         for server_name, server_binary in [("Redis 7.0", binary), ("Valkey 8.1", valkey_binary)]:
             profiles[server_name] = {
-                label: instructions(server_binary, lock, PROFILED + ["RM_Alloc", "VM_Alloc"], module=module)
+                label: instructions(server_binary, ACQUIRE, PROFILED + ["RM_Alloc", "VM_Alloc"], module=module)
                 for label, module in [("now", MODULE), ("before", before_module)]}
     return rows, picked, profiles
 
@@ -457,7 +455,7 @@ def main():
             print("  instructions per command (callgrind)", file=sys.stderr)
             for name, version in [("redis-7.0", f"Redis {server.version}"), ("valkey-8.1", f"Valkey {valkey.version}")]:
                 profiles[version] = {
-                    "LOCK.ACQUIRE": instructions(servers[name], ["LOCK.ACQUIRE", "k:__rand_int__", OWNER, "30000"]),
+                    "LOCK.ACQUIRE": instructions(servers[name], ACQUIRE),
                     "SET NX PX": instructions(servers[name], ["SET", "k:__rand_int__", OWNER, "NX", "PX", "30000"]),
                 }
             filter_profile = {" ".join(command): instructions(servers["redis-7.0"], command, FILTER_PROFILED)

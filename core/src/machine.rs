@@ -112,7 +112,7 @@ impl<H> Deciding<'_, H> {
             self.out.steps.push(Step::Notify(Event::Expire));
             self.out.counts.expired_leases += 1;
         }
-        self.lease_changed();
+        self.set_lease(None);
     }
 
     /// After the holdings changed: the key's lease is the exclusive `deadline_ms` or the last
@@ -130,10 +130,6 @@ impl<H> Deciding<'_, H> {
                 .map_or(self.out.lease, KeyLease::At),
             None => KeyLease::Kept,
         };
-    }
-
-    fn lease_changed(&mut self) {
-        self.set_lease(None);
     }
 
     /// Decides `owner`'s request and, when it is granted, carries it out on the lock.
@@ -244,7 +240,7 @@ impl<'a, H: Copy + Eq + Hash> Run<'a, H> {
     }
 
     fn waiting(&self) -> bool {
-        self.waiters.total() > 0 && self.waiters.count(self.db, self.key) > 0
+        self.waiters.count(self.db, self.key) > 0
     }
 
     /// Grants the first waiters while they can be granted.
@@ -336,9 +332,7 @@ impl<H: Copy + Eq + Hash> Scope<'_, H> {
     pub fn acquire(self, request: &Request) {
         let mut run = Run::new(self);
         run.deciding.expire_shared();
-        if run.waiting() {
-            run.hand_over();
-        }
+        run.hand_over();
         let queued = run.waiting();
         let Request {
             owner,
@@ -365,7 +359,7 @@ impl<H: Copy + Eq + Hash> Scope<'_, H> {
                 Reply::Refused(refusal)
             }
         };
-        if matches!(run.deciding.out.reply, Reply::Token(_)) && run.waiting() {
+        if matches!(run.deciding.out.reply, Reply::Token(_)) {
             // A writer that downgraded lets the readers queued first join it.
             run.hand_over();
         }
@@ -393,7 +387,7 @@ impl<H: Copy + Eq + Hash> Scope<'_, H> {
                 if let Some(holder) = deciding.lock.as_mut().and_then(|l| l.remove_holder(owner)) {
                     deciding.out.steps.push(Step::Drop(holder.owner));
                 }
-                deciding.lease_changed();
+                deciding.set_lease(None);
                 1
             }
             Release::Decremented { holds } => {
@@ -415,7 +409,7 @@ impl<H: Copy + Eq + Hash> Scope<'_, H> {
             deciding.out.steps.push(Step::Notify(Event::Release));
             deciding.out.counts.releases += 1;
         }
-        if matches!(decision, Release::Freed | Release::Left) && run.waiting() {
+        if matches!(decision, Release::Freed | Release::Left) {
             run.hand_over();
         }
         run.finish();
@@ -472,9 +466,7 @@ impl<H: Copy + Eq + Hash> Scope<'_, H> {
     pub fn look(self) {
         let mut run = Run::new(self);
         run.deciding.expire_shared();
-        if run.waiting() {
-            run.hand_over();
-        }
+        run.hand_over();
         run.finish();
     }
 

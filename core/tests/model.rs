@@ -123,17 +123,10 @@ impl Model {
                     holds: 1,
                     deadline,
                 });
-                self.shared = match mode {
-                    Mode::Exclusive => None,
-                    Mode::Shared(limit) => Some(limit),
-                };
+                self.shared = shared_under(mode);
             }
             Expect::Again | Expect::Downgrade => {
-                let shared = match mode {
-                    Mode::Exclusive => None,
-                    Mode::Shared(limit) => Some(limit),
-                };
-                self.shared = shared;
+                self.shared = shared_under(mode);
                 let held = self
                     .held
                     .iter_mut()
@@ -199,6 +192,14 @@ impl Model {
     /// The key's lease as the model sees it.
     fn key_deadline(&self) -> Option<i64> {
         self.held.iter().map(|held| held.deadline).max()
+    }
+}
+
+/// What [`Model::shared`] is for a lock held in `mode`.
+fn shared_under(mode: Mode) -> Option<Option<u32>> {
+    match mode {
+        Mode::Exclusive => None,
+        Mode::Shared(limit) => Some(limit),
     }
 }
 
