@@ -28,6 +28,10 @@ use crate::outcome::{
 };
 use crate::queue::{Waiter, Waiters};
 
+mod set;
+
+pub use set::{Member, Set};
+
 /// What `LOCK.ACQUIRE` asks for.
 #[derive(Debug, Clone, Copy)]
 pub struct Request<'a> {
@@ -221,6 +225,8 @@ struct Run<'a, H> {
     waiters: &'a mut Waiters<H>,
     db: i32,
     key: &'a [u8],
+    /// The set whose look this is: not reported as ready again.
+    looking_at: Option<H>,
 }
 
 impl<'a, H: Copy + Eq + Hash> Run<'a, H> {
@@ -236,6 +242,7 @@ impl<'a, H: Copy + Eq + Hash> Run<'a, H> {
             waiters: scope.waiters,
             db: scope.db,
             key: scope.key,
+            looking_at: None,
         }
     }
 
@@ -243,10 +250,19 @@ impl<'a, H: Copy + Eq + Hash> Run<'a, H> {
         self.waiters.count(self.db, self.key) > 0
     }
 
-    /// Grants the first waiters while they can be granted.
+    /// Grants the first waiters while they can be granted. A set waiter is granted only with
+    /// all its keys ([`Set::look`]): the hand-over stops at it, and reports it ready when this
+    /// lock is free for it.
     fn hand_over(&mut self) {
         let now_ms = self.deciding.now_ms;
         while let Some(first) = self.waiters.first(self.db, self.key) {
+            if first.set {
+                let ready = free_for(self.deciding.lock.as_ref(), &first.owner);
+                if ready && self.looking_at != Some(first.handle) {
+                    self.deciding.out.ready_set = Some(first.handle);
+                }
+                return;
+            }
             let Some(deadline) = lease_deadline(now_ms, first.ttl_ms) else {
                 self.answer_first(Answer::Failed(Refusal::InvalidExpire));
                 continue;
@@ -302,11 +318,88 @@ impl<'a, H: Copy + Eq + Hash> Run<'a, H> {
 
     /// Ends the outcome: when to look at the lock next.
     #[inline]
-    fn finish(self) {
+    fn finish(&mut self) {
         let waiting = self.waiting();
         let next = check_in(self.deciding.lock.as_ref(), waiting);
         let out = &mut *self.deciding.out;
         out.next = out.next.min(next);
+    }
+}
+
+impl<H: Copy + Eq + Hash> Run<'_, H> {
+    /// [`Scope::release`], without its end.
+    fn release(&mut self, owner: &[u8]) {
+        let deciding = &mut self.deciding;
+        deciding.expire_shared();
+        let decision = lock::release(deciding.lock.as_ref(), owner);
+        deciding.out.reply = Reply::Integer(match decision {
+            Release::Missing => 0,
+            Release::HeldByOther => -1,
+            Release::Freed => {
+                *deciding.lock = None;
+                deciding.out.lease = KeyLease::Kept;
+                deciding.out.steps.push(Step::Free);
+                1
+            }
+            Release::Left => {
+                if let Some(holder) = deciding.lock.as_mut().and_then(|l| l.remove_holder(owner)) {
+                    deciding.out.steps.push(Step::Drop(holder.owner));
+                }
+                deciding.set_lease(None);
+                1
+            }
+            Release::Decremented { holds } => {
+                if let Some(lock) = deciding.lock.as_mut() {
+                    lock.set_holds(owner, holds, None);
+                }
+                if let Some((token, holds, lease)) = deciding.holding(owner, None) {
+                    deciding.out.steps.push(Step::Hold {
+                        owner: Party::Caller,
+                        token,
+                        holds,
+                        lease,
+                    });
+                }
+                1
+            }
+        });
+        if deciding.out.reply == Reply::Integer(1) {
+            deciding.out.steps.push(Step::Notify(Event::Release));
+            deciding.out.counts.releases += 1;
+        }
+        if matches!(decision, Release::Freed | Release::Left) {
+            self.hand_over();
+        }
+    }
+
+    /// [`Scope::renew`], without its end.
+    fn renew(&mut self, owner: &[u8], deadline_ms: i64) {
+        let deciding = &mut self.deciding;
+        deciding.expire_shared();
+        let decision = lock::renew(deciding.lock.as_ref(), owner);
+        deciding.out.reply = Reply::Integer(match decision {
+            Renew::Missing => 0,
+            Renew::HeldByOther => -1,
+            Renew::Renewed => {
+                if let Some(lock) = deciding.lock.as_mut() {
+                    let holds = lock.holds_of(owner).unwrap_or(1);
+                    lock.set_holds(owner, holds, Some(deadline_ms));
+                }
+                deciding.set_lease(Some(deadline_ms));
+                deciding.wrote(Party::Caller, owner, Some(deadline_ms), Event::Renew);
+                deciding.out.counts.renewals += 1;
+                1
+            }
+        });
+    }
+}
+
+/// Whether a set's `owner` can take `lock` now: it is free, or held exclusively by `owner`.
+fn free_for(lock: Option<&Lock>, owner: &[u8]) -> bool {
+    match lock {
+        None => true,
+        Some(Lock::Exclusive(holding)) => *holding.owner == *owner,
+        Some(Lock::Shared(_)) => false,
     }
 }
 
@@ -371,47 +464,7 @@ impl<H: Copy + Eq + Hash> Scope<'_, H> {
     /// Replies 1 released, 0 no lock, -1 held by another.
     pub fn release(self, owner: &[u8]) {
         let mut run = Run::new(self);
-        let deciding = &mut run.deciding;
-        deciding.expire_shared();
-        let decision = lock::release(deciding.lock.as_ref(), owner);
-        deciding.out.reply = Reply::Integer(match decision {
-            Release::Missing => 0,
-            Release::HeldByOther => -1,
-            Release::Freed => {
-                *deciding.lock = None;
-                deciding.out.lease = KeyLease::Kept;
-                deciding.out.steps.push(Step::Free);
-                1
-            }
-            Release::Left => {
-                if let Some(holder) = deciding.lock.as_mut().and_then(|l| l.remove_holder(owner)) {
-                    deciding.out.steps.push(Step::Drop(holder.owner));
-                }
-                deciding.set_lease(None);
-                1
-            }
-            Release::Decremented { holds } => {
-                if let Some(lock) = deciding.lock.as_mut() {
-                    lock.set_holds(owner, holds, None);
-                }
-                if let Some((token, holds, lease)) = deciding.holding(owner, None) {
-                    deciding.out.steps.push(Step::Hold {
-                        owner: Party::Caller,
-                        token,
-                        holds,
-                        lease,
-                    });
-                }
-                1
-            }
-        });
-        if deciding.out.reply == Reply::Integer(1) {
-            deciding.out.steps.push(Step::Notify(Event::Release));
-            deciding.out.counts.releases += 1;
-        }
-        if matches!(decision, Release::Freed | Release::Left) {
-            run.hand_over();
-        }
+        run.release(owner);
         run.finish();
     }
 
@@ -419,23 +472,7 @@ impl<H: Copy + Eq + Hash> Scope<'_, H> {
     /// ended is not brought back. Replies 1 renewed, 0 no lock, -1 held by another.
     pub fn renew(self, owner: &[u8], deadline_ms: i64) {
         let mut run = Run::new(self);
-        let deciding = &mut run.deciding;
-        deciding.expire_shared();
-        let decision = lock::renew(deciding.lock.as_ref(), owner);
-        deciding.out.reply = Reply::Integer(match decision {
-            Renew::Missing => 0,
-            Renew::HeldByOther => -1,
-            Renew::Renewed => {
-                if let Some(lock) = deciding.lock.as_mut() {
-                    let holds = lock.holds_of(owner).unwrap_or(1);
-                    lock.set_holds(owner, holds, Some(deadline_ms));
-                }
-                deciding.set_lease(Some(deadline_ms));
-                deciding.wrote(Party::Caller, owner, Some(deadline_ms), Event::Renew);
-                deciding.out.counts.renewals += 1;
-                1
-            }
-        });
+        run.renew(owner, deadline_ms);
         run.finish();
     }
 
@@ -490,7 +527,7 @@ pub fn wait<H: Copy + Eq + Hash>(
     key: &[u8],
     waiter: Waiter<H>,
 ) -> Next {
-    waiters.push(db, key, waiter);
+    waiters.push(db, [key], waiter);
     check_in(lock, true)
 }
 

@@ -27,6 +27,9 @@ pub enum Reply {
     Busy,
     /// An error; nothing changed for the caller.
     Refused(Refusal),
+    /// A set was granted (`LOCK.MACQUIRE`): each key's token is the reply in its member's
+    /// outcome ([`crate::machine::Member`]).
+    Tokens,
 }
 
 /// Why a request was refused with an error.
@@ -54,10 +57,13 @@ pub enum Refusal {
 }
 
 /// The answer a waiter gets when it leaves its queue other than by timing out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
     /// It holds the lock now, with this fencing token.
     Granted(u64),
+    /// It holds every lock of its set now, with these fencing tokens, in the order it named
+    /// the keys.
+    GrantedSet(Box<[u64]>),
     /// Null: it asked for the lock exclusively while it held it shared with others.
     Null,
     /// An error reply.
@@ -143,6 +149,9 @@ pub struct Counts {
     pub handovers: u32,
     /// Shared holders whose lease ended.
     pub expired_leases: u32,
+    /// Sets granted (`LOCK.MACQUIRE`) with a new token; each also counts once in
+    /// `acquisitions`.
+    pub multi_acquisitions: u32,
 }
 
 /// When the lock needs a look again.
@@ -193,6 +202,9 @@ pub struct Outcome<H> {
     pub counts: Counts,
     /// When to look at the lock again.
     pub next: Next,
+    /// A set waiter heads the lock's queue and the lock is free for it: the set needs a look
+    /// ([`crate::machine::Set::look`]) as soon as may be.
+    pub ready_set: Option<H>,
 }
 
 impl<H> Outcome<H> {
@@ -205,6 +217,7 @@ impl<H> Outcome<H> {
             lease: KeyLease::Kept,
             counts: Counts::default(),
             next: Next::Never,
+            ready_set: None,
         }
     }
 }

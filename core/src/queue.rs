@@ -1,6 +1,12 @@
 //! The waiters' queues: per lock — a key name in one database — the requests waiting for it
-//! (`LOCK.ACQUIRE ... WAIT`), in arrival order, exclusive and shared ones in one queue. Each is
-//! known by an id the shell gives it (`H`: the module uses the blocked client's handle).
+//! (`LOCK.ACQUIRE ... WAIT`, `LOCK.MACQUIRE ... WAIT`), in arrival order, exclusive and shared
+//! ones in one queue. Each is known by an id the shell gives it (`H`: the module uses the
+//! blocked client's handle).
+//!
+//! A request for several locks at once (a set, `LOCK.MACQUIRE`) takes its place in the queue
+//! of each of its keys under its one id, in the same step. So every queue keeps one arrival
+//! order across all of them: the earliest waiter of all heads each of its queues, which is why
+//! sets waiting for overlapping keys in any order never deadlock.
 //!
 //! The module keeps its own queues instead of Redis's key-blocking API
 //! (`RedisModule_BlockClientOnKeys`): Redis 7.0 lacks the flags that wake clients on `DEL`, and
@@ -11,9 +17,11 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 
+use smallvec::SmallVec;
+
 use crate::lock::Mode;
 
-/// A client waiting for a lock, and what it asked for.
+/// A client waiting for a lock (or a set of locks), and what it asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Waiter<H> {
     /// The blocked client.
@@ -26,16 +34,30 @@ pub struct Waiter<H> {
     pub mode: Mode,
     /// Whether it asked `REENTRANT`.
     pub reentrant: bool,
+    /// Whether it waits for a set (`LOCK.MACQUIRE`): granted all its keys in one step, or
+    /// none ([`crate::machine::Set`]).
+    pub set: bool,
 }
 
-/// One database's queues of waiters, by key name.
-type Queues<H> = HashMap<Box<[u8]>, VecDeque<Waiter<H>>>;
+/// The key names a waiter queues for: one, or a set's.
+pub type Keys = SmallVec<[Box<[u8]>; 1]>;
+
+/// Where a waiter queues, and its request.
+#[derive(Debug)]
+struct Place<H> {
+    db: i32,
+    keys: Keys,
+    waiter: Waiter<H>,
+}
+
+/// One database's queues of waiters' ids, by key name.
+type Queues<H> = HashMap<Box<[u8]>, VecDeque<H>>;
 
 /// Every lock's queue of waiters, by database and key name. `H` identifies a blocked client.
 #[derive(Debug)]
 pub struct Waiters<H> {
     queues: HashMap<i32, Queues<H>>,
-    places: HashMap<H, (i32, Box<[u8]>)>,
+    places: HashMap<H, Place<H>>,
 }
 
 impl<H: Copy + Eq + Hash> Waiters<H> {
@@ -48,40 +70,75 @@ impl<H: Copy + Eq + Hash> Waiters<H> {
         }
     }
 
-    /// Queues `waiter` last for the lock `key` of database `db`.
-    pub fn push(&mut self, db: i32, key: &[u8], waiter: Waiter<H>) {
-        self.places.insert(waiter.handle, (db, key.into()));
-        self.queues
-            .entry(db)
-            .or_default()
-            .entry(key.into())
-            .or_default()
-            .push_back(waiter);
+    /// Queues `waiter` last for each of the locks `keys` of database `db` (one key, or a set's
+    /// distinct keys), all in this one step.
+    pub fn push<K: AsRef<[u8]>>(
+        &mut self,
+        db: i32,
+        keys: impl IntoIterator<Item = K>,
+        waiter: Waiter<H>,
+    ) {
+        let keys: Keys = keys.into_iter().map(|key| key.as_ref().into()).collect();
+        let queues = self.queues.entry(db).or_default();
+        for key in &keys {
+            queues
+                .entry(key.clone())
+                .or_default()
+                .push_back(waiter.handle);
+        }
+        self.places
+            .insert(waiter.handle, Place { db, keys, waiter });
     }
 
     /// The first waiter for `key` of `db`, left in its place.
     #[must_use]
     pub fn first(&self, db: i32, key: &[u8]) -> Option<&Waiter<H>> {
-        self.queue_of(db, key)?.front()
+        let handle = self.queue_of(db, key)?.front()?;
+        self.places.get(handle).map(|place| &place.waiter)
     }
 
-    /// Takes the first waiter for `key` of `db` off its queue.
+    /// Takes the first waiter for `key` of `db` off its queue (a set's off all of its
+    /// queues).
     pub fn pop(&mut self, db: i32, key: &[u8]) -> Option<Waiter<H>> {
-        let waiter = self.queue(db, key)?.pop_front()?;
-        self.places.remove(&waiter.handle);
-        self.forget_if_empty(db, key);
-        Some(waiter)
+        let handle = *self.queue_of(db, key)?.front()?;
+        self.remove(handle).map(|(waiter, _)| waiter)
     }
 
-    /// Removes the waiter `handle` wherever it queues (it timed out, disconnected or was
-    /// unblocked); the lock it waited for, if it was queued.
-    pub fn remove(&mut self, handle: H) -> Option<(i32, Box<[u8]>)> {
-        let (db, key) = self.places.remove(&handle)?;
-        if let Some(queue) = self.queue(db, &key) {
-            queue.retain(|waiter| waiter.handle != handle);
+    /// Removes the waiter `handle` wherever it queues (it was granted, timed out, disconnected
+    /// or was unblocked): its request, and the database and keys it waited for.
+    pub fn remove(&mut self, handle: H) -> Option<(Waiter<H>, (i32, Keys))> {
+        let Place { db, keys, waiter } = self.places.remove(&handle)?;
+        for key in &keys {
+            if let Some(queue) = self.queue(db, key) {
+                if queue.front() == Some(&handle) {
+                    queue.pop_front();
+                } else {
+                    queue.retain(|queued| *queued != handle);
+                }
+            }
+            self.forget_if_empty(db, key);
         }
-        self.forget_if_empty(db, &key);
-        Some((db, key))
+        Some((waiter, (db, keys)))
+    }
+
+    /// The database and keys the waiter `handle` queues for, if it queues.
+    #[must_use]
+    pub fn place_of(&self, handle: H) -> Option<(i32, &[Box<[u8]>])> {
+        self.places
+            .get(&handle)
+            .map(|place| (place.db, place.keys.as_slice()))
+    }
+
+    /// Whether the waiter `handle` is first in the queue of every key it waits for.
+    #[must_use]
+    pub fn heads_all(&self, handle: H) -> bool {
+        self.places.get(&handle).is_some_and(|place| {
+            place.keys.iter().all(|key| {
+                self.queue_of(place.db, key)
+                    .and_then(VecDeque::front)
+                    .is_some_and(|first| *first == handle)
+            })
+        })
     }
 
     /// How many clients wait for `key` of `db`.
@@ -105,14 +162,14 @@ impl<H: Copy + Eq + Hash> Waiters<H> {
 
     /// The queue of `key` of `db`. Without a lookup when nobody waits for any lock, as on
     /// every command of a server whose clients do not wait.
-    fn queue_of(&self, db: i32, key: &[u8]) -> Option<&VecDeque<Waiter<H>>> {
+    fn queue_of(&self, db: i32, key: &[u8]) -> Option<&VecDeque<H>> {
         if self.places.is_empty() {
             return None;
         }
         self.queues.get(&db)?.get(key)
     }
 
-    fn queue(&mut self, db: i32, key: &[u8]) -> Option<&mut VecDeque<Waiter<H>>> {
+    fn queue(&mut self, db: i32, key: &[u8]) -> Option<&mut VecDeque<H>> {
         self.queues.get_mut(&db)?.get_mut(key)
     }
 
@@ -146,15 +203,16 @@ mod tests {
             ttl_ms: 1_000,
             mode: Mode::Exclusive,
             reentrant: false,
+            set: false,
         }
     }
 
     #[test]
     fn waiters_are_served_in_arrival_order_per_key() {
         let mut waiters = Waiters::new();
-        waiters.push(0, b"a", waiter(1));
-        waiters.push(0, b"b", waiter(2));
-        waiters.push(0, b"a", waiter(3));
+        waiters.push(0, [b"a"], waiter(1));
+        waiters.push(0, [b"b"], waiter(2));
+        waiters.push(0, [b"a"], waiter(3));
         assert_eq!(
             (
                 waiters.count(0, b"a"),
@@ -172,8 +230,8 @@ mod tests {
     #[test]
     fn the_same_name_in_two_databases_is_two_locks() {
         let mut waiters = Waiters::new();
-        waiters.push(0, b"a", waiter(1));
-        waiters.push(3, b"a", waiter(2));
+        waiters.push(0, [b"a"], waiter(1));
+        waiters.push(3, [b"a"], waiter(2));
         assert_eq!((waiters.count(0, b"a"), waiters.count(3, b"a")), (1, 1));
         assert_eq!(waiters.pop(3, b"a").map(|w| w.handle), Some(2));
         assert_eq!(waiters.pop(3, b"a"), None);
@@ -184,10 +242,14 @@ mod tests {
     fn a_removed_waiter_is_never_served() {
         let mut waiters = Waiters::new();
         for handle in 1..=3 {
-            waiters.push(0, b"a", waiter(handle));
+            waiters.push(0, [b"a"], waiter(handle));
         }
-        assert_eq!(waiters.remove(2), Some((0, b"a".as_slice().into())));
-        assert_eq!(waiters.remove(2), None, "removing twice is harmless");
+        let (waiter, (db, keys)) = waiters.remove(2).expect("queued");
+        assert_eq!(
+            (waiter.handle, db, keys.as_slice()),
+            (2, 0, [b"a".as_slice().into()].as_slice())
+        );
+        assert!(waiters.remove(2).is_none(), "removing twice is harmless");
         assert_eq!(waiters.pop(0, b"a").map(|w| w.handle), Some(1));
         assert_eq!(waiters.pop(0, b"a").map(|w| w.handle), Some(3));
         assert_eq!(waiters.total(), 0);
@@ -196,11 +258,50 @@ mod tests {
     #[test]
     fn empty_queues_leave_nothing_behind() {
         let mut waiters = Waiters::new();
-        waiters.push(2, b"a", waiter(1));
+        waiters.push(2, [b"a"], waiter(1));
         waiters.remove(1);
         assert_eq!(waiters.keys().count(), 0);
         assert!(waiters.queues.is_empty());
         assert_eq!(waiters.count(2, b"a"), 0);
-        assert_eq!(waiters.remove(9), None, "an unknown waiter");
+        assert!(waiters.remove(9).is_none(), "an unknown waiter");
+    }
+
+    #[test]
+    fn a_set_queues_for_each_of_its_keys_in_one_arrival_order() {
+        let mut waiters = Waiters::new();
+        waiters.push(0, [b"b"], waiter(1));
+        waiters.push(
+            0,
+            [b"a", b"b"],
+            Waiter {
+                set: true,
+                ..waiter(2)
+            },
+        );
+        waiters.push(
+            0,
+            [b"b", b"a"],
+            Waiter {
+                set: true,
+                ..waiter(3)
+            },
+        );
+        assert_eq!(
+            (
+                waiters.count(0, b"a"),
+                waiters.count(0, b"b"),
+                waiters.total()
+            ),
+            (2, 3, 3)
+        );
+        assert!(!waiters.heads_all(2), "1 is ahead of it on b");
+        assert_eq!(waiters.pop(0, b"b").map(|w| w.handle), Some(1));
+        assert!(waiters.heads_all(2) && !waiters.heads_all(3));
+        let (set, (_, keys)) = waiters.remove(2).expect("queued");
+        assert!(set.set && keys.len() == 2);
+        assert!(waiters.heads_all(3), "taken off both of its queues");
+        assert_eq!(waiters.pop(0, b"a").map(|w| w.handle), Some(3));
+        assert_eq!((waiters.count(0, b"b"), waiters.total()), (0, 0));
+        assert!(waiters.queues.is_empty());
     }
 }

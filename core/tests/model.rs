@@ -171,7 +171,7 @@ impl Model {
                 .pop_front()
                 .unwrap_or_else(|| panic!("{head:?} should have been answered ({expect:?})"));
             assert_eq!(id, head.id, "FIFO: {head:?} is first");
-            match (expect, answer) {
+            match (expect, answer.clone()) {
                 (Expect::Null, Answer::Null) => {}
                 (Expect::LimitDiffers, Answer::Failed(Refusal::LimitDiffers { .. })) => {}
                 (_, Answer::Granted(token)) => {
@@ -270,7 +270,7 @@ impl Harness {
             .steps
             .iter()
             .filter_map(|step| match step {
-                Step::Answer(id, answer) => Some((*id, *answer)),
+                Step::Answer(id, answer) => Some((*id, answer.clone())),
                 _ => None,
             })
             .collect()
@@ -326,6 +326,7 @@ impl Harness {
                         ttl_ms: ttl,
                         mode,
                         reentrant,
+                        set: false,
                     };
                     let next =
                         machine::wait(self.lock.as_ref(), &mut self.waiters, DB, KEY, waiter);
@@ -408,7 +409,10 @@ impl Harness {
         }
         let gone = self.rng.random_range(0..self.model.queue.len());
         let queued = self.model.queue.remove(gone).expect("a waiter");
-        assert_eq!(self.waiters.remove(queued.id).map(|(db, _)| db), Some(DB));
+        assert_eq!(
+            self.waiters.remove(queued.id).map(|(_, (db, _))| db),
+            Some(DB)
+        );
         self.look();
     }
 
