@@ -68,6 +68,7 @@ unsafe extern "C" fn reply(
         .cast::<Answer>();
     let reply = match unsafe { answer.as_ref() } {
         Some(Answer::Granted(token)) => Ok(replies::token(*token)),
+        Some(Answer::GrantedSet(tokens)) => Ok(replies::tokens(tokens)),
         Some(Answer::Failed(refusal)) => Err(replies::refusal(*refusal, "lock.acquire")),
         Some(Answer::Null) | None => Ok(RedisValue::Null),
     };

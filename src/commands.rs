@@ -77,6 +77,7 @@ fn wait(ctx: &Context, key: &LockKey, parsed: &AcquireArgs, timeout_ms: i64) -> 
         ttl_ms: parsed.ttl_ms,
         mode: parsed.mode,
         reentrant: parsed.reentrant,
+        set: false,
     };
     let next = machine::wait(key.lock(), &mut state::waiters(), db, name, waiter);
     looks::look_again(ctx, key, db, name, next);
@@ -131,7 +132,7 @@ impl AcquireArgs {
 }
 
 /// The value after an option word, or `ERR syntax error` when it is missing.
-fn value_of(args: &mut impl Iterator<Item = RedisString>) -> Result<RedisString, RedisError> {
+pub fn value_of(args: &mut impl Iterator<Item = RedisString>) -> Result<RedisString, RedisError> {
     args.next().ok_or(RedisError::Str("ERR syntax error"))
 }
 
@@ -212,15 +213,16 @@ pub fn raise(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     reply_for(reply, "lock.raise")
 }
 
-/// The reply to a command from the core's [`Reply`].
+/// The reply to a command from the core's [`Reply`]; `command` names it in errors.
 ///
 /// # Errors
 /// A refusal, as a Redis error reply.
-fn reply_for(reply: Reply, command: &str) -> RedisResult {
+pub fn reply_for(reply: Reply, command: &str) -> RedisResult {
     match reply {
         Reply::Token(token) => Ok(replies::token(token)),
         Reply::Integer(n) => Ok(RedisValue::Integer(n)),
-        Reply::Null | Reply::Busy | Reply::Nothing => Ok(RedisValue::Null),
+        // A granted set's tokens are in its locks' replies, which its command replies with.
+        Reply::Null | Reply::Busy | Reply::Nothing | Reply::Tokens => Ok(RedisValue::Null),
         Reply::Refused(refusal) => Err(replies::refusal(refusal, command)),
     }
 }
@@ -315,13 +317,17 @@ fn map<const N: usize>(fields: [(&'static str, RedisValue); N]) -> RedisValue {
     )
 }
 
-fn parse_owner(owner: &RedisString) -> Result<&[u8], RedisError> {
+/// An owner argument: 1 to 256 bytes.
+///
+/// # Errors
+/// `ERR owner must be 1 to 256 bytes`.
+pub fn parse_owner(owner: &RedisString) -> Result<&[u8], RedisError> {
     check_owner(owner.as_slice()).map_err(|_| RedisError::Str("ERR owner must be 1 to 256 bytes"))
 }
 
 /// A lease in ms: an integer (checked for being positive by [`lease_deadline`]) within
 /// `lock.max-ttl-ms`.
-fn parse_ttl(ttl: &RedisString) -> Result<i64, RedisError> {
+pub fn parse_ttl(ttl: &RedisString) -> Result<i64, RedisError> {
     let ttl = ttl
         .parse_integer()
         .map_err(|_| RedisError::Str("ERR value is not an integer or out of range"))?;
@@ -345,13 +351,13 @@ fn parse_limit(limit: &RedisString) -> Result<u32, RedisError> {
 /// # Errors
 /// `ERR invalid expire time in '<command>' command` for a lease that is not positive or a
 /// deadline past the largest time Redis stores, as `SET ... PX` reports it.
-fn lease_deadline(now_ms: u64, ttl_ms: i64, command: &str) -> Result<i64, RedisError> {
+pub fn lease_deadline(now_ms: u64, ttl_ms: i64, command: &str) -> Result<i64, RedisError> {
     machine::lease_deadline(now_ms, ttl_ms)
         .ok_or_else(|| replies::refusal(Refusal::InvalidExpire, command))
 }
 
 /// A `WAIT` timeout in ms: 0 (no limit) or more, as `BLPOP` takes its timeout.
-fn parse_timeout(timeout: &RedisString) -> Result<i64, RedisError> {
+pub fn parse_timeout(timeout: &RedisString) -> Result<i64, RedisError> {
     let timeout = timeout
         .parse_integer()
         .map_err(|_| RedisError::Str("ERR timeout is not an integer or out of range"))?;
@@ -362,7 +368,7 @@ fn parse_timeout(timeout: &RedisString) -> Result<i64, RedisError> {
 }
 
 /// False inside `MULTI`, scripts, functions and `RM_Call`, where a client cannot block.
-fn can_block(ctx: &Context) -> bool {
+pub fn can_block(ctx: &Context) -> bool {
     !ctx.get_flags()
         .intersects(ContextFlags::DENY_BLOCKING | ContextFlags::MULTI | ContextFlags::LUA)
 }

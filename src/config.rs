@@ -1,6 +1,7 @@
 //! The module's configuration, set at load (`--loadmodule path max-ttl-ms 60000`), in
 //! `redis.conf` (`lock.max-ttl-ms 60000`) or with `CONFIG SET lock.max-ttl-ms 60000`, and read
-//! with `CONFIG GET lock.max-ttl-ms`; the same for `lock.max-clock-skew-ms`.
+//! with `CONFIG GET lock.max-ttl-ms`; the same for `lock.max-clock-skew-ms` and
+//! `lock.max-multi-keys`.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -15,6 +16,16 @@ pub static MAX_TTL_MS: AtomicI64 = AtomicI64::new(0);
 /// at most a day.
 pub static MAX_CLOCK_SKEW_MS: AtomicI64 = AtomicI64::new(DEFAULT_MAX_CLOCK_SKEW_MS);
 
+/// `lock.max-multi-keys`: the most keys one `LOCK.MACQUIRE`, `LOCK.MRELEASE` or `LOCK.MRENEW`
+/// takes; 64 by default, 1 to [`LARGEST_MULTI_KEYS`].
+pub static MAX_MULTI_KEYS: AtomicI64 = AtomicI64::new(DEFAULT_MAX_MULTI_KEYS);
+
+/// The default of `lock.max-multi-keys`.
+pub const DEFAULT_MAX_MULTI_KEYS: i64 = 64;
+
+/// The largest `lock.max-multi-keys`.
+pub const LARGEST_MULTI_KEYS: i64 = 100_000;
+
 /// The default of `lock.max-clock-skew-ms`: 10 s.
 pub const DEFAULT_MAX_CLOCK_SKEW_MS: i64 = 10_000;
 
@@ -25,6 +36,12 @@ pub const LARGEST_CLOCK_SKEW_MS: i64 = 86_400_000;
 #[must_use]
 pub fn max_clock_skew_ms() -> u64 {
     u64::try_from(MAX_CLOCK_SKEW_MS.load(Ordering::Relaxed)).unwrap_or(0)
+}
+
+/// `lock.max-multi-keys` as a count.
+#[must_use]
+pub fn max_multi_keys() -> usize {
+    usize::try_from(MAX_MULTI_KEYS.load(Ordering::Relaxed)).unwrap_or(0)
 }
 
 /// Checks a requested lease against `lock.max-ttl-ms`.
@@ -55,6 +72,12 @@ pub fn check_loaded() -> Result<(), String> {
     if !(0..=LARGEST_CLOCK_SKEW_MS).contains(&skew) {
         return Err(format!(
             "lock.max-clock-skew-ms must be 0 to {LARGEST_CLOCK_SKEW_MS}, not {skew}"
+        ));
+    }
+    let keys = MAX_MULTI_KEYS.load(Ordering::Relaxed);
+    if !(1..=LARGEST_MULTI_KEYS).contains(&keys) {
+        return Err(format!(
+            "lock.max-multi-keys must be 1 to {LARGEST_MULTI_KEYS}, not {keys}"
         ));
     }
     Ok(())

@@ -17,19 +17,34 @@ const SINCE_0_1: &CStr = c"0.1.0";
 /// The release that brought shared locks (`SHARED`, `LIMIT`) and `LOCK.RAISE`.
 const SINCE_0_2: &CStr = c"0.2.0";
 
+/// The release that brought sets (`LOCK.MACQUIRE`, `LOCK.MRELEASE`, `LOCK.MRENEW`).
+const SINCE_0_4: &CStr = c"0.4.0";
+
 /// One documented argument.
 struct Argument {
     name: &'static CStr,
     kind: raw::RedisModuleCommandArgType,
     token: Option<&'static CStr>,
     optional: bool,
+    /// Given one or more times (`key [key ...]`).
+    multiple: bool,
     since: Option<&'static CStr>,
     /// The arguments of a block.
     subargs: &'static [Argument],
 }
 
-/// One documented command; its only key is the lock, at position 1.
+/// Where a command's keys are.
+#[derive(Clone, Copy)]
+enum Keys {
+    /// One lock, at position 1.
+    One,
+    /// `numkeys key [key ...]`: the count at position 1, the keys after it (as `LMPOP`).
+    Counted,
+}
+
+/// One documented command.
 struct Doc {
+    keys: Keys,
     command: &'static CStr,
     since: &'static CStr,
     summary: &'static CStr,
@@ -45,6 +60,7 @@ const fn required(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> 
         kind,
         token: None,
         optional: false,
+        multiple: false,
         since: None,
         subargs: &[],
     }
@@ -60,6 +76,7 @@ const fn option(
         kind,
         token: Some(token),
         optional: true,
+        multiple: false,
         since: None,
         subargs: &[],
     }
@@ -117,8 +134,21 @@ const TOKEN: Argument = required(
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
 );
 
-const DOCS: [Doc; 6] = [
+const NUMKEYS: Argument = required(
+    c"numkeys",
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+);
+const KEYS: Argument = Argument {
+    multiple: true,
+    ..KEY
+};
+
+/// What every command on a set says about its complexity.
+const SET_COMPLEXITY: &CStr = c"O(K) for K keys, plus the hand-over to each freed lock's waiters";
+
+const DOCS: [Doc; 9] = [
     Doc {
+        keys: Keys::One,
         command: c"lock.acquire",
         since: SINCE_0_1,
         summary: c"Takes a lock for an owner with a lease, exclusively or shared (read-write lock, semaphore), optionally waiting for it in FIFO order; replies with its fencing token.",
@@ -128,6 +158,7 @@ const DOCS: [Doc; 6] = [
         arguments: &[KEY, OWNER, TTL, REENTRANT, WAIT, SHARED],
     },
     Doc {
+        keys: Keys::One,
         command: c"lock.release",
         since: SINCE_0_1,
         summary: c"Releases one hold of the owner's holding; the last hold ends it and hands the lock to the first waiters that fit.",
@@ -137,6 +168,7 @@ const DOCS: [Doc; 6] = [
         arguments: &[KEY, OWNER],
     },
     Doc {
+        keys: Keys::One,
         command: c"lock.renew",
         since: SINCE_0_1,
         summary: c"Resets the lease of the owner's holding of a lock.",
@@ -146,6 +178,7 @@ const DOCS: [Doc; 6] = [
         arguments: &[KEY, OWNER, TTL],
     },
     Doc {
+        keys: Keys::One,
         command: c"lock.fence",
         since: SINCE_0_1,
         summary: c"Returns the fencing token of the given owner's holding, or without an owner the exclusive holder's (a shared lock's largest).",
@@ -155,6 +188,7 @@ const DOCS: [Doc; 6] = [
         arguments: &[KEY, OPTIONAL_OWNER],
     },
     Doc {
+        keys: Keys::One,
         command: c"lock.info",
         since: SINCE_0_1,
         summary: c"Returns the mode, holders (owner, fencing token, remaining lease, hold count) and waiters of a lock.",
@@ -164,6 +198,7 @@ const DOCS: [Doc; 6] = [
         arguments: &[KEY],
     },
     Doc {
+        keys: Keys::One,
         command: c"lock.raise",
         since: SINCE_0_2,
         summary: c"Raises the fencing token of the owner's holding to at least the given one, and the server's counter with it (fencing tokens across Redlock masters).",
@@ -171,6 +206,36 @@ const DOCS: [Doc; 6] = [
         arity: 4,
         key_flags: KeySpecFlags::READ_WRITE.union(KeySpecFlags::UPDATE),
         arguments: &[KEY, OWNER, TOKEN],
+    },
+    Doc {
+        keys: Keys::Counted,
+        command: c"lock.macquire",
+        since: SINCE_0_4,
+        summary: c"Takes several locks for an owner at once, all or none, optionally waiting for all of them together in FIFO order; replies with their fencing tokens.",
+        complexity: SET_COMPLEXITY,
+        arity: -5,
+        key_flags: KeySpecFlags::READ_WRITE.union(KeySpecFlags::ACCESS).union(KeySpecFlags::UPDATE),
+        arguments: &[NUMKEYS, KEYS, OWNER, TTL, WAIT],
+    },
+    Doc {
+        keys: Keys::Counted,
+        command: c"lock.mrelease",
+        since: SINCE_0_4,
+        summary: c"Releases one hold of the owner's holding of each lock; each freed lock goes to its first waiters.",
+        complexity: SET_COMPLEXITY,
+        arity: -4,
+        key_flags: KeySpecFlags::READ_WRITE.union(KeySpecFlags::DELETE),
+        arguments: &[NUMKEYS, KEYS, OWNER],
+    },
+    Doc {
+        keys: Keys::Counted,
+        command: c"lock.mrenew",
+        since: SINCE_0_4,
+        summary: c"Resets the lease of every lock the owner holds, when it holds them all; otherwise renews none.",
+        complexity: c"O(K) for K keys",
+        arity: -5,
+        key_flags: KeySpecFlags::READ_WRITE.union(KeySpecFlags::UPDATE),
+        arguments: &[NUMKEYS, KEYS, OWNER, TTL],
     },
 ];
 
@@ -191,11 +256,15 @@ pub fn register(ctx: &Context) -> Result<(), RedisError> {
 
 fn describe(ctx: &Context, doc: &Doc) -> Result<(), RedisError> {
     let command = unsafe { api(raw::RedisModule_GetCommand)?(ctx.get_raw(), doc.command.as_ptr()) };
+    let find_keys = match doc.keys {
+        Keys::One => FindKeys::new_range(0, 1, 0),
+        Keys::Counted => FindKeys::new_keys_num(0, 1, 1),
+    };
     let key_spec = KeySpec::new(
         None,
         KeySpecFlags::from_bits_truncate(doc.key_flags.bits()),
         BeginSearch::new_index(1),
-        FindKeys::new_range(0, 1, 0),
+        find_keys,
     );
     // Both arrays end with an all-zero entry, as the API requires.
     let mut key_specs = [raw::RedisModuleCommandKeySpec::from(&key_spec), unsafe {
@@ -249,6 +318,10 @@ fn raw_argument(
         since: argument.since.map_or(ptr::null(), CStr::as_ptr),
         flags: if argument.optional {
             raw::REDISMODULE_CMD_ARG_OPTIONAL as i32
+        } else {
+            0
+        } | if argument.multiple {
+            raw::REDISMODULE_CMD_ARG_MULTIPLE as i32
         } else {
             0
         },

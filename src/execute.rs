@@ -49,7 +49,7 @@ pub fn carry_out(
             Step::Drop(owner) => replicate_drop(ctx, name, owner),
             Step::Free => replicate_free(ctx, name),
             Step::Notify(event) => notify(ctx, *event, name),
-            Step::Answer(waiter, answer) => blocking::unblock(*waiter, *answer),
+            Step::Answer(waiter, answer) => blocking::unblock(*waiter, answer.clone()),
         }
     }
     info::count(&outcome.counts);

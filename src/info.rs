@@ -33,7 +33,11 @@ impl Counter {
 
 /// New holdings granted (a new fencing token each), directly or by hand-over.
 static ACQUISITIONS: Counter = Counter::new();
-/// `LOCK.ACQUIRE` calls that found the lock held by another owner (then waited or got null).
+/// Sets granted by `LOCK.MACQUIRE` (directly or by hand-over) with a new fencing token; each
+/// also counts once in [`ACQUISITIONS`].
+static MULTI_ACQUISITIONS: Counter = Counter::new();
+/// `LOCK.ACQUIRE` and `LOCK.MACQUIRE` calls that found the lock (a set: any of its locks) busy
+/// (then waited or got null).
 static CONTENDED: Counter = Counter::new();
 /// Successful `LOCK.RELEASE` calls.
 static RELEASES: Counter = Counter::new();
@@ -48,6 +52,7 @@ static EXPIRED_LEASES: Counter = Counter::new();
 /// Adds what one event did to the counters.
 pub fn count(counts: &Counts) {
     ACQUISITIONS.add(counts.acquisitions);
+    MULTI_ACQUISITIONS.add(counts.multi_acquisitions);
     CONTENDED.add(counts.contended);
     RELEASES.add(counts.releases);
     RENEWALS.add(counts.renewals);
@@ -89,6 +94,7 @@ fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     ctx.builder()
         .add_section("stats")
         .field("acquisitions", ACQUISITIONS.get())?
+        .field("multi_acquisitions", MULTI_ACQUISITIONS.get())?
         .field("contended_acquisitions", CONTENDED.get())?
         .field("releases", RELEASES.get())?
         .field("renewals", RENEWALS.get())?

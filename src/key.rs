@@ -71,9 +71,8 @@ impl LockKey {
         self.value().map(|lock| unsafe { &*lock.as_ptr() })
     }
 
-    /// Lets `decide` change the lock (`None` while free) and stores what it leaves: in place
-    /// when the key exists (keeping its lease), under a new key without expiry (until
-    /// [`Self::set_deadline`]), or deleting the key when the lock is free now.
+    /// Lets `decide` change the lock (`None` while free) and stores what it leaves
+    /// ([`Self::take`], then [`Self::put`]).
     ///
     /// # Errors
     /// When the key was opened for reading only, or cannot be written.
@@ -82,18 +81,38 @@ impl LockKey {
         &mut self,
         decide: impl FnOnce(&mut Option<Lock>) -> T,
     ) -> Result<T, RedisError> {
-        let stored = self.value();
-        // Moved out and back (a few words): the core decides on a plain `Option<Lock>`.
-        let mut lock =
-            stored.map(|value| std::mem::replace(unsafe { &mut *value.as_ptr() }, vacant()));
+        let mut lock = self.take();
         let decided = decide(&mut lock);
-        match (stored, lock) {
+        self.put(lock)?;
+        Ok(decided)
+    }
+
+    /// Moves the lock out of the key for the core to decide on (a few words), leaving a
+    /// placeholder until [`Self::put`]; `None` when the lock is free.
+    #[inline]
+    pub fn take(&mut self) -> Option<Lock> {
+        let stored = self.value()?;
+        Some(std::mem::replace(
+            unsafe { &mut *stored.as_ptr() },
+            vacant(),
+        ))
+    }
+
+    /// Stores what the core left after [`Self::take`]: in place when the key exists (keeping
+    /// its lease), under a new key without expiry (until [`Self::set_deadline`]), or deleting
+    /// the key when the lock is free now.
+    ///
+    /// # Errors
+    /// When the key was opened for reading only, or cannot be written.
+    #[inline]
+    pub fn put(&mut self, lock: Option<Lock>) -> Result<(), RedisError> {
+        match (self.value(), lock) {
             (Some(value), Some(lock)) => unsafe { *value.as_ptr() = lock },
             (Some(_), None) => self.delete()?,
             (None, Some(lock)) => self.store(lock)?,
             (None, None) => {}
         }
-        Ok(decided)
+        Ok(())
     }
 
     /// Stores `lock` under this key, which holds no lock (opened for writing).

@@ -32,6 +32,7 @@ mod execute;
 mod info;
 mod key;
 mod looks;
+mod multi;
 mod promotion;
 mod replies;
 mod state;
@@ -79,7 +80,7 @@ fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
 
 redis_module! {
     name: "lock",
-    version: 3,
+    version: 4,
     allocator: (Allocator, Allocator {}),
     data_types: [LOCK_TYPE],
     // The `lock` ACL category and the commands' `@read`/`@write`/`@fast` ones (Redis 7.2+ and
@@ -93,6 +94,9 @@ redis_module! {
         ["lock.fence", commands::fence, "readonly fast", 1, 1, 1, "", "read fast lock"],
         ["lock.info", commands::info, "readonly fast", 1, 1, 1, "", "read fast lock"],
         ["lock.raise", commands::raise, "write fast", 1, 1, 1, "", "write fast lock"],
+        ["lock.macquire", multi::acquire, "write deny-oom blocking getkeys-api", 0, 0, 0, "", "write slow blocking lock"],
+        ["lock.mrelease", multi::release, "write fast getkeys-api", 0, 0, 0, "", "write fast lock"],
+        ["lock.mrenew", multi::renew, "write fast getkeys-api", 0, 0, 0, "", "write fast lock"],
         ["lock.apply", apply::apply, "write fast", 1, 1, 1, "", "write fast lock"],
     ],
     event_handlers: [
@@ -107,6 +111,15 @@ redis_module! {
                 config::DEFAULT_MAX_CLOCK_SKEW_MS,
                 0,
                 config::LARGEST_CLOCK_SKEW_MS,
+                ConfigurationFlags::DEFAULT,
+                None
+            ],
+            [
+                "max-multi-keys",
+                &config::MAX_MULTI_KEYS,
+                config::DEFAULT_MAX_MULTI_KEYS,
+                1,
+                config::LARGEST_MULTI_KEYS,
                 ConfigurationFlags::DEFAULT,
                 None
             ],

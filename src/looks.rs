@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use leasehold_core::machine::Scope;
+use leasehold_core::machine::{Member, Scope, Set};
 use leasehold_core::outcome::{Next, Outcome, Reply};
 use redis_module::server_events::FlushSubevent;
 use redis_module::{Context, ContextFlags, NotifyEvent, RedisError, RedisString};
@@ -51,20 +51,94 @@ pub fn decide(
     event: impl FnOnce(Scope<'_, Blocked>),
 ) -> Result<Reply, RedisError> {
     let (db, key_name) = (selected_db(ctx), name.as_slice());
+    turn_away_if_moved(ctx, key, name, db, now)?;
     let mut outcome = Outcome::new();
-    if cluster::enabled() && state::has_waiters(db, key_name) && !cluster::serves(ctx, name)? {
-        key.update(|lock| {
-            state::scope(lock, db, key_name, now, &mut outcome, |scope| {
-                scope.turn_away();
-            });
-        })?;
-        execute::carry_out(ctx, key, name, None, &outcome)?;
-        outcome = Outcome::new();
-    }
     key.update(|lock| state::scope(lock, db, key_name, now, &mut outcome, event))?;
-    execute::carry_out(ctx, key, name, caller, &outcome)?;
-    look_again(ctx, key, db, key_name, outcome.next);
+    finish(ctx, key, name, caller, &outcome, now)?;
     Ok(outcome.reply)
+}
+
+/// Runs `event` at unix time `now_ms` on the open, distinct locks `keys` named `names` in the
+/// selected database (a set: [`Set`]) and carries out each lock's outcome, as [`decide`] does
+/// for one. Returns the command's reply and each lock's own (its token when the set was
+/// granted), in the order of `keys`.
+///
+/// # Errors
+/// A key that cannot be written; the cluster commands failing.
+pub fn decide_set(
+    ctx: &Context,
+    keys: &mut [LockKey],
+    names: &[RedisString],
+    caller: Option<&RedisString>,
+    now: u64,
+    event: impl FnOnce(Set<'_, '_, Blocked>),
+) -> Result<(Reply, Vec<Reply>), RedisError> {
+    let db = selected_db(ctx);
+    for (key, name) in keys.iter_mut().zip(names) {
+        turn_away_if_moved(ctx, key, name, db, now)?;
+    }
+    let mut members: Vec<Member<'_, Blocked>> = keys
+        .iter_mut()
+        .zip(names)
+        .map(|(key, name)| Member::new(name.as_slice(), key.take()))
+        .collect();
+    let reply = state::set_scope(&mut members, db, now, event);
+    // Every lock goes back before anything else happens, even if one cannot.
+    let mut stored = Ok(());
+    let mut outcomes = Vec::with_capacity(members.len());
+    for (member, key) in members.into_iter().zip(keys.iter_mut()) {
+        stored = stored.and(key.put(member.lock));
+        outcomes.push(member.out);
+    }
+    stored?;
+    for ((outcome, key), name) in outcomes.iter().zip(keys.iter_mut()).zip(names) {
+        finish(ctx, key, name, caller, outcome, now)?;
+    }
+    Ok((
+        reply,
+        outcomes.iter().map(|outcome| outcome.reply).collect(),
+    ))
+}
+
+/// In Redis Cluster, when the lock `key` (`name` of `db`) has waiters and this node no longer
+/// serves its slot, answers them that it moved.
+fn turn_away_if_moved(
+    ctx: &Context,
+    key: &mut LockKey,
+    name: &RedisString,
+    db: i32,
+    now: u64,
+) -> Result<(), RedisError> {
+    let key_name = name.as_slice();
+    if !(cluster::enabled() && state::has_waiters(db, key_name) && !cluster::serves(ctx, name)?) {
+        return Ok(());
+    }
+    let mut outcome = Outcome::new();
+    key.update(|lock| {
+        state::scope(lock, db, key_name, now, &mut outcome, |scope| {
+            scope.turn_away();
+        });
+    })?;
+    execute::carry_out(ctx, key, name, None, &outcome)
+}
+
+/// Carries out `outcome` on the open lock `key` named `name` and arms its next look; a set
+/// that became ready is looked at on the next turn of the event loop.
+fn finish(
+    ctx: &Context,
+    key: &mut LockKey,
+    name: &RedisString,
+    caller: Option<&RedisString>,
+    outcome: &Outcome<Blocked>,
+    now: u64,
+) -> Result<(), RedisError> {
+    execute::carry_out(ctx, key, name, caller, outcome)?;
+    let db = selected_db(ctx);
+    look_again(ctx, key, db, name.as_slice(), outcome.next);
+    if outcome.ready_set.is_some() {
+        schedule(ctx, db, name.as_slice(), now);
+    }
+    Ok(())
 }
 
 /// Arms a look at the open lock `key` (`name` of `db`) for `next`.
@@ -80,7 +154,8 @@ pub fn look_again(ctx: &Context, key: &LockKey, db: i32, name: &[u8], next: Next
     schedule(ctx, db, name, at);
 }
 
-/// Looks at the lock `name` in the selected database (a timer fired, or an event asked).
+/// Looks at the lock `name` in the selected database (a timer fired, or an event asked); when
+/// its first waiter waits for a set, at the whole set.
 fn look_at(ctx: &Context, name: &RedisString) -> Result<(), RedisError> {
     if ctx.get_flags().contains(ContextFlags::SLAVE) {
         return Ok(());
@@ -90,11 +165,34 @@ fn look_at(ctx: &Context, name: &RedisString) -> Result<(), RedisError> {
         schedule(ctx, selected_db(ctx), name.as_slice(), at);
         return Ok(());
     }
+    let now = clock::now_ms();
+    if let Some((handle, keys)) = first_set(selected_db(ctx), name.as_slice()) {
+        let names: Vec<RedisString> = keys.iter().map(|key| ctx.create_string(&**key)).collect();
+        let mut keys = open_all(ctx, &names)?;
+        decide_set(ctx, &mut keys, &names, None, now, |set| set.look(handle))?;
+        return Ok(());
+    }
     let mut key = LockKey::write(ctx, name)?;
-    decide(ctx, &mut key, name, None, clock::now_ms(), |scope| {
+    decide(ctx, &mut key, name, None, now, |scope| {
         scope.look();
     })?;
     Ok(())
+}
+
+/// The set waiter first in the queue of `key` of `db`, and its keys in the order it named them.
+fn first_set(db: i32, key: &[u8]) -> Option<(Blocked, Vec<Box<[u8]>>)> {
+    let waiters = state::waiters();
+    let first = waiters.first(db, key).filter(|waiter| waiter.set)?;
+    let (_, keys) = waiters.place_of(first.handle)?;
+    Some((first.handle, keys.to_vec()))
+}
+
+/// Opens every key of `names` for writing; none is changed when one holds another type.
+///
+/// # Errors
+/// `WRONGTYPE` when a key holds another type.
+pub fn open_all(ctx: &Context, names: &[RedisString]) -> Result<Vec<LockKey>, RedisError> {
+    names.iter().map(|name| LockKey::write(ctx, name)).collect()
 }
 
 /// Looks at `key` in `db` at unix time `at_ms` (at once if it has passed), unless a look that
@@ -120,14 +218,16 @@ fn on_timer(ctx: &Context, (db, key, at_ms): (i32, Box<[u8]>, u64)) {
 }
 
 /// A waiter leaving its queue without an answer (timed out, disconnected): if it was first,
-/// the waiters behind it may fit now. Looks on the next turn of the event loop.
+/// the waiters behind it (on each of a set's keys) may fit now. Looks on the next turn of the event loop.
 pub struct Leaving;
 
 impl blocking::Leaving for Leaving {
     fn left(ctx: &Context, blocked: Blocked) {
         let left = state::waiters().remove(blocked);
-        if let Some((db, key)) = left {
-            schedule(ctx, db, &key, clock::now_ms());
+        if let Some((_, (db, keys))) = left {
+            for key in keys {
+                schedule(ctx, db, &key, clock::now_ms());
+            }
         }
     }
 }

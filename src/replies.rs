@@ -11,6 +11,12 @@ pub fn token(token: u64) -> RedisValue {
     RedisValue::Integer(fence::as_integer(token))
 }
 
+/// A set's fencing tokens (`LOCK.MACQUIRE`): an array, in the order of its keys.
+#[must_use]
+pub fn tokens(tokens: &[u64]) -> RedisValue {
+    RedisValue::Array(tokens.iter().copied().map(token).collect())
+}
+
 /// The error reply for `refusal` of `command` (lower case, as Redis names commands in errors).
 #[must_use]
 pub fn refusal(refusal: Refusal, command: &str) -> RedisError {

@@ -9,8 +9,8 @@ use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
 use leasehold_core::fence::Counter;
 use leasehold_core::lock::Lock;
-use leasehold_core::machine::Scope;
-use leasehold_core::outcome::Outcome;
+use leasehold_core::machine::{Member, Scope, Set};
+use leasehold_core::outcome::{Outcome, Reply};
 use leasehold_core::queue::Waiters;
 
 use crate::blocking::Blocked;
@@ -56,4 +56,25 @@ pub fn scope(
         now_ms,
         out,
     });
+}
+
+/// Runs `decide` on the locks `members` of `db` at unix time `now_ms`, with the counter and
+/// the waiters; returns the reply it decided. The guards are gone when it returns.
+pub fn set_scope(
+    members: &mut [Member<'_, Blocked>],
+    db: i32,
+    now_ms: u64,
+    decide: impl FnOnce(Set<'_, '_, Blocked>),
+) -> Reply {
+    let (mut waiters, mut counter) = (waiters(), counter());
+    let mut reply = Reply::Nothing;
+    decide(Set {
+        members,
+        waiters: &mut waiters,
+        counter: &mut counter,
+        db,
+        now_ms,
+        reply: &mut reply,
+    });
+    reply
 }

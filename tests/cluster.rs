@@ -59,13 +59,13 @@ fn reshard(nodes: &[Server], source: &Server, target: &Server, slot: &str, keys:
     }
 }
 
-/// The node holding `key` now, and another one.
+/// The node holding the slot's keys now, and another one.
 fn holder_and_other<'a>(nodes: &'a [Server], slot: &str) -> (&'a Server, &'a Server) {
     let keys_in_slot =
         |node: &Server| call(&mut node.client(), &["CLUSTER", "COUNTKEYSINSLOT", slot]);
     let source = nodes
         .iter()
-        .find(|node| keys_in_slot(node) == Value::Int(1))
+        .find(|node| keys_in_slot(node) != Value::Int(0))
         .expect("the node holding the lock");
     let target = nodes
         .iter()
@@ -236,6 +236,67 @@ fn a_waiter_whose_slot_moves_away_is_told_to_try_again() {
         ("holder", token),
         "still the one holder"
     );
+}
+
+#[test]
+fn a_set_in_one_slot_moves_whole_and_keys_in_two_slots_are_refused() {
+    let nodes = cluster();
+    let mut con = client(&nodes);
+    let keys = ["{order:42}:payment", "{order:42}:stock"];
+    let tokens: Vec<i64> = redis::cmd("LOCK.MACQUIRE")
+        .arg(2)
+        .arg(&keys)
+        .arg("holder")
+        .arg(120_000)
+        .query(&mut con)
+        .expect("one slot, both free");
+    let crossed = redis::cmd("LOCK.MACQUIRE")
+        .arg(2)
+        .arg(&["order:42", "order:43"])
+        .arg("holder")
+        .arg(1_000)
+        .query::<Value>(&mut nodes[0].client())
+        .expect_err("two slots");
+    assert_eq!(crossed.code(), Some("CROSSSLOT"), "{crossed}");
+
+    let slot = slot_of(&nodes[0], keys[0]).to_string();
+    let (source, target) = holder_and_other(&nodes, &slot);
+    // A set waiting on the source node is turned away when the slot moves.
+    let mut waiter = source.client();
+    let waiting = std::thread::spawn(move || {
+        redis::cmd("LOCK.MACQUIRE")
+            .arg(2)
+            .arg(&keys)
+            .arg("waiter")
+            .arg(60_000)
+            .arg("WAIT")
+            .arg(0)
+            .query::<Option<Vec<i64>>>(&mut waiter)
+    });
+    wait_until("the set waits", || {
+        lock_info(&mut source.client(), keys[0]).is_some_and(|info| info.4 == 1)
+    });
+    reshard(&nodes, source, target, &slot, &keys);
+    let refused = waiting
+        .join()
+        .expect("waiter thread")
+        .expect_err("turned away");
+    assert_eq!(refused.code(), Some("TRYAGAIN"), "{refused}");
+    for (key, token) in keys.iter().zip(&tokens) {
+        let moved = lock_info(&mut target.client(), key).expect("held on the new master");
+        assert_eq!(
+            (moved.0.as_str(), moved.1, moved.4),
+            ("holder", *token, 0),
+            "{key}"
+        );
+    }
+    let released: i64 = redis::cmd("LOCK.MRELEASE")
+        .arg(2)
+        .arg(&keys)
+        .arg("holder")
+        .query(&mut con)
+        .expect("the cluster client follows the slot");
+    assert_eq!(released, 2);
 }
 
 /// True when `node` serves `key` (another node answers `-MOVED`).

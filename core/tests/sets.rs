@@ -494,8 +494,8 @@ impl Harness {
     /// The machine's locks are the model's, its queues hold the model's waiters, and no waiter
     /// could be granted.
     fn check(&self) {
-        for key in 0..4 {
-            let held = self.locks[key].as_ref().map(|lock| match lock {
+        for (key, lock) in self.locks.iter().enumerate() {
+            let held = lock.as_ref().map(|lock| match lock {
                 Lock::Exclusive(holding) => Held {
                     owner: String::from_utf8_lossy(&holding.owner).into(),
                     token: holding.token,

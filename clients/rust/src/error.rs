@@ -31,6 +31,10 @@ pub enum Error {
     /// holding.
     #[error("{0} is not supported on a Redlock holding")]
     NotOnRedlock(&'static str),
+    /// Re-entering, downgrading and upgrading work on one lock, not on a set taken with
+    /// [`crate::Lock::multi`].
+    #[error("{0} is not supported on a set of locks")]
+    NotOnSet(&'static str),
 }
 
 /// The crate's result.

@@ -72,7 +72,8 @@ pub struct Keeping {
 pub struct Guard {
     holding: Arc<Holding>,
     mode: Mode,
-    token: u64,
+    /// One token, or a set's, one per key.
+    tokens: Vec<u64>,
     lost: Lost,
     ended: Arc<watch::Sender<bool>>,
     watchdog: Option<JoinHandle<()>>,
@@ -99,13 +100,13 @@ impl Lost {
 }
 
 impl Guard {
-    /// A guard for a holding just granted in `mode` with `token`, whose lease of `ttl` began at
-    /// `granted` (when the acquire was sent; for a wait, when the grant's reply came, which the
-    /// server sends the moment it grants).
+    /// A guard for a holding just granted in `mode` with `tokens` (one, or a set's), whose
+    /// lease of `ttl` began at `granted` (when the acquire was sent; for a wait, when the
+    /// grant's reply came, which the server sends the moment it grants).
     pub(crate) fn start(
         holding: Holding,
         mode: Mode,
-        token: u64,
+        tokens: Vec<u64>,
         ttl: Duration,
         granted: Instant,
         keeping: Keeping,
@@ -125,7 +126,7 @@ impl Guard {
         Self {
             holding,
             mode,
-            token,
+            tokens,
             lost: Lost(lost),
             ended,
             watchdog,
@@ -134,10 +135,19 @@ impl Guard {
     }
 
     /// The fencing token of this holding: larger than every token of an earlier holding. (An
-    /// [`Guard::upgrade`] gives the holding a new one.)
+    /// [`Guard::upgrade`] gives the holding a new one.) For a set, the largest of its tokens:
+    /// the one its newly taken locks share.
     #[must_use]
     pub fn token(&self) -> u64 {
-        self.token
+        self.tokens.iter().copied().max().unwrap_or(0)
+    }
+
+    /// The fencing tokens, one per lock: for a set ([`crate::Lock::multi`]) in the order of its
+    /// keys — a key the owner held before keeps its older token — otherwise just
+    /// [`Guard::token`].
+    #[must_use]
+    pub fn tokens(&self) -> &[u64] {
+        &self.tokens
     }
 
     /// The owner of this holding: new for each acquire, unless the lock was given one
@@ -159,21 +169,23 @@ impl Guard {
     /// guard has no watchdog: this one's, if on, keeps the lease.
     ///
     /// # Errors
-    /// No connection, or a Redlock holding ([`Error::NotOnRedlock`]).
+    /// No connection, a Redlock holding ([`Error::NotOnRedlock`]) or a set
+    /// ([`Error::NotOnSet`]).
     pub async fn reenter(&self, ttl: Duration) -> Result<Option<Guard>> {
         let held = self.node("reenter")?;
         let token = held.acquire(ttl, self.mode, true).await?;
         let holding = || Holding::Node(held.clone());
         let keeping = Keeping::default();
-        Ok(token
-            .map(|token| Self::start(holding(), self.mode, token, ttl, Instant::now(), keeping)))
+        let now = Instant::now();
+        Ok(token.map(|token| Self::start(holding(), self.mode, vec![token], ttl, now, keeping)))
     }
 
     /// Turns a writer's holding into a reader's (same owner and token, lease reset to `ttl`),
     /// letting other readers in. False when this owner no longer holds the lock.
     ///
     /// # Errors
-    /// No connection, or a Redlock holding ([`Error::NotOnRedlock`]).
+    /// No connection, a Redlock holding ([`Error::NotOnRedlock`]) or a set
+    /// ([`Error::NotOnSet`]).
     pub async fn downgrade(&mut self, ttl: Duration) -> Result<bool> {
         self.change_mode("downgrade", ttl, Mode::Shared(None)).await
     }
@@ -183,7 +195,8 @@ impl Guard {
     /// while others read too; false also when this owner no longer holds the lock.
     ///
     /// # Errors
-    /// No connection, or a Redlock holding ([`Error::NotOnRedlock`]).
+    /// No connection, a Redlock holding ([`Error::NotOnRedlock`]) or a set
+    /// ([`Error::NotOnSet`]).
     pub async fn upgrade(&mut self, ttl: Duration) -> Result<bool> {
         self.change_mode("upgrade", ttl, Mode::Exclusive).await
     }
@@ -193,13 +206,14 @@ impl Guard {
             return Ok(false);
         };
         self.mode = mode;
-        self.token = token;
+        self.tokens = vec![token];
         Ok(true)
     }
 
-    /// The single-server holding, for `what` only it supports.
+    /// The single-server holding of one lock, for `what` only it supports.
     fn node(&self, what: &'static str) -> Result<&Held> {
         match &*self.holding {
+            Holding::Node(held) if held.set => Err(Error::NotOnSet(what)),
             Holding::Node(held) => Ok(held),
             Holding::Quorum(_) => Err(Error::NotOnRedlock(what)),
         }

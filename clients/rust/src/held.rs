@@ -1,9 +1,10 @@
-//! One owner's holding of one lock on one server (or one cluster master): the commands sent
-//! as that owner. [`crate::lock`] makes holdings, [`crate::guard`] keeps them.
+//! One owner's holding of one lock — or of a set of locks taken together — on one server (or
+//! one cluster master): the commands sent as that owner. [`crate::lock`] makes holdings,
+//! [`crate::guard`] keeps them.
 
 use std::time::Duration;
 
-use redis::{Cmd, RedisError};
+use redis::{Cmd, FromRedisValue, ParsingError, RedisError, Value};
 
 use crate::backoff::Backoff;
 use crate::client::Client;
@@ -14,12 +15,20 @@ use crate::error::{Error, Result};
 pub(crate) enum Mode {
     Exclusive,
     Shared(Option<u32>),
+    /// Every key exclusively, all or none (`LOCK.MACQUIRE`).
+    Set,
 }
 
-/// `LOCK.ACQUIRE name owner ttl-ms [SHARED [LIMIT n]]`, for options to follow.
-pub(crate) fn acquire_command(name: &str, owner: &str, ttl: Duration, mode: Mode) -> Result<Cmd> {
-    let mut command = redis::cmd("LOCK.ACQUIRE");
-    command.arg(name).arg(owner).arg(millis(ttl)?);
+/// `LOCK.ACQUIRE name owner ttl-ms [SHARED [LIMIT n]]`, or for a set `LOCK.MACQUIRE numkeys
+/// names... owner ttl-ms`, for options to follow.
+pub(crate) fn acquire_command(
+    names: &[String],
+    owner: &str,
+    ttl: Duration,
+    mode: Mode,
+) -> Result<Cmd> {
+    let mut command = set_command("LOCK.ACQUIRE", names, mode);
+    command.arg(owner).arg(millis(ttl)?);
     if let Mode::Shared(limit) = mode {
         command.arg("SHARED");
         if let Some(limit) = limit {
@@ -27,6 +36,41 @@ pub(crate) fn acquire_command(name: &str, owner: &str, ttl: Duration, mode: Mode
         }
     }
     Ok(command)
+}
+
+/// `command name`, or for a set its `M` form with `numkeys names...`
+/// (`LOCK.RELEASE` → `LOCK.MRELEASE`).
+fn set_command(command: &str, names: &[String], mode: Mode) -> Cmd {
+    if mode == Mode::Set {
+        let mut command = redis::cmd(&command.replacen("LOCK.", "LOCK.M", 1));
+        command.arg(names.len()).arg(names);
+        command
+    } else {
+        let mut command = redis::cmd(command);
+        command.arg(names.first().map_or("", String::as_str));
+        command
+    }
+}
+
+/// A grant's fencing tokens: `LOCK.ACQUIRE`'s one (an integer) or `LOCK.MACQUIRE`'s, one per
+/// key in the order given (an array); none when the lock was busy (null).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Tokens(pub(crate) Vec<u64>);
+
+impl Tokens {
+    /// The tokens, or `None` when nothing was granted.
+    pub(crate) fn granted(self) -> Option<Vec<u64>> {
+        (!self.0.is_empty()).then_some(self.0)
+    }
+}
+
+impl FromRedisValue for Tokens {
+    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
+        match value {
+            Value::Int(_) => Ok(Self(vec![u64::from_redis_value(value)?])),
+            other => Vec::<u64>::from_redis_value(other).map(Self),
+        }
+    }
 }
 
 /// A lease in whole ms, at least 1.
@@ -42,12 +86,15 @@ pub(crate) fn is_try_again(error: &RedisError) -> bool {
     error.code() == Some("TRYAGAIN")
 }
 
-/// One owner's holding of one lock on one server.
+/// One owner's holding of one lock, or of a set, on one server.
 #[derive(Clone)]
 pub(crate) struct Held {
     pub(crate) client: Client,
-    pub(crate) name: String,
+    /// The lock's name, or the set's names.
+    pub(crate) names: Vec<String>,
     pub(crate) owner: String,
+    /// Whether it holds a set ([`Mode::Set`]): renewed and released whole.
+    pub(crate) set: bool,
 }
 
 impl Held {
@@ -64,7 +111,7 @@ impl Held {
         mode: Mode,
         reentrant: bool,
     ) -> Result<Option<u64>> {
-        let mut command = acquire_command(&self.name, &self.owner, ttl, mode)?;
+        let mut command = acquire_command(&self.names, &self.owner, ttl, mode)?;
         if reentrant {
             command.arg("REENTRANT");
         }
@@ -74,16 +121,32 @@ impl Held {
         }
     }
 
+    /// `LOCK.RENEW` (a set: `LOCK.MRENEW`, all or none): true while it holds them all.
     pub(crate) async fn renew(&self, ttl: Duration) -> Result<bool> {
-        let mut command = redis::cmd("LOCK.RENEW");
-        command.arg(&self.name).arg(&self.owner).arg(millis(ttl)?);
-        Ok(self.client.query::<i64>(&command).await? == 1)
+        let mut command = set_command("LOCK.RENEW", &self.names, self.mode());
+        command.arg(&self.owner).arg(millis(ttl)?);
+        Ok(self.client.query::<i64>(&command).await? == self.count())
     }
 
+    /// `LOCK.RELEASE` (a set: `LOCK.MRELEASE`): true if it still held every lock.
     pub(crate) async fn release(&self) -> Result<bool> {
-        let mut command = redis::cmd("LOCK.RELEASE");
-        command.arg(&self.name).arg(&self.owner);
-        Ok(self.client.query::<i64>(&command).await? == 1)
+        let mut command = set_command("LOCK.RELEASE", &self.names, self.mode());
+        command.arg(&self.owner);
+        Ok(self.client.query::<i64>(&command).await? == self.count())
+    }
+
+    /// The mode whose commands renew and release it.
+    fn mode(&self) -> Mode {
+        if self.set { Mode::Set } else { Mode::Exclusive }
+    }
+
+    /// How many locks a whole renewal or release counts.
+    fn count(&self) -> i64 {
+        if self.set {
+            i64::try_from(self.names.len()).unwrap_or(i64::MAX)
+        } else {
+            1
+        }
     }
 
     /// Releases, retrying with backoff while the server cannot be reached (a few seconds).

@@ -1,5 +1,6 @@
 //! Locks on one server (or one cluster master): the exclusive [`Lock`], the
-//! [`ReadWriteLock`] and the [`Semaphore`], all `LOCK.ACQUIRE` with another mode.
+//! [`ReadWriteLock`] and the [`Semaphore`], all `LOCK.ACQUIRE` with another mode, and sets of
+//! locks taken together ([`Lock::multi`], `LOCK.MACQUIRE`).
 
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use crate::backoff::Backoff;
 use crate::client::{Client, Own};
 use crate::error::{Error, Result};
 use crate::guard::{Guard, Holding, Keeping};
-use crate::held::{Held, Mode, acquire_command, is_try_again};
+use crate::held::{Held, Mode, Tokens, acquire_command, is_try_again};
 use crate::owner::new_owner;
 use crate::sync::Sync;
 
@@ -65,7 +66,8 @@ struct Settings {
 #[derive(Clone)]
 pub struct Lock {
     client: Client,
-    name: String,
+    /// The lock's name, or a set's names.
+    names: Vec<String>,
     /// The owner every acquire uses, if one was set; otherwise each acquire makes a new one.
     owner: Option<String>,
     settings: Settings,
@@ -78,10 +80,39 @@ impl Lock {
         Self::with_mode(client, name, Mode::Exclusive)
     }
 
+    /// A set of locks named `names` (distinct keys, in one slot in Redis Cluster: hash tags
+    /// such as `{order:42}:payment`), taken together, exclusively, all or none
+    /// (`LOCK.MACQUIRE`): a waiting set is granted all its locks in one step, in arrival order
+    /// with every other waiter of any of them, so sets asked for in any key order never
+    /// deadlock. The guard holds every token ([`Guard::tokens`]); its watchdog renews all the
+    /// leases together and counts the set as lost as soon as one is (`LOCK.MRENEW`); release
+    /// frees them all (`LOCK.MRELEASE`). A new owner per acquire, as for [`Lock::new`].
+    /// Re-entering, upgrading and downgrading are for single locks ([`Error::NotOnSet`]).
+    ///
+    /// ```no_run
+    /// # async fn example() -> leasehold_client::Result<()> {
+    /// use std::time::Duration;
+    /// use leasehold_client::{Client, Lock};
+    ///
+    /// let client = Client::open("redis://127.0.0.1:6379").await?;
+    /// let transfer = Lock::multi(&client, &["{bank}:account:a", "{bank}:account:b"]);
+    /// let guard = transfer.acquire(Duration::from_secs(10)).await?;
+    /// let [from, to] = guard.tokens() else { unreachable!() };
+    /// // ... debit with `from`, credit with `to`
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn multi(client: &Client, names: &[&str]) -> Self {
+        let mut lock = Self::with_mode(client, names.first().copied().unwrap_or(""), Mode::Set);
+        lock.names = names.iter().map(|name| (*name).to_owned()).collect();
+        lock
+    }
+
     fn with_mode(client: &Client, name: &str, mode: Mode) -> Self {
         Self {
             client: client.clone(),
-            name: name.to_owned(),
+            names: vec![name.to_owned()],
             owner: None,
             settings: Settings {
                 mode,
@@ -164,10 +195,16 @@ impl Lock {
         self.owner.clone().unwrap_or_else(new_owner)
     }
 
-    /// The lock's name (its key).
+    /// The lock's name (its key); for a set, its first key.
     #[must_use]
     pub fn name(&self) -> &str {
-        &self.name
+        self.names.first().map_or("", String::as_str)
+    }
+
+    /// The names of a set's locks (one name for a single lock).
+    #[must_use]
+    pub fn names(&self) -> &[String] {
+        &self.names
     }
 
     /// Takes the lock now, with a lease of `ttl` (ms precision), or `None` when it is busy.
@@ -182,33 +219,35 @@ impl Lock {
         let granted = Instant::now();
         let command = self.command(owner, ttl, None)?;
         let wanted = self.replicas_wanted().await?;
-        let token: Option<u64> = if wanted == 0 {
-            match self.client.query(&command).await {
-                Err(Error::Redis(error)) if is_try_again(&error) => None,
+        let tokens = if wanted == 0 {
+            match self.client.query::<Tokens>(&command).await {
+                Err(Error::Redis(error)) if is_try_again(&error) => Tokens::default(),
                 other => other?,
             }
         } else {
             match self
                 .client
-                .query_own::<Option<u64>>(&command, &self.settings.sync)
+                .query_own::<Tokens>(&command, &self.settings.sync)
                 .await
             {
-                Err(error) if is_try_again(&error) => None,
+                Err(error) if is_try_again(&error) => Tokens::default(),
                 Err(error) => return Err(error.into()),
-                Ok((token, mut own)) => {
-                    if token.is_some() {
+                Ok((tokens, mut own)) => {
+                    if !tokens.0.is_empty() {
                         self.sync(owner, &mut own, wanted).await?;
                     }
-                    token
+                    tokens
                 }
             }
         };
-        Ok(token.map(|token| self.guard(owner, token, ttl, granted)))
+        Ok(tokens
+            .granted()
+            .map(|tokens| self.guard(owner, tokens, ttl, granted)))
     }
 
     async fn replicas_wanted(&self) -> Result<u32> {
         self.client
-            .replicas_wanted(&self.name, &self.settings.sync)
+            .replicas_wanted(self.name(), &self.settings.sync)
             .await
     }
 
@@ -217,10 +256,10 @@ impl Lock {
     /// cannot even be asked, releases in the background.
     async fn sync(&self, owner: &str, own: &mut Own, wanted: u32) -> Result<()> {
         let sync = &self.settings.sync;
-        match own.wait_for_replicas(&self.name, wanted, sync).await {
+        match own.wait_for_replicas(self.name(), wanted, sync).await {
             Ok(acked) if acked >= wanted => Ok(()),
             Ok(acked) => {
-                self.client.ask_replicas_again(&self.name);
+                self.client.ask_replicas_again(self.name());
                 let _ = self.held(owner).release().await;
                 Err(Error::NotReplicated { acked, wanted })
             }
@@ -307,18 +346,18 @@ impl Lock {
         let wanted = self.replicas_wanted().await?;
         match self
             .client
-            .query_waiting::<Option<u64>>(&command, left, self.settings.margin)
+            .query_waiting::<Tokens>(&command, left, self.settings.margin)
             .await
         {
+            Ok((Tokens(tokens), _)) if tokens.is_empty() => Ok(Attempt::TimedOut),
             // The server replies the moment it hands the lock over: the lease began then.
-            Ok((Some(token), mut own)) => {
+            Ok((Tokens(tokens), mut own)) => {
                 let granted = Instant::now();
                 if wanted > 0 {
                     self.sync(owner, &mut own, wanted).await?;
                 }
-                Ok(Attempt::Granted(self.guard(owner, token, ttl, granted)))
+                Ok(Attempt::Granted(self.guard(owner, tokens, ttl, granted)))
             }
-            Ok((None, _)) => Ok(Attempt::TimedOut),
             Err(error) if is_try_again(&error) => {
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 Ok(Attempt::Again)
@@ -351,9 +390,10 @@ impl Lock {
         }
     }
 
-    /// `LOCK.ACQUIRE name owner ttl-ms [REENTRANT] [SHARED [LIMIT n]] [WAIT wait-ms]`.
+    /// `LOCK.ACQUIRE name owner ttl-ms [REENTRANT] [SHARED [LIMIT n]] [WAIT wait-ms]`, or
+    /// `LOCK.MACQUIRE numkeys names... owner ttl-ms [WAIT wait-ms]`.
     fn command(&self, owner: &str, ttl: Duration, wait: Option<Duration>) -> Result<Cmd> {
-        let mut command = acquire_command(&self.name, owner, ttl, self.settings.mode)?;
+        let mut command = acquire_command(&self.names, owner, ttl, self.settings.mode)?;
         if self.settings.reentrant {
             command.arg("REENTRANT");
         }
@@ -368,15 +408,16 @@ impl Lock {
     fn held(&self, owner: &str) -> Held {
         Held {
             client: self.client.clone(),
-            name: self.name.clone(),
+            names: self.names.clone(),
             owner: owner.to_owned(),
+            set: self.settings.mode == Mode::Set,
         }
     }
 
-    fn guard(&self, owner: &str, token: u64, ttl: Duration, granted: Instant) -> Guard {
+    fn guard(&self, owner: &str, tokens: Vec<u64>, ttl: Duration, granted: Instant) -> Guard {
         let holding = Holding::Node(self.held(owner));
         let keeping = self.settings.keeping;
-        Guard::start(holding, self.settings.mode, token, ttl, granted, keeping)
+        Guard::start(holding, self.settings.mode, tokens, ttl, granted, keeping)
     }
 }
 

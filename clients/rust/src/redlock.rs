@@ -185,7 +185,7 @@ impl RedlockLock {
                 return Ok(Some(Guard::start(
                     holding,
                     Mode::Exclusive,
-                    highest,
+                    vec![highest],
                     ttl,
                     started,
                     self.keeping,
