@@ -65,8 +65,9 @@ export declare class Connection {
     constructor(client: Client);
     /** What was learned of the master serving `key`, shared by every lock on it. */
     learned(key: string): Learned;
-    /** Sends a quick command on a lock (`args[1]` its key) over the program's own connection. */
-    send(args: string[]): Promise<unknown>;
+    /** Sends a quick command on a lock over the program's own connection, routed in a cluster by
+     * `key` (default `args[1]`, a single lock's key; a set's first key otherwise). */
+    send(args: string[], key?: string): Promise<unknown>;
     /** Sends a keyless command (`INFO replication`) to the master serving `key`. */
     sendToMaster(key: string, args: string[]): Promise<unknown>;
     /**

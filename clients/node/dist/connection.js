@@ -34,15 +34,16 @@ export class Connection {
         }
         return learned;
     }
-    /** Sends a quick command on a lock (`args[1]` its key) over the program's own connection. */
-    async send(args) {
+    /** Sends a quick command on a lock over the program's own connection, routed in a cluster by
+     * `key` (default `args[1]`, a single lock's key; a set's first key otherwise). */
+    async send(args, key = args[1]) {
         const client = this.client;
         if (isIORedis(client) || isIORedisCluster(client)) {
             const [command, ...rest] = args;
             return client.call(command, ...rest);
         }
         if (isNodeRedisCluster(client))
-            return client.sendCommand(args[1], false, args);
+            return client.sendCommand(key, false, args);
         return client.sendCommand(args);
     }
     /** Sends a keyless command (`INFO replication`) to the master serving `key`. */

@@ -61,11 +61,15 @@ export interface WaitOptions {
     /** ms; omitted: as long as it takes. */
     wait?: number;
 }
-/** A held lock. */
+/** A held lock, or a held set of locks ({@link createMultiLock}). */
 export interface Holding {
     /** The fencing token: larger than every earlier holding's. Send it with every write. (An
-     * upgrade gives the holding a new one.) */
+     * upgrade gives the holding a new one.) For a set, the largest of its tokens: the one its
+     * newly taken keys share. */
     readonly token: number;
+    /** The fencing tokens, one per key: for a set in the order of its names (a key the owner
+     * held before keeps its older token); otherwise `[token]`. */
+    readonly tokens: readonly number[];
     /** The owner of this holding: new for each acquire, unless the lock was given one. */
     readonly owner: string;
     /** Aborted when the lease is known lost: a renewal was refused, or the lease ran out while
@@ -76,7 +80,7 @@ export interface Holding {
     renew(ttl?: number): Promise<boolean>;
     /** Stops renewing and releases. True if it was still held. */
     release(): Promise<boolean>;
-    /** One more hold of this holding (`REENTRANT`, lease reset to `ttl` ms): same owner, token
+    /** One more hold of this holding (`REENTRANT`, lease reset to `ttl` ms; not for a set): same owner, token
      * and mode, as a holding of its own whose release gives that hold back — the lock is free
      * once every hold is. `null` when this owner no longer holds the lock. It does not renew by
      * itself: this holding's watchdog, if on, keeps the lease. */
@@ -89,11 +93,13 @@ export interface Holding {
      * too; false also when no longer held. */
     upgrade(ttl?: number): Promise<boolean>;
 }
-/** A lock (exclusive, a reader, or a semaphore permit). Every acquire is a new owner, unless
- * one was fixed with the `owner` option. */
+/** A lock (exclusive, a reader, or a semaphore permit), or a set of locks taken together.
+ * Every acquire is a new owner, unless one was fixed with the `owner` option. */
 export interface Lock {
-    /** The key. */
+    /** The key (a set's first). */
     readonly name: string;
+    /** The keys: a set's, or the one key. */
+    readonly names: readonly string[];
     /** The owner every acquire uses, if one was fixed; `undefined`: a new one per acquire
      * (`holding.owner` tells it). */
     readonly owner: string | undefined;
@@ -110,6 +116,16 @@ export interface Lock {
 }
 /** An exclusive lock named `name`. */
 export declare function createLock(client: Client, name: string, options?: LockOptions): Lock;
+/**
+ * Several locks taken together, exclusively, all or none (`LOCK.MACQUIRE`): a waiting set is
+ * granted all its keys in one step, in one arrival order with every other waiter of any of
+ * them, so sets asked for in any key order never deadlock, and nobody holds part of a set while
+ * waiting for the rest. The holding has every token (`tokens`); its watchdog renews all the
+ * leases together (`LOCK.MRENEW`, all or none: a set with one lease run out is lost), and
+ * release frees them all (`LOCK.MRELEASE`). In Redis Cluster the keys must share a slot (hash
+ * tags: `{order:42}:payment`). Re-entering, downgrading and upgrading are for single locks.
+ */
+export declare function createMultiLock(client: Client, names: readonly string[], options?: LockOptions): Lock;
 /** A read-write lock: many readers or one writer, fair between them. Every acquire on either
  * side is a new owner; a writer downgrades to a reader, and the only reader upgrades, through
  * its holding. */

@@ -37,13 +37,50 @@ const DEFAULT_TTL = 30_000;
 const DEFAULT_MARGIN = 1_000;
 const EXCLUSIVE = [];
 const SHARED = ['SHARED'];
-/** `LOCK.ACQUIRE key owner ttl [REENTRANT] [SHARED [LIMIT n]]`. */
-function acquireCommand(key, owner, ttl, mode, reentrant) {
-    return ['LOCK.ACQUIRE', key, owner, String(ttl), ...(reentrant ? ['REENTRANT'] : []), ...mode];
+/** The key of a lock, or the keys of a set taken together (whose commands are `LOCK.M*`). */
+class Keys {
+    keys;
+    set;
+    constructor(keys, set) {
+        this.keys = keys;
+        this.set = set;
+    }
+    /** The key a command is routed by: the lock's, a set's first (a set lives in one slot). */
+    get first() {
+        return this.keys[0];
+    }
+    /** `LOCK.<verb> key owner ...rest`, or for a set `LOCK.M<verb> numkeys ...keys owner ...rest`. */
+    command(verb, owner, ...rest) {
+        if (!this.set)
+            return [`LOCK.${verb}`, this.first, owner, ...rest];
+        return [`LOCK.M${verb}`, String(this.keys.length), ...this.keys, owner, ...rest];
+    }
+    /** Whether a `RELEASE` / `RENEW` reply (a set's: how many) covers every key. */
+    whole(reply) {
+        return Number(reply) === (this.set ? this.keys.length : 1);
+    }
+}
+/** `LOCK.ACQUIRE key owner ttl [REENTRANT] [SHARED [LIMIT n]]` (a set: `LOCK.MACQUIRE`). */
+function acquireCommand(keys, owner, ttl, mode, reentrant) {
+    return keys.command('ACQUIRE', owner, String(ttl), ...(reentrant ? ['REENTRANT'] : []), ...mode);
 }
 /** An exclusive lock named `name`. */
 export function createLock(client, name, options = {}) {
-    return new LeaseholdLock(new Connection(client), name, options, EXCLUSIVE);
+    return new LeaseholdLock(new Connection(client), [name], options, EXCLUSIVE);
+}
+/**
+ * Several locks taken together, exclusively, all or none (`LOCK.MACQUIRE`): a waiting set is
+ * granted all its keys in one step, in one arrival order with every other waiter of any of
+ * them, so sets asked for in any key order never deadlock, and nobody holds part of a set while
+ * waiting for the rest. The holding has every token (`tokens`); its watchdog renews all the
+ * leases together (`LOCK.MRENEW`, all or none: a set with one lease run out is lost), and
+ * release frees them all (`LOCK.MRELEASE`). In Redis Cluster the keys must share a slot (hash
+ * tags: `{order:42}:payment`). Re-entering, downgrading and upgrading are for single locks.
+ */
+export function createMultiLock(client, names, options = {}) {
+    if (names.length === 0)
+        throw new Error('a multi-lock needs at least one name');
+    return new LeaseholdLock(new Connection(client), names, options, EXCLUSIVE, true);
 }
 /** A read-write lock: many readers or one writer, fair between them. Every acquire on either
  * side is a new owner; a writer downgrades to a reader, and the only reader upgrades, through
@@ -51,29 +88,35 @@ export function createLock(client, name, options = {}) {
 export function createReadWriteLock(client, name, options = {}) {
     const connection = new Connection(client);
     return {
-        read: new LeaseholdLock(connection, name, options, SHARED),
-        write: new LeaseholdLock(connection, name, options, EXCLUSIVE),
+        read: new LeaseholdLock(connection, [name], options, SHARED),
+        write: new LeaseholdLock(connection, [name], options, EXCLUSIVE),
     };
 }
 /** A semaphore: at most `permits` holders, each acquire a new permit with its own owner. */
 export function createSemaphore(client, name, permits, options = {}) {
     const mode = ['SHARED', 'LIMIT', String(permits)];
-    return new LeaseholdLock(new Connection(client), name, options, mode);
+    return new LeaseholdLock(new Connection(client), [name], options, mode);
 }
 class LeaseholdLock {
     connection;
-    name;
+    names;
     options;
     mode;
+    keys;
+    /** The key commands are routed by. */
     key;
     ttl;
-    constructor(connection, name, options, mode) {
+    constructor(connection, names, options, mode, set = false) {
         this.connection = connection;
-        this.name = name;
+        this.names = names;
         this.options = options;
         this.mode = mode;
-        this.key = connection.prefix + name;
+        this.keys = new Keys(names.map((name) => connection.prefix + name), set);
+        this.key = this.keys.first;
         this.ttl = options.ttl ?? DEFAULT_TTL;
+    }
+    get name() {
+        return this.names[0];
     }
     get owner() {
         return this.options.owner;
@@ -83,7 +126,7 @@ class LeaseholdLock {
         return this.options.owner ?? randomUUID();
     }
     command(owner, waitMs) {
-        const command = acquireCommand(this.key, owner, this.ttl, this.mode, this.options.reentrant ?? false);
+        const command = acquireCommand(this.keys, owner, this.ttl, this.mode, this.options.reentrant ?? false);
         if (waitMs !== undefined)
             command.push('WAIT', String(waitMs));
         return command;
@@ -105,8 +148,8 @@ class LeaseholdLock {
                 throw error;
             }
         }
-        const token = await tryToken(this.connection, this.command(owner));
-        return token === null ? null : this.hold(owner, token, watchdog);
+        const tokens = await tryTokens(this.connection, this.command(owner), this.key);
+        return tokens === null ? null : this.hold(owner, tokens, watchdog);
     }
     /** How many replicas a grant must reach: as `sync` says, or as many as the master has
      * online (asked now and then, never lowered for the same master). */
@@ -130,16 +173,17 @@ class LeaseholdLock {
         const margin = this.options.timeoutMargin ?? DEFAULT_MARGIN;
         const timeout = waitMs === 0 ? undefined : (waitMs ?? 0) + margin + syncMs;
         const then = wanted > 0 ? waitCommand(sync, wanted) : undefined;
-        const [token, synced] = await this.connection.sendOwn(this.key, this.command(owner, waitMs), timeout, then);
-        if (token === null)
+        const [reply, synced] = await this.connection.sendOwn(this.key, this.command(owner, waitMs), timeout, then);
+        const tokens = tokensOf(reply);
+        if (tokens === null)
             return null;
         const acked = wanted > 0 ? ackedBy(sync, synced) : 0;
         if (acked < wanted) {
             this.connection.learned(this.key).askAgain();
-            await this.connection.send(['LOCK.RELEASE', this.key, owner]);
+            await this.connection.send(this.keys.command('RELEASE', owner), this.key);
             throw new NotReplicatedError(acked, wanted);
         }
-        return this.hold(owner, Number(token), watchdog);
+        return this.hold(owner, tokens, watchdog);
     }
     acquire(options = {}) {
         return this.acquireAs(this.ownerForAcquire(), options, this.options.watchdog ?? false);
@@ -188,7 +232,7 @@ class LeaseholdLock {
     async releaseEventually(owner) {
         for (let attempt = 0; attempt < 20; attempt++) {
             try {
-                await this.connection.send(['LOCK.RELEASE', this.key, owner]);
+                await this.connection.send(this.keys.command('RELEASE', owner), this.key);
                 return;
             }
             catch {
@@ -207,26 +251,26 @@ class LeaseholdLock {
             await holding.release().catch(() => false);
         }
     }
-    hold(owner, token, watchdog) {
-        return new Held(this.connection, this.key, owner, token, this.ttl, this.mode, watchdog);
+    hold(owner, tokens, watchdog) {
+        return new Held(this.connection, this.keys, owner, tokens, this.ttl, this.mode, watchdog);
     }
 }
 class Held {
     connection;
-    key;
+    keys;
     owner;
-    token;
+    tokens;
     ttl;
     mode;
     lost = new AbortController();
     timer;
     released = false;
     heldUntil;
-    constructor(connection, key, owner, token, ttl, mode, watchdog) {
+    constructor(connection, keys, owner, tokens, ttl, mode, watchdog) {
         this.connection = connection;
-        this.key = key;
+        this.keys = keys;
         this.owner = owner;
-        this.token = token;
+        this.tokens = tokens;
         this.ttl = ttl;
         this.mode = mode;
         this.heldUntil = Date.now() + ttl;
@@ -236,8 +280,11 @@ class Held {
     get signal() {
         return this.lost.signal;
     }
+    get token() {
+        return Math.max(...this.tokens);
+    }
     async renew(ttl = this.ttl) {
-        const renewed = (await this.connection.send(['LOCK.RENEW', this.key, this.owner, String(ttl)])) === 1;
+        const renewed = this.keys.whole(await this.connection.send(this.keys.command('RENEW', this.owner, String(ttl)), this.keys.first));
         if (!renewed)
             this.lose();
         return renewed;
@@ -245,11 +292,11 @@ class Held {
     async release() {
         this.released = true;
         clearTimeout(this.timer);
-        return (await this.connection.send(['LOCK.RELEASE', this.key, this.owner])) === 1;
+        return this.keys.whole(await this.connection.send(this.keys.command('RELEASE', this.owner), this.keys.first));
     }
     async reenter(ttl = this.ttl) {
-        const token = await this.acquire(ttl, this.mode, true);
-        return token === null ? null : new Held(this.connection, this.key, this.owner, token, ttl, this.mode, false);
+        const tokens = await this.acquire('reenter', ttl, this.mode, true);
+        return tokens === null ? null : new Held(this.connection, this.keys, this.owner, tokens, ttl, this.mode, false);
     }
     downgrade(ttl = this.ttl) {
         return this.changeMode(ttl, SHARED);
@@ -258,16 +305,19 @@ class Held {
         return this.changeMode(ttl, EXCLUSIVE);
     }
     async changeMode(ttl, mode) {
-        const token = await this.acquire(ttl, mode, false);
-        if (token === null)
+        const tokens = await this.acquire(mode === SHARED ? 'downgrade' : 'upgrade', ttl, mode, false);
+        if (tokens === null)
             return false;
         this.mode = mode;
-        this.token = token;
+        this.tokens = tokens;
         return true;
     }
-    /** `LOCK.ACQUIRE` as this holding's owner: the token, or null when not granted. */
-    acquire(ttl, mode, reentrant) {
-        return tryToken(this.connection, acquireCommand(this.key, this.owner, ttl, mode, reentrant));
+    /** `LOCK.ACQUIRE` as this holding's owner, for `what` (a single lock's): the token, or null
+     * when not granted. */
+    acquire(what, ttl, mode, reentrant) {
+        if (this.keys.set)
+            return Promise.reject(new Error(`${what} is not supported on a set of locks`));
+        return tryTokens(this.connection, acquireCommand(this.keys, this.owner, ttl, mode, reentrant), this.keys.first);
     }
     /** The watchdog: renews every third of the lease; stops for good on release and on loss. */
     schedule() {
@@ -298,12 +348,18 @@ class Held {
             this.lost.abort(new Error('the lock lease was lost'));
     }
 }
-/** Sends an acquire that does not wait: the token, or null when busy (or when the server cannot
+/** A grant's tokens: `LOCK.ACQUIRE`'s one, or `LOCK.MACQUIRE`'s array, one per key; null when
+ * busy. */
+function tokensOf(reply) {
+    if (reply === null || reply === undefined)
+        return null;
+    return Array.isArray(reply) ? reply.map(Number) : [Number(reply)];
+}
+/** Sends an acquire that does not wait: the tokens, or null when busy (or when the server cannot
  * issue a token yet: `TRYAGAIN`). */
-async function tryToken(connection, command) {
+async function tryTokens(connection, command, key) {
     try {
-        const token = await connection.send(command);
-        return token === null ? null : Number(token);
+        return tokensOf(await connection.send(command, key));
     }
     catch (error) {
         if (isTryAgain(error))

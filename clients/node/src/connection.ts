@@ -93,14 +93,15 @@ export class Connection {
     return learned;
   }
 
-  /** Sends a quick command on a lock (`args[1]` its key) over the program's own connection. */
-  async send(args: string[]): Promise<unknown> {
+  /** Sends a quick command on a lock over the program's own connection, routed in a cluster by
+   * `key` (default `args[1]`, a single lock's key; a set's first key otherwise). */
+  async send(args: string[], key: string = args[1]): Promise<unknown> {
     const client = this.client;
     if (isIORedis(client) || isIORedisCluster(client)) {
       const [command, ...rest] = args;
       return client.call(command, ...rest);
     }
-    if (isNodeRedisCluster(client)) return client.sendCommand(args[1], false, args);
+    if (isNodeRedisCluster(client)) return client.sendCommand(key, false, args);
     return client.sendCommand(args);
   }
 

@@ -68,11 +68,15 @@ export interface WaitOptions {
   wait?: number;
 }
 
-/** A held lock. */
+/** A held lock, or a held set of locks ({@link createMultiLock}). */
 export interface Holding {
   /** The fencing token: larger than every earlier holding's. Send it with every write. (An
-   * upgrade gives the holding a new one.) */
+   * upgrade gives the holding a new one.) For a set, the largest of its tokens: the one its
+   * newly taken keys share. */
   readonly token: number;
+  /** The fencing tokens, one per key: for a set in the order of its names (a key the owner
+   * held before keeps its older token); otherwise `[token]`. */
+  readonly tokens: readonly number[];
   /** The owner of this holding: new for each acquire, unless the lock was given one. */
   readonly owner: string;
   /** Aborted when the lease is known lost: a renewal was refused, or the lease ran out while
@@ -83,7 +87,7 @@ export interface Holding {
   renew(ttl?: number): Promise<boolean>;
   /** Stops renewing and releases. True if it was still held. */
   release(): Promise<boolean>;
-  /** One more hold of this holding (`REENTRANT`, lease reset to `ttl` ms): same owner, token
+  /** One more hold of this holding (`REENTRANT`, lease reset to `ttl` ms; not for a set): same owner, token
    * and mode, as a holding of its own whose release gives that hold back — the lock is free
    * once every hold is. `null` when this owner no longer holds the lock. It does not renew by
    * itself: this holding's watchdog, if on, keeps the lease. */
@@ -97,11 +101,13 @@ export interface Holding {
   upgrade(ttl?: number): Promise<boolean>;
 }
 
-/** A lock (exclusive, a reader, or a semaphore permit). Every acquire is a new owner, unless
- * one was fixed with the `owner` option. */
+/** A lock (exclusive, a reader, or a semaphore permit), or a set of locks taken together.
+ * Every acquire is a new owner, unless one was fixed with the `owner` option. */
 export interface Lock {
-  /** The key. */
+  /** The key (a set's first). */
   readonly name: string;
+  /** The keys: a set's, or the one key. */
+  readonly names: readonly string[];
   /** The owner every acquire uses, if one was fixed; `undefined`: a new one per acquire
    * (`holding.owner` tells it). */
   readonly owner: string | undefined;
@@ -129,14 +135,52 @@ const DEFAULT_MARGIN = 1_000;
 const EXCLUSIVE: Mode = [];
 const SHARED: Mode = ['SHARED'];
 
-/** `LOCK.ACQUIRE key owner ttl [REENTRANT] [SHARED [LIMIT n]]`. */
-function acquireCommand(key: string, owner: string, ttl: number, mode: Mode, reentrant: boolean): string[] {
-  return ['LOCK.ACQUIRE', key, owner, String(ttl), ...(reentrant ? ['REENTRANT'] : []), ...mode];
+/** The key of a lock, or the keys of a set taken together (whose commands are `LOCK.M*`). */
+class Keys {
+  constructor(
+    readonly keys: readonly string[],
+    readonly set: boolean,
+  ) {}
+
+  /** The key a command is routed by: the lock's, a set's first (a set lives in one slot). */
+  get first(): string {
+    return this.keys[0];
+  }
+
+  /** `LOCK.<verb> key owner ...rest`, or for a set `LOCK.M<verb> numkeys ...keys owner ...rest`. */
+  command(verb: string, owner: string, ...rest: string[]): string[] {
+    if (!this.set) return [`LOCK.${verb}`, this.first, owner, ...rest];
+    return [`LOCK.M${verb}`, String(this.keys.length), ...this.keys, owner, ...rest];
+  }
+
+  /** Whether a `RELEASE` / `RENEW` reply (a set's: how many) covers every key. */
+  whole(reply: unknown): boolean {
+    return Number(reply) === (this.set ? this.keys.length : 1);
+  }
+}
+
+/** `LOCK.ACQUIRE key owner ttl [REENTRANT] [SHARED [LIMIT n]]` (a set: `LOCK.MACQUIRE`). */
+function acquireCommand(keys: Keys, owner: string, ttl: number, mode: Mode, reentrant: boolean): string[] {
+  return keys.command('ACQUIRE', owner, String(ttl), ...(reentrant ? ['REENTRANT'] : []), ...mode);
 }
 
 /** An exclusive lock named `name`. */
 export function createLock(client: Client, name: string, options: LockOptions = {}): Lock {
-  return new LeaseholdLock(new Connection(client), name, options, EXCLUSIVE);
+  return new LeaseholdLock(new Connection(client), [name], options, EXCLUSIVE);
+}
+
+/**
+ * Several locks taken together, exclusively, all or none (`LOCK.MACQUIRE`): a waiting set is
+ * granted all its keys in one step, in one arrival order with every other waiter of any of
+ * them, so sets asked for in any key order never deadlock, and nobody holds part of a set while
+ * waiting for the rest. The holding has every token (`tokens`); its watchdog renews all the
+ * leases together (`LOCK.MRENEW`, all or none: a set with one lease run out is lost), and
+ * release frees them all (`LOCK.MRELEASE`). In Redis Cluster the keys must share a slot (hash
+ * tags: `{order:42}:payment`). Re-entering, downgrading and upgrading are for single locks.
+ */
+export function createMultiLock(client: Client, names: readonly string[], options: LockOptions = {}): Lock {
+  if (names.length === 0) throw new Error('a multi-lock needs at least one name');
+  return new LeaseholdLock(new Connection(client), names, options, EXCLUSIVE, true);
 }
 
 /** A read-write lock: many readers or one writer, fair between them. Every acquire on either
@@ -149,8 +193,8 @@ export function createReadWriteLock(
 ): { read: Lock; write: Lock } {
   const connection = new Connection(client);
   return {
-    read: new LeaseholdLock(connection, name, options, SHARED),
-    write: new LeaseholdLock(connection, name, options, EXCLUSIVE),
+    read: new LeaseholdLock(connection, [name], options, SHARED),
+    write: new LeaseholdLock(connection, [name], options, EXCLUSIVE),
   };
 }
 
@@ -162,21 +206,29 @@ export function createSemaphore(
   options: LockOptions = {},
 ): Lock {
   const mode = ['SHARED', 'LIMIT', String(permits)];
-  return new LeaseholdLock(new Connection(client), name, options, mode);
+  return new LeaseholdLock(new Connection(client), [name], options, mode);
 }
 
 class LeaseholdLock implements Lock {
+  private readonly keys: Keys;
+  /** The key commands are routed by. */
   private readonly key: string;
   private readonly ttl: number;
 
   constructor(
     private readonly connection: Connection,
-    readonly name: string,
+    readonly names: readonly string[],
     private readonly options: LockOptions,
     private readonly mode: Mode,
+    set = false,
   ) {
-    this.key = connection.prefix + name;
+    this.keys = new Keys(names.map((name) => connection.prefix + name), set);
+    this.key = this.keys.first;
     this.ttl = options.ttl ?? DEFAULT_TTL;
+  }
+
+  get name(): string {
+    return this.names[0];
   }
 
   get owner(): string | undefined {
@@ -189,7 +241,7 @@ class LeaseholdLock implements Lock {
   }
 
   private command(owner: string, waitMs?: number): string[] {
-    const command = acquireCommand(this.key, owner, this.ttl, this.mode, this.options.reentrant ?? false);
+    const command = acquireCommand(this.keys, owner, this.ttl, this.mode, this.options.reentrant ?? false);
     if (waitMs !== undefined) command.push('WAIT', String(waitMs));
     return command;
   }
@@ -209,8 +261,8 @@ class LeaseholdLock implements Lock {
         throw error;
       }
     }
-    const token = await tryToken(this.connection, this.command(owner));
-    return token === null ? null : this.hold(owner, token, watchdog);
+    const tokens = await tryTokens(this.connection, this.command(owner), this.key);
+    return tokens === null ? null : this.hold(owner, tokens, watchdog);
   }
 
   /** How many replicas a grant must reach: as `sync` says, or as many as the master has
@@ -234,15 +286,16 @@ class LeaseholdLock implements Lock {
     const margin = this.options.timeoutMargin ?? DEFAULT_MARGIN;
     const timeout = waitMs === 0 ? undefined : (waitMs ?? 0) + margin + syncMs;
     const then = wanted > 0 ? waitCommand(sync, wanted) : undefined;
-    const [token, synced] = await this.connection.sendOwn(this.key, this.command(owner, waitMs), timeout, then);
-    if (token === null) return null;
+    const [reply, synced] = await this.connection.sendOwn(this.key, this.command(owner, waitMs), timeout, then);
+    const tokens = tokensOf(reply);
+    if (tokens === null) return null;
     const acked = wanted > 0 ? ackedBy(sync, synced) : 0;
     if (acked < wanted) {
       this.connection.learned(this.key).askAgain();
-      await this.connection.send(['LOCK.RELEASE', this.key, owner]);
+      await this.connection.send(this.keys.command('RELEASE', owner), this.key);
       throw new NotReplicatedError(acked, wanted);
     }
-    return this.hold(owner, Number(token), watchdog);
+    return this.hold(owner, tokens, watchdog);
   }
 
   acquire(options: WaitOptions = {}): Promise<Holding | null> {
@@ -287,7 +340,7 @@ class LeaseholdLock implements Lock {
   private async releaseEventually(owner: string): Promise<void> {
     for (let attempt = 0; attempt < 20; attempt++) {
       try {
-        await this.connection.send(['LOCK.RELEASE', this.key, owner]);
+        await this.connection.send(this.keys.command('RELEASE', owner), this.key);
         return;
       } catch {
         await sleep(Math.min(10 * 2 ** attempt, 1_000));
@@ -308,8 +361,8 @@ class LeaseholdLock implements Lock {
     }
   }
 
-  private hold(owner: string, token: number, watchdog: boolean): Holding {
-    return new Held(this.connection, this.key, owner, token, this.ttl, this.mode, watchdog);
+  private hold(owner: string, tokens: number[], watchdog: boolean): Holding {
+    return new Held(this.connection, this.keys, owner, tokens, this.ttl, this.mode, watchdog);
   }
 }
 
@@ -321,9 +374,9 @@ class Held implements Holding {
 
   constructor(
     private readonly connection: Connection,
-    private readonly key: string,
+    private readonly keys: Keys,
     readonly owner: string,
-    public token: number,
+    public tokens: number[],
     private readonly ttl: number,
     private mode: Mode,
     watchdog: boolean,
@@ -336,8 +389,12 @@ class Held implements Holding {
     return this.lost.signal;
   }
 
+  get token(): number {
+    return Math.max(...this.tokens);
+  }
+
   async renew(ttl: number = this.ttl): Promise<boolean> {
-    const renewed = (await this.connection.send(['LOCK.RENEW', this.key, this.owner, String(ttl)])) === 1;
+    const renewed = this.keys.whole(await this.connection.send(this.keys.command('RENEW', this.owner, String(ttl)), this.keys.first));
     if (!renewed) this.lose();
     return renewed;
   }
@@ -345,12 +402,12 @@ class Held implements Holding {
   async release(): Promise<boolean> {
     this.released = true;
     clearTimeout(this.timer);
-    return (await this.connection.send(['LOCK.RELEASE', this.key, this.owner])) === 1;
+    return this.keys.whole(await this.connection.send(this.keys.command('RELEASE', this.owner), this.keys.first));
   }
 
   async reenter(ttl: number = this.ttl): Promise<Holding | null> {
-    const token = await this.acquire(ttl, this.mode, true);
-    return token === null ? null : new Held(this.connection, this.key, this.owner, token, ttl, this.mode, false);
+    const tokens = await this.acquire('reenter', ttl, this.mode, true);
+    return tokens === null ? null : new Held(this.connection, this.keys, this.owner, tokens, ttl, this.mode, false);
   }
 
   downgrade(ttl: number = this.ttl): Promise<boolean> {
@@ -362,16 +419,18 @@ class Held implements Holding {
   }
 
   private async changeMode(ttl: number, mode: Mode): Promise<boolean> {
-    const token = await this.acquire(ttl, mode, false);
-    if (token === null) return false;
+    const tokens = await this.acquire(mode === SHARED ? 'downgrade' : 'upgrade', ttl, mode, false);
+    if (tokens === null) return false;
     this.mode = mode;
-    this.token = token;
+    this.tokens = tokens;
     return true;
   }
 
-  /** `LOCK.ACQUIRE` as this holding's owner: the token, or null when not granted. */
-  private acquire(ttl: number, mode: Mode, reentrant: boolean): Promise<number | null> {
-    return tryToken(this.connection, acquireCommand(this.key, this.owner, ttl, mode, reentrant));
+  /** `LOCK.ACQUIRE` as this holding's owner, for `what` (a single lock's): the token, or null
+   * when not granted. */
+  private acquire(what: string, ttl: number, mode: Mode, reentrant: boolean): Promise<number[] | null> {
+    if (this.keys.set) return Promise.reject(new Error(`${what} is not supported on a set of locks`));
+    return tryTokens(this.connection, acquireCommand(this.keys, this.owner, ttl, mode, reentrant), this.keys.first);
   }
 
   /** The watchdog: renews every third of the lease; stops for good on release and on loss. */
@@ -401,12 +460,18 @@ class Held implements Holding {
   }
 }
 
-/** Sends an acquire that does not wait: the token, or null when busy (or when the server cannot
+/** A grant's tokens: `LOCK.ACQUIRE`'s one, or `LOCK.MACQUIRE`'s array, one per key; null when
+ * busy. */
+function tokensOf(reply: unknown): number[] | null {
+  if (reply === null || reply === undefined) return null;
+  return Array.isArray(reply) ? reply.map(Number) : [Number(reply)];
+}
+
+/** Sends an acquire that does not wait: the tokens, or null when busy (or when the server cannot
  * issue a token yet: `TRYAGAIN`). */
-async function tryToken(connection: Connection, command: string[]): Promise<number | null> {
+async function tryTokens(connection: Connection, command: string[], key: string): Promise<number[] | null> {
   try {
-    const token = await connection.send(command);
-    return token === null ? null : Number(token);
+    return tokensOf(await connection.send(command, key));
   } catch (error) {
     if (isTryAgain(error)) return null;
     throw error;

@@ -5,7 +5,7 @@ import { createClient as createClient4 } from 'redis4';
 import { Redis } from 'ioredis';
 import { Redis as Redis5 } from 'ioredis5';
 
-import { NotReplicatedError, createLock, createReadWriteLock, createSemaphore, type Holding } from '../dist/index.js';
+import { NotReplicatedError, createLock, createMultiLock, createReadWriteLock, createSemaphore, type Holding } from '../dist/index.js';
 
 export async function typed(): Promise<number> {
   const nodeRedis = await createClient().connect();
@@ -26,6 +26,8 @@ export async function typed(): Promise<number> {
   await write.tryAcquire();
   await createLock(await createClient4().connect(), 'old').tryAcquire();
   await createLock(new Redis5(), 'old').tryAcquire();
+  const set = await createMultiLock(nodeRedis, ['{order:3}:a', '{order:3}:b']).tryAcquire();
+  const tokens: readonly number[] = set?.tokens ?? [];
   const refused = new NotReplicatedError(0, 1);
-  return refused.acked + token + (holding?.token ?? 0) + (permit?.token ?? 0) + (fixed?.length ?? 0);
+  return refused.acked + tokens.length + token + (holding?.token ?? 0) + (permit?.token ?? 0) + (fixed?.length ?? 0);
 }

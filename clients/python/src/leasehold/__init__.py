@@ -12,17 +12,19 @@ commands).
 with waiting in the server (fair, on a connection of its own whose socket timeout is longer
 than the wait), a fencing token for every holding, grants synced to the master's replicas
 before they are returned (:class:`Sync`), an optional watchdog, and
-``ReadWriteLock`` and ``Semaphore``. ``leasehold.asyncio`` has the same classes for
+``ReadWriteLock``, ``Semaphore`` and ``MultiLock`` (several locks taken together, all or
+none, without deadlock). ``leasehold.asyncio`` has the same classes for
 ``redis.asyncio``. Times are seconds, as in redis-py.
 """
 
 from redis.exceptions import LockError, LockNotOwnedError
 
 from ._protocol import SYNC_OFF, NotReplicatedError, Sync
-from .lock import Lock, ReadWriteLock, Semaphore, SharedLock
+from .lock import Lock, MultiLock, ReadWriteLock, Semaphore, SharedLock
 
 __all__ = [
     "Lock",
+    "MultiLock",
     "ReadWriteLock",
     "Semaphore",
     "SharedLock",
@@ -32,4 +34,4 @@ __all__ = [
     "LockNotOwnedError",
     "NotReplicatedError",
 ]
-__version__ = "0.2.0"
+__version__ = "0.3.0"

@@ -211,6 +211,13 @@ def own_ttl_ms(info: Any, owner: Any) -> Optional[int]:
     return None
 
 
+def least_lease_ms(infos: Sequence[Any], owner: Any) -> Optional[int]:
+    """The shortest lease left of ``owner``'s holdings in ``LOCK.INFO`` replies (one per key of
+    a lock or a set), or ``None`` when it does not hold every one."""
+    lefts = [own_ttl_ms(info, owner) for info in infos]
+    return None if any(left is None for left in lefts) else min(lefts)  # type: ignore[type-var]
+
+
 def as_map(reply: Any) -> Optional[dict]:
     """A reply map (RESP3 dict or RESP2 flat list) with text keys."""
     if reply is None:
@@ -232,6 +239,7 @@ class Local(threading.local):
 
     token: Any = None
     fencing_token: Optional[int] = None
+    fencing_tokens: Optional[List[int]] = None
     keeper: Any = None
 
 
@@ -240,6 +248,7 @@ class Shared:
 
     token: Any = None
     fencing_token: Optional[int] = None
+    fencing_tokens: Optional[List[int]] = None
     keeper: Any = None
 
 
@@ -250,7 +259,7 @@ class TaskLocal:
     the other's holding; each task runs in a context of its own. A task started by a holder
     starts with a copy of what the holder kept then."""
 
-    _FIELDS = ("token", "fencing_token", "keeper")
+    _FIELDS = ("token", "fencing_token", "fencing_tokens", "keeper")
 
     def __init__(self) -> None:
         state: contextvars.ContextVar[dict] = contextvars.ContextVar("leasehold_holder", default={})
@@ -275,6 +284,10 @@ class LockBase:
 
     #: The module's options for this kind of lock (``SHARED``, ``LIMIT n``).
     mode: Sequence[Any] = ()
+
+    #: The keys of a set taken together (``LOCK.MACQUIRE``, :class:`leasehold.MultiLock`);
+    #: ``None`` for one lock, ``name``.
+    names: Optional[List[Any]] = None
 
     #: Where a holder's state lives with ``thread_local=True``: per thread (per task for asyncio).
     holder_state: type = Local
@@ -307,16 +320,48 @@ class LockBase:
 
     @property
     def fencing_token(self) -> Optional[int]:
-        """The fencing token of the current holding, ``None`` when not held."""
+        """The fencing token of the current holding, ``None`` when not held. For a set, the
+        largest of its tokens: the one its newly taken keys share."""
         return self.local.fencing_token
+
+    @property
+    def fencing_tokens(self) -> Optional[List[int]]:
+        """The fencing tokens of the current holding, one per key (for a set in the order of
+        its names; a key the owner held before keeps its older token); ``None`` when not
+        held."""
+        return self.local.fencing_tokens
+
+    def _keys(self) -> List[Any]:
+        """The lock's key, or a set's keys."""
+        return [self.name] if self.names is None else list(self.names)
+
+    def _command(self, verb: str, owner: Any, *rest: Any) -> List[Any]:
+        """``LOCK.<verb> name owner rest...``, or for a set ``LOCK.M<verb> numkeys names...
+        owner rest...``."""
+        if self.names is None:
+            return [f"LOCK.{verb}", self.name, owner, *rest]
+        return [f"LOCK.M{verb}", len(self.names), *self.names, owner, *rest]
+
+    def _whole(self, reply: Any) -> bool:
+        """Whether a ``LOCK.RELEASE`` / ``LOCK.RENEW`` reply (a set's: how many) covers every
+        key."""
+        return reply == len(self._keys())
+
+    def _held(self, owner: Any, reply: Any) -> None:
+        """Keeps a grant: ``owner`` and the tokens of ``LOCK.ACQUIRE``'s (or a set's) reply."""
+        tokens = [int(token) for token in reply] if isinstance(reply, list) else [int(reply)]
+        self.local.token = owner
+        self.local.fencing_token = max(tokens)
+        self.local.fencing_tokens = tokens
 
     def _lease_ms(self) -> int:
         """The lease each acquire and renewal asks for, in ms (``timeout``, or 30 s)."""
         return to_ms(DEFAULT_LEASE if self.timeout is None else self.timeout)
 
     def _acquire_command(self, owner: Any, wait_ms: Optional[int] = None) -> List[Any]:
-        """``LOCK.ACQUIRE name owner lease-ms [SHARED [LIMIT n]] [WAIT wait-ms]``."""
-        command: List[Any] = ["LOCK.ACQUIRE", self.name, owner, self._lease_ms(), *self.mode]
+        """``LOCK.ACQUIRE name owner lease-ms [SHARED [LIMIT n]] [WAIT wait-ms]`` (a set:
+        ``LOCK.MACQUIRE numkeys names... owner lease-ms [WAIT wait-ms]``)."""
+        command = self._command("ACQUIRE", owner, self._lease_ms(), *self.mode)
         if wait_ms is not None:
             command += ["WAIT", wait_ms]
         return command
@@ -347,3 +392,17 @@ class LockBase:
         if self.raise_on_release_error:
             raise error
         logger.warning("Lock was unlocked or no longer owned when exiting context manager.")
+
+
+class SetOf:
+    """Makes a lock class a set of locks taken together (``MultiLock``): the constructor takes
+    ``names`` where the lock takes ``name``, and the lock's commands become ``LOCK.M*``."""
+
+    names: Optional[List[Any]]
+
+    def __init__(self, redis: Any, names: Sequence[Any], **kwargs: Any) -> None:
+        names = list(names)
+        if not names:
+            raise LockError("a MultiLock needs at least one name")
+        super().__init__(redis, names[0], **kwargs)  # type: ignore[call-arg]
+        self.names = names

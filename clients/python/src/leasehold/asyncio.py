@@ -27,11 +27,12 @@ from ._protocol import (
     Master,
     NotReplicatedError,
     Number,
+    SetOf,
     TaskLocal,
     is_cluster,
     learned,
+    least_lease_ms,
     new_owner,
-    own_ttl_ms,
     to_ms,
     wait_ms,
 )
@@ -87,8 +88,7 @@ class Lock(LockBase):
             fencing = await self._try(owner)
         if fencing is None:
             return False
-        self.local.token = owner
-        self.local.fencing_token = int(fencing)
+        self._held(owner, fencing)
         if self.watchdog:
             self.local.keeper = Keeper(lambda ms: self._renew(owner, ms), self._lease_ms())
         return True
@@ -99,7 +99,7 @@ class Lock(LockBase):
         if owner is None:
             raise LockError("Cannot release a lock that's not owned or is already unlocked.")
         self._forget()
-        if await self.redis.execute_command("LOCK.RELEASE", self.name, owner) != 1:
+        if not self._whole(await self.redis.execute_command(*self._command("RELEASE", owner))):
             raise LockNotOwnedError("Cannot release a lock that's no longer owned")
 
     async def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
@@ -111,12 +111,12 @@ class Lock(LockBase):
             raise LockError("Cannot extend a lock with no timeout")
         lease_ms = to_ms(additional_time, "additional_time")
         if not replace_ttl:
-            info = await self.redis.execute_command("LOCK.INFO", self.name)
-            left = own_ttl_ms(info, owner)
+            infos = [await self.redis.execute_command("LOCK.INFO", key) for key in self._keys()]
+            left = least_lease_ms(infos, owner)
             if left is None:
                 raise LockNotOwnedError("Cannot extend a lock that's no longer owned")
             lease_ms += max(left, 0)
-        if await self._renew(owner, lease_ms) != 1:
+        if not await self._renew(owner, lease_ms):
             raise LockNotOwnedError("Cannot extend a lock that's no longer owned")
         return True
 
@@ -127,20 +127,22 @@ class Lock(LockBase):
             raise LockError("Cannot reacquire an unlocked lock")
         if self.timeout is None:
             raise LockError("Cannot reacquire a lock with no timeout")
-        if await self._renew(owner, self._lease_ms()) != 1:
+        if not await self._renew(owner, self._lease_ms()):
             raise LockNotOwnedError("Cannot reacquire a lock that's no longer owned")
         return True
 
     async def locked(self) -> bool:
         """True if anyone holds the lock."""
-        return await self.redis.execute_command("LOCK.FENCE", self.name) is not None
+        return any([await self.redis.execute_command("LOCK.FENCE", key) is not None
+                    for key in self._keys()])
 
     async def owned(self) -> bool:
         """True if this lock holds it."""
         owner = self.local.token
         if owner is None:
             return False
-        return await self.redis.execute_command("LOCK.FENCE", self.name, owner) is not None
+        return all([await self.redis.execute_command("LOCK.FENCE", key, owner) is not None
+                    for key in self._keys()])
 
     async def _try(self, owner: Any) -> Optional[int]:
         try:
@@ -210,7 +212,7 @@ class Lock(LockBase):
                     acked = self.sync.acked(await connection.read_response())
                     error = self._not_synced(acked, wanted, master)
                     if error is not None:
-                        await self.redis.execute_command("LOCK.RELEASE", self.name, owner)
+                        await self.redis.execute_command(*self._command("RELEASE", owner))
                         raise error
                 return token
             except MovedError:
@@ -232,13 +234,13 @@ class Lock(LockBase):
     async def _release_eventually(self, owner: Any) -> None:
         for attempt in range(20):
             try:
-                await self.redis.execute_command("LOCK.RELEASE", self.name, owner)
+                await self.redis.execute_command(*self._command("RELEASE", owner))
                 return
             except RedisError:
                 await asyncio.sleep(min(0.01 * 2**attempt, 1.0))
 
-    async def _renew(self, owner: Any, lease_ms: int) -> int:
-        return await self.redis.execute_command("LOCK.RENEW", self.name, owner, lease_ms)
+    async def _renew(self, owner: Any, lease_ms: int) -> bool:
+        return self._whole(await self.redis.execute_command(*self._command("RENEW", owner, lease_ms)))
 
     def _forget(self) -> None:
         keeper = self.local.keeper
@@ -246,6 +248,7 @@ class Lock(LockBase):
             keeper.stop()
         self.local.token = None
         self.local.fencing_token = None
+        self.local.fencing_tokens = None
         self.local.keeper = None
 
 
@@ -253,7 +256,7 @@ class Keeper:
     """The watchdog as a task: renews every third of the lease until stopped, refused, or the
     lease ran out while renewals failed; then sets :attr:`lost`."""
 
-    def __init__(self, renew: Callable[[int], Awaitable[int]], lease_ms: int) -> None:
+    def __init__(self, renew: Callable[[int], Awaitable[bool]], lease_ms: int) -> None:
         self.lost = asyncio.Event()
         self._renew = renew
         self._lease = lease_ms / 1000
@@ -274,10 +277,14 @@ class Keeper:
                 if time.monotonic() >= held_until:
                     break
                 continue
-            if renewed != 1:
+            if not renewed:
                 break
             held_until = sent + self._lease
         self.lost.set()
+
+
+class MultiLock(SetOf, Lock):
+    """:class:`leasehold.MultiLock` over ``redis.asyncio``."""
 
 
 class SharedLock(Lock):

@@ -29,11 +29,12 @@ from ._protocol import (
     LockBase,
     Master,
     Number,
+    SetOf,
     NotReplicatedError,
     is_cluster,
     learned,
+    least_lease_ms,
     new_owner,
-    own_ttl_ms,
     to_ms,
     wait_ms,
 )
@@ -107,8 +108,7 @@ class Lock(LockBase):
             fencing = self._try(owner)
         if fencing is None:
             return False
-        self.local.token = owner
-        self.local.fencing_token = int(fencing)
+        self._held(owner, fencing)
         if self.watchdog:
             self.local.keeper = Keeper(lambda ms: self._renew(owner, ms), self._lease_ms())
         return True
@@ -119,13 +119,14 @@ class Lock(LockBase):
         if owner is None:
             raise LockError("Cannot release a lock that's not owned or is already unlocked.")
         self._forget()
-        if self.redis.execute_command("LOCK.RELEASE", self.name, owner) != 1:
+        if not self._whole(self.redis.execute_command(*self._command("RELEASE", owner))):
             raise LockNotOwnedError("Cannot release a lock that's no longer owned")
 
     def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
-        """Adds ``additional_time`` seconds to the lease left, or with ``replace_ttl`` makes it
-        the lease. ``LockNotOwnedError`` when the lease had run out (it is not brought back).
-        The lease left is read first: the addition is off by the round trip."""
+        """Adds ``additional_time`` seconds to the lease left (a set's shortest), or with
+        ``replace_ttl`` makes it the lease. ``LockNotOwnedError`` when the lease had run out (it
+        is not brought back). The lease left is read first: the addition is off by the round
+        trip."""
         owner = self.local.token
         if owner is None:
             raise LockError("Cannot extend an unlocked lock")
@@ -133,11 +134,12 @@ class Lock(LockBase):
             raise LockError("Cannot extend a lock with no timeout")
         lease_ms = to_ms(additional_time, "additional_time")
         if not replace_ttl:
-            left = own_ttl_ms(self.redis.execute_command("LOCK.INFO", self.name), owner)
+            infos = [self.redis.execute_command("LOCK.INFO", key) for key in self._keys()]
+            left = least_lease_ms(infos, owner)
             if left is None:
                 raise LockNotOwnedError("Cannot extend a lock that's no longer owned")
             lease_ms += max(left, 0)
-        if self._renew(owner, lease_ms) != 1:
+        if not self._renew(owner, lease_ms):
             raise LockNotOwnedError("Cannot extend a lock that's no longer owned")
         return True
 
@@ -148,20 +150,23 @@ class Lock(LockBase):
             raise LockError("Cannot reacquire an unlocked lock")
         if self.timeout is None:
             raise LockError("Cannot reacquire a lock with no timeout")
-        if self._renew(owner, self._lease_ms()) != 1:
+        if not self._renew(owner, self._lease_ms()):
             raise LockNotOwnedError("Cannot reacquire a lock that's no longer owned")
         return True
 
     def locked(self) -> bool:
-        """True if anyone holds the lock."""
-        return self.redis.execute_command("LOCK.FENCE", self.name) is not None
+        """True if anyone holds the lock (any lock of a set)."""
+        return any([self.redis.execute_command("LOCK.FENCE", key) is not None
+                    for key in self._keys()])
 
     def owned(self) -> bool:
-        """True if this lock (this thread, with ``thread_local``) holds it."""
+        """True if this lock (this thread, with ``thread_local``) holds it (every lock of a
+        set)."""
         owner = self.local.token
         if owner is None:
             return False
-        return self.redis.execute_command("LOCK.FENCE", self.name, owner) is not None
+        return all([self.redis.execute_command("LOCK.FENCE", key, owner) is not None
+                    for key in self._keys()])
 
     def _try(self, owner: Any) -> Optional[int]:
         try:
@@ -233,7 +238,7 @@ class Lock(LockBase):
                     acked = self.sync.acked(connection.read_response())
                     error = self._not_synced(acked, wanted, master)
                     if error is not None:
-                        self.redis.execute_command("LOCK.RELEASE", self.name, owner)
+                        self.redis.execute_command(*self._command("RELEASE", owner))
                         raise error
                 return token
             except MovedError:  # the slot moved: learn where
@@ -257,13 +262,13 @@ class Lock(LockBase):
     def _release_eventually(self, owner: Any) -> None:
         for attempt in range(20):
             try:
-                self.redis.execute_command("LOCK.RELEASE", self.name, owner)
+                self.redis.execute_command(*self._command("RELEASE", owner))
                 return
             except RedisError:
                 time.sleep(min(0.01 * 2**attempt, 1.0))
 
-    def _renew(self, owner: Any, lease_ms: int) -> int:
-        return self.redis.execute_command("LOCK.RENEW", self.name, owner, lease_ms)
+    def _renew(self, owner: Any, lease_ms: int) -> bool:
+        return self._whole(self.redis.execute_command(*self._command("RENEW", owner, lease_ms)))
 
     def _forget(self) -> None:
         keeper = self.local.keeper
@@ -271,6 +276,7 @@ class Lock(LockBase):
             keeper.stop()
         self.local.token = None
         self.local.fencing_token = None
+        self.local.fencing_tokens = None
         self.local.keeper = None
 
 
@@ -279,7 +285,7 @@ class Keeper:
     renewal is refused, or the lease it last renewed ran out while renewals failed; then sets
     :attr:`lost`. It never takes a lost lock back."""
 
-    def __init__(self, renew: Callable[[int], int], lease_ms: int) -> None:
+    def __init__(self, renew: Callable[[int], bool], lease_ms: int) -> None:
         self.lost = threading.Event()
         self._stopped = threading.Event()
         self._renew = renew
@@ -300,11 +306,22 @@ class Keeper:
                 if time.monotonic() >= held_until:
                     break
                 continue
-            if renewed != 1 or self._stopped.is_set():
+            if not renewed or self._stopped.is_set():
                 break
             held_until = sent + self._lease
         if not self._stopped.is_set():
             self.lost.set()
+
+
+class MultiLock(SetOf, Lock):
+    """Several locks taken together, exclusively, all or none (``LOCK.MACQUIRE``), with the
+    interface of :class:`Lock`: ``MultiLock(r, ["{order:42}:payment", "{order:42}:stock"],
+    timeout=10, blocking_timeout=5)``. Waiting is in the server, in one arrival order with every
+    other waiter of any of the keys, so sets asked for in any key order never deadlock, and no
+    holder of part of a set waits for the rest. :attr:`fencing_tokens` has one token per key;
+    the watchdog and ``reacquire`` renew every lease together (``LOCK.MRENEW``, all or none:
+    a set with one lease run out counts as lost); ``release`` frees every key
+    (``LOCK.MRELEASE``). In Redis Cluster the keys must share a slot (hash tags)."""
 
 
 class SharedLock(Lock):
