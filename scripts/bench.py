@@ -35,6 +35,7 @@ OWNER = "8d3c2f4e-1b2a-4c5d-9e8f-0a1b2c3d4e5f:1"  # a UUID and a thread id, as R
 # The commands the throughput rounds run (and set up with): locks on random keys.
 FREE = 100_000_000  # a keyspace so large that nearly every key is free
 ACQUIRE = ["LOCK.ACQUIRE", "k:__rand_int__", OWNER, "30000"]
+MACQUIRE = ["LOCK.MACQUIRE", "2", "a:__rand_int__", "b:__rand_int__", OWNER, "30000"]
 HELD_LOCK = ["LOCK.ACQUIRE", "k:__rand_int__", OWNER, "600000"]
 HELD_STRING = ["SET", "k:__rand_int__", OWNER, "PX", "600000"]
 RELEASE = ["LOCK.RELEASE", "k:__rand_int__", OWNER]
@@ -447,6 +448,8 @@ def main():
         contention_rows = cargo_bench(server, "contention")
         print("  shared locks (benches/shared.rs)", file=sys.stderr)
         shared_rows = cargo_bench(server, "shared")
+        print("  sets of locks (benches/multi.rs)", file=sys.stderr)
+        multi_rows = cargo_bench(server, "multi")
         sync_rows = client_sync(servers["redis-7.0"])
         print(f"  the module before the core split ({BEFORE})", file=sys.stderr)
         redesign = before_after(servers["redis-7.0"], servers["valkey-8.1"], build_before())
@@ -457,6 +460,7 @@ def main():
                 profiles[version] = {
                     "LOCK.ACQUIRE": instructions(servers[name], ACQUIRE),
                     "SET NX PX": instructions(servers[name], ["SET", "k:__rand_int__", OWNER, "NX", "PX", "30000"]),
+                    "LOCK.MACQUIRE": instructions(servers[name], MACQUIRE),
                 }
             filter_profile = {" ".join(command): instructions(servers["redis-7.0"], command, FILTER_PROFILED)
                               for command in PLAIN_COMMANDS}
@@ -596,6 +600,33 @@ def main():
             for name in PROFILED + ["RM_Alloc", "VM_Alloc"]:
                 if name in now or name in before:
                     lines.append(f"| {server_name} | `{name}` | {now.get(name, 0):,.0f} | {before.get(name, 0):,.0f} |")
+    lines += [
+        "",
+        "## Several locks at once (LOCK.MACQUIRE)",
+        "",
+        "`benches/multi.rs`. First, sets of 2 and 8 free locks taken and released: by "
+        "`LOCK.MACQUIRE` + `LOCK.MRELEASE`, by the single commands pipelined (two round trips, "
+        "not atomic), and by Redisson's `RedissonMultiLock` (its lock script once per key in "
+        "turn, each a round trip, then its unlock scripts pipelined); 4 connections loop for "
+        "1.5 s, medians of 3 rounds, the approaches taking turns; server CPU per set from "
+        "`INFO cpu`. Then 16 clients on 8 keys, each looping take a random pair (in random "
+        "order) → 100 µs → release for 3 s: `LOCK.MACQUIRE ... WAIT` against taking the keys one "
+        "by one as `RedissonMultiLock.lock()` does (a wait of 1.5 s per key for the whole set, "
+        "then give back what is held and retry), each key waited for fairly in the server. "
+        "Fair share: (clients - 1) × the mean time between grants of the `LOCK.MACQUIRE` run; a "
+        "stall is a wait (or a wait the run's end cut short) over 10 × that — a deadlock until "
+        "the give-back.",
+        "",
+        *multi_rows,
+    ]
+    if profiles:
+        lines += ["", "Instructions per command (callgrind, whole server, as below): one "
+                  "`LOCK.MACQUIRE` of 2 free keys against two `LOCK.ACQUIRE`s.", "",
+                  "| server | `LOCK.MACQUIRE` of 2 keys | 2 × `LOCK.ACQUIRE` | ratio |",
+                  "| --- | ---: | ---: | ---: |"]
+        for version, profile in profiles.items():
+            one, two = profile["LOCK.MACQUIRE"].get("total", 0), 2 * profile["LOCK.ACQUIRE"].get("total", 0)
+            lines.append(f"| {version} | {one:,.0f} | {two:,.0f} | {one / two:.2f}× |" if two else f"| {version} | | | |")
     lines += [
         "",
         "## Contention on one lock",
