@@ -54,7 +54,7 @@ pub fn decide(
     turn_away_if_moved(ctx, key, name, db, now)?;
     let mut outcome = Outcome::new();
     key.update(|lock| state::scope(lock, db, key_name, now, &mut outcome, event))?;
-    finish(ctx, key, name, caller, &outcome, now)?;
+    finish(ctx, key, (db, name), caller, &outcome, now)?;
     Ok(outcome.reply)
 }
 
@@ -92,7 +92,7 @@ pub fn decide_set(
     }
     stored?;
     for ((outcome, key), name) in outcomes.iter().zip(keys.iter_mut()).zip(names) {
-        finish(ctx, key, name, caller, outcome, now)?;
+        finish(ctx, key, (db, name), caller, outcome, now)?;
     }
     Ok((
         reply,
@@ -122,18 +122,17 @@ fn turn_away_if_moved(
     execute::carry_out(ctx, key, name, None, &outcome)
 }
 
-/// Carries out `outcome` on the open lock `key` named `name` and arms its next look; a set
+/// Carries out `outcome` on the open lock `key` (`name` of `db`) and arms its next look; a set
 /// that became ready is looked at on the next turn of the event loop.
 fn finish(
     ctx: &Context,
     key: &mut LockKey,
-    name: &RedisString,
+    (db, name): (i32, &RedisString),
     caller: Option<&RedisString>,
     outcome: &Outcome<Blocked>,
     now: u64,
 ) -> Result<(), RedisError> {
     execute::carry_out(ctx, key, name, caller, outcome)?;
-    let db = selected_db(ctx);
     look_again(ctx, key, db, name.as_slice(), outcome.next);
     if outcome.ready_set.is_some() {
         schedule(ctx, db, name.as_slice(), now);

@@ -51,7 +51,8 @@ fn command_docs_describe_every_command() {
     let server = Server::start(&[]);
     let mut con = server.client();
     let per_holder = "O(1) for an exclusive lock, O(log N) for a shared lock with N holders";
-    let expected: [(&str, &[&str], &str); 6] = [
+    let set = "O(K) for K keys, plus the hand-over to each freed lock's waiters";
+    let expected: [(&str, &[&str], &str); 9] = [
         (
             "lock.acquire",
             &[
@@ -77,6 +78,17 @@ fn command_docs_describe_every_command() {
             &["key", "owner", "token"],
             "O(1) for an exclusive lock, O(log N) for a shared lock with N holders when the token becomes its largest, O(N) otherwise",
         ),
+        (
+            "lock.macquire",
+            &["numkeys", "key", "owner", "ttl-ms", "timeout-ms"],
+            set,
+        ),
+        ("lock.mrelease", &["numkeys", "key", "owner"], set),
+        (
+            "lock.mrenew",
+            &["numkeys", "key", "owner", "ttl-ms"],
+            "O(K) for K keys",
+        ),
     ];
     for (command, arguments, complexity) in expected {
         let docs = call(&mut con, &["COMMAND", "DOCS", command]);
@@ -86,10 +98,10 @@ fn command_docs_describe_every_command() {
                 .unwrap_or_else(|| panic!("{command}: no docs")),
         );
         assert!(text(&doc["summary"]).len() > 20, "{command}: summary");
-        let since = if command == "lock.raise" {
-            "0.2.0"
-        } else {
-            "0.1.0"
+        let since = match command {
+            "lock.raise" => "0.2.0",
+            "lock.macquire" | "lock.mrelease" | "lock.mrenew" => "0.4.0",
+            _ => "0.1.0",
         };
         assert_eq!(text(&doc["since"]), since, "{command}: since");
         assert_eq!(text(&doc["group"]), "module", "{command}: group");
@@ -248,6 +260,9 @@ fn the_lock_acl_category_covers_every_command_where_supported() {
             "lock.apply",
             "lock.fence",
             "lock.info",
+            "lock.macquire",
+            "lock.mrelease",
+            "lock.mrenew",
             "lock.raise",
             "lock.release",
             "lock.renew"
@@ -360,8 +375,13 @@ fn max_ttl_is_set_at_load_enforced_and_changed_with_config_set() {
 
 #[test]
 fn a_bad_max_ttl_at_load_keeps_the_server_from_starting() {
-    for bad in ["-5", "soon"] {
-        let log = Server::refused(&["max-ttl-ms", bad]);
+    for (config, bad) in [
+        ("max-ttl-ms", "-5"),
+        ("max-ttl-ms", "soon"),
+        ("max-multi-keys", "0"),
+        ("max-multi-keys", "100001"),
+    ] {
+        let log = Server::refused(&[config, bad]);
         assert!(
             log.contains("Module") || log.contains("module"),
             "{bad}: {log}"
