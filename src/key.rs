@@ -71,8 +71,8 @@ impl LockKey {
         self.value().map(|lock| unsafe { &*lock.as_ptr() })
     }
 
-    /// Lets `decide` change the lock (`None` while free) and stores what it leaves
-    /// ([`Self::take`], then [`Self::put`]).
+    /// Lets `decide` change the lock (`None` while free) and stores what it leaves, as
+    /// [`Self::take`] and then [`Self::put`] do, finding the value once.
     ///
     /// # Errors
     /// When the key was opened for reading only, or cannot be written.
@@ -81,9 +81,10 @@ impl LockKey {
         &mut self,
         decide: impl FnOnce(&mut Option<Lock>) -> T,
     ) -> Result<T, RedisError> {
-        let mut lock = self.take();
+        let stored = self.value();
+        let mut lock = stored.map(move_out);
         let decided = decide(&mut lock);
-        self.put(lock)?;
+        self.restore(stored, lock)?;
         Ok(decided)
     }
 
@@ -91,22 +92,29 @@ impl LockKey {
     /// placeholder until [`Self::put`]; `None` when the lock is free.
     #[inline]
     pub fn take(&mut self) -> Option<Lock> {
-        let stored = self.value()?;
-        Some(std::mem::replace(
-            unsafe { &mut *stored.as_ptr() },
-            vacant(),
-        ))
+        self.value().map(move_out)
     }
 
-    /// Stores what the core left after [`Self::take`]: in place when the key exists (keeping
-    /// its lease), under a new key without expiry (until [`Self::set_deadline`]), or deleting
-    /// the key when the lock is free now.
+    /// Stores what the core left after [`Self::take`].
     ///
     /// # Errors
     /// When the key was opened for reading only, or cannot be written.
     #[inline]
     pub fn put(&mut self, lock: Option<Lock>) -> Result<(), RedisError> {
-        match (self.value(), lock) {
+        let stored = self.value();
+        self.restore(stored, lock)
+    }
+
+    /// Stores `lock` where the key's value was (`stored`, the placeholder): in place when the
+    /// key exists (keeping its lease), under a new key without expiry (until
+    /// [`Self::set_deadline`]), or deleting the key when the lock is free now.
+    #[inline]
+    fn restore(
+        &mut self,
+        stored: Option<NonNull<Lock>>,
+        lock: Option<Lock>,
+    ) -> Result<(), RedisError> {
+        match (stored, lock) {
             (Some(value), Some(lock)) => unsafe { *value.as_ptr() = lock },
             (Some(_), None) => self.delete()?,
             (None, Some(lock)) => self.store(lock)?,
@@ -163,6 +171,11 @@ impl LockKey {
         self.key
             .ok_or(RedisError::Str("ERR the lock key is not open for writing"))
     }
+}
+
+/// Moves the lock stored at `value` out, leaving [`vacant`] until it is restored.
+fn move_out(value: NonNull<Lock>) -> Lock {
+    std::mem::replace(unsafe { &mut *value.as_ptr() }, vacant())
 }
 
 /// What a key holds for the moment its lock is out with the core: an empty exclusive holding,

@@ -92,6 +92,7 @@ impl<H: Copy + Eq + Hash> Waiters<H> {
 
     /// The first waiter for `key` of `db`, left in its place.
     #[must_use]
+    #[inline]
     pub fn first(&self, db: i32, key: &[u8]) -> Option<&Waiter<H>> {
         let handle = self.queue_of(db, key)?.front()?;
         self.places.get(handle).map(|place| &place.waiter)
@@ -143,6 +144,7 @@ impl<H: Copy + Eq + Hash> Waiters<H> {
 
     /// How many clients wait for `key` of `db`.
     #[must_use]
+    #[inline]
     pub fn count(&self, db: i32, key: &[u8]) -> usize {
         self.queue_of(db, key).map_or(0, VecDeque::len)
     }
@@ -162,6 +164,7 @@ impl<H: Copy + Eq + Hash> Waiters<H> {
 
     /// The queue of `key` of `db`. Without a lookup when nobody waits for any lock, as on
     /// every command of a server whose clients do not wait.
+    #[inline]
     fn queue_of(&self, db: i32, key: &[u8]) -> Option<&VecDeque<H>> {
         if self.places.is_empty() {
             return None;
