@@ -7,9 +7,10 @@
 //! six that differ only in how they sync a grant before counting on it: not at all, to 1
 //! replica, to every replica the master has (the client's default). Each class has locks of
 //! its own, so every double grant lies within one class, and the one nemesis hits all three
-//! at once. Each client loops: acquire one of its class's locks (a new owner each time;
-//! exclusive or shared, with or without waiting) → an exclusive holder writes `(lock, token)` to a fenced
-//! store that rejects a token not above the last one it accepted for that lock → sometimes
+//! at once. Each client loops: acquire one of its class's locks, or two of them as a set
+//! (`LOCK.MACQUIRE`) (a new owner each time; exclusive or shared, with or without waiting) →
+//! an exclusive holder writes `(lock, token)` for each lock to a fenced store that rejects a
+//! token not above the last one it accepted for that lock → sometimes
 //! renew → release; now and then a client freezes past its lease while holding (as a
 //! `SIGSTOP`ped or GC-paused process would; the clients are threads of this test) and writes
 //! late. A nemesis, at random moments, each kind once per round in a random order: `kill -9`
@@ -178,13 +179,15 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         );
     }
     eprintln!(
-        "chaos: {seconds} s (seed {seed}), {} operations, {} grants ({} by designated masters), faults {faults:?}, \
+        "chaos: {seconds} s (seed {seed}), {} operations, {} grants ({} by designated masters; \
+         {} sets of two locks, a grant per lock), faults {faults:?}, \
          {} failovers, {doubles} double grants, {split_brain} split-brain grants, \
          {across} token regressions at designated masters, {own} on a server's own tokens, \
          {accepted} fenced writes accepted, {rejected} stale writes rejected, replay {}",
         run.operations.load(Ordering::SeqCst),
         grants.len(),
         designated.len(),
+        run.sets.load(Ordering::SeqCst),
         switches.len(),
         if replay {
             "strictly increasing"
@@ -207,6 +210,8 @@ struct Run {
     operations: AtomicU64,
     classes: [ClassStats; 3],
     stalls: AtomicU64,
+    /// Sets of two locks granted (each lock of a set is also counted as a grant).
+    sets: AtomicU64,
     store: FencedStore,
     /// When each fault began (µs on the history's clock), and its kind.
     faults: Mutex<Vec<(u64, &'static str)>>,
@@ -400,10 +405,20 @@ fn client(id: u64, class: Class, sentinel_urls: &[String], history: &History, ru
         };
         last = Some(client.clone());
         while !run.stop.load(Ordering::SeqCst) {
+            let exclusive = rng.random_bool(0.7);
+            // A fifth of the exclusive holdings are sets of two locks (`LOCK.MACQUIRE`).
+            let count = if exclusive && rng.random_bool(0.2) {
+                2
+            } else {
+                1
+            };
             let attempt = Attempt {
-                lock: format!("{}-lock-{}", class.name(), rng.random_range(0..LOCKS)),
+                locks: rand::seq::index::sample(&mut rng, LOCKS, count)
+                    .into_iter()
+                    .map(|n| format!("{}-lock-{n}", class.name()))
+                    .collect(),
                 class,
-                exclusive: rng.random_bool(0.7),
+                exclusive,
                 wait: rng.random_bool(0.5),
                 stall: rng.random_bool(0.002),
                 renew: rng.random_bool(0.5),
@@ -440,7 +455,8 @@ fn connect_to_master(
 
 /// What one loop of a client does.
 struct Attempt {
-    lock: String,
+    /// One lock, or two distinct ones taken together as a set.
+    locks: Vec<String>,
     class: Class,
     exclusive: bool,
     wait: bool,
@@ -449,7 +465,8 @@ struct Attempt {
     renew: bool,
 }
 
-/// Holds one lock once: acquire (a new owner each time), write, renew, release. Busy and
+/// Holds one lock or a set once: acquire (a new owner each time), write, renew, release; each
+/// lock of a set is recorded as a grant of its own, with its own token. Busy and
 /// `NotReplicated` are outcomes; any other error ends the connection.
 async fn hold(
     client: &Client,
@@ -458,12 +475,14 @@ async fn hold(
     history: &History,
     run: &Run,
 ) -> leasehold_client::Result<()> {
-    let lock = Lock::new(client, &attempt.lock).with_sync(attempt.class.sync());
-    let lock = if attempt.exclusive {
-        lock
-    } else {
-        let shared = ReadWriteLock::new(client, &attempt.lock).with_sync(attempt.class.sync());
-        shared.read().clone()
+    let names: Vec<&str> = attempt.locks.iter().map(String::as_str).collect();
+    let lock = match names[..] {
+        [name] if !attempt.exclusive => ReadWriteLock::new(client, name)
+            .with_sync(attempt.class.sync())
+            .read()
+            .clone(),
+        [name] => Lock::new(client, name).with_sync(attempt.class.sync()),
+        _ => Lock::multi(client, &names).with_sync(attempt.class.sync()),
     };
     let requested_us = history.now_us();
     let acquired = if attempt.wait {
@@ -486,40 +505,51 @@ async fn hold(
     let acknowledged_us = history.now_us();
     run.stats(attempt.class)
         .granted(acknowledged_us - requested_us);
-    let token = i64::try_from(guard.token()).expect("below 2^53");
-    let mut grant = Grant {
-        lock: attempt.lock.clone(),
-        token,
-        server,
-        requested_us,
-        acknowledged_us,
-        exclusive: attempt.exclusive,
-        held_until_us: acknowledged_us,
-        renewed: false,
-    };
+    if attempt.locks.len() > 1 {
+        run.sets.fetch_add(1, Ordering::SeqCst);
+    }
+    let tokens: Vec<i64> = guard
+        .tokens()
+        .iter()
+        .map(|token| i64::try_from(*token).expect("below 2^53"))
+        .collect();
     if attempt.stall {
         run.stalls.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(LEASE * 2).await;
     }
     if attempt.exclusive {
-        run.store.write(&attempt.lock, token);
+        for (lock, token) in attempt.locks.iter().zip(&tokens) {
+            run.store.write(lock, *token);
+        }
     }
     let lease_us = u64::try_from(LEASE.as_micros()).expect("µs");
     let mut lease_end = requested_us + lease_us;
+    let mut renewed_lease = false;
     let renewed = if attempt.renew {
         let sent = history.now_us();
         let renewed = guard.renew(LEASE).await;
         if matches!(renewed, Ok(true)) {
             lease_end = sent + lease_us;
-            grant.renewed = true;
+            renewed_lease = true;
         }
         renewed.map(drop)
     } else {
         Ok(())
     };
     // The client stops counting on the lock when it sends the release (or its lease ends).
-    grant.held_until_us = history.now_us().min(lease_end);
-    history.record(grant);
+    let held_until_us = history.now_us().min(lease_end);
+    for (lock, token) in attempt.locks.iter().zip(tokens) {
+        history.record(Grant {
+            lock: lock.clone(),
+            token,
+            server,
+            requested_us,
+            acknowledged_us,
+            exclusive: attempt.exclusive,
+            held_until_us,
+            renewed: renewed_lease,
+        });
+    }
     renewed?;
     guard.release().await.map(drop)
 }
