@@ -10,10 +10,9 @@
 //! at once. Each client loops: acquire one of its class's locks, or two of them as a set
 //! (`LOCK.MACQUIRE`) (a new owner each time; exclusive or shared, with or without waiting) →
 //! an exclusive holder writes `(lock, token)` for each lock to a fenced store that rejects a
-//! token not above the last one it accepted for that lock → sometimes
-//! renew → release; now and then a client freezes past its lease while holding (as a
-//! `SIGSTOP`ped or GC-paused process would; the clients are threads of this test) and writes
-//! late. A nemesis, at random moments, each kind once per round in a random order: `kill -9`
+//! token not above the last one it accepted for that lock → sometimes renew → release; now
+//! and then a client freezes past its lease while holding (as a `SIGSTOP`ped or GC-paused
+//! process would; the clients are threads of this test) and writes late. A nemesis, at random moments, each kind once per round in a random order: `kill -9`
 //! of the master (it comes back at once or after the failover, with its own configuration —
 //! so as a master — or as a replica), `SIGSTOP` of the master past the Sentinel
 //! down-after time, a cut link (the master's proxy closes, cutting it off from replicas,
@@ -46,7 +45,7 @@ use std::time::{Duration, Instant};
 use common::history::{self, FencedStore, Grant, History};
 use common::sentinel::{Group, MASTER_NAME};
 use leasehold_client::{Client, Error, Lock, ReadWriteLock, Sync};
-use rand::{RngExt, SeedableRng, rngs::StdRng, seq::SliceRandom};
+use rand::{RngExt, SeedableRng, rngs::StdRng, seq::SliceRandom, seq::index};
 use redis::ConnectionAddr;
 
 /// Clients per class of sync.
@@ -413,7 +412,7 @@ fn client(id: u64, class: Class, sentinel_urls: &[String], history: &History, ru
                 1
             };
             let attempt = Attempt {
-                locks: rand::seq::index::sample(&mut rng, LOCKS, count)
+                locks: index::sample(&mut rng, LOCKS, count)
                     .into_iter()
                     .map(|n| format!("{}-lock-{n}", class.name()))
                     .collect(),
