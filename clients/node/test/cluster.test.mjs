@@ -53,11 +53,18 @@ async function shard(key) {
   throw new Error(`no master for ${key}`);
 }
 
-/** `LOCK.FENCE key` on the replica of its master. */
+/** `LOCK.FENCE key` on the replica of its master. After a reshard the replica answers `MOVED`
+ * until its master's heartbeat tells it the slot moved (`CLUSTER SETSLOT` goes to masters only),
+ * so it is asked until it answers for the key. */
 async function onReplica(key) {
   const { replica } = await shard(key);
   await replica.call('READONLY');
-  return replica.call('LOCK.FENCE', key);
+  let fence;
+  await until(() => replica.call('LOCK.FENCE', key).then((reply) => { fence = reply; return true; }, (error) => {
+    if (!error.message.startsWith('MOVED')) throw error;
+    return false;
+  }));
+  return fence;
 }
 
 /** Moves the slot of `key` to another master, migrating `keys` with it; the new master. */
