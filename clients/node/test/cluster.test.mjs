@@ -1,7 +1,8 @@
 // The locks on a real Redis Cluster — three masters with a replica each — through node-redis's
 // createCluster (6 and 4) and ioredis's Cluster (6 and 5): commands go to the master of the
 // lock's slot, a wait on a connection of its own to it, grants synced to its replica; MOVED and
-// ASK are followed while a slot migrates under a held lock and under a waiting client.
+// ASK are followed while a slot migrates under a held lock and under a waiting client; a set of
+// locks in one slot (hash tags) is taken whole on its master, one across slots refused (CROSSSLOT).
 
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -13,7 +14,7 @@ import { createCluster as createCluster4 } from 'redis4';
 import { Cluster, Redis } from 'ioredis';
 import { Cluster as Cluster5 } from 'ioredis5';
 
-import { createLock } from '../dist/index.js';
+import { createLock, createMultiLock } from '../dist/index.js';
 import { close, freePort, startServer, until } from './helpers.mjs';
 
 const nodes = [];
@@ -128,6 +129,25 @@ for (const [label, connect] of Object.entries(CLUSTERS)) {
       assert.ok(handed && handed.token > holding.token, 'granted on the new master');
       assert.equal(await onReplica(name), handed.token);
       await handed.release();
+    });
+
+    it('takes a set of locks in one slot whole on its master, and refuses one across slots', async () => {
+      const slot = tag('order');
+      const names = [`${slot}:payment`, `${slot}:stock`];
+      const holding = await createMultiLock(cluster, names, { ttl: 10_000 }).tryAcquire();
+      assert.ok(holding);
+      for (const [i, name] of names.entries()) assert.equal(await onReplica(name), holding.tokens[i], 'synced whole');
+      const crossed = createMultiLock(cluster, [...names].reverse(), { ttl: 10_000 }).acquire({ wait: 10_000 });
+      await until(async () => {
+        const info = await (await shard(names[0])).master.call('LOCK.INFO', names[0]);
+        return info !== null && info[info.indexOf('waiters') + 1] === 1;
+      });
+      assert.equal(await holding.renew(20_000), true);
+      assert.equal(await holding.release(), true);
+      const handed = await crossed;
+      assert.ok(handed && handed.token > holding.token, 'the crossed set granted whole');
+      assert.equal(await handed.release(), true);
+      await assert.rejects(createMultiLock(cluster, ['order:{a}', 'order:{b}']).tryAcquire(), /CROSSSLOT/);
     });
 
     it('takes a free lock on the importing master while its slot migrates (ASK)', async () => {

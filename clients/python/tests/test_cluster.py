@@ -2,7 +2,8 @@
 redis-py's ``RedisCluster`` and ``redis.asyncio.cluster.RedisCluster``: every command goes to
 the master of the lock's slot, a wait on a connection of its own to it, grants synced to its
 replica; ``MOVED`` and ``ASK`` are followed while a slot migrates under a held lock and under a
-waiting client."""
+waiting client; a ``MultiLock`` of keys in one slot (hash tags) is taken whole on its master and
+one of keys in different slots is refused with ``CROSSSLOT``."""
 
 import asyncio
 import threading
@@ -128,6 +129,30 @@ def test_a_slot_migrates_under_a_held_lock_and_under_a_waiting_client(nodes):
             "CLUSTER", "SETSLOT", slot, "NODE", dst.execute_command("CLUSTER", "MYID"))
 
 
+def test_a_set_of_locks_in_one_slot_is_taken_on_its_master_and_synced(nodes):
+    rc = cluster(nodes)
+    names = ["{order:7}:payment", "{order:7}:stock"]
+    lock = leasehold.MultiLock(rc, names, timeout=10, thread_local=False)
+    assert lock.acquire(blocking=False)
+    tokens = lock.fencing_tokens
+    assert [on_replica(rc, name) for name in names] == tokens, "synced whole"
+    crossed = leasehold.MultiLock(rc, names[::-1], timeout=10, blocking_timeout=10, thread_local=False)
+    got = {}
+    thread = threading.Thread(target=lambda: got.update(ok=crossed.acquire()))
+    thread.start()
+    wait_until(lambda: waiters(rc, names[0]) == 1)
+    assert lock.extend(5)
+    lock.release()
+    thread.join()
+    assert got["ok"] and crossed.fencing_tokens[0] > tokens[0]
+    assert [on_replica(rc, name) for name in names[::-1]] == crossed.fencing_tokens
+    crossed.release()
+
+    apart = leasehold.MultiLock(rc, ["order:{1}", "order:{2}"], timeout=10)
+    with pytest.raises(redis.exceptions.ClusterCrossSlotError):
+        apart.acquire(blocking=False)
+
+
 async def test_asyncio_cluster_locks(nodes):
     rc = redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=nodes[0].port)
     sync_rc = cluster(nodes)
@@ -145,4 +170,11 @@ async def test_asyncio_cluster_locks(nodes):
     await asyncio.sleep(0.3)
     await lock.release()
     await waiting
+
+    names = ["{report:async}:a", "{report:async}:b"]
+    both = leasehold.asyncio.MultiLock(rc, names, timeout=10)
+    assert await both.acquire(blocking=False)
+    assert [on_replica(sync_rc, name) for name in names] == both.fencing_tokens
+    assert await both.extend(5)
+    await both.release()
     await rc.aclose() if hasattr(rc, "aclose") else await rc.close()
