@@ -15,7 +15,7 @@ import { Cluster, Redis } from 'ioredis';
 import { Cluster as Cluster5 } from 'ioredis5';
 
 import { createLock, createMultiLock } from '../dist/index.js';
-import { close, freePort, startServer, until } from './helpers.mjs';
+import { close, freePort, startServer, until, waiters } from './helpers.mjs';
 
 const nodes = [];
 for (let i = 0; i < 6; i++) {
@@ -118,10 +118,7 @@ for (const [label, connect] of Object.entries(CLUSTERS)) {
       const name = tag('payment');
       const holding = await createLock(cluster, name, { ttl: 30_000 }).tryAcquire();
       const waiting = createLock(cluster, name, { ttl: 30_000 }).acquire({ wait: 20_000 });
-      await until(async () => {
-        const info = await (await shard(name)).master.call('LOCK.INFO', name);
-        return info !== null && info[info.indexOf('waiters') + 1] === 1;
-      });
+      await until(async () => (await waiters((await shard(name)).master, name)) === 1);
       await reshard(name, [name]);
       assert.equal(await holding.renew(), true, 'the held lock moved with its holder');
       assert.equal(await holding.release(), true);
@@ -132,16 +129,13 @@ for (const [label, connect] of Object.entries(CLUSTERS)) {
     });
 
     it('takes a set of locks in one slot whole on its master, and refuses one across slots', async () => {
-      const slot = tag('order');
-      const names = [`${slot}:payment`, `${slot}:stock`];
+      const order = tag('order');
+      const names = [`${order}:payment`, `${order}:stock`];
       const holding = await createMultiLock(cluster, names, { ttl: 10_000 }).tryAcquire();
       assert.ok(holding);
       for (const [i, name] of names.entries()) assert.equal(await onReplica(name), holding.tokens[i], 'synced whole');
       const crossed = createMultiLock(cluster, [...names].reverse(), { ttl: 10_000 }).acquire({ wait: 10_000 });
-      await until(async () => {
-        const info = await (await shard(names[0])).master.call('LOCK.INFO', names[0]);
-        return info !== null && info[info.indexOf('waiters') + 1] === 1;
-      });
+      await until(async () => (await waiters((await shard(names[0])).master, names[0])) === 1);
       assert.equal(await holding.renew(20_000), true);
       assert.equal(await holding.release(), true);
       const handed = await crossed;
