@@ -12,10 +12,10 @@
 //! an exclusive holder writes `(lock, token)` for each lock to a fenced store that rejects a
 //! token not above the last one it accepted for that lock → sometimes renew → release; now
 //! and then a client freezes past its lease while holding (as a `SIGSTOP`ped or GC-paused
-//! process would; the clients are threads of this test) and writes late. A nemesis, at random moments, each kind once per round in a random order: `kill -9`
-//! of the master (it comes back at once or after the failover, with its own configuration —
-//! so as a master — or as a replica), `SIGSTOP` of the master past the Sentinel
-//! down-after time, a cut link (the master's proxy closes, cutting it off from replicas,
+//! process would; the clients are threads of this test) and writes late. A nemesis, at random
+//! moments, each kind once per round in a random order: `kill -9` of the master (it comes back
+//! at once or after the failover, with its own configuration — so as a master — or as a
+//! replica), `SIGSTOP` of the master past the Sentinel down-after time, a cut link (the master's proxy closes, cutting it off from replicas,
 //! Sentinels and clients), `SENTINEL FAILOVER`, `FAILOVER` (the command; Sentinel does not
 //! follow it but fails over again some 20 s later, redis/redis#13118), and
 //! `CLIENT PAUSE WRITE`; after half of them it waits for the group to settle (one master, both
@@ -45,7 +45,11 @@ use std::time::{Duration, Instant};
 use common::history::{self, FencedStore, Grant, History};
 use common::sentinel::{Group, MASTER_NAME};
 use leasehold_client::{Client, Error, Lock, ReadWriteLock, Sync};
-use rand::{RngExt, SeedableRng, rngs::StdRng, seq::SliceRandom, seq::index};
+use rand::{
+    RngExt, SeedableRng,
+    rngs::StdRng,
+    seq::{SliceRandom, index},
+};
 use redis::ConnectionAddr;
 
 /// Clients per class of sync.
