@@ -1,21 +1,26 @@
 //! The `leasehold` data type: how Redis saves, loads, rewrites, copies, measures, digests and
 //! frees a lock, and how the fencing counter travels in the RDB.
 //!
-//! Modelled on Redis's `src/modules/hellotype.c`: `rdb_load` refuses encodings it does not
-//! know, `aof_rewrite` emits one command per holding (Redis appends the `PEXPIREAT` that
-//! restores the key's lease), `mem_usage` counts heap bytes and `digest` feeds every field, so
-//! `DEBUG DIGEST-VALUE` agrees between a master and its replicas.
+//! Modelled on Redis's `src/modules/hellotype.c`: `aof_rewrite` emits one command per holding
+//! (Redis appends the `PEXPIREAT` that restores the key's lease), `mem_usage` counts heap bytes
+//! and `digest` feeds every field, so `DEBUG DIGEST-VALUE` agrees between a master and its
+//! replicas. The saved form and its checks are the core's ([`saved`]): `rdb_load` reads bytes
+//! anyone allowed to `RESTORE` can write, so it refuses — logging why, never stopping the
+//! server — whatever the module could never have written, and a token too far ahead of the
+//! clock.
 
 use std::os::raw::{c_char, c_int, c_void};
 use std::ptr;
 
 use redis_module::native_types::RedisType;
-use redis_module::raw;
+use redis_module::{Context, ContextFlags, raw};
 
-use leasehold_core::fence::{self, MAX_TOKEN};
-use leasehold_core::holders::Holder;
-use leasehold_core::lock::{Holding, Lock, Mode};
+use leasehold_core::fence;
+use leasehold_core::lock::Lock;
+use leasehold_core::saved::{self, ENCODING_VERSION, Invalid, Sink, Source};
 
+use crate::clock;
+use crate::config;
 use crate::effects::APPLY;
 use crate::info;
 use crate::state;
@@ -23,21 +28,13 @@ use crate::state;
 /// The data type's name as `TYPE key` and `OBJECT ENCODING` show it (Redis wants 9 characters).
 pub const TYPE_NAME: &str = "leasehold";
 
-/// The RDB encoding of a lock. Version 2: a kind (0 exclusive, 1 shared); an exclusive lock's
-/// owner (string), token and holds (unsigned); a shared lock's limit (unsigned, 0: none),
-/// holder count, and per holder its owner, token, holds and deadline (signed, unix ms). The
-/// auxiliary field: the fencing counter (unsigned). Version 1 (leasehold 0.1.0) held one
-/// exclusive lock's owner, token and holds; it still loads. Another version refuses to load
-/// rather than guess.
-pub const ENCODING_VERSION: i32 = 2;
+/// The module options the data type needs: `REDISMODULE_OPTIONS_HANDLE_IO_ERRORS`, so that a
+/// short read while loading (a cut or crafted `RESTORE` payload, a damaged RDB file) comes back
+/// to [`rdb_load`] as an error instead of stopping the server inside `RedisModule_Load*`
+/// (Redis's module API, `RedisModule_SetModuleOptions`).
+pub const MODULE_OPTIONS: c_int = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int;
 
-/// The encoding of leasehold 0.1.0: exclusive locks only.
-const EXCLUSIVE_ONLY_VERSION: i32 = 1;
-
-const EXCLUSIVE: u64 = 0;
-const SHARED: u64 = 1;
-
-/// The type registered with Redis at module load.
+/// The type registered with Redis at module load; its encoding is [`saved`]'s.
 pub static LOCK_TYPE: RedisType = RedisType::new(
     TYPE_NAME,
     ENCODING_VERSION,
@@ -64,91 +61,113 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
     },
 );
 
-/// Reads one lock; a lock that is not valid (unknown encoding, empty or oversized owner, token
-/// outside 1..2^53, no holds, an owner twice) refuses to load. A loaded lock raises the fencing
-/// counter, so a lock moved here by `RESTORE`/`MIGRATE` keeps a token below every later one.
-fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
-    let kind = match encver {
-        EXCLUSIVE_ONLY_VERSION => EXCLUSIVE,
-        ENCODING_VERSION => raw::load_unsigned(rdb).ok()?,
-        _ => return None,
-    };
-    let lock = match kind {
-        EXCLUSIVE => Lock::Exclusive(load_holding(rdb)?),
-        SHARED => load_shared(rdb)?,
-        _ => return None,
-    };
-    let newest = lock.newest_token(i64::MIN)?;
-    state::counter().observe(newest);
-    Some(lock)
+/// The server's reads and writes of module data, as [`saved`] uses them. A failed read is
+/// `None`: with [`MODULE_OPTIONS`] Redis marks the I/O as failed and returns.
+struct Rdb(*mut raw::RedisModuleIO);
+
+impl Source for Rdb {
+    type Bytes = redis_module::RedisBuffer;
+
+    fn unsigned(&mut self) -> Option<u64> {
+        raw::load_unsigned(self.0).ok()
+    }
+
+    fn signed(&mut self) -> Option<i64> {
+        raw::load_signed(self.0).ok()
+    }
+
+    fn bytes(&mut self) -> Option<Self::Bytes> {
+        raw::load_string_buffer(self.0).ok()
+    }
 }
 
-fn load_holding(rdb: *mut raw::RedisModuleIO) -> Option<Holding> {
-    let owner = raw::load_string_buffer(rdb).ok()?;
-    let token = raw::load_unsigned(rdb).ok()?;
-    let holds = raw::load_unsigned(rdb).ok()?;
-    Holding::from_parts(owner.as_ref(), token, holds)
+impl Sink for Rdb {
+    fn unsigned(&mut self, value: u64) {
+        raw::save_unsigned(self.0, value);
+    }
+
+    fn signed(&mut self, value: i64) {
+        raw::save_signed(self.0, value);
+    }
+
+    fn bytes(&mut self, value: &[u8]) {
+        raw::save_slice(self.0, value);
+    }
 }
 
-fn load_shared(rdb: *mut raw::RedisModuleIO) -> Option<Lock> {
-    let limit = match raw::load_unsigned(rdb).ok()? {
-        0 => None,
-        n => Some(u32::try_from(n).ok()?),
-    };
-    let count = raw::load_unsigned(rdb).ok()?;
-    let mut lock: Option<Lock> = None;
-    for _ in 0..count {
-        let holding = load_holding(rdb)?;
-        let deadline = raw::load_signed(rdb).ok()?;
-        match &mut lock {
-            None => {
-                lock = Some(Lock::new(
-                    &holding.owner,
-                    holding.token,
-                    holding.holds,
-                    Mode::Shared(limit),
-                    deadline,
-                ));
-            }
-            Some(lock) if lock.token_of(&holding.owner, i64::MIN).is_some() => return None,
-            Some(lock) => lock.add_holder(Holder::new(
-                &holding.owner,
-                holding.token,
-                holding.holds,
-                deadline,
-            )),
+/// Why a lock was not loaded.
+enum Refused {
+    /// The bytes do not hold a lock the module could have written.
+    Invalid(Invalid),
+    /// A `RESTORE`d lock's token is further ahead of this server's clock than
+    /// `lock.max-clock-skew-ms` allows.
+    AheadOfClock { token: u64, limit: u64 },
+}
+
+/// Reads one lock and raises the fencing counter to its newest token, so a lock moved here by
+/// `RESTORE`/`MIGRATE` keeps a token below every later one. A lock that comes from outside
+/// this server's own data — a `RESTORE` or `MIGRATE` on a master, not the RDB it loads at
+/// start-up, a replica's full sync, `DEBUG RELOAD` or its master's stream — may not carry a
+/// token above what a server whose clock is `lock.max-clock-skew-ms` ahead could have issued
+/// (the bound of `LOCK.RAISE`): no payload can push the counter further, let alone to 2^53.
+fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<Lock, Refused> {
+    let lock = saved::load(encver, &mut Rdb(rdb)).map_err(Refused::Invalid)?;
+    let newest = lock.newest_token(i64::MIN).unwrap_or(0);
+    if from_outside(rdb) {
+        let limit = fence::raise_limit(clock::now_ms(), config::max_clock_skew_ms());
+        if newest > limit {
+            return Err(Refused::AheadOfClock {
+                token: newest,
+                limit,
+            });
         }
     }
-    lock
+    state::counter().observe(newest);
+    Ok(lock)
+}
+
+/// True when a master reads a lock outside loading: `RESTORE` (which `MIGRATE` sends).
+fn from_outside(rdb: *mut raw::RedisModuleIO) -> bool {
+    let flags = io_context(rdb).map_or(ContextFlags::empty(), |ctx| ctx.get_flags());
+    !flags.intersects(ContextFlags::LOADING | ContextFlags::ASYNC_LOADING | ContextFlags::SLAVE)
+}
+
+/// The context Redis keeps for this load or save, for its flags and its log.
+fn io_context(rdb: *mut raw::RedisModuleIO) -> Option<Context> {
+    let get = unsafe { raw::RedisModule_GetContextFromIO }?;
+    let ctx = unsafe { get(rdb) };
+    (!ctx.is_null()).then(|| Context::new(ctx))
+}
+
+/// Logs why a lock was not loaded; Redis then answers `RESTORE` with `ERR Bad data format`,
+/// or stops loading the RDB file with its own message.
+fn log_refusal(rdb: *mut raw::RedisModuleIO, refused: &Refused) {
+    let Some(ctx) = io_context(rdb) else {
+        return;
+    };
+    ctx.log_warning(&match refused {
+        Refused::Invalid(invalid) => format!("a lock could not be loaded: {invalid}"),
+        Refused::AheadOfClock { token, limit } => format!(
+            "RESTORE of a lock refused: its fencing token {token} is above {limit}, the most a \
+             server whose clock is lock.max-clock-skew-ms ({} ms) ahead of this one could have \
+             issued; raise lock.max-clock-skew-ms if the source server's clock is that far ahead",
+            config::max_clock_skew_ms()
+        ),
+    });
 }
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
-    load_lock(rdb, encver).map_or(ptr::null_mut(), |lock| {
-        Box::into_raw(Box::new(lock)).cast::<c_void>()
-    })
+    match load_lock(rdb, encver) {
+        Ok(lock) => Box::into_raw(Box::new(lock)).cast::<c_void>(),
+        Err(refused) => {
+            log_refusal(rdb, &refused);
+            ptr::null_mut()
+        }
+    }
 }
 
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
-    let save_holding = |owner: &[u8], token: u64, holds: u32| {
-        raw::save_slice(rdb, owner);
-        raw::save_unsigned(rdb, token);
-        raw::save_unsigned(rdb, u64::from(holds));
-    };
-    match unsafe { &*value.cast::<Lock>() } {
-        Lock::Exclusive(holding) => {
-            raw::save_unsigned(rdb, EXCLUSIVE);
-            save_holding(&holding.owner, holding.token, holding.holds);
-        }
-        Lock::Shared(shared) => {
-            raw::save_unsigned(rdb, SHARED);
-            raw::save_unsigned(rdb, shared.limit.map_or(0, u64::from));
-            raw::save_unsigned(rdb, shared.holders.len() as u64);
-            for holder in shared.holders.iter() {
-                save_holding(&holder.owner, holder.token, holder.holds);
-                raw::save_signed(rdb, holder.deadline_ms);
-            }
-        }
-    }
+    saved::save(unsafe { &*value.cast::<Lock>() }, &mut Rdb(rdb));
 }
 
 unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
@@ -156,13 +175,15 @@ unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
 }
 
 unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
-    let known = matches!(encver, EXCLUSIVE_ONLY_VERSION | ENCODING_VERSION);
-    match raw::load_unsigned(rdb) {
-        Ok(last) if known && last <= MAX_TOKEN => {
+    match saved::load_counter(encver, &mut Rdb(rdb)) {
+        Ok(last) => {
             state::counter().observe(last);
             raw::REDISMODULE_OK as c_int
         }
-        _ => raw::REDISMODULE_ERR as c_int,
+        Err(invalid) => {
+            log_refusal(rdb, &Refused::Invalid(invalid));
+            raw::REDISMODULE_ERR as c_int
+        }
     }
 }
 

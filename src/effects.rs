@@ -38,10 +38,10 @@ pub const APPLY: &CStr = c"LOCK.APPLY";
 /// every call. Redis has no such option, and may give the bit another meaning.
 const SKIP_COMMAND_VALIDATION: c_int = 1 << 4;
 
-/// On Valkey 8.1 and later, lets every effect skip the command lookup: the module only ever
-/// replicates `LOCK.APPLY` and `DEL`, which exist. Found out from `INFO server` at load, like
-/// the other optional server features.
-pub fn skip_command_lookup(ctx: &Context) {
+/// The module options effects want: on Valkey 8.1 and later, every effect skips the command
+/// lookup (the module only ever replicates `LOCK.APPLY` and `DEL`, which exist); elsewhere
+/// none. Found out from `INFO server` at load, like the other optional server features.
+pub fn module_options(ctx: &Context) -> c_int {
     let server = ctx.server_info("server");
     let is_valkey = server
         .field("server_name")
@@ -51,11 +51,10 @@ pub fn skip_command_lookup(ctx: &Context) {
         let mut parts = v.split('.').map(str::parse::<u32>);
         Some((parts.next()?.ok()?, parts.next()?.ok()?))
     });
-    if is_valkey
-        && major_minor >= Some((8, 1))
-        && let Some(set_options) = unsafe { raw::RedisModule_SetModuleOptions }
-    {
-        unsafe { set_options(ctx.get_raw(), SKIP_COMMAND_VALIDATION) };
+    if is_valkey && major_minor >= Some((8, 1)) {
+        SKIP_COMMAND_VALIDATION
+    } else {
+        0
     }
 }
 

@@ -59,8 +59,9 @@ fn on_flush(ctx: &Context, event: FlushSubevent) {
 
 /// After the commands and configuration exist: refuses bad configuration values, starts
 /// watching for promotions that change no role (without which tokens could go back, so the
-/// module refuses to load), then sets the commands' docs and key specs, skips the replication
-/// command lookup where the server allows it, and notes whether it runs in cluster mode.
+/// module refuses to load), then sets the commands' docs and key specs and the module options
+/// (read errors handled by the data type; the replication command lookup skipped where the
+/// server allows it), and notes whether it runs in cluster mode.
 fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
     if let Err(error) = config::check_loaded() {
         ctx.log_warning(&error);
@@ -73,9 +74,18 @@ fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
     if let Err(error) = docs::register(ctx) {
         ctx.log_warning(&format!("COMMAND DOCS not set: {error}"));
     }
-    effects::skip_command_lookup(ctx);
+    set_module_options(ctx);
     cluster::note_mode(ctx);
     Status::Ok
+}
+
+/// Declares what the data type ([`datatype::MODULE_OPTIONS`]: it handles read errors itself)
+/// and the effects ([`effects::module_options`]) need, in the one call Redis takes them in.
+fn set_module_options(ctx: &Context) {
+    if let Some(set) = unsafe { redis_module::raw::RedisModule_SetModuleOptions } {
+        let options = datatype::MODULE_OPTIONS | effects::module_options(ctx);
+        unsafe { set(ctx.get_raw(), options) };
+    }
 }
 
 redis_module! {

@@ -251,13 +251,19 @@ impl blocking::Leaving for Leaving {
 
 /// A keyspace event (`del`, `expired`, `evicted`, `rename_from`, ...) on a key of the event's
 /// database: if it has waiters, look on the next turn of the event loop whether it became
-/// free.
+/// free. A lock that `RESTORE` (or `MIGRATE`) brought is looked at too: its shared holders'
+/// leases end on time even when `RESTORE ... 0` gave its key no expiry.
 pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8]) {
     let db = selected_db(ctx);
     info::key_removed(db, key, event);
-    if state::has_waiters(db, key) {
+    if state::has_waiters(db, key) || (event == "restore" && holds_lock(ctx, key)) {
         schedule(ctx, db, key, clock::now_ms());
     }
+}
+
+/// True when `key` in the selected database holds a lock.
+fn holds_lock(ctx: &Context, key: &[u8]) -> bool {
+    LockKey::read(ctx, &ctx.create_string(key)).is_ok_and(|key| key.lock().is_some())
 }
 
 /// `FLUSHALL`/`FLUSHDB` freed locks: look at every lock with waiters.

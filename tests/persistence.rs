@@ -1,10 +1,9 @@
 //! Locks and the fencing counter through every persistence path, really done: `DEBUG RELOAD`,
-//! restart from RDB, restart from AOF with and without the RDB preamble, `DUMP`/`RESTORE`,
-//! `COPY`, `MEMORY USAGE` and `DEBUG DIGEST-VALUE`.
+//! restart from RDB, restart from AOF with and without the RDB preamble, `COPY`, `MEMORY USAGE` and `DEBUG DIGEST-VALUE`.
 
 mod common;
 
-use common::{LockInfo, Server, acquire, assert_same_holding, call, error, lock_info, wait_until};
+use common::{LockInfo, Server, acquire, assert_same_holding, call, lock_info, wait_until};
 use redis::{Connection, Value};
 
 /// Takes two locks (one re-entered) and a third that is released, returning the largest token.
@@ -150,36 +149,6 @@ fn restart_from_aof_without_rdb_preamble_keeps_locks_and_the_counter() {
 }
 
 #[test]
-fn dump_and_restore_carry_the_lock_and_raise_the_counter_of_the_target() {
-    let source = Server::start(&[]);
-    let target = Server::start(&[]);
-    let mut src = source.client();
-    let mut dst = target.client();
-    acquire(&mut src, "k", "alice", 60_000, &[]).expect("granted");
-    acquire(&mut src, "k", "alice", 60_000, &["REENTRANT"]).expect("re-entered");
-    // The target's counter starts lower: the source issued more tokens meanwhile.
-    for _ in 0..5 {
-        acquire(&mut src, "k", "alice", 60_000, &[]);
-    }
-    let payload: Vec<u8> = redis::cmd("DUMP").arg("k").query(&mut src).expect("DUMP");
-    let held = lock_info(&mut src, "k").expect("held");
-    for con in [&mut src, &mut dst] {
-        let restored: String = redis::cmd("RESTORE")
-            .arg("k2")
-            .arg(50_000)
-            .arg(&payload)
-            .query(con)
-            .expect("RESTORE");
-        assert_eq!(restored, "OK");
-        let copy = lock_info(con, "k2").expect("restored");
-        assert_eq!((&copy.0, copy.1, copy.3), (&held.0, held.1, held.3));
-        assert!(copy.2 <= 50_000 && copy.2 > 40_000);
-    }
-    let next = acquire(&mut dst, "other", "bob", 1_000, &[]).expect("granted");
-    assert!(next > held.1, "a restored lock raises the target's counter");
-}
-
-#[test]
 fn copy_duplicates_a_lock() {
     let server = Server::start(&[]);
     let mut con = server.client();
@@ -227,40 +196,6 @@ fn digest_covers_every_field_and_survives_reload() {
     assert_ne!(one_hold, two_holds, "holds are in the digest");
     call(&mut con, &["DEBUG", "RELOAD"]);
     assert_eq!(digest(&mut con), two_holds);
-}
-
-#[test]
-fn an_unknown_encoding_version_refuses_to_load() {
-    let server = Server::start(&[]);
-    let mut con = server.client();
-    acquire(&mut con, "k", "alice", 60_000, &[]).expect("granted");
-    let mut payload: Vec<u8> = redis::cmd("DUMP").arg("k").query(&mut con).expect("DUMP");
-    // A module value starts with its type byte, then the 64-bit module type id (length
-    // prefix 0x81, big-endian) whose low 10 bits are the encoding version.
-    assert_eq!(payload[1], 0x81, "64-bit module id");
-    assert_eq!(
-        payload[8] & 0x03,
-        0,
-        "encoding version 2 lives in the last byte"
-    );
-    assert_eq!(payload[9], 2);
-    payload[9] = 3;
-    // The payload ends with the RDB version (2 bytes) and a CRC64 of everything before.
-    let body = payload.len() - 8;
-    let crc = crc::Crc::<u64>::new(&crc::CRC_64_REDIS).checksum(&payload[..body]);
-    payload[body..].copy_from_slice(&crc.to_le_bytes());
-    let refused = redis::cmd("RESTORE")
-        .arg("k2")
-        .arg(0)
-        .arg(&payload)
-        .query::<String>(&mut con)
-        .expect_err("version 3 is unknown");
-    assert!(refused.to_string().contains("Bad data format"), "{refused}");
-    assert_eq!(call(&mut con, &["EXISTS", "k2"]), Value::Int(0));
-    assert_eq!(
-        call(&mut con, &["PING"]),
-        Value::SimpleString("PONG".into())
-    );
 }
 
 #[test]
@@ -364,63 +299,4 @@ fn an_aof_with_the_effects_of_older_releases_still_replays() {
     );
     let next = acquire(&mut con, "new", "someone", 1_000, &[]).expect("granted");
     assert!(next > base + 6, "the counter saw every token");
-}
-
-/// A `DUMP` payload of `key` with `token` replaced by `forged` and the CRC64 recomputed.
-fn payload_with_token(con: &mut Connection, key: &str, token: i64, forged: i64) -> Vec<u8> {
-    let mut payload: Vec<u8> = redis::cmd("DUMP").arg(key).query(con).expect("DUMP");
-    // The token is saved as a 64-bit length: 0x81 then 8 big-endian bytes.
-    let encoded = [&[0x81][..], &token.to_be_bytes()].concat();
-    let at = payload
-        .windows(encoded.len())
-        .position(|window| window == encoded.as_slice())
-        .expect("the token in the payload");
-    payload[at + 1..at + 9].copy_from_slice(&forged.to_be_bytes());
-    let body = payload.len() - 8;
-    let crc = crc::Crc::<u64>::new(&crc::CRC_64_REDIS).checksum(&payload[..body]);
-    payload[body..].copy_from_slice(&crc.to_le_bytes());
-    payload
-}
-
-#[test]
-fn a_restored_lock_raises_the_counter_above_its_token() {
-    let source = Server::start(&[]);
-    let target = Server::start(&[]);
-    let mut src = source.client();
-    let mut dst = target.client();
-    let token = acquire(&mut src, "k", "alice", 60_000, &[]).expect("granted");
-    // From a server whose clock is 1.5 s ahead: above anything the target may issue yet.
-    let ahead = token + 1_500_000;
-    let payload = payload_with_token(&mut src, "k", token, ahead);
-    let restored: String = redis::cmd("RESTORE")
-        .arg("k")
-        .arg(0)
-        .arg(&payload)
-        .query(&mut dst)
-        .expect("RESTORE");
-    assert_eq!(restored, "OK");
-    assert_eq!(lock_info(&mut dst, "k").map(|info| info.1), Some(ahead));
-
-    // The target issues nothing above its own clock's ceiling: it asks to retry, changing
-    // nothing, and a waiting client is granted once the clock has caught up.
-    let refused = error(&mut dst, &["LOCK.ACQUIRE", "other", "bob", "1000"]);
-    let retry_in_ms: i64 = refused
-        .strip_prefix("TRYAGAIN fencing tokens are ahead of this server's clock; retry in ")
-        .and_then(|rest| rest.strip_suffix(" ms"))
-        .and_then(|ms| ms.parse().ok())
-        .unwrap_or_else(|| panic!("{refused}"));
-    assert!((1..=1_600).contains(&retry_in_ms), "{refused}");
-    assert_eq!(call(&mut dst, &["EXISTS", "other"]), Value::Int(0));
-    let asked = std::time::Instant::now();
-    let next = acquire(&mut dst, "other", "bob", 1_000, &["WAIT", "5000"]).expect("granted");
-    assert!(next > ahead, "{next} after a restored {ahead}");
-    assert!(asked.elapsed().as_millis() + 50 >= u128::try_from(retry_in_ms).unwrap_or(0));
-
-    let beyond = payload_with_token(&mut src, "k", token, 1 << 53);
-    let refused = redis::cmd("RESTORE")
-        .arg("k2")
-        .arg(0)
-        .arg(&beyond)
-        .query::<String>(&mut dst);
-    assert!(refused.is_err(), "a token of 2^53 or more refuses to load");
 }

@@ -151,11 +151,13 @@ impl Holders {
         debug_assert!(self.get(&holder.owner).is_none());
         self.spilled_bytes += holder.owner.heap_size();
         let hash = hash(&holder.owner);
-        // Slots stay in token order, dead ones included (they keep their token).
+        // Slots stay in token order, dead ones included (they keep their token); a holder
+        // whose token equals others' (`LOCK.RAISE` can make one) goes after them, so holders
+        // loaded in their saved order keep it.
         let slot = self
             .slab
             .0
-            .partition_point(|other| other.token < holder.token);
+            .partition_point(|other| other.token <= holder.token);
         grow_gently(&mut self.slab.0);
         self.slab.0.insert(slot, holder);
         let slot = as_slot(slot);

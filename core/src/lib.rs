@@ -14,6 +14,8 @@
 //! - [`fence`]: the fencing-token counter, and why its tokens never go back;
 //! - [`queue`]: the waiters of each lock, in arrival order;
 //! - [`packed`]: the binary form of a holding in the effects sent to replicas and the AOF;
+//! - [`saved`]: a lock's form in an RDB file or a `DUMP` payload, and the checks a lock read
+//!   from outside passes;
 //! - [`machine`]: one entry point per event — the FIFO hand-over to waiters, lease ends,
 //!   promotions' effects on tokens — returning an [`outcome::Outcome`].
 
@@ -38,3 +40,4 @@ pub mod outcome;
 pub mod owner;
 pub mod packed;
 pub mod queue;
+pub mod saved;

@@ -71,10 +71,22 @@ impl Server {
     /// log.
     pub fn refused(module_args: &[&str]) -> String {
         let mut server = Self::new(Some(module_args), &[]);
+        server.start_refused()
+    }
+
+    /// Starts the stopped server again on the same port, directory and arguments, when what
+    /// it keeps (a damaged RDB) must make it refuse to start; returns its log.
+    pub fn restart_refused(&mut self) -> String {
+        assert!(self.child.is_none(), "stop the server before restarting it");
+        self.start_refused()
+    }
+
+    /// Starts the process and waits for it to exit by itself; returns the log.
+    fn start_refused(&mut self) -> String {
         // Held by the server, so that a failed assertion still kills it on drop.
-        server.child = Some(server.spawn());
+        self.child = Some(self.spawn());
         let deadline = Instant::now() + READY_WITHIN;
-        while server
+        while self
             .child
             .as_mut()
             .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
@@ -82,11 +94,12 @@ impl Server {
             assert!(
                 Instant::now() < deadline,
                 "the server started:\n{}",
-                server.log()
+                self.log()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        server.log()
+        self.child = None;
+        self.log()
     }
 
     /// A Sentinel (the server binary in `--sentinel` mode) started with `config` as its
@@ -402,6 +415,34 @@ pub fn error(con: &mut Connection, args: &[&str]) -> String {
             format!("{code} {detail}").trim().to_owned()
         }
     }
+}
+
+/// `DUMP key`: the serialized value, ending with its RDB version (2 bytes) and a CRC64 of
+/// everything before it.
+pub fn dump(con: &mut Connection, key: &str) -> Vec<u8> {
+    redis::cmd("DUMP").arg(key).query(con).expect("DUMP")
+}
+
+/// Recomputes a `DUMP` payload's CRC64 (its last 8 bytes) after it was changed, so that Redis's
+/// checksum passes and the module's loader sees the change.
+pub fn fix_crc(payload: &mut [u8]) {
+    let body = payload.len().saturating_sub(8);
+    let crc = crc::Crc::<u64>::new(&crc::CRC_64_REDIS).checksum(&payload[..body]);
+    payload[body..].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// `RESTORE key ttl payload`: `OK`, or the error.
+pub fn restore(
+    con: &mut Connection,
+    key: &str,
+    ttl: u64,
+    payload: &[u8],
+) -> redis::RedisResult<String> {
+    redis::cmd("RESTORE")
+        .arg(key)
+        .arg(ttl)
+        .arg(payload)
+        .query(con)
 }
 
 /// `LOCK.ACQUIRE key owner ttl [options...]`: the token, or `None` when refused.
