@@ -7,15 +7,15 @@
 //! command` as `SET ... PX` has them, `WRONGTYPE` for a key of another type.
 
 use redis_module::{
-    Context, ContextFlags, NextArg, RedisError, RedisResult, RedisString, RedisValue,
+    Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue,
     redisvalue::RedisValueKey,
 };
 
+use leasehold_core::args::{self, Acquire};
 use leasehold_core::fence;
-use leasehold_core::lock::{Lock, Mode};
+use leasehold_core::lock::Lock;
 use leasehold_core::machine::{self, Request};
 use leasehold_core::outcome::{Refusal, Reply};
-use leasehold_core::owner::check_owner;
 use leasehold_core::queue::Waiter;
 
 use crate::blocking;
@@ -41,19 +41,18 @@ use crate::state;
 /// Arity, owner, TTL, timeout, limit, syntax, `WRONGTYPE`, a different `LIMIT` than the lock's,
 /// and no fencing token to issue.
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let parsed = AcquireArgs::parse(args)?;
-    parse_owner(&parsed.owner)?;
+    let parsed = args::acquire(&args, &config::limits()).map_err(replies::arg_error)?;
     let now = clock::now_ms();
     let deadline_ms = lease_deadline(now, parsed.ttl_ms, "lock.acquire")?;
-    let name = &parsed.name;
+    let (name, owner) = (parsed.key, parsed.owner);
     let request = Request {
-        owner: parsed.owner.as_slice(),
+        owner,
         mode: parsed.mode,
         reentrant: parsed.reentrant,
         deadline_ms,
     };
     let mut key = LockKey::write(ctx, name)?;
-    let reply = looks::decide(ctx, &mut key, name, Some(&parsed.owner), now, |scope| {
+    let reply = looks::decide(ctx, &mut key, name, Some(owner), now, |scope| {
         scope.acquire(&request);
     })?;
     let busy = matches!(reply, Reply::Busy | Reply::Refused(Refusal::TooSoon { .. }));
@@ -68,9 +67,14 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 ///
 /// # Errors
 /// When the server cannot block the client (nothing is queued then).
-fn wait(ctx: &Context, key: &LockKey, parsed: &AcquireArgs, timeout_ms: i64) -> RedisResult {
+fn wait(
+    ctx: &Context,
+    key: &LockKey,
+    parsed: &Acquire<'_, RedisString>,
+    timeout_ms: i64,
+) -> RedisResult {
     let handle = blocking::block::<Leaving>(ctx, timeout_ms)?;
-    let (db, name) = (selected_db(ctx), parsed.name.as_slice());
+    let (db, name) = (selected_db(ctx), parsed.key.as_slice());
     let waiter = Waiter {
         handle,
         owner: parsed.owner.as_slice().into(),
@@ -84,58 +88,6 @@ fn wait(ctx: &Context, key: &LockKey, parsed: &AcquireArgs, timeout_ms: i64) -> 
     Ok(RedisValue::NoReply)
 }
 
-/// The arguments of `LOCK.ACQUIRE`, options in any order, each at most once.
-struct AcquireArgs {
-    name: RedisString,
-    owner: RedisString,
-    ttl_ms: i64,
-    reentrant: bool,
-    wait_ms: Option<i64>,
-    mode: Mode,
-}
-
-impl AcquireArgs {
-    fn parse(args: Vec<RedisString>) -> Result<Self, RedisError> {
-        let mut args = args.into_iter().skip(1);
-        let name = args.next_arg()?;
-        let owner = args.next_arg()?;
-        let ttl = args.next_arg()?;
-        let (mut reentrant, mut wait_ms, mut shared, mut limit) = (false, None, false, None);
-        while let Some(option) = args.next() {
-            let option = option.as_slice();
-            if option.eq_ignore_ascii_case(b"REENTRANT") && !reentrant {
-                reentrant = true;
-            } else if option.eq_ignore_ascii_case(b"SHARED") && !shared {
-                shared = true;
-            } else if option.eq_ignore_ascii_case(b"WAIT") && wait_ms.is_none() {
-                wait_ms = Some(parse_timeout(&value_of(&mut args)?)?);
-            } else if option.eq_ignore_ascii_case(b"LIMIT") && limit.is_none() {
-                limit = Some(parse_limit(&value_of(&mut args)?)?);
-            } else {
-                return Err(RedisError::Str("ERR syntax error"));
-            }
-        }
-        let mode = match (shared, limit) {
-            (true, limit) => Mode::Shared(limit),
-            (false, None) => Mode::Exclusive,
-            (false, Some(_)) => return Err(RedisError::Str("ERR syntax error")),
-        };
-        Ok(Self {
-            name,
-            owner,
-            ttl_ms: parse_ttl(&ttl)?,
-            reentrant,
-            wait_ms,
-            mode,
-        })
-    }
-}
-
-/// The value after an option word, or `ERR syntax error` when it is missing.
-pub fn value_of(args: &mut impl Iterator<Item = RedisString>) -> Result<RedisString, RedisError> {
-    args.next().ok_or(RedisError::Str("ERR syntax error"))
-}
-
 /// `LOCK.RELEASE key owner`: releases one hold of `owner`'s holding; the last one ends it,
 /// and the last holding deletes the key. Waiters that fit now are granted in the same step.
 ///
@@ -145,15 +97,12 @@ pub fn value_of(args: &mut impl Iterator<Item = RedisString>) -> Result<RedisStr
 /// # Errors
 /// Arity, owner, `WRONGTYPE`.
 pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let mut args = args.into_iter().skip(1);
-    let name = args.next_arg()?;
-    let owner = args.next_arg()?;
-    args.done()?;
-    let owner_bytes = parse_owner(&owner)?;
-    let mut key = LockKey::write(ctx, &name)?;
+    let parsed = args::release(&args).map_err(replies::arg_error)?;
+    let (name, owner) = (parsed.key, parsed.owner);
+    let mut key = LockKey::write(ctx, name)?;
     let now = clock::now_ms();
-    let reply = looks::decide(ctx, &mut key, &name, Some(&owner), now, |scope| {
-        scope.release(owner_bytes);
+    let reply = looks::decide(ctx, &mut key, name, Some(owner), now, |scope| {
+        scope.release(owner);
     })?;
     reply_for(reply, "lock.release")
 }
@@ -167,17 +116,13 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// # Errors
 /// Arity, owner, TTL, `WRONGTYPE`.
 pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let mut args = args.into_iter().skip(1);
-    let name = args.next_arg()?;
-    let owner = args.next_arg()?;
-    let ttl = args.next_arg()?;
-    args.done()?;
-    let owner_bytes = parse_owner(&owner)?;
+    let parsed = args::renew(&args, &config::limits()).map_err(replies::arg_error)?;
+    let (name, owner) = (parsed.key, parsed.owner);
     let now = clock::now_ms();
-    let deadline = lease_deadline(now, parse_ttl(&ttl)?, "lock.renew")?;
-    let mut key = LockKey::write(ctx, &name)?;
-    let reply = looks::decide(ctx, &mut key, &name, Some(&owner), now, |scope| {
-        scope.renew(owner_bytes, deadline);
+    let deadline = lease_deadline(now, parsed.ttl_ms, "lock.renew")?;
+    let mut key = LockKey::write(ctx, name)?;
+    let reply = looks::decide(ctx, &mut key, name, Some(owner), now, |scope| {
+        scope.renew(owner, deadline);
     })?;
     reply_for(reply, "lock.renew")
 }
@@ -193,22 +138,13 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// Arity, owner, `WRONGTYPE`; `ERR token out of range` for a token below 1 or above what this
 /// server could issue now from a clock `lock.max-clock-skew-ms` ahead of its own.
 pub fn raise(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let mut args = args.into_iter().skip(1);
-    let name = args.next_arg()?;
-    let owner = args.next_arg()?;
-    let token = args.next_arg()?;
-    args.done()?;
-    let owner_bytes = parse_owner(&owner)?;
     let now = clock::now_ms();
-    let limit = fence::raise_limit(now, config::max_clock_skew_ms());
-    let token = token
-        .parse_unsigned_integer()
-        .ok()
-        .filter(|token| (1..=limit).contains(token))
-        .ok_or(RedisError::Str("ERR token out of range"))?;
-    let mut key = LockKey::write(ctx, &name)?;
-    let reply = looks::decide(ctx, &mut key, &name, Some(&owner), now, |scope| {
-        scope.raise(owner_bytes, token);
+    let max_token = fence::raise_limit(now, config::max_clock_skew_ms());
+    let parsed = args::raise(&args, max_token).map_err(replies::arg_error)?;
+    let (name, owner) = (parsed.key, parsed.owner);
+    let mut key = LockKey::write(ctx, name)?;
+    let reply = looks::decide(ctx, &mut key, name, Some(owner), now, |scope| {
+        scope.raise(owner, parsed.token);
     })?;
     reply_for(reply, "lock.raise")
 }
@@ -234,15 +170,10 @@ pub fn reply_for(reply: Reply, command: &str) -> RedisResult {
 /// # Errors
 /// Arity, owner, `WRONGTYPE`.
 pub fn fence(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let mut args = args.into_iter().skip(1);
-    let name = args.next_arg()?;
-    let owner = args.next();
-    args.done()?;
-    let owner = owner.as_ref().map(parse_owner).transpose()?;
-
-    let key = LockKey::read(ctx, &name)?;
+    let parsed = args::fence(&args).map_err(replies::arg_error)?;
+    let key = LockKey::read(ctx, parsed.key)?;
     let now = now_signed();
-    let token = key.lock().and_then(|lock| match owner {
+    let token = key.lock().and_then(|lock| match parsed.owner {
         Some(owner) => lock.token_of(owner, now),
         None => lock.newest_token(now),
     });
@@ -258,13 +189,10 @@ pub fn fence(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// # Errors
 /// Arity, `WRONGTYPE`.
 pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let mut args = args.into_iter().skip(1);
-    let name = args.next_arg()?;
-    args.done()?;
-
-    let key = LockKey::read(ctx, &name)?;
+    let name = args::info(&args).map_err(replies::arg_error)?;
+    let key = LockKey::read(ctx, name)?;
     let ttl = RedisValue::Integer(key.remaining_ms().unwrap_or(-1));
-    let waiting = RedisValue::Integer(waiting(ctx, &name));
+    let waiting = RedisValue::Integer(waiting(ctx, name));
     Ok(match key.lock() {
         None => RedisValue::Null,
         Some(Lock::Exclusive(holding)) => map([
@@ -317,35 +245,6 @@ fn map<const N: usize>(fields: [(&'static str, RedisValue); N]) -> RedisValue {
     )
 }
 
-/// An owner argument: 1 to 256 bytes.
-///
-/// # Errors
-/// `ERR owner must be 1 to 256 bytes`.
-pub fn parse_owner(owner: &RedisString) -> Result<&[u8], RedisError> {
-    check_owner(owner.as_slice()).map_err(|_| RedisError::Str("ERR owner must be 1 to 256 bytes"))
-}
-
-/// A lease in ms: an integer (checked for being positive by [`lease_deadline`]) within
-/// `lock.max-ttl-ms`.
-pub fn parse_ttl(ttl: &RedisString) -> Result<i64, RedisError> {
-    let ttl = ttl
-        .parse_integer()
-        .map_err(|_| RedisError::Str("ERR value is not an integer or out of range"))?;
-    config::check_ttl(ttl)
-}
-
-/// A `LIMIT`: an integer from 1 to 2^31 - 1.
-fn parse_limit(limit: &RedisString) -> Result<u32, RedisError> {
-    limit
-        .parse_integer()
-        .ok()
-        .filter(|n| (1..=i64::from(i32::MAX)).contains(n))
-        .and_then(|n| u32::try_from(n).ok())
-        .ok_or(RedisError::Str(
-            "ERR value is not an integer or out of range",
-        ))
-}
-
 /// The unix time in ms at which a lease of `ttl_ms` given at `now_ms` ends.
 ///
 /// # Errors
@@ -354,17 +253,6 @@ fn parse_limit(limit: &RedisString) -> Result<u32, RedisError> {
 pub fn lease_deadline(now_ms: u64, ttl_ms: i64, command: &str) -> Result<i64, RedisError> {
     machine::lease_deadline(now_ms, ttl_ms)
         .ok_or_else(|| replies::refusal(Refusal::InvalidExpire, command))
-}
-
-/// A `WAIT` timeout in ms: 0 (no limit) or more, as `BLPOP` takes its timeout.
-pub fn parse_timeout(timeout: &RedisString) -> Result<i64, RedisError> {
-    let timeout = timeout
-        .parse_integer()
-        .map_err(|_| RedisError::Str("ERR timeout is not an integer or out of range"))?;
-    if timeout < 0 {
-        return Err(RedisError::Str("ERR timeout is negative"));
-    }
-    Ok(timeout)
 }
 
 /// False inside `MULTI`, scripts, functions and `RM_Call`, where a client cannot block.

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use redis_module::RedisError;
+use leasehold_core::args::Limits;
 
 /// `lock.max-ttl-ms`: the longest lease `LOCK.ACQUIRE` and `LOCK.RENEW` accept, in ms; 0 (the
 /// default) means no cap. Redis validates the range (0 to 2^63 - 1) on `CONFIG SET`.
@@ -44,18 +44,13 @@ pub fn max_multi_keys() -> usize {
     usize::try_from(MAX_MULTI_KEYS.load(Ordering::Relaxed)).unwrap_or(0)
 }
 
-/// Checks a requested lease against `lock.max-ttl-ms`.
-///
-/// # Errors
-/// `ERR ttl-ms exceeds lock.max-ttl-ms (<cap>)` for a longer lease.
-pub fn check_ttl(ttl_ms: i64) -> Result<i64, RedisError> {
-    let cap = MAX_TTL_MS.load(Ordering::Relaxed);
-    if cap > 0 && ttl_ms > cap {
-        return Err(RedisError::String(format!(
-            "ERR ttl-ms exceeds lock.max-ttl-ms ({cap})"
-        )));
+/// What the configuration allows, for the core's argument checks.
+#[must_use]
+pub fn limits() -> Limits {
+    Limits {
+        max_ttl_ms: MAX_TTL_MS.load(Ordering::Relaxed),
+        max_keys: max_multi_keys(),
     }
-    Ok(ttl_ms)
 }
 
 /// Checks the values given at load. `redis-module` passes a `--loadmodule` argument to Redis

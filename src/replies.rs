@@ -1,6 +1,7 @@
 //! The core's answers as Redis replies: tokens as integers, refusals as Redis-style errors
 //! (`TRYAGAIN` for what may succeed if repeated shortly, as Redis Cluster uses it).
 
+use leasehold_core::args::ArgError;
 use leasehold_core::fence;
 use leasehold_core::outcome::Refusal;
 use redis_module::{RedisError, RedisValue};
@@ -36,4 +37,14 @@ pub fn refusal(refusal: Refusal, command: &str) -> RedisError {
             "TRYAGAIN the lock's slot moved to another node while waiting".to_owned()
         }
     })
+}
+
+/// The error reply for arguments the core's parsers refused ([`leasehold_core::args`]); Redis
+/// words a wrong number of arguments itself.
+#[must_use]
+pub fn arg_error(error: ArgError) -> RedisError {
+    match error {
+        ArgError::WrongArity => RedisError::WrongArity,
+        other => RedisError::String(other.to_string()),
+    }
 }

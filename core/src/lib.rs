@@ -8,6 +8,7 @@
 //! and the compiler keeps it that way: this crate does not depend on `redis-module`.
 //!
 //! Where each rule lives:
+//! - [`args`]: every command's arguments, parsed and checked from the bytes sent;
 //! - [`lock`]: what a request does to a lock (exclusive, shared, limits, re-entry, upgrade and
 //!   downgrade, release, renewal), with [`holders`] (a shared lock's holders, indexed by
 //!   owner, deadline and token; [`heap`] orders their deadlines) and [`owner`];
@@ -31,6 +32,7 @@
     )
 )]
 
+pub mod args;
 pub mod fence;
 pub mod heap;
 pub mod holders;

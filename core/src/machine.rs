@@ -534,8 +534,9 @@ pub fn wait<H: Copy + Eq + Hash>(
 /// What one `LOCK.APPLY` from a master (or the AOF) says.
 #[derive(Debug, Clone)]
 pub enum Applied<'a> {
-    /// `holding` is the lock's in `mode`; its lease ends at `deadline_ms` (unix ms; -1: none
-    /// for a shared holder), or keeps the key's lease when `None` (exclusive only).
+    /// `holding` is the lock's in `mode`; its lease ends at `deadline_ms` (unix ms), or keeps
+    /// the key's lease when `None` (exclusive only: [`crate::args::apply`] refuses a shared
+    /// holding without a deadline).
     Holds {
         /// The holding, already checked ([`Holding::from_parts`]).
         holding: Holding,

@@ -1,0 +1,583 @@
+//! The arguments of every `LOCK.*` command, parsed from the bytes a client (or a master, or the
+//! AOF) sent: the grammar, the ranges and the errors, with no Redis in them, so that they are
+//! tested and fuzzed on their own (`fuzz/`). The module hands in its arguments as they came
+//! (`args[0]` is the command's name) and gets back references into them.
+//!
+//! Errors are Redis's own where Redis has one: `ERR syntax error` for an unknown or repeated
+//! option (RedisJSON and `SET` do the same), `ERR value is not an integer or out of range` as
+//! `SET ... PX` words it, `BLPOP`'s timeout errors, `LMPOP`'s `numkeys` errors. Numbers are read
+//! as Redis reads them (`string2ll`): the decimal form of a 64-bit integer and nothing else.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::ops::Deref;
+
+use crate::lock::{Holding, Mode};
+use crate::machine::Applied;
+use crate::outcome::Lease;
+use crate::owner::check_owner;
+use crate::packed;
+
+/// What the server's configuration allows, for the checks that depend on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// `lock.max-ttl-ms`: the longest lease in ms; 0 for no cap.
+    pub max_ttl_ms: i64,
+    /// `lock.max-multi-keys`: the most keys of one set command.
+    pub max_keys: usize,
+}
+
+/// Why a command's arguments were refused. Each is one Redis error reply ([`fmt::Display`]
+/// gives its text), but [`ArgError::WrongArity`], which Redis words itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgError {
+    /// Too few or too many arguments.
+    WrongArity,
+    /// `ERR syntax error`: an unknown or repeated option, or an option's value missing.
+    Syntax,
+    /// `ERR value is not an integer or out of range`.
+    NotInteger,
+    /// `ERR timeout is not an integer or out of range`.
+    TimeoutNotInteger,
+    /// `ERR timeout is negative`.
+    TimeoutNegative,
+    /// `ERR owner must be 1 to 256 bytes`.
+    Owner,
+    /// `ERR ttl-ms exceeds lock.max-ttl-ms (<cap>)`.
+    TtlAboveCap(i64),
+    /// `ERR token out of range`.
+    Token,
+    /// `ERR numkeys should be greater than 0`.
+    NumKeys,
+    /// `ERR numkeys exceeds lock.max-multi-keys (<n>)`.
+    TooManyKeys(usize),
+    /// `ERR Number of keys can't be greater than number of args`.
+    KeysBeyondArgs,
+    /// `ERR duplicate key '<key>'`.
+    DuplicateKey(String),
+    /// `ERR <option> is not supported by LOCK.MACQUIRE`.
+    NotSupported(&'static str),
+    /// `ERR invalid owner, fencing token or hold count in LOCK.APPLY`.
+    Effect,
+    /// `ERR invalid lease deadline in LOCK.APPLY`.
+    EffectDeadline,
+}
+
+impl fmt::Display for ArgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::WrongArity => write!(f, "ERR wrong number of arguments"),
+            Self::Syntax => write!(f, "ERR syntax error"),
+            Self::NotInteger => write!(f, "ERR value is not an integer or out of range"),
+            Self::TimeoutNotInteger => write!(f, "ERR timeout is not an integer or out of range"),
+            Self::TimeoutNegative => write!(f, "ERR timeout is negative"),
+            Self::Owner => write!(f, "ERR owner must be 1 to 256 bytes"),
+            Self::TtlAboveCap(cap) => write!(f, "ERR ttl-ms exceeds lock.max-ttl-ms ({cap})"),
+            Self::Token => write!(f, "ERR token out of range"),
+            Self::NumKeys => write!(f, "ERR numkeys should be greater than 0"),
+            Self::TooManyKeys(most) => {
+                write!(f, "ERR numkeys exceeds lock.max-multi-keys ({most})")
+            }
+            Self::KeysBeyondArgs => {
+                write!(f, "ERR Number of keys can't be greater than number of args")
+            }
+            Self::DuplicateKey(key) => write!(f, "ERR duplicate key '{key}'"),
+            Self::NotSupported(option) => {
+                write!(f, "ERR {option} is not supported by LOCK.MACQUIRE")
+            }
+            Self::Effect => write!(
+                f,
+                "ERR invalid owner, fencing token or hold count in LOCK.APPLY"
+            ),
+            Self::EffectDeadline => write!(f, "ERR invalid lease deadline in LOCK.APPLY"),
+        }
+    }
+}
+
+/// `LOCK.ACQUIRE key owner ttl-ms [REENTRANT] [WAIT timeout-ms] [SHARED [LIMIT n]]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acquire<'a, A> {
+    /// The lock's key.
+    pub key: &'a A,
+    /// Who asks: 1 to 256 bytes.
+    pub owner: &'a A,
+    /// The lease asked for, in ms (checked for being positive when its deadline is computed).
+    pub ttl_ms: i64,
+    /// `REENTRANT`: a holder's acquire counts one more hold.
+    pub reentrant: bool,
+    /// `WAIT timeout-ms`: wait this long (0: no limit) when the lock is busy.
+    pub wait_ms: Option<i64>,
+    /// Exclusive, or `SHARED` with its `LIMIT`.
+    pub mode: Mode,
+}
+
+/// `LOCK.RELEASE key owner`, and `LOCK.RENEW key owner ttl-ms` (with `ttl_ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held<'a, A> {
+    /// The lock's key.
+    pub key: &'a A,
+    /// The holder: 1 to 256 bytes.
+    pub owner: &'a A,
+    /// `LOCK.RENEW`'s new lease in ms; 0 for `LOCK.RELEASE`.
+    pub ttl_ms: i64,
+}
+
+/// `LOCK.RAISE key owner token`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Raise<'a, A> {
+    /// The lock's key.
+    pub key: &'a A,
+    /// The holder: 1 to 256 bytes.
+    pub owner: &'a A,
+    /// The token to raise the holding's to: 1 to the caller's `max_token`.
+    pub token: u64,
+}
+
+/// `LOCK.FENCE key [owner]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fence<'a, A> {
+    /// The lock's key.
+    pub key: &'a A,
+    /// Whose token: 1 to 256 bytes; `None` for the newest holding's.
+    pub owner: Option<&'a A>,
+}
+
+/// `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [WAIT timeout-ms]`, and `LOCK.MRELEASE`
+/// and `LOCK.MRENEW` (without `WAIT`; `ttl_ms` 0 for `LOCK.MRELEASE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Set<'a, A> {
+    /// The locks' keys, distinct, in the order given.
+    pub keys: &'a [A],
+    /// Who asks: 1 to 256 bytes.
+    pub owner: &'a A,
+    /// The lease asked for, in ms.
+    pub ttl_ms: i64,
+    /// `WAIT timeout-ms`: wait this long (0: no limit) when a lock is busy.
+    pub wait_ms: Option<i64>,
+}
+
+/// `LOCK.APPLY key owner <effect>`: a master's effect on one holding.
+#[derive(Debug, Clone)]
+pub struct Apply<'a, A> {
+    /// The lock's key.
+    pub key: &'a A,
+    /// What it does to the holding.
+    pub effect: Applied<'a>,
+}
+
+/// The arguments after the command's name, taken one by one.
+struct Args<'a, A> {
+    rest: &'a [A],
+}
+
+impl<'a, A: Deref<Target = [u8]>> Args<'a, A> {
+    fn new(args: &'a [A]) -> Self {
+        Self {
+            rest: args.get(1..).unwrap_or_default(),
+        }
+    }
+
+    /// The next argument, if any.
+    fn next(&mut self) -> Option<&'a A> {
+        let (first, rest) = self.rest.split_first()?;
+        self.rest = rest;
+        Some(first)
+    }
+
+    /// The next argument that must be there.
+    fn required(&mut self) -> Result<&'a A, ArgError> {
+        self.next().ok_or(ArgError::WrongArity)
+    }
+
+    /// An option's value: `ERR syntax error` when it is missing.
+    fn value(&mut self) -> Result<&'a A, ArgError> {
+        self.next().ok_or(ArgError::Syntax)
+    }
+
+    /// Checks that nothing is left.
+    fn done(&self) -> Result<(), ArgError> {
+        if self.rest.is_empty() {
+            Ok(())
+        } else {
+            Err(ArgError::WrongArity)
+        }
+    }
+
+    /// The next `n` arguments.
+    fn take(&mut self, n: usize) -> Result<&'a [A], ArgError> {
+        let (taken, rest) = self
+            .rest
+            .split_at_checked(n)
+            .ok_or(ArgError::KeysBeyondArgs)?;
+        self.rest = rest;
+        Ok(taken)
+    }
+}
+
+/// Parses `LOCK.ACQUIRE`'s arguments (`args[0]` its name).
+///
+/// # Errors
+/// Arity, options (`ERR syntax error`, timeout and `LIMIT` values), the TTL (an integer within
+/// `lock.max-ttl-ms`), the owner, in that order.
+pub fn acquire<'a, A: Deref<Target = [u8]>>(
+    args: &'a [A],
+    limits: &Limits,
+) -> Result<Acquire<'a, A>, ArgError> {
+    let mut args = Args::new(args);
+    let (key, owner, ttl) = (args.required()?, args.required()?, args.required()?);
+    let (mut reentrant, mut wait_ms, mut shared, mut limit) = (false, None, false, None);
+    while let Some(option) = args.next() {
+        if is(option, b"REENTRANT") && !reentrant {
+            reentrant = true;
+        } else if is(option, b"SHARED") && !shared {
+            shared = true;
+        } else if is(option, b"WAIT") && wait_ms.is_none() {
+            wait_ms = Some(timeout(args.value()?)?);
+        } else if is(option, b"LIMIT") && limit.is_none() {
+            limit = Some(limit_of(args.value()?)?);
+        } else {
+            return Err(ArgError::Syntax);
+        }
+    }
+    let mode = match (shared, limit) {
+        (true, limit) => Mode::Shared(limit),
+        (false, None) => Mode::Exclusive,
+        (false, Some(_)) => return Err(ArgError::Syntax),
+    };
+    let ttl_ms = ttl_of(ttl, limits)?;
+    Ok(Acquire {
+        key,
+        owner: checked_owner(owner)?,
+        ttl_ms,
+        reentrant,
+        wait_ms,
+        mode,
+    })
+}
+
+/// Parses `LOCK.RELEASE key owner`.
+///
+/// # Errors
+/// Arity, the owner.
+pub fn release<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Held<'_, A>, ArgError> {
+    let mut args = Args::new(args);
+    let (key, owner) = (args.required()?, args.required()?);
+    args.done()?;
+    Ok(Held {
+        key,
+        owner: checked_owner(owner)?,
+        ttl_ms: 0,
+    })
+}
+
+/// Parses `LOCK.RENEW key owner ttl-ms`.
+///
+/// # Errors
+/// Arity, the owner, the TTL.
+pub fn renew<'a, A: Deref<Target = [u8]>>(
+    args: &'a [A],
+    limits: &Limits,
+) -> Result<Held<'a, A>, ArgError> {
+    let mut args = Args::new(args);
+    let (key, owner, ttl) = (args.required()?, args.required()?, args.required()?);
+    args.done()?;
+    let owner = checked_owner(owner)?;
+    Ok(Held {
+        key,
+        owner,
+        ttl_ms: ttl_of(ttl, limits)?,
+    })
+}
+
+/// Parses `LOCK.RAISE key owner token`, with tokens up to `max_token` accepted.
+///
+/// # Errors
+/// Arity, the owner, a token that is not an integer from 1 to `max_token`.
+pub fn raise<A: Deref<Target = [u8]>>(
+    args: &[A],
+    max_token: u64,
+) -> Result<Raise<'_, A>, ArgError> {
+    let mut args = Args::new(args);
+    let (key, owner, token) = (args.required()?, args.required()?, args.required()?);
+    args.done()?;
+    let owner = checked_owner(owner)?;
+    let token = unsigned(token)
+        .filter(|token| (1..=max_token).contains(token))
+        .ok_or(ArgError::Token)?;
+    Ok(Raise { key, owner, token })
+}
+
+/// Parses `LOCK.FENCE key [owner]`.
+///
+/// # Errors
+/// Arity, the owner.
+pub fn fence<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Fence<'_, A>, ArgError> {
+    let mut args = Args::new(args);
+    let key = args.required()?;
+    let owner = args.next();
+    args.done()?;
+    Ok(Fence {
+        key,
+        owner: owner.map(checked_owner).transpose()?,
+    })
+}
+
+/// Parses `LOCK.INFO key`: the key.
+///
+/// # Errors
+/// Arity.
+pub fn info<A: Deref<Target = [u8]>>(args: &[A]) -> Result<&A, ArgError> {
+    let mut args = Args::new(args);
+    let key = args.required()?;
+    args.done()?;
+    Ok(key)
+}
+
+/// Parses `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [WAIT timeout-ms]`.
+///
+/// # Errors
+/// The keys ([`ArgError::NumKeys`] and the rest of [`keys`]), arity, options (`REENTRANT`,
+/// `SHARED` and `LIMIT` are not supported by sets), the owner, the TTL.
+pub fn macquire<'a, A: Deref<Target = [u8]>>(
+    args: &'a [A],
+    limits: &Limits,
+) -> Result<Set<'a, A>, ArgError> {
+    let mut args = Args::new(args);
+    let keys = keys_of(&mut args, limits)?;
+    let (owner, ttl) = (args.required()?, args.required()?);
+    let mut wait_ms = None;
+    while let Some(option) = args.next() {
+        if is(option, b"WAIT") && wait_ms.is_none() {
+            wait_ms = Some(timeout(args.value()?)?);
+        } else if let Some(name) = ["REENTRANT", "SHARED", "LIMIT"]
+            .into_iter()
+            .find(|name| is(option, name.as_bytes()))
+        {
+            return Err(ArgError::NotSupported(name));
+        } else {
+            return Err(ArgError::Syntax);
+        }
+    }
+    let owner = checked_owner(owner)?;
+    Ok(Set {
+        keys,
+        owner,
+        ttl_ms: ttl_of(ttl, limits)?,
+        wait_ms,
+    })
+}
+
+/// Parses `LOCK.MRELEASE numkeys key [key ...] owner`.
+///
+/// # Errors
+/// The keys, arity, the owner.
+pub fn mrelease<'a, A: Deref<Target = [u8]>>(
+    args: &'a [A],
+    limits: &Limits,
+) -> Result<Set<'a, A>, ArgError> {
+    let mut args = Args::new(args);
+    let keys = keys_of(&mut args, limits)?;
+    let owner = args.required()?;
+    args.done()?;
+    Ok(Set {
+        keys,
+        owner: checked_owner(owner)?,
+        ttl_ms: 0,
+        wait_ms: None,
+    })
+}
+
+/// Parses `LOCK.MRENEW numkeys key [key ...] owner ttl-ms`.
+///
+/// # Errors
+/// The keys, arity, the owner, the TTL.
+pub fn mrenew<'a, A: Deref<Target = [u8]>>(
+    args: &'a [A],
+    limits: &Limits,
+) -> Result<Set<'a, A>, ArgError> {
+    let mut args = Args::new(args);
+    let keys = keys_of(&mut args, limits)?;
+    let (owner, ttl) = (args.required()?, args.required()?);
+    args.done()?;
+    let owner = checked_owner(owner)?;
+    Ok(Set {
+        keys,
+        owner,
+        ttl_ms: ttl_of(ttl, limits)?,
+        wait_ms: None,
+    })
+}
+
+/// Where the keys of a `numkeys key [key ...]` command are, as positions in `args` (counting
+/// the command's name), for Redis's `getkeys-api` request: any arguments, however bad, get an
+/// answer (the command itself then refuses them).
+pub fn key_positions<A: Deref<Target = [u8]>>(args: &[A]) -> std::ops::RangeInclusive<usize> {
+    let numkeys = args
+        .get(1)
+        .and_then(|numkeys| integer(numkeys))
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(0);
+    2..=numkeys.saturating_add(1).min(args.len().saturating_sub(1))
+}
+
+/// The keys of a `numkeys key [key ...]` command, as `LMPOP` and `SINTERCARD` take them.
+fn keys_of<'a, A: Deref<Target = [u8]>>(
+    args: &mut Args<'a, A>,
+    limits: &Limits,
+) -> Result<&'a [A], ArgError> {
+    let numkeys = integer(args.required()?)
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|n| *n > 0)
+        .ok_or(ArgError::NumKeys)?;
+    if numkeys > limits.max_keys {
+        return Err(ArgError::TooManyKeys(limits.max_keys));
+    }
+    let keys = args.take(numkeys)?;
+    let mut seen = HashSet::with_capacity(numkeys);
+    if let Some(twice) = keys.iter().find(|key| !seen.insert(&***key)) {
+        return Err(ArgError::DuplicateKey(
+            String::from_utf8_lossy(twice).into_owned(),
+        ));
+    }
+    Ok(keys)
+}
+
+/// Parses `LOCK.APPLY key owner <packed>`, `LOCK.APPLY key owner token holds [[PXAT]
+/// deadline-ms] [SHARED limit]` (`limit` -1: none) and `LOCK.APPLY key owner DROP`: the forms
+/// a master sends and an AOF holds ([`crate::packed`]; 0.2.0 wrote the integers, 0.1.0 `PXAT`).
+/// The holding is checked as a loaded one is; a deadline must be a positive unix time in ms,
+/// and a shared holding has one.
+///
+/// # Errors
+/// Arity, syntax, integers, [`ArgError::Effect`], [`ArgError::EffectDeadline`].
+pub fn apply<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Apply<'_, A>, ArgError> {
+    let mut args = Args::new(args);
+    let (key, owner, word) = (args.required()?, args.required()?, args.required()?);
+    if is(word, b"DROP") {
+        args.done()?;
+        let effect = Applied::Dropped { owner: &owner[..] };
+        return Ok(Apply { key, effect });
+    }
+    let (token, holds, mode, deadline_ms) = match packed::unpack(word) {
+        Some((token, holds, lease)) => {
+            args.done()?;
+            let (mode, deadline_ms) = match lease {
+                Lease::Until(deadline) => (Mode::Exclusive, Some(deadline)),
+                Lease::Kept => (Mode::Exclusive, None),
+                Lease::Shared { deadline_ms, limit } => (Mode::Shared(limit), Some(deadline_ms)),
+            };
+            (token, u64::from(holds), mode, deadline_ms)
+        }
+        None => {
+            let token = unsigned(word).ok_or(ArgError::NotInteger)?;
+            let holds = unsigned(args.required()?).ok_or(ArgError::NotInteger)?;
+            let (mode, deadline_ms) = effect_options(&mut args)?;
+            (token, holds, mode, deadline_ms)
+        }
+    };
+    if deadline_ms.is_some_and(|deadline| deadline <= 0)
+        || (deadline_ms.is_none() && mode != Mode::Exclusive)
+    {
+        return Err(ArgError::EffectDeadline);
+    }
+    let holding = Holding::from_parts(owner, token, holds).ok_or(ArgError::Effect)?;
+    let effect = Applied::Holds {
+        holding,
+        mode,
+        deadline_ms,
+    };
+    Ok(Apply { key, effect })
+}
+
+/// The integer form's `[[PXAT] deadline-ms] [SHARED limit]`.
+fn effect_options<A: Deref<Target = [u8]>>(
+    args: &mut Args<'_, A>,
+) -> Result<(Mode, Option<i64>), ArgError> {
+    let (mut deadline_ms, mut mode) = (None, Mode::Exclusive);
+    while let Some(word) = args.next() {
+        if is(word, b"SHARED") {
+            let limit = integer(args.value()?).ok_or(ArgError::NotInteger)?;
+            mode = Mode::Shared(u32::try_from(limit).ok().filter(|n| *n > 0));
+        } else if is(word, b"PXAT") {
+            deadline_ms = Some(integer(args.value()?).ok_or(ArgError::NotInteger)?);
+        } else {
+            deadline_ms = Some(integer(word).ok_or(ArgError::Syntax)?);
+        }
+    }
+    Ok((mode, deadline_ms))
+}
+
+/// Reads a 64-bit integer as Redis does (`string2ll`): its decimal form exactly — an optional
+/// `-`, then `0` alone or digits not starting with `0` — within `i64`; nothing else.
+#[must_use]
+pub fn integer(bytes: &[u8]) -> Option<i64> {
+    let (negative, digits) = match bytes.split_first()? {
+        (b'-', digits) => (true, digits),
+        _ => (false, bytes),
+    };
+    match digits {
+        [] => return None,
+        [b'0'] => return (!negative).then_some(0),
+        [b'0', ..] => return None,
+        _ => {}
+    }
+    let mut value: i64 = 0;
+    for &digit in digits {
+        if !digit.is_ascii_digit() {
+            return None;
+        }
+        let digit = i64::from(digit - b'0');
+        value = value.checked_mul(10)?;
+        value = if negative {
+            value.checked_sub(digit)?
+        } else {
+            value.checked_add(digit)?
+        };
+    }
+    Some(value)
+}
+
+/// A non-negative integer as [`integer`] reads it.
+fn unsigned(bytes: &[u8]) -> Option<u64> {
+    integer(bytes).and_then(|n| u64::try_from(n).ok())
+}
+
+fn is(word: &[u8], option: &[u8]) -> bool {
+    word.eq_ignore_ascii_case(option)
+}
+
+fn checked_owner<A: Deref<Target = [u8]>>(owner: &A) -> Result<&A, ArgError> {
+    check_owner(owner)
+        .map(|_| owner)
+        .map_err(|_| ArgError::Owner)
+}
+
+/// A lease in ms: an integer (checked for being positive when its deadline is computed) within
+/// `lock.max-ttl-ms`.
+fn ttl_of(ttl: &[u8], limits: &Limits) -> Result<i64, ArgError> {
+    let ttl_ms = integer(ttl).ok_or(ArgError::NotInteger)?;
+    if limits.max_ttl_ms > 0 && ttl_ms > limits.max_ttl_ms {
+        return Err(ArgError::TtlAboveCap(limits.max_ttl_ms));
+    }
+    Ok(ttl_ms)
+}
+
+/// A `LIMIT`: an integer from 1 to 2^31 - 1.
+fn limit_of(limit: &[u8]) -> Result<u32, ArgError> {
+    integer(limit)
+        .filter(|n| (1..=i64::from(i32::MAX)).contains(n))
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or(ArgError::NotInteger)
+}
+
+/// A `WAIT` timeout in ms: 0 (no limit) or more, as `BLPOP` takes its timeout.
+fn timeout(timeout: &[u8]) -> Result<i64, ArgError> {
+    match integer(timeout) {
+        None => Err(ArgError::TimeoutNotInteger),
+        Some(ms) if ms < 0 => Err(ArgError::TimeoutNegative),
+        Some(ms) => Ok(ms),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,201 @@
+use super::*;
+
+const LIMITS: Limits = Limits {
+    max_ttl_ms: 0,
+    max_keys: 4,
+};
+
+fn words(line: &str) -> Vec<&[u8]> {
+    line.split(' ').map(str::as_bytes).collect()
+}
+
+#[test]
+fn integers_are_read_as_redis_reads_them() {
+    for (text, value) in [
+        ("0", Some(0)),
+        ("7", Some(7)),
+        ("-7", Some(-7)),
+        ("9223372036854775807", Some(i64::MAX)),
+        ("-9223372036854775808", Some(i64::MIN)),
+        ("9223372036854775808", None),
+        ("-0", None),
+        ("007", None),
+        ("+7", None),
+        (" 7", None),
+        ("7 ", None),
+        ("", None),
+        ("-", None),
+        ("1e3", None),
+    ] {
+        assert_eq!(integer(text.as_bytes()), value, "{text:?}");
+    }
+}
+
+#[test]
+fn integers_agree_with_their_decimal_form() {
+    let mut n: i64 = 1;
+    for _ in 0..200 {
+        for value in [n, -n, n - 1, 1 - n] {
+            assert_eq!(integer(value.to_string().as_bytes()), Some(value));
+        }
+        n = n.wrapping_mul(3).wrapping_add(1) & i64::MAX;
+    }
+}
+
+#[test]
+fn acquire_takes_its_options_in_any_order_once() {
+    let args = words("LOCK.ACQUIRE k o 100 wait 5 SHARED limit 3 Reentrant");
+    let parsed = acquire(&args, &LIMITS).expect("parsed");
+    assert_eq!((*parsed.key, *parsed.owner), (&b"k"[..], &b"o"[..]));
+    assert_eq!(parsed.ttl_ms, 100);
+    assert!(parsed.reentrant);
+    assert_eq!(parsed.wait_ms, Some(5));
+    assert_eq!(parsed.mode, Mode::Shared(Some(3)));
+    for (line, error) in [
+        ("LOCK.ACQUIRE k o", ArgError::WrongArity),
+        ("LOCK.ACQUIRE k o 100 SHARED SHARED", ArgError::Syntax),
+        ("LOCK.ACQUIRE k o 100 LIMIT 3", ArgError::Syntax),
+        ("LOCK.ACQUIRE k o 100 WAIT", ArgError::Syntax),
+        ("LOCK.ACQUIRE k o 100 WAIT x", ArgError::TimeoutNotInteger),
+        ("LOCK.ACQUIRE k o 100 WAIT -1", ArgError::TimeoutNegative),
+        ("LOCK.ACQUIRE k o 100 SHARED LIMIT 0", ArgError::NotInteger),
+        (
+            "LOCK.ACQUIRE k o 100 SHARED LIMIT 2147483648",
+            ArgError::NotInteger,
+        ),
+        ("LOCK.ACQUIRE k o ten", ArgError::NotInteger),
+        ("LOCK.ACQUIRE k  100", ArgError::Owner),
+    ] {
+        assert_eq!(acquire(&words(line), &LIMITS), Err(error), "{line}");
+    }
+    let capped = Limits {
+        max_ttl_ms: 50,
+        ..LIMITS
+    };
+    let args = words("LOCK.ACQUIRE k o 100");
+    assert_eq!(acquire(&args, &capped), Err(ArgError::TtlAboveCap(50)));
+}
+
+#[test]
+fn the_other_single_key_commands() {
+    assert_eq!(
+        release(&words("LOCK.RELEASE k o x")),
+        Err(ArgError::WrongArity)
+    );
+    assert_eq!(
+        release(&words("LOCK.RELEASE k o")).map(|h| *h.owner),
+        Ok(&b"o"[..])
+    );
+    assert_eq!(
+        renew(&words("LOCK.RENEW k o 5"), &LIMITS).map(|h| h.ttl_ms),
+        Ok(5)
+    );
+    assert_eq!(
+        renew(&words("LOCK.RENEW k  x"), &LIMITS),
+        Err(ArgError::Owner)
+    );
+    assert_eq!(raise(&words("LOCK.RAISE k o 9"), 9).map(|r| r.token), Ok(9));
+    for token in ["10", "0", "-1", "x"] {
+        let line = format!("LOCK.RAISE k o {token}");
+        assert_eq!(raise(&words(&line), 9), Err(ArgError::Token), "{token}");
+    }
+    assert_eq!(fence(&words("LOCK.FENCE k")).map(|f| f.owner), Ok(None));
+    assert_eq!(fence(&words("LOCK.FENCE k o o")), Err(ArgError::WrongArity));
+    assert_eq!(info(&words("LOCK.INFO k")).map(|key| &**key), Ok(&b"k"[..]));
+    assert_eq!(info(&words("LOCK.INFO")), Err(ArgError::WrongArity));
+}
+
+#[test]
+fn sets_take_numkeys_keys() {
+    let args = words("LOCK.MACQUIRE 2 a b o 100 WAIT 0");
+    let parsed = macquire(&args, &LIMITS).expect("parsed");
+    assert_eq!(parsed.keys, &words("a b")[..]);
+    assert_eq!((parsed.ttl_ms, parsed.wait_ms), (100, Some(0)));
+    for (line, error) in [
+        ("LOCK.MACQUIRE 0 a o 100", ArgError::NumKeys),
+        ("LOCK.MACQUIRE x a o 100", ArgError::NumKeys),
+        ("LOCK.MACQUIRE 5 a b c d e o 100", ArgError::TooManyKeys(4)),
+        ("LOCK.MACQUIRE 3 a b", ArgError::KeysBeyondArgs),
+        (
+            "LOCK.MACQUIRE 2 a a o 100",
+            ArgError::DuplicateKey("a".into()),
+        ),
+        ("LOCK.MACQUIRE 1 a o", ArgError::WrongArity),
+        (
+            "LOCK.MACQUIRE 1 a o 100 shared",
+            ArgError::NotSupported("SHARED"),
+        ),
+        ("LOCK.MACQUIRE 1 a o 100 NX", ArgError::Syntax),
+    ] {
+        assert_eq!(macquire(&words(line), &LIMITS), Err(error), "{line}");
+    }
+    assert_eq!(
+        mrelease(&words("LOCK.MRELEASE 1 a o"), &LIMITS).map(|s| s.keys.len()),
+        Ok(1)
+    );
+    assert_eq!(
+        mrelease(&words("LOCK.MRELEASE 1 a o x"), &LIMITS),
+        Err(ArgError::WrongArity)
+    );
+    assert_eq!(
+        mrenew(&words("LOCK.MRENEW 2 a b o 7"), &LIMITS).map(|s| s.ttl_ms),
+        Ok(7)
+    );
+}
+
+#[test]
+fn key_positions_answer_any_arguments() {
+    assert_eq!(key_positions(&words("LOCK.MACQUIRE 2 a b o 100")), 2..=3);
+    assert_eq!(key_positions(&words("LOCK.MACQUIRE 9 a")), 2..=2);
+    assert!(key_positions(&words("LOCK.MACQUIRE x a")).is_empty());
+    assert!(key_positions(&words("LOCK.MACQUIRE")).is_empty());
+}
+
+#[test]
+fn every_effect_form_applies() {
+    let holds = |line: &str| match apply(&words(line)).map(|a| a.effect) {
+        Ok(Applied::Holds {
+            holding,
+            mode,
+            deadline_ms,
+        }) => Ok((holding.token, holding.holds, mode, deadline_ms)),
+        Ok(Applied::Dropped { owner }) => Err(format!("dropped {owner:?}")),
+        Err(error) => Err(error.to_string()),
+    };
+    assert_eq!(
+        holds("LOCK.APPLY k o 7 2 PXAT 99"),
+        Ok((7, 2, Mode::Exclusive, Some(99)))
+    );
+    assert_eq!(
+        holds("LOCK.APPLY k o 7 2 99"),
+        Ok((7, 2, Mode::Exclusive, Some(99)))
+    );
+    assert_eq!(
+        holds("LOCK.APPLY k o 7 1"),
+        Ok((7, 1, Mode::Exclusive, None))
+    );
+    let shared = holds("LOCK.APPLY k o 7 1 99 SHARED -1");
+    assert_eq!(shared, Ok((7, 1, Mode::Shared(None), Some(99))));
+    let packed = packed::pack(7, 3, Lease::Until(99));
+    let mut args = words("LOCK.APPLY k o");
+    args.push(&packed);
+    let applied = apply(&args).map(|a| matches!(a.effect, Applied::Holds { .. }));
+    assert_eq!(applied, Ok(true));
+    assert!(matches!(
+        apply(&words("LOCK.APPLY k o DROP")).map(|a| a.effect),
+        Ok(Applied::Dropped { owner: b"o" })
+    ));
+    for line in [
+        "LOCK.APPLY k o 0 1 99",
+        "LOCK.APPLY k o 7 0 99",
+        "LOCK.APPLY k o 7 1 0",
+        "LOCK.APPLY k o 7 1 -5",
+        "LOCK.APPLY k o 7 1 SHARED 3",
+        "LOCK.APPLY k o 7 1 PXAT",
+        "LOCK.APPLY k o 7 1 soon",
+        "LOCK.APPLY k o DROP x",
+        "LOCK.APPLY k o",
+    ] {
+        assert!(apply(&words(line)).is_err(), "{line}");
+    }
+}
