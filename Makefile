@@ -2,9 +2,10 @@
 
 PORT ?= 6379
 DURATION ?= 60
+FUZZ_SECONDS ?= 60
 MODULE := target/release/libleasehold.so
 
-.PHONY: help deps build test chaos run bench fmt lint
+.PHONY: help deps build test chaos fuzz run bench fmt lint
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -21,6 +22,9 @@ test: deps ## build, then run every test (module, Rust, Python and Node clients)
 chaos: deps ## fencing under random crashes, pauses, partitions and Sentinel failovers for $(DURATION) s on each server (or LEASEHOLD_SERVER)
 	scripts/chaos.sh $(DURATION)
 
+fuzz: ## run every libFuzzer target in fuzz/ for $(FUZZ_SECONDS) s each (cargo fuzz, installed if missing)
+	scripts/fuzz.sh $(FUZZ_SECONDS)
+
 run: build ## start redis-server on 127.0.0.1:$(PORT) with the module loaded, in the foreground
 	redis-server --port $(PORT) --bind 127.0.0.1 --save "" --appendonly no \
 		--loadmodule $(CURDIR)/$(MODULE) --enable-module-command yes
@@ -31,7 +35,10 @@ bench: build ## measure against SET NX PX, the Lua scripts it replaces and Redis
 
 fmt: ## format the code
 	cargo fmt --all
+	cargo fmt --manifest-path fuzz/Cargo.toml
 
 lint: ## formatting and clippy, warnings as errors
 	cargo fmt --all --check
+	cargo fmt --manifest-path fuzz/Cargo.toml --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy --manifest-path fuzz/Cargo.toml -- -D warnings

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the lock rules' tests with no server (leasehold-core: unit tests, the fencing simulation
+# Builds the fuzz targets (fuzz/, run by `make fuzz`), then runs the lock rules' tests with no server (leasehold-core: unit tests, the fencing simulation
 # and the model-based test of the hand-over), the unit tests, doctests and the
 # install-as-documented tests of the client packages (scripts/install-tests.sh) once, then against every server of the matrix
 # (scripts/servers.sh), or only against $LEASEHOLD_SERVER when it is set: the integration tests
@@ -9,6 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cargo build --workspace --all-targets
+# The fuzz targets (run by `make fuzz`) must still build.
+cargo build --manifest-path fuzz/Cargo.toml
 cargo test -p leasehold-core
 cargo test --workspace --exclude leasehold-core --lib
 cargo test --workspace --doc

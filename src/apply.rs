@@ -21,7 +21,8 @@ use crate::state;
 /// error, so no client can make the server adopt a token of its choosing.
 ///
 /// # Errors
-/// `ERR` when a client calls it; arity, syntax and range errors; `WRONGTYPE`.
+/// `ERR` when a client calls it; arity, syntax and range errors; a holding beyond the lock's
+/// `LIMIT`; `WRONGTYPE`.
 pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if !ctx
         .get_flags()
@@ -34,6 +35,9 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let parsed = args::apply(&args).map_err(replies::arg_error)?;
     let mut key = LockKey::write(ctx, parsed.key)?;
     let lease = key.update(|lock| machine::apply(lock, &mut state::counter(), parsed.effect))?;
+    let lease = lease.map_err(|_| {
+        RedisError::Str("ERR LOCK.APPLY would give the lock more holders than its LIMIT")
+    })?;
     if let KeyLease::At(deadline) = lease {
         key.set_deadline(deadline)?;
     }

@@ -300,3 +300,63 @@ fn an_aof_with_the_effects_of_older_releases_still_replays() {
     let next = acquire(&mut con, "new", "someone", 1_000, &[]).expect("granted");
     assert!(next > base + 6, "the counter saw every token");
 }
+
+#[test]
+fn an_aof_with_effects_no_master_sends_loads_the_rest() {
+    // A damaged or crafted AOF: effects beyond a semaphore's limit, with a token of 0, a
+    // deadline of 0, a shared holding without one. Each is refused with a logged error and
+    // changes nothing; the rest of the file loads.
+    let mut server = Server::start(&[]);
+    server.shutdown("NOSAVE");
+    let deadline = (common::now_ms() + 600_000).to_string();
+    let token: i64 = 1_795_406_499_228_000;
+    let (first, second) = (token.to_string(), (token + 1).to_string());
+    let aof: String = [
+        vec!["SELECT", "0"],
+        vec![
+            "LOCK.APPLY",
+            "s",
+            "a",
+            &first,
+            "1",
+            &deadline,
+            "SHARED",
+            "1",
+        ],
+        vec![
+            "LOCK.APPLY",
+            "s",
+            "b",
+            &second,
+            "1",
+            &deadline,
+            "SHARED",
+            "1",
+        ],
+        vec!["LOCK.APPLY", "x", "a", "0", "1", &deadline],
+        vec!["LOCK.APPLY", "y", "a", &first, "1", "0"],
+        vec!["LOCK.APPLY", "z", "a", &first, "1", "SHARED", "3"],
+        vec!["SET", "after", "1"],
+    ]
+    .iter()
+    .map(|command| resp(command))
+    .collect();
+    std::fs::write(server.dir().join("appendonly.aof"), aof).expect("the AOF");
+    server.restart_with(&["--appendonly", "yes"]);
+    let mut con = server.client();
+    let shared = common::shared_info(&mut con, "s").expect("s");
+    assert_eq!((shared.holders, shared.limit), (1, 1), "{shared:?}");
+    for key in ["x", "y", "z"] {
+        assert_eq!(call(&mut con, &["EXISTS", key]), Value::Int(0), "{key}");
+    }
+    assert_eq!(
+        call(&mut con, &["GET", "after"]),
+        Value::BulkString(b"1".to_vec())
+    );
+    let log = server.log();
+    assert!(log.contains("more holders than its LIMIT"), "{log}");
+    assert!(
+        log.contains("invalid lease deadline in LOCK.APPLY"),
+        "{log}"
+    );
+}

@@ -21,8 +21,9 @@ use hashbrown::HashTable;
 use crate::heap::{MinMaxHeap, Slots, grow_gently};
 use crate::owner::Owner;
 
-/// One shared holding.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One shared holding. Two are equal when their owner, token, deadline and hold count are:
+/// where the deadline heap keeps them is not part of the holding.
+#[derive(Debug, Clone)]
 pub struct Holder {
     /// The owner identifier (1 to 256 bytes).
     pub owner: Owner,
@@ -53,6 +54,15 @@ impl Holder {
         self.holds == 0
     }
 }
+
+impl PartialEq for Holder {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.owner, self.token, self.deadline_ms, self.holds)
+            == (&other.owner, other.token, other.deadline_ms, other.holds)
+    }
+}
+
+impl Eq for Holder {}
 
 /// The slots, as the deadline heap sees them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -21,6 +21,8 @@
 //!   promotions' effects on tokens — returning an [`outcome::Outcome`].
 
 #![warn(missing_docs)]
+// Safe Rust only: the fuzz targets (fuzz/) run without a memory sanitizer.
+#![forbid(unsafe_code)]
 // A panic would abort the Redis server that runs this code.
 #![cfg_attr(
     not(test),

@@ -552,11 +552,24 @@ pub enum Applied<'a> {
     },
 }
 
+/// Why [`apply`] refused an effect: it would give a shared lock more holders than its limit,
+/// which no master does (it refuses to grant beyond the limit, and a lock keeps its limit
+/// while held), and which the RDB would then refuse to load ([`crate::saved`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverLimit;
+
 /// Sets one holding of `lock` as a master decided it, on a replica or from the AOF, and raises
 /// `counter` to at least its token: nothing is decided again, so a replica ends with the same
 /// tokens and deadlines. Returns the key's lease afterwards; `lock` is `None` when it is free.
-pub fn apply(lock: &mut Option<Lock>, counter: &mut Counter, effect: Applied) -> KeyLease {
-    match effect {
+///
+/// # Errors
+/// [`OverLimit`]; nothing changes then.
+pub fn apply(
+    lock: &mut Option<Lock>,
+    counter: &mut Counter,
+    effect: Applied,
+) -> Result<KeyLease, OverLimit> {
+    Ok(match effect {
         Applied::Holds {
             holding,
             mode: Mode::Exclusive,
@@ -571,10 +584,14 @@ pub fn apply(lock: &mut Option<Lock>, counter: &mut Counter, effect: Applied) ->
             mode: Mode::Shared(limit),
             deadline_ms,
         } => {
-            counter.observe(holding.token);
             let deadline = deadline_ms.unwrap_or(-1);
             match lock {
                 Some(Lock::Shared(shared)) => {
+                    let new = usize::from(shared.holders.get(&holding.owner).is_none());
+                    if limit.is_some_and(|limit| shared.holders.len() + new > limit as usize) {
+                        return Err(OverLimit);
+                    }
+                    counter.observe(holding.token);
                     shared.limit = limit;
                     let Holding {
                         owner,
@@ -586,6 +603,7 @@ pub fn apply(lock: &mut Option<Lock>, counter: &mut Counter, effect: Applied) ->
                         .put(Holder::new(&owner, token, holds, deadline));
                 }
                 _ => {
+                    counter.observe(holding.token);
                     *lock = Some(Lock::new(
                         &holding.owner,
                         holding.token,
@@ -611,10 +629,36 @@ pub fn apply(lock: &mut Option<Lock>, counter: &mut Counter, effect: Applied) ->
             }
             shared_lease(lock.as_ref())
         }
-    }
+    })
 }
 
 fn shared_lease(lock: Option<&Lock>) -> KeyLease {
     lock.and_then(Lock::shared_deadline)
         .map_or(KeyLease::Kept, KeyLease::At)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared_effect(owner: &[u8], token: u64, limit: Option<u32>) -> Applied<'static> {
+        Applied::Holds {
+            holding: Holding::from_parts(owner, token, 1).expect("a holding"),
+            mode: Mode::Shared(limit),
+            deadline_ms: Some(1_000),
+        }
+    }
+
+    #[test]
+    fn an_effect_beyond_the_limit_changes_nothing() {
+        let (mut lock, mut counter) = (None, Counter::new());
+        let first = apply(&mut lock, &mut counter, shared_effect(b"a", 5, Some(1)));
+        assert_eq!(first, Ok(KeyLease::At(1_000)));
+        let before = lock.clone();
+        let second = apply(&mut lock, &mut counter, shared_effect(b"b", 9, Some(1)));
+        assert_eq!(second, Err(OverLimit));
+        assert_eq!((&lock, counter.last()), (&before, 5));
+        let again = apply(&mut lock, &mut counter, shared_effect(b"a", 5, Some(1)));
+        assert!(again.is_ok(), "the same holder again is not one more");
+    }
 }

@@ -1,0 +1,67 @@
+//! Every command's argument parser (`leasehold_core::args`) on any arguments: each answers
+//! (no panic), and what it accepts is within the ranges it promises. Numbers are read exactly
+//! as their decimal form, as Redis's `string2ll` reads them.
+#![no_main]
+
+use std::collections::HashSet;
+
+use leasehold_core::args::{self, Limits};
+use leasehold_core::lock::Mode;
+use leasehold_core::owner::MAX_OWNER_LEN;
+use libfuzzer_sys::fuzz_target;
+
+fn owner_ok(owner: &[u8]) -> bool {
+    (1..=MAX_OWNER_LEN).contains(&owner.len())
+}
+
+fuzz_target!(|input: (i64, u8, u64, Vec<&[u8]>)| {
+    let (max_ttl_ms, max_keys, max_token, words) = input;
+    let limits = Limits {
+        max_ttl_ms: max_ttl_ms.max(0),
+        max_keys: usize::from(max_keys).max(1),
+    };
+    for word in &words {
+        let expected = std::str::from_utf8(word)
+            .ok()
+            .and_then(|text| text.parse::<i64>().ok())
+            .filter(|n| n.to_string().as_bytes() == *word);
+        assert_eq!(args::integer(word), expected);
+    }
+    let ttl_ok = |ttl: i64| limits.max_ttl_ms == 0 || ttl <= limits.max_ttl_ms;
+    if let Ok(acquire) = args::acquire(&words, &limits) {
+        assert!(owner_ok(acquire.owner) && ttl_ok(acquire.ttl_ms));
+        assert!(acquire.wait_ms.is_none_or(|ms| ms >= 0));
+        if let Mode::Shared(Some(limit)) = acquire.mode {
+            assert!((1..=i32::MAX as u32).contains(&limit));
+        }
+    }
+    if let Ok(held) = args::release(&words) {
+        assert!(owner_ok(held.owner));
+    }
+    if let Ok(held) = args::renew(&words, &limits) {
+        assert!(owner_ok(held.owner) && ttl_ok(held.ttl_ms));
+    }
+    if let Ok(raise) = args::raise(&words, max_token) {
+        assert!(owner_ok(raise.owner) && (1..=max_token).contains(&raise.token));
+    }
+    if let Ok(fence) = args::fence(&words) {
+        assert!(fence.owner.is_none_or(|owner| owner_ok(owner)));
+    }
+    let _ = args::info(&words);
+    for set in [
+        args::macquire(&words, &limits),
+        args::mrelease(&words, &limits),
+        args::mrenew(&words, &limits),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        assert!(owner_ok(set.owner) && ttl_ok(set.ttl_ms));
+        assert!((1..=limits.max_keys).contains(&set.keys.len()));
+        let distinct: HashSet<&[u8]> = set.keys.iter().copied().collect();
+        assert_eq!(distinct.len(), set.keys.len());
+    }
+    for position in args::key_positions(&words) {
+        assert!(position < words.len());
+    }
+});
