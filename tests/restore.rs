@@ -9,7 +9,7 @@ mod common;
 use std::time::Instant;
 
 use common::{
-    Server, acquire, call, dump, error, fix_crc, info_field, lock_info, now_ms, restore, wait_until,
+    Server, acquire, call, dump, error, info_field, lock_info, now_ms, restore, wait_until,
 };
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -33,6 +33,14 @@ fn last_token(con: &mut Connection) -> i64 {
     info_field(con, "lock", "lock_last_token")
         .and_then(|token| token.parse().ok())
         .expect("INFO lock")
+}
+
+/// Recomputes a `DUMP` payload's CRC64 (its last 8 bytes) after it was changed, so that Redis's
+/// checksum passes and the module's loader sees the change.
+fn fix_crc(payload: &mut [u8]) {
+    let body = payload.len().saturating_sub(8);
+    let crc = crc::Crc::<u64>::new(&crc::CRC_64_REDIS).checksum(&payload[..body]);
+    payload[body..].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// `key`'s `DUMP` payload with its token `token` replaced by `forged`, the CRC64 fixed.

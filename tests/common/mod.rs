@@ -423,14 +423,6 @@ pub fn dump(con: &mut Connection, key: &str) -> Vec<u8> {
     redis::cmd("DUMP").arg(key).query(con).expect("DUMP")
 }
 
-/// Recomputes a `DUMP` payload's CRC64 (its last 8 bytes) after it was changed, so that Redis's
-/// checksum passes and the module's loader sees the change.
-pub fn fix_crc(payload: &mut [u8]) {
-    let body = payload.len().saturating_sub(8);
-    let crc = crc::Crc::<u64>::new(&crc::CRC_64_REDIS).checksum(&payload[..body]);
-    payload[body..].copy_from_slice(&crc.to_le_bytes());
-}
-
 /// `RESTORE key ttl payload`: `OK`, or the error.
 pub fn restore(
     con: &mut Connection,
