@@ -32,6 +32,7 @@ mod execute;
 mod info;
 mod key;
 mod looks;
+mod metadata;
 mod multi;
 mod promotion;
 mod replies;
@@ -44,6 +45,7 @@ use redis_module::{AclCategory, Context, RedisString, Status, redis_module};
 use redis_module_macros::flush_event_handler;
 
 use datatype::LOCK_TYPE;
+use metadata::{acl_categories as acl, flags, key_range as keys};
 
 /// The Redis allocator inside the server; the system one for unit tests, which run without it.
 #[cfg(not(test))]
@@ -97,17 +99,18 @@ redis_module! {
     // Valkey; Redis 7.0 has no module ACL categories and only logs a warning).
     acl_categories: ["lock",],
     init: on_load,
+    // Flags, key positions and ACL categories come from commands/*.json (crate::metadata).
     commands: [
-        ["lock.acquire", commands::acquire, "write deny-oom blocking", 1, 1, 1, "", "write slow blocking lock"],
-        ["lock.release", commands::release, "write fast", 1, 1, 1, "", "write fast lock"],
-        ["lock.renew", commands::renew, "write fast", 1, 1, 1, "", "write fast lock"],
-        ["lock.fence", commands::fence, "readonly fast", 1, 1, 1, "", "read fast lock"],
-        ["lock.info", commands::info, "readonly fast", 1, 1, 1, "", "read fast lock"],
-        ["lock.raise", commands::raise, "write fast", 1, 1, 1, "", "write fast lock"],
-        ["lock.macquire", multi::acquire, "write deny-oom blocking getkeys-api", 0, 0, 0, "", "write slow blocking lock"],
-        ["lock.mrelease", multi::release, "write fast getkeys-api", 0, 0, 0, "", "write fast lock"],
-        ["lock.mrenew", multi::renew, "write fast getkeys-api", 0, 0, 0, "", "write fast lock"],
-        ["lock.apply", apply::apply, "write fast", 1, 1, 1, "", "write fast lock"],
+        ["lock.acquire", commands::acquire, flags("lock.acquire"), keys("lock.acquire").0, keys("lock.acquire").1, keys("lock.acquire").2, "", acl("lock.acquire")],
+        ["lock.release", commands::release, flags("lock.release"), keys("lock.release").0, keys("lock.release").1, keys("lock.release").2, "", acl("lock.release")],
+        ["lock.renew", commands::renew, flags("lock.renew"), keys("lock.renew").0, keys("lock.renew").1, keys("lock.renew").2, "", acl("lock.renew")],
+        ["lock.fence", commands::fence, flags("lock.fence"), keys("lock.fence").0, keys("lock.fence").1, keys("lock.fence").2, "", acl("lock.fence")],
+        ["lock.info", commands::info, flags("lock.info"), keys("lock.info").0, keys("lock.info").1, keys("lock.info").2, "", acl("lock.info")],
+        ["lock.raise", commands::raise, flags("lock.raise"), keys("lock.raise").0, keys("lock.raise").1, keys("lock.raise").2, "", acl("lock.raise")],
+        ["lock.macquire", multi::acquire, flags("lock.macquire"), keys("lock.macquire").0, keys("lock.macquire").1, keys("lock.macquire").2, "", acl("lock.macquire")],
+        ["lock.mrelease", multi::release, flags("lock.mrelease"), keys("lock.mrelease").0, keys("lock.mrelease").1, keys("lock.mrelease").2, "", acl("lock.mrelease")],
+        ["lock.mrenew", multi::renew, flags("lock.mrenew"), keys("lock.mrenew").0, keys("lock.mrenew").1, keys("lock.mrenew").2, "", acl("lock.mrenew")],
+        ["lock.apply", apply::apply, flags("lock.apply"), keys("lock.apply").0, keys("lock.apply").1, keys("lock.apply").2, "", acl("lock.apply")],
     ],
     event_handlers: [
         [@GENERIC @EXPIRED @EVICTED: looks::on_key_event],
