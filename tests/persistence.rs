@@ -227,6 +227,15 @@ fn resp(args: &[&str]) -> String {
     out
 }
 
+/// Starts the stopped `server` with `commands` as its AOF (single-file, as Redis 6 and earlier
+/// kept it, which Redis 7 and later load and turn into a multi-part AOF), and connects.
+fn replay_aof(server: &mut Server, commands: &[Vec<&str>]) -> Connection {
+    let aof: String = commands.iter().map(|command| resp(command)).collect();
+    std::fs::write(server.dir().join("appendonly.aof"), aof).expect("the AOF");
+    server.restart_with(&["--appendonly", "yes"]);
+    server.client()
+}
+
 #[test]
 fn an_aof_with_the_effects_of_older_releases_still_replays() {
     // Every effect form that 0.1.0 and 0.2.0 wrote, in a single-file AOF as Redis 6 and
@@ -237,51 +246,48 @@ fn an_aof_with_the_effects_of_older_releases_still_replays() {
     let deadline = (common::now_ms() + 600_000).to_string();
     let base: i64 = 1_795_406_499_228_000;
     let token = |n: i64| (base + n).to_string();
-    let aof: String = [
-        vec!["SELECT", "0"],
-        // 0.1.0: an exclusive holding with PXAT.
-        vec![
-            "LOCK.APPLY",
-            "x1",
-            "alice",
-            &token(1),
-            "2",
-            "PXAT",
-            &deadline,
+    let mut con = replay_aof(
+        &mut server,
+        &[
+            vec!["SELECT", "0"],
+            // 0.1.0: an exclusive holding with PXAT.
+            vec![
+                "LOCK.APPLY",
+                "x1",
+                "alice",
+                &token(1),
+                "2",
+                "PXAT",
+                &deadline,
+            ],
+            // 0.2.0: an exclusive holding with its deadline, and one that keeps its lease.
+            vec!["LOCK.APPLY", "x2", "bob", &token(2), "1", &deadline],
+            vec!["LOCK.APPLY", "x4", "erin", &token(6), "1"],
+            vec!["PEXPIREAT", "x4", &deadline],
+            // 0.2.0: shared holders, one of which leaves.
+            vec![
+                "LOCK.APPLY",
+                "x3",
+                "carol",
+                &token(3),
+                "1",
+                &deadline,
+                "SHARED",
+                "3",
+            ],
+            vec![
+                "LOCK.APPLY",
+                "x3",
+                "dave",
+                &token(4),
+                "1",
+                &deadline,
+                "SHARED",
+                "3",
+            ],
+            vec!["LOCK.APPLY", "x3", "carol", "DROP"],
         ],
-        // 0.2.0: an exclusive holding with its deadline, and one that keeps its lease.
-        vec!["LOCK.APPLY", "x2", "bob", &token(2), "1", &deadline],
-        vec!["LOCK.APPLY", "x4", "erin", &token(6), "1"],
-        vec!["PEXPIREAT", "x4", &deadline],
-        // 0.2.0: shared holders, one of which leaves.
-        vec![
-            "LOCK.APPLY",
-            "x3",
-            "carol",
-            &token(3),
-            "1",
-            &deadline,
-            "SHARED",
-            "3",
-        ],
-        vec![
-            "LOCK.APPLY",
-            "x3",
-            "dave",
-            &token(4),
-            "1",
-            &deadline,
-            "SHARED",
-            "3",
-        ],
-        vec!["LOCK.APPLY", "x3", "carol", "DROP"],
-    ]
-    .iter()
-    .map(|command| resp(command))
-    .collect();
-    std::fs::write(server.dir().join("appendonly.aof"), aof).expect("the AOF");
-    server.restart_with(&["--appendonly", "yes"]);
-    let mut con = server.client();
+    );
     let holding =
         |con: &mut Connection, key| lock_info(con, key).map(|info| (info.0, info.1, info.3));
     assert_eq!(holding(&mut con, "x1"), Some(("alice".into(), base + 1, 2)));
@@ -311,39 +317,36 @@ fn an_aof_with_effects_no_master_sends_loads_the_rest() {
     let deadline = (common::now_ms() + 600_000).to_string();
     let token: i64 = 1_795_406_499_228_000;
     let (first, second) = (token.to_string(), (token + 1).to_string());
-    let aof: String = [
-        vec!["SELECT", "0"],
-        vec![
-            "LOCK.APPLY",
-            "s",
-            "a",
-            &first,
-            "1",
-            &deadline,
-            "SHARED",
-            "1",
+    let mut con = replay_aof(
+        &mut server,
+        &[
+            vec!["SELECT", "0"],
+            vec![
+                "LOCK.APPLY",
+                "s",
+                "a",
+                &first,
+                "1",
+                &deadline,
+                "SHARED",
+                "1",
+            ],
+            vec![
+                "LOCK.APPLY",
+                "s",
+                "b",
+                &second,
+                "1",
+                &deadline,
+                "SHARED",
+                "1",
+            ],
+            vec!["LOCK.APPLY", "x", "a", "0", "1", &deadline],
+            vec!["LOCK.APPLY", "y", "a", &first, "1", "0"],
+            vec!["LOCK.APPLY", "z", "a", &first, "1", "SHARED", "3"],
+            vec!["SET", "after", "1"],
         ],
-        vec![
-            "LOCK.APPLY",
-            "s",
-            "b",
-            &second,
-            "1",
-            &deadline,
-            "SHARED",
-            "1",
-        ],
-        vec!["LOCK.APPLY", "x", "a", "0", "1", &deadline],
-        vec!["LOCK.APPLY", "y", "a", &first, "1", "0"],
-        vec!["LOCK.APPLY", "z", "a", &first, "1", "SHARED", "3"],
-        vec!["SET", "after", "1"],
-    ]
-    .iter()
-    .map(|command| resp(command))
-    .collect();
-    std::fs::write(server.dir().join("appendonly.aof"), aof).expect("the AOF");
-    server.restart_with(&["--appendonly", "yes"]);
-    let mut con = server.client();
+    );
     let shared = common::shared_info(&mut con, "s").expect("s");
     assert_eq!((shared.holders, shared.limit), (1, 1), "{shared:?}");
     for key in ["x", "y", "z"] {

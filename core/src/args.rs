@@ -261,11 +261,11 @@ pub fn acquire<'a, A: Deref<Target = [u8]>>(
 /// Arity, the owner.
 pub fn release<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Held<'_, A>, ArgError> {
     let mut args = Args::new(args);
-    let (key, owner) = (args.required()?, args.required()?);
-    args.done()?;
+    let key = args.required()?;
+    let owner = last_owner(&mut args)?;
     Ok(Held {
         key,
-        owner: checked_owner(owner)?,
+        owner,
         ttl_ms: 0,
     })
 }
@@ -279,14 +279,9 @@ pub fn renew<'a, A: Deref<Target = [u8]>>(
     limits: &Limits,
 ) -> Result<Held<'a, A>, ArgError> {
     let mut args = Args::new(args);
-    let (key, owner, ttl) = (args.required()?, args.required()?, args.required()?);
-    args.done()?;
-    let owner = checked_owner(owner)?;
-    Ok(Held {
-        key,
-        owner,
-        ttl_ms: ttl_of(ttl, limits)?,
-    })
+    let key = args.required()?;
+    let (owner, ttl_ms) = last_owner_and_ttl(&mut args, limits)?;
+    Ok(Held { key, owner, ttl_ms })
 }
 
 /// Parses `LOCK.RAISE key owner token`, with tokens up to `max_token` accepted.
@@ -377,11 +372,10 @@ pub fn mrelease<'a, A: Deref<Target = [u8]>>(
 ) -> Result<Set<'a, A>, ArgError> {
     let mut args = Args::new(args);
     let keys = keys_of(&mut args, limits)?;
-    let owner = args.required()?;
-    args.done()?;
+    let owner = last_owner(&mut args)?;
     Ok(Set {
         keys,
-        owner: checked_owner(owner)?,
+        owner,
         ttl_ms: 0,
         wait_ms: None,
     })
@@ -397,15 +391,32 @@ pub fn mrenew<'a, A: Deref<Target = [u8]>>(
 ) -> Result<Set<'a, A>, ArgError> {
     let mut args = Args::new(args);
     let keys = keys_of(&mut args, limits)?;
-    let (owner, ttl) = (args.required()?, args.required()?);
-    args.done()?;
-    let owner = checked_owner(owner)?;
+    let (owner, ttl_ms) = last_owner_and_ttl(&mut args, limits)?;
     Ok(Set {
         keys,
         owner,
-        ttl_ms: ttl_of(ttl, limits)?,
+        ttl_ms,
         wait_ms: None,
     })
+}
+
+/// The `owner` that ends `LOCK.RELEASE` and `LOCK.MRELEASE`.
+fn last_owner<'a, A: Deref<Target = [u8]>>(args: &mut Args<'a, A>) -> Result<&'a A, ArgError> {
+    let owner = args.required()?;
+    args.done()?;
+    checked_owner(owner)
+}
+
+/// The `owner ttl-ms` that end `LOCK.RENEW` and `LOCK.MRENEW`: arity, then the owner, then
+/// the TTL.
+fn last_owner_and_ttl<'a, A: Deref<Target = [u8]>>(
+    args: &mut Args<'a, A>,
+    limits: &Limits,
+) -> Result<(&'a A, i64), ArgError> {
+    let (owner, ttl) = (args.required()?, args.required()?);
+    args.done()?;
+    let owner = checked_owner(owner)?;
+    Ok((owner, ttl_of(ttl, limits)?))
 }
 
 /// Where the keys of a `numkeys key [key ...]` command are, as positions in `args` (counting
