@@ -17,6 +17,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
 use redis::{Cmd, FromRedisValue, IntoConnectionInfo, Pipeline, RedisError, Value};
+use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::masters::Masters;
@@ -65,6 +66,9 @@ pub(crate) struct Synced<T> {
     pub(crate) reply: T,
     pub(crate) acked: u32,
     pub(crate) wanted: u32,
+    /// When the write's reply came (a wait's grant: the lease began just before), ahead of
+    /// the `WAIT`'s.
+    pub(crate) answered: Instant,
 }
 
 impl<T> Synced<T> {
@@ -187,6 +191,7 @@ impl Client {
                 reply,
                 acked: 0,
                 wanted: 0,
+                answered: Instant::now(),
             });
         }
         let pools = self.pools(key).await?;
@@ -260,28 +265,34 @@ impl Client {
     ) -> Result<Synced<T>, RedisError> {
         let place = self.place(exchange.key);
         let known = self.wanted(exchange.key, exchange.sync);
-        let (pipeline, at) = exchange.pipeline(command, known);
-        let replies = connection.exchange(&pipeline, timeout).await;
-        let replies = replies.inspect_err(|error| self.heard(error))?;
-        let answer = |index: usize| replies.get(index).cloned().unwrap_or(Value::Nil);
-        let written = answer(at.write).extract_error();
+        let (head, tail) = exchange.pipelines(command, known);
+        let replies = connection.exchange(&head, &tail, timeout).await;
+        let (head, answered, tail) = replies.inspect_err(|error| self.heard(error))?;
+        let info_before = exchange.learns() && !exchange.learn_after;
+        let (mut head, mut tail) = (head.into_iter(), tail.into_iter());
+        let info = if info_before { head.next() } else { None };
+        let written = head.next().unwrap_or(Value::Nil).extract_error();
         let reply: T = from_value(written.inspect_err(|error| self.heard(error))?)?;
-        let wanted = match at.info {
-            Some(index) => {
-                let info: String = from_value(answer(index))?;
-                self.learned().heard(place, &info)
-            }
+        let info = if exchange.learn_after && exchange.learns() {
+            tail.next()
+        } else {
+            info
+        };
+        let wanted = match info {
+            Some(info) => self.learned().heard(place, &from_value::<String>(info)?),
             None => known,
         };
-        let mut acked = match at.wait {
-            Some(index) => exchange.sync.acked(answer(index))?,
+        let mut acked = match tail.next() {
+            Some(wait) => exchange.sync.acked(wait)?,
             None => 0,
         };
         if wanted > known && wrote(&reply) {
             let mut again = redis::pipe();
             again.add_command(exchange.sync.wait_command(wanted));
             let timeout = RESPONSE_TIMEOUT + exchange.sync.timeout;
-            let replies = connection.exchange(&again, Some(timeout)).await?;
+            let (replies, _, _) = connection
+                .exchange(&again, &redis::pipe(), Some(timeout))
+                .await?;
             acked = exchange
                 .sync
                 .acked(replies.into_iter().next().unwrap_or(Value::Nil))?;
@@ -290,6 +301,7 @@ impl Client {
             reply,
             acked,
             wanted,
+            answered,
         })
     }
 
@@ -338,35 +350,31 @@ struct Exchange<'a> {
     learn_after: bool,
 }
 
-/// Where each reply of an exchange's pipeline is.
-struct Positions {
-    write: usize,
-    info: Option<usize>,
-    wait: Option<usize>,
-}
-
 impl Exchange<'_> {
-    /// The pipeline of `command` with `INFO replication` (when the count is learned) and
-    /// `WAIT known` (when it is above 0) around it, and where their replies are.
-    fn pipeline(&self, command: &Cmd, known: u32) -> (Pipeline, Positions) {
-        let learn = self.sync.replicas == Replicas::Learned;
-        let mut pipeline = redis::pipe();
-        pipeline.ignore_errors();
-        let mut add = |command: Cmd| {
-            pipeline.add_command(command);
-            pipeline.len() - 1
-        };
+    /// True when the replica count is learned (not given).
+    fn learns(&self) -> bool {
+        self.sync.replicas == Replicas::Learned
+    }
+
+    /// `command` with `INFO replication` (when the count is learned) before it, or after it
+    /// for a wait, and `WAIT known` (when above 0) last: the head up to the write, the tail
+    /// after it.
+    fn pipelines(&self, command: &Cmd, known: u32) -> (Pipeline, Pipeline) {
         let info = || redis::cmd("INFO").arg("replication").clone();
-        let before = (learn && !self.learn_after).then(|| add(info()));
-        let write = add(command.clone());
-        let after = (learn && self.learn_after).then(|| add(info()));
-        let wait = (known > 0).then(|| add(self.sync.wait_command(known)));
-        let at = Positions {
-            write,
-            info: before.or(after),
-            wait,
-        };
-        (pipeline, at)
+        let (mut head, mut tail) = (redis::pipe(), redis::pipe());
+        head.ignore_errors();
+        tail.ignore_errors();
+        if self.learns() && !self.learn_after {
+            head.add_command(info());
+        }
+        head.add_command(command.clone());
+        if self.learns() && self.learn_after {
+            tail.add_command(info());
+        }
+        if known > 0 {
+            tail.add_command(self.sync.wait_command(known));
+        }
+        (head, tail)
     }
 }
 

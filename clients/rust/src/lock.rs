@@ -238,18 +238,23 @@ impl Lock {
             other => other?,
         };
         let tokens = self.acknowledged(owner, synced).await?;
-        Ok(tokens.map(|tokens| self.guard(owner, tokens, ttl, granted)))
+        Ok(tokens.map(|(tokens, _)| self.guard(owner, tokens, ttl, granted)))
     }
 
     /// The tokens of a grant once its replicas acknowledged it (`None`: nothing was granted).
     /// When fewer did in time, releases it (owner-checked) and fails with
     /// [`Error::NotReplicated`].
-    async fn acknowledged(&self, owner: &str, synced: Synced<Tokens>) -> Result<Option<Vec<u64>>> {
+    async fn acknowledged(
+        &self,
+        owner: &str,
+        synced: Synced<Tokens>,
+    ) -> Result<Option<(Vec<u64>, Instant)>> {
         if synced.reply.any() && !synced.acknowledged() {
             let _ = self.held(owner).release().await;
             return Err(synced.not_replicated());
         }
-        Ok(synced.reply.granted())
+        let answered = synced.answered;
+        Ok(synced.reply.granted().map(|tokens| (tokens, answered)))
     }
 
     /// Takes the lock, waiting for it up to `wait`; `None` when it stayed busy. With
@@ -339,12 +344,14 @@ impl Lock {
             .client
             .wait_synced(&mut connection, name, &command, wait, sync, Tokens::any)
             .await;
-        // The server replies the moment it hands the lock over: the lease began then.
-        let granted = Instant::now();
         drop(connection);
         match synced {
+            // The server replies the moment it hands the lock over: the lease began then (the
+            // `WAIT` behind the grant comes later).
             Ok(synced) => match self.acknowledged(owner, synced).await? {
-                Some(tokens) => Ok(Attempt::Granted(self.guard(owner, tokens, ttl, granted))),
+                Some((tokens, granted)) => {
+                    Ok(Attempt::Granted(self.guard(owner, tokens, ttl, granted)))
+                }
                 None => Ok(Attempt::TimedOut),
             },
             Err(error) if is_try_again(&error) => {

@@ -16,8 +16,10 @@ use deadpool::Runtime;
 use deadpool::managed::{
     self, Metrics, Object, Pool, PoolError, RecycleResult, TimeoutType, Timeouts,
 };
+use futures_util::future::join;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Pipeline, RedisError, Value};
+use tokio::time::Instant;
 
 /// How long opening a connection may take.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -188,34 +190,50 @@ impl Pools {
 pub(crate) struct Borrowed(Option<Object<Dialer>>);
 
 impl Borrowed {
-    /// Sends `pipeline` and reads all its replies (a command's error among them) within
-    /// `timeout` (`None`: no limit).
+    /// Sends `head`, then `tail` behind it (one write, one round trip; the server runs them in
+    /// that order), and reads all their replies — a command's error among them — within
+    /// `timeout` (`None`: no limit). Returns `head`'s replies with the moment they came (before
+    /// `tail`'s, which may wait in the server), and `tail`'s.
     ///
     /// # Errors
     /// The connection failed or the timeout ran out (it is then closed, as it is when the
     /// caller drops this future before the replies came).
     pub(crate) async fn exchange(
         &mut self,
-        pipeline: &Pipeline,
+        head: &Pipeline,
+        tail: &Pipeline,
         timeout: Option<Duration>,
-    ) -> Result<Vec<Value>, RedisError> {
+    ) -> Result<(Vec<Value>, Instant, Vec<Value>), RedisError> {
         let mut in_flight = InFlight(self.0.take());
         let connection = in_flight.0.as_mut().ok_or_else(lost_earlier)?;
-        let replies = pipeline.query_async(&mut **connection);
-        let replies = match timeout {
-            Some(timeout) => tokio::time::timeout(timeout, replies)
+        let mut behind = MultiplexedConnection::clone(connection);
+        // `join` polls `head` first: its request is queued on the connection before `tail`'s.
+        let both = join(
+            async {
+                let replies = head.query_async::<Vec<Value>>(&mut **connection).await;
+                (replies, Instant::now())
+            },
+            async {
+                if tail.is_empty() {
+                    return Ok(Vec::new());
+                }
+                tail.query_async::<Vec<Value>>(&mut behind).await
+            },
+        );
+        let ((head, answered), tail) = match timeout {
+            Some(timeout) => tokio::time::timeout(timeout, both)
                 .await
-                .unwrap_or_else(|_| Err(io::Error::from(io::ErrorKind::TimedOut).into())),
-            None => replies.await,
+                .map_err(|_| RedisError::from(io::Error::from(io::ErrorKind::TimedOut)))?,
+            None => both.await,
         };
         // Every reply was read, a command's error reply too: the connection can be lent again.
-        let settled = replies
-            .as_ref()
-            .map_or_else(|error| !is_lost_reply(error), |_| true);
-        if settled {
+        let lost = [&head, &tail]
+            .into_iter()
+            .any(|replies| replies.as_ref().is_err_and(is_lost_reply));
+        if !lost {
             self.0 = in_flight.0.take();
         }
-        replies
+        Ok((head?, answered, tail?))
     }
 }
 
