@@ -2,19 +2,19 @@
 //! failovers — counted, not assumed (Jepsen's method: record a history, then check it).
 //!
 //! A master and two replicas with the module (AOF on the master, RDB on one replica, nothing
-//! on the other), three Sentinels, and 18 clients that find the master through Sentinel (the
+//! on the other), three Sentinels, and 21 clients that find the master through Sentinel (the
 //! `redis` crate's Sentinel client) and lock through `leasehold-client`, in three classes of
-//! six that differ only in how they sync a grant before counting on it: not at all, to 1
-//! replica, to every replica the master has (the client's default). Each class has locks of
-//! its own, so every double grant lies within one class, and the one nemesis hits all three
-//! at once. Each client loops: acquire one of its class's locks, or two of them as a set
+//! seven that differ only in how they sync a grant and a renewal before counting on it: not at
+//! all, to 1 replica, to every replica the master has (the client's default). Each class has
+//! locks of its own, so every double grant lies within one class, and the one nemesis hits all
+//! three at once. Each client loops: acquire one of its class's locks, or two of them as a set
 //! (`LOCK.MACQUIRE`) (a new owner each time; exclusive or shared, with or without waiting; the
 //! watchdog on) → an exclusive holder writes `(lock, token)` for each lock to a fenced store
 //! that rejects a token not above the last one it accepted for that lock → sometimes renew
-//! once, or hold for 2 to 3 leases while the watchdog renews every third of one, writing each
-//! third and stopping as soon as the holding is reported lost → release. Renewals are synced
-//! as the class syncs grants, and a holder counts on its lease only as far as the last renewal
-//! that counted (`Guard::lease_end`). Now and then a client freezes past its lease while
+//! once → release. The seventh client of each class holds exclusively for 2 to 3 leases each
+//! time while the watchdog renews every third of one, writing each third and stopping as soon
+//! as the holding is reported lost. A holder counts on its lease only as far as the last
+//! renewal that counted (`Guard::lease_end`). Now and then a client freezes past its lease while
 //! holding (as a `SIGSTOP`ped or GC-paused process would; the clients are threads of this
 //! test, and the freeze blocks the watchdog too) and writes late. A nemesis, at random
 //! moments, each kind once per round in a random order: `kill -9` of the master (it comes back
@@ -57,13 +57,13 @@ use rand::{
 };
 use redis::ConnectionAddr;
 
-/// Clients per class of sync.
+/// Clients per class of sync that hold briefly.
 const CLIENTS_PER_CLASS: usize = 6;
+/// Clients per class that hold for several leases while the watchdog renews.
+const HOLDERS_PER_CLASS: usize = 1;
 /// Locks per class: each class has locks of its own, so a double grant is within one class.
 const LOCKS: usize = 4;
 const LEASE: Duration = Duration::from_secs(1);
-/// The share of holdings held for several leases while the watchdog renews them.
-const LONG_HOLDS: f64 = 0.05;
 
 /// How a class of clients syncs its grants before counting on them (`leasehold-client`'s
 /// `Sync`): the same nemesis hits all three at once.
@@ -138,15 +138,17 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
     let mut group = Group::start(&history);
     let first_master = group.addresses[0];
     let run = Arc::new(Run::default());
-    let clients: Vec<_> = (0..CLIENTS_PER_CLASS * Class::ALL.len())
+    let clients: Vec<_> = (0..(CLIENTS_PER_CLASS + HOLDERS_PER_CLASS) * Class::ALL.len())
         .map(|id| {
             let class = Class::ALL[id % Class::ALL.len()];
+            let long = id >= CLIENTS_PER_CLASS * Class::ALL.len();
             let (urls, history, run) = (
                 group.sentinel_urls(),
                 Arc::clone(&history),
                 Arc::clone(&run),
             );
-            thread::spawn(move || client(seed ^ id as u64, class, &urls, &history, &run))
+            let kind = (class, long);
+            thread::spawn(move || client(seed ^ id as u64, kind, &urls, &history, &run))
         })
         .collect();
 
@@ -406,8 +408,15 @@ fn nemesis(
 
 /// One client: finds the master through Sentinel, then acquires (through `leasehold-client`,
 /// syncing grants and renewals as its class says), writes, renews, and releases random locks
-/// of its class, recording every grant; on any other error it asks Sentinel again.
-fn client(id: u64, class: Class, sentinel_urls: &[String], history: &History, run: &Run) {
+/// of its class — holding each for several leases if `long` — recording every grant; on any
+/// other error it asks Sentinel again.
+fn client(
+    id: u64,
+    (class, long): (Class, bool),
+    sentinel_urls: &[String],
+    history: &History,
+    run: &Run,
+) {
     let mut rng = StdRng::seed_from_u64(id);
     let mut sentinel = redis::sentinel::Sentinel::build(sentinel_urls.to_vec()).expect("urls");
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -422,7 +431,7 @@ fn client(id: u64, class: Class, sentinel_urls: &[String], history: &History, ru
         };
         last = Some(client.clone());
         while !run.stop.load(Ordering::SeqCst) {
-            let exclusive = rng.random_bool(0.7);
+            let exclusive = long || rng.random_bool(0.7);
             // A fifth of the exclusive holdings are sets of two locks (`LOCK.MACQUIRE`).
             let count = if exclusive && rng.random_bool(0.2) {
                 2
@@ -439,7 +448,7 @@ fn client(id: u64, class: Class, sentinel_urls: &[String], history: &History, ru
                 wait: rng.random_bool(0.5),
                 stall: rng.random_bool(0.002),
                 renew: rng.random_bool(0.5),
-                hold: if rng.random_bool(LONG_HOLDS) {
+                hold: if long {
                     LEASE * rng.random_range(2..=3)
                 } else {
                     Duration::ZERO

@@ -2,12 +2,14 @@
 //! quick commands, and pools of dedicated connections ([`crate::pool`]) for waits and synced
 //! writes, with the round trip that syncs a write to the replicas ([`crate::sync`]).
 //!
-//! A synced write is one pipeline on a sync connection: `INFO replication`, the write, `WAIT k`
-//! with `k` the count learned so far; the `INFO` reply updates the count and, if it grew, one
+//! A synced write is one round trip on a sync connection: `INFO replication`, the write, `WAIT
+//! k` with `k` the count learned so far; the `INFO` reply updates the count and, if it grew, one
 //! more `WAIT` follows on the same connection (a `WAIT` covers every write before it there). A
-//! wait in the server is one pipeline on a wait connection: the blocking acquire, then `INFO
-//! replication` and `WAIT k`, which the server runs only once the acquire was answered. Plain
-//! pipelines, never `MULTI`: a `WAIT` in a transaction does not wait.
+//! wait in the server is one round trip on a wait connection: the blocking acquire, then `INFO
+//! replication` and `WAIT k`, which the server runs only once the acquire was answered. The
+//! write and what follows it go as two requests in one write to the socket, so the client sees
+//! when the write's reply came (a wait's lease begins then), not only when the `WAIT`'s did.
+//! Plain pipelines, never `MULTI`: a `WAIT` in a transaction does not wait.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
