@@ -2,17 +2,21 @@
 //! failovers — counted, not assumed (Jepsen's method: record a history, then check it).
 //!
 //! A master and two replicas with the module (AOF on the master, RDB on one replica, nothing
-//! on the other), three Sentinels, and 18 clients that find the master through Sentinel (the
+//! on the other), three Sentinels, and 21 clients that find the master through Sentinel (the
 //! `redis` crate's Sentinel client) and lock through `leasehold-client`, in three classes of
-//! six that differ only in how they sync a grant before counting on it: not at all, to 1
-//! replica, to every replica the master has (the client's default). Each class has locks of
-//! its own, so every double grant lies within one class, and the one nemesis hits all three
-//! at once. Each client loops: acquire one of its class's locks, or two of them as a set
-//! (`LOCK.MACQUIRE`) (a new owner each time; exclusive or shared, with or without waiting) →
-//! an exclusive holder writes `(lock, token)` for each lock to a fenced store that rejects a
-//! token not above the last one it accepted for that lock → sometimes renew → release; now
-//! and then a client freezes past its lease while holding (as a `SIGSTOP`ped or GC-paused
-//! process would; the clients are threads of this test) and writes late. A nemesis, at random
+//! seven that differ only in how they sync a grant and a renewal before counting on it: not at
+//! all, to 1 replica, to every replica the master has (the client's default). Each class has
+//! locks of its own, so every double grant lies within one class, and the one nemesis hits all
+//! three at once. Each client loops: acquire one of its class's locks, or two of them as a set
+//! (`LOCK.MACQUIRE`) (a new owner each time; exclusive or shared, with or without waiting; the
+//! watchdog on) → an exclusive holder writes `(lock, token)` for each lock to a fenced store
+//! that rejects a token not above the last one it accepted for that lock → sometimes renew
+//! once → release. The seventh client of each class holds exclusively for 2 to 3 leases each
+//! time while the watchdog renews every third of one, writing each third and stopping as soon
+//! as the holding is reported lost. A holder counts on its lease only as far as the last
+//! renewal that counted (`Guard::lease_end`). Now and then a client freezes past its lease while
+//! holding (as a `SIGSTOP`ped or GC-paused process would; the clients are threads of this
+//! test, and the freeze blocks the watchdog too) and writes late. A nemesis, at random
 //! moments, each kind once per round in a random order: `kill -9` of the master (it comes back
 //! at once or after the failover, with its own configuration — so as a master — or as a
 //! replica), `SIGSTOP` of the master past the Sentinel down-after time, a cut link (the master's proxy closes, cutting it off from replicas,
@@ -32,7 +36,8 @@
 //! `LEASEHOLD_CHAOS_SECONDS` sets the length (default 20, as in `make test`; `make chaos
 //! DURATION=600` for ten minutes), `LEASEHOLD_CHAOS_SEED` the seed (default: new each run).
 //! A summary line goes to stderr, with the seed, and one line per class: grants, double grants
-//! per 10 000 exclusive grants, `NotReplicated` refusals, and the acquire latency.
+//! per 10 000 exclusive grants, `NotReplicated` refusals of grants and of renewals, holdings
+//! reported lost while held, and the acquire latency.
 
 mod common;
 
@@ -44,7 +49,7 @@ use std::time::{Duration, Instant};
 
 use common::history::{self, FencedStore, Grant, History};
 use common::sentinel::{Group, MASTER_NAME};
-use leasehold_client::{Client, Error, Lock, ReadWriteLock, Sync};
+use leasehold_client::{Client, Error, Guard, Lock, ReadWriteLock, Sync};
 use rand::{
     RngExt, SeedableRng,
     rngs::StdRng,
@@ -52,8 +57,10 @@ use rand::{
 };
 use redis::ConnectionAddr;
 
-/// Clients per class of sync.
+/// Clients per class of sync that hold briefly.
 const CLIENTS_PER_CLASS: usize = 6;
+/// Clients per class that hold for several leases while the watchdog renews.
+const HOLDERS_PER_CLASS: usize = 1;
 /// Locks per class: each class has locks of its own, so a double grant is within one class.
 const LOCKS: usize = 4;
 const LEASE: Duration = Duration::from_secs(1);
@@ -94,6 +101,10 @@ impl Class {
 #[derive(Default)]
 struct ClassStats {
     refused: AtomicU64,
+    /// Explicit renewals the replicas did not acknowledge (they did not count).
+    renewals_refused: AtomicU64,
+    /// Long holdings reported lost before their time was up.
+    lost: AtomicU64,
     /// µs from sending the acquire to holding the lock, per grant.
     latencies: Mutex<Vec<u64>>,
 }
@@ -127,15 +138,17 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
     let mut group = Group::start(&history);
     let first_master = group.addresses[0];
     let run = Arc::new(Run::default());
-    let clients: Vec<_> = (0..CLIENTS_PER_CLASS * Class::ALL.len())
+    let clients: Vec<_> = (0..(CLIENTS_PER_CLASS + HOLDERS_PER_CLASS) * Class::ALL.len())
         .map(|id| {
             let class = Class::ALL[id % Class::ALL.len()];
+            let long = id >= CLIENTS_PER_CLASS * Class::ALL.len();
             let (urls, history, run) = (
                 group.sentinel_urls(),
                 Arc::clone(&history),
                 Arc::clone(&run),
             );
-            thread::spawn(move || client(seed ^ id as u64, class, &urls, &history, &run))
+            let kind = (class, long);
+            thread::spawn(move || client(seed ^ id as u64, kind, &urls, &history, &run))
         })
         .collect();
 
@@ -168,11 +181,14 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         let causes = causes(&pairs, &run.faults.lock().expect("faults"));
         let stats = run.stats(class);
         let refused = stats.refused.load(Ordering::SeqCst);
+        let renewals_refused = stats.renewals_refused.load(Ordering::SeqCst);
+        let lost = stats.lost.load(Ordering::SeqCst);
         eprintln!(
             "chaos class {}: {} grants ({exclusive} exclusive), {doubles} double grants \
              ({:.1} per 10 000 exclusive grants; by the fault before them and whether the \
              earlier holder renewed: {causes:?}), {refused} NotReplicated refusals ({:.2} % of \
-             grants and refusals), acquire latency p50 {:.2} ms p99 {:.2} ms",
+             grants and refusals), {renewals_refused} renewals not replicated, {lost} long \
+             holdings lost, acquire latency p50 {:.2} ms p99 {:.2} ms",
             class.name(),
             granted.len(),
             doubles as f64 * 10_000.0 / exclusive.max(1) as f64,
@@ -391,9 +407,16 @@ fn nemesis(
 }
 
 /// One client: finds the master through Sentinel, then acquires (through `leasehold-client`,
-/// syncing grants as its class says), writes, sometimes renews, and releases random locks of
-/// its class, recording every grant; on any other error it asks Sentinel again.
-fn client(id: u64, class: Class, sentinel_urls: &[String], history: &History, run: &Run) {
+/// syncing grants and renewals as its class says), writes, renews, and releases random locks
+/// of its class — holding each for several leases if `long` — recording every grant; on any
+/// other error it asks Sentinel again.
+fn client(
+    id: u64,
+    (class, long): (Class, bool),
+    sentinel_urls: &[String],
+    history: &History,
+    run: &Run,
+) {
     let mut rng = StdRng::seed_from_u64(id);
     let mut sentinel = redis::sentinel::Sentinel::build(sentinel_urls.to_vec()).expect("urls");
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -408,7 +431,7 @@ fn client(id: u64, class: Class, sentinel_urls: &[String], history: &History, ru
         };
         last = Some(client.clone());
         while !run.stop.load(Ordering::SeqCst) {
-            let exclusive = rng.random_bool(0.7);
+            let exclusive = long || rng.random_bool(0.7);
             // A fifth of the exclusive holdings are sets of two locks (`LOCK.MACQUIRE`).
             let count = if exclusive && rng.random_bool(0.2) {
                 2
@@ -425,6 +448,11 @@ fn client(id: u64, class: Class, sentinel_urls: &[String], history: &History, ru
                 wait: rng.random_bool(0.5),
                 stall: rng.random_bool(0.002),
                 renew: rng.random_bool(0.5),
+                hold: if long {
+                    LEASE * rng.random_range(2..=3)
+                } else {
+                    Duration::ZERO
+                },
             };
             run.operations.fetch_add(1, Ordering::SeqCst);
             if runtime
@@ -465,7 +493,10 @@ struct Attempt {
     wait: bool,
     /// Freeze past the lease while holding, then write late.
     stall: bool,
+    /// Renew once explicitly (a short holding).
     renew: bool,
+    /// How long to hold while the watchdog renews (zero: a short holding).
+    hold: Duration,
 }
 
 /// Holds one lock or a set once: acquire (a new owner each time), write, renew, release; each
@@ -479,14 +510,16 @@ async fn hold(
     run: &Run,
 ) -> leasehold_client::Result<()> {
     let names: Vec<&str> = attempt.locks.iter().map(String::as_str).collect();
+    let sync = attempt.class.sync();
     let lock = match names[..] {
         [name] if !attempt.exclusive => ReadWriteLock::new(client, name)
-            .with_sync(attempt.class.sync())
+            .with_sync(sync)
             .read()
             .clone(),
-        [name] => Lock::new(client, name).with_sync(attempt.class.sync()),
-        _ => Lock::multi(client, &names).with_sync(attempt.class.sync()),
+        [name] => Lock::new(client, name).with_sync(sync),
+        _ => Lock::multi(client, &names).with_sync(sync),
     };
+    let lock = lock.with_watchdog(true);
     let requested_us = history.now_us();
     let acquired = if attempt.wait {
         lock.acquire_timeout(LEASE, Duration::from_millis(300))
@@ -494,54 +527,57 @@ async fn hold(
     } else {
         lock.try_acquire(LEASE).await
     };
+    let stats = run.stats(attempt.class);
     let guard = match acquired {
         Ok(Some(guard)) => guard,
         Ok(None) => return Ok(()),
         Err(Error::NotReplicated { .. }) => {
-            run.stats(attempt.class)
-                .refused
-                .fetch_add(1, Ordering::SeqCst);
+            stats.refused.fetch_add(1, Ordering::SeqCst);
             return Ok(());
         }
         Err(error) => return Err(error),
     };
     let acknowledged_us = history.now_us();
-    run.stats(attempt.class)
-        .granted(acknowledged_us - requested_us);
+    stats.granted(acknowledged_us - requested_us);
     if attempt.locks.len() > 1 {
         run.sets.fetch_add(1, Ordering::SeqCst);
     }
+    let granted_lease_end = guard.lease_end();
     let tokens: Vec<i64> = guard
         .tokens()
         .iter()
         .map(|token| i64::try_from(*token).expect("below 2^53"))
         .collect();
+    let write = || {
+        if attempt.exclusive {
+            for (lock, token) in attempt.locks.iter().zip(&tokens) {
+                run.store.write(lock, *token);
+            }
+        }
+    };
     if attempt.stall {
         run.stalls.fetch_add(1, Ordering::SeqCst);
-        tokio::time::sleep(LEASE * 2).await;
+        // The whole client freezes, its watchdog with it (one thread runs them both).
+        thread::sleep(LEASE * 2);
     }
-    if attempt.exclusive {
-        for (lock, token) in attempt.locks.iter().zip(&tokens) {
-            run.store.write(lock, *token);
+    write();
+    let renewed = if attempt.renew && attempt.hold.is_zero() {
+        match guard.renew(LEASE).await {
+            Err(Error::NotReplicated { .. }) => {
+                stats.renewals_refused.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+            other => other.map(drop),
         }
-    }
-    let lease_us = u64::try_from(LEASE.as_micros()).expect("µs");
-    let mut lease_end = requested_us + lease_us;
-    let mut renewed_lease = false;
-    let renewed = if attempt.renew {
-        let sent = history.now_us();
-        let renewed = guard.renew(LEASE).await;
-        if matches!(renewed, Ok(true)) {
-            lease_end = sent + lease_us;
-            renewed_lease = true;
-        }
-        renewed.map(drop)
     } else {
+        work_while_held(&guard, attempt.hold, write, stats).await;
         Ok(())
     };
-    // The client stops counting on the lock when it sends the release (or its lease ends).
-    let held_until_us = history.now_us().min(lease_end);
-    for (lock, token) in attempt.locks.iter().zip(tokens) {
+    // The client stops counting on the lock when it sends the release, or when the lease it
+    // counts on (the grant's, or the last renewal's that counted) ends.
+    let lease_end_us = history.at_us(guard.lease_end().into_std());
+    let held_until_us = history.now_us().min(lease_end_us);
+    for (lock, token) in attempt.locks.iter().zip(tokens.iter().copied()) {
         history.record(Grant {
             lock: lock.clone(),
             token,
@@ -550,9 +586,28 @@ async fn hold(
             acknowledged_us,
             exclusive: attempt.exclusive,
             held_until_us,
-            renewed: renewed_lease,
+            renewed: guard.lease_end() > granted_lease_end,
         });
     }
     renewed?;
     guard.release().await.map(drop)
+}
+
+/// Holds for `hold` while the watchdog renews, writing each third of a lease; stops as soon as
+/// the holding is reported lost (and counts it).
+async fn work_while_held(guard: &Guard, hold: Duration, write: impl Fn(), stats: &ClassStats) {
+    let until = tokio::time::Instant::now() + hold;
+    while tokio::time::Instant::now() < until {
+        tokio::select! {
+            () = guard.lost() => {
+                stats.lost.fetch_add(1, Ordering::SeqCst);
+                return;
+            }
+            () = tokio::time::sleep(LEASE / 3) => {
+                if guard.is_held() {
+                    write();
+                }
+            }
+        }
+    }
 }

@@ -23,7 +23,7 @@ pub struct Grant {
     /// sent its release, or the end of its lease), in µs since the start.
     pub exclusive: bool,
     pub held_until_us: u64,
-    /// Whether the holder renewed the lease (a renewal is not synced to the replicas).
+    /// Whether a renewal of the lease counted for the holder (synced as the grant was).
     pub renewed: bool,
 }
 
@@ -44,7 +44,13 @@ impl History {
 
     /// µs since the history began.
     pub fn now_us(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
+        self.at_us(Instant::now())
+    }
+
+    /// `instant` in µs since the history began (0 before it).
+    pub fn at_us(&self, instant: Instant) -> u64 {
+        let since = instant.saturating_duration_since(self.epoch);
+        u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
     }
 
     pub fn record(&self, grant: Grant) {

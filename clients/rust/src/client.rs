@@ -1,31 +1,41 @@
 //! The connection to a leasehold server or cluster: one shared, reconnecting connection for the
-//! quick commands, and a connection of its own for every wait.
+//! quick commands, and pools of dedicated connections ([`crate::pool`]) for waits and synced
+//! writes, with the round trip that syncs a write to the replicas ([`crate::sync`]).
 //!
-//! A blocked `LOCK.ACQUIRE ... WAIT` stalls the connection it was sent on, so a wait never goes
-//! over the shared connection: it gets a connection whose response timeout is longer than the
-//! wait, and which never retries (a retried wait would queue the client twice, or report a
-//! failure for a lock the first attempt got).
+//! A synced write is one round trip on a sync connection: `INFO replication`, the write, `WAIT
+//! k` with `k` the count learned so far; the `INFO` reply updates the count and, if it grew, one
+//! more `WAIT` follows on the same connection (a `WAIT` covers every write before it there). A
+//! wait in the server is one round trip on a wait connection: the blocking acquire, then `INFO
+//! replication` and `WAIT k`, which the server runs only once the acquire was answered. The
+//! write and what follows it go as two requests in one write to the socket, so the client sees
+//! when the write's reply came (a wait's lease begins then), not only when the `WAIT`'s did.
+//! Plain pipelines, never `MULTI`: a `WAIT` in a transaction does not wait.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
-use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisError};
+use redis::cluster_routing::Slot;
+use redis::{Cmd, FromRedisValue, IntoConnectionInfo, Pipeline, RedisError, Value};
+use tokio::time::Instant;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::masters::Masters;
+use crate::pool::{Borrowed, ClientOptions, Pools, Purpose};
 use crate::sync::{Learned, Place, Replicas, Sync};
 
-/// How long a quick command (everything but a wait) may take before it fails.
+/// How long a quick command (everything but a wait or a `WAIT`) may take before it fails.
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A response timeout that never fires (a year), for waits without limit.
-const NO_LIMIT: Duration = Duration::from_secs(365 * 86_400);
-
 /// A connection to one Redis (or Valkey) server, or to one Redis Cluster, with the leasehold
-/// module loaded. Cloning is cheap: clones share the connection.
+/// module loaded. Cloning is cheap: clones share the connections.
+///
+/// Besides one shared connection (for quick commands: grants with syncing off, releases,
+/// Redlock), it keeps two bounded pools of dedicated connections per server ([`ClientOptions`]):
+/// one for waits in the server, one for synced writes (a grant made without waiting, a renewal,
+/// and the `WAIT` for their replicas).
 ///
 /// ```no_run
 /// # async fn example() -> leasehold_client::Result<()> {
@@ -36,70 +46,120 @@ const NO_LIMIT: Duration = Duration::from_secs(365 * 86_400);
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
-    /// How many replicas each master has, for syncing grants.
+    options: ClientOptions,
+    /// How many replicas each master has, for syncing writes.
     learned: Arc<Mutex<Learned>>,
 }
 
 enum Inner {
     Server {
-        client: redis::Client,
         shared: ConnectionManager,
+        pools: Pools,
     },
     Cluster {
-        nodes: Vec<String>,
         shared: ClusterConnection,
+        masters: Box<Masters>,
     },
 }
 
+/// What a synced write got: its reply, and how many replicas acknowledged it of how many
+/// wanted.
+pub(crate) struct Synced<T> {
+    pub(crate) reply: T,
+    pub(crate) acked: u32,
+    pub(crate) wanted: u32,
+    /// When the write's reply came (a wait's grant: the lease began just before), ahead of
+    /// the `WAIT`'s.
+    pub(crate) answered: Instant,
+}
+
+impl<T> Synced<T> {
+    /// True when enough replicas acknowledged it.
+    pub(crate) fn acknowledged(&self) -> bool {
+        self.acked >= self.wanted
+    }
+
+    /// The error of a write that was not acknowledged.
+    pub(crate) fn not_replicated(&self) -> Error {
+        Error::NotReplicated {
+            acked: self.acked,
+            wanted: self.wanted,
+        }
+    }
+}
+
 impl Client {
-    /// Connects to one server (`redis://host:port[/db]`, `rediss://`, `unix://`). The
-    /// connection reconnects by itself after a failure.
+    /// Connects to one server (`redis://host:port[/db]`, `rediss://`, `unix://`) with the
+    /// default pool sizes ([`ClientOptions::new`]). The shared connection reconnects by itself
+    /// after a failure.
     ///
     /// # Errors
     /// A bad URL, or no connection within 5 s.
     pub async fn open(url: &str) -> Result<Self> {
+        Self::open_with(url, ClientOptions::new()).await
+    }
+
+    /// Connects to one server, as [`Client::open`], with the pool sizes of `options`.
+    ///
+    /// # Errors
+    /// As [`Client::open`].
+    pub async fn open_with(url: &str, options: ClientOptions) -> Result<Self> {
         let client = redis::Client::open(url)?;
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(RESPONSE_TIMEOUT))
             .set_connection_timeout(Some(RESPONSE_TIMEOUT));
         let shared = ConnectionManager::new_with_config(client.clone(), config).await?;
-        Ok(Self::with(Inner::Server { client, shared }))
+        let pools = Pools::new(&client, options);
+        Ok(Self::with(Inner::Server { shared, pools }, options))
     }
 
-    /// Connects to a Redis Cluster through some of its nodes (`redis://host:port`); commands
-    /// go to the master of the lock's slot and follow `MOVED` and `ASK`.
+    /// Connects to a Redis Cluster through some of its nodes (`redis://host:port`) with the
+    /// default pool sizes; commands go to the master of the lock's slot. The shared connection
+    /// follows `MOVED` and `ASK`; each master gets pools of its own.
     ///
     /// # Errors
     /// Bad URLs, or no node answered.
     pub async fn cluster(nodes: &[&str]) -> Result<Self> {
-        let nodes: Vec<String> = nodes.iter().map(|node| (*node).to_owned()).collect();
-        let shared = ClusterClientBuilder::new(nodes.clone())
+        Self::cluster_with(nodes, ClientOptions::new()).await
+    }
+
+    /// Connects to a Redis Cluster, as [`Client::cluster`], with the pool sizes of `options`
+    /// (per master).
+    ///
+    /// # Errors
+    /// As [`Client::cluster`].
+    pub async fn cluster_with(nodes: &[&str], options: ClientOptions) -> Result<Self> {
+        let seed = nodes.first().copied().unwrap_or_default();
+        let seed = seed.into_connection_info()?;
+        let shared = ClusterClientBuilder::new(nodes.to_vec())
             .response_timeout(RESPONSE_TIMEOUT)
             .connection_timeout(RESPONSE_TIMEOUT)
             .build()?
             .get_async_connection()
             .await?;
-        Ok(Self::with(Inner::Cluster { nodes, shared }))
+        let masters = Box::new(Masters::new(seed, options));
+        Ok(Self::with(Inner::Cluster { shared, masters }, options))
     }
 
-    /// Connects to another server (`redis://host:port`) as the same client, to follow a
-    /// failover to a new master: what was learned of the replicas carries over, so the new
-    /// master's grants wait for one replica fewer than the old one's, not for none while its
-    /// replicas reattach (see [`crate::sync`]).
+    /// Connects to another server (`redis://host:port`) as the same client, with the same pool
+    /// sizes, to follow a failover to a new master: what was learned of the replicas carries
+    /// over, so the new master's grants wait for one replica fewer than the old one's, not for
+    /// none while its replicas reattach (see [`crate::sync`]).
     ///
     /// # Errors
     /// As [`Client::open`].
     pub async fn reopen(&self, url: &str) -> Result<Self> {
-        let reopened = Self::open(url).await?;
+        let reopened = Self::open_with(url, self.options).await?;
         Ok(Self {
             learned: Arc::clone(&self.learned),
             ..reopened
         })
     }
 
-    fn with(inner: Inner) -> Self {
+    fn with(inner: Inner, options: ClientOptions) -> Self {
         Self {
             inner: Arc::new(inner),
+            options,
             learned: Arc::default(),
         }
     }
@@ -112,76 +172,163 @@ impl Client {
         })
     }
 
-    /// Sends a command that blocks in the server for up to `wait` (`None`: no limit) on a
-    /// connection of its own, which gives up `margin` after the wait should have ended and
-    /// never retries; returns the reply and the connection, for a `WAIT` that must follow on it.
-    pub(crate) async fn query_waiting<T: FromRedisValue>(
+    /// Sends `command`, a write to `key` that counts only once synced as `sync` says, and
+    /// syncs it: with syncing off on the shared connection, otherwise on a sync connection with
+    /// the replica count learned in the same round trip. `wrote` tells from the reply whether
+    /// the command wrote something to sync.
+    ///
+    /// # Errors
+    /// The server's error, no connection, or [`Error::NotReplicated`] when no sync connection
+    /// was free within the sync timeout (nothing was sent).
+    pub(crate) async fn synced<T: FromRedisValue>(
         &self,
+        key: &str,
         command: &Cmd,
-        wait: Option<Duration>,
-        margin: Duration,
-    ) -> Result<(T, Own), RedisError> {
-        let mut own = self.own(wait.map(|wait| wait + margin)).await?;
-        Ok((own.query(command).await?, own))
+        sync: &Sync,
+        wrote: impl Fn(&T) -> bool,
+    ) -> Result<Synced<T>> {
+        if sync.is_off() {
+            let reply = self.query(command).await?;
+            return Ok(Synced {
+                reply,
+                acked: 0,
+                wanted: 0,
+                answered: Instant::now(),
+            });
+        }
+        let pools = self.pools(key).await?;
+        let Some(mut connection) = pools.borrow(Purpose::Sync, Some(sync.timeout)).await? else {
+            return Err(Error::NotReplicated {
+                acked: 0,
+                wanted: self.wanted(key, sync),
+            });
+        };
+        let exchange = Exchange {
+            key,
+            sync,
+            learn_after: false,
+        };
+        let timeout = RESPONSE_TIMEOUT + sync.timeout;
+        let synced = self.exchange(&mut connection, &exchange, command, Some(timeout), wrote);
+        Ok(synced.await?)
     }
 
-    /// A connection of its own whose replies may take up to `timeout` (`None`: no limit), that
-    /// never retries.
-    async fn own(&self, timeout: Option<Duration>) -> Result<Own, RedisError> {
-        Ok(match &*self.inner {
-            Inner::Server { client, .. } => {
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(RESPONSE_TIMEOUT))
-                    .set_response_timeout(timeout);
-                Own::Server(
-                    client
-                        .get_multiplexed_async_connection_with_config(&config)
-                        .await?,
-                )
-            }
-            Inner::Cluster { nodes, .. } => Own::Cluster(
-                ClusterClientBuilder::new(nodes.clone())
-                    .connection_timeout(RESPONSE_TIMEOUT)
-                    .response_timeout(timeout.unwrap_or(NO_LIMIT))
-                    .retries(0)
-                    .build()?
-                    .get_async_connection()
-                    .await?,
-            ),
+    /// Borrows a wait connection to `key`'s master, queueing up to `budget` (`None`: as long as
+    /// it takes); `None` when the budget ran out first.
+    ///
+    /// # Errors
+    /// No connection.
+    pub(crate) async fn wait_connection(
+        &self,
+        key: &str,
+        budget: Option<Duration>,
+    ) -> Result<Option<Borrowed>, RedisError> {
+        self.pools(key).await?.borrow(Purpose::Wait, budget).await
+    }
+
+    /// Sends `command`, which blocks in the server up to `wait` (`None`: no limit), on
+    /// `connection`, and syncs what it granted as `sync` says in the same round trip; gives up
+    /// `margin` after the wait (and the sync) should have ended.
+    ///
+    /// # Errors
+    /// The server's error, or a lost reply (the connection is then closed).
+    pub(crate) async fn wait_synced<T: FromRedisValue>(
+        &self,
+        connection: &mut Borrowed,
+        key: &str,
+        command: &Cmd,
+        (wait, margin): (Option<Duration>, Duration),
+        sync: &Sync,
+        wrote: impl Fn(&T) -> bool,
+    ) -> Result<Synced<T>, RedisError> {
+        let exchange = Exchange {
+            key,
+            sync,
+            learn_after: true,
+        };
+        let syncing = if sync.is_off() {
+            Duration::ZERO
+        } else {
+            sync.timeout
+        };
+        let timeout = wait.map(|wait| wait + margin + syncing);
+        self.exchange(connection, &exchange, command, timeout, wrote)
+            .await
+    }
+
+    /// One round trip of `exchange` on `connection` (one more `WAIT` if the count grew).
+    async fn exchange<T: FromRedisValue>(
+        &self,
+        connection: &mut Borrowed,
+        exchange: &Exchange<'_>,
+        command: &Cmd,
+        timeout: Option<Duration>,
+        wrote: impl Fn(&T) -> bool,
+    ) -> Result<Synced<T>, RedisError> {
+        let place = self.place(exchange.key);
+        let known = self.wanted(exchange.key, exchange.sync);
+        let (head, tail) = exchange.pipelines(command, known);
+        let replies = connection.exchange(&head, &tail, timeout).await;
+        let (head, answered, tail) = replies.inspect_err(|error| self.heard(error))?;
+        let info_before = exchange.learns() && !exchange.learn_after;
+        let (mut head, mut tail) = (head.into_iter(), tail.into_iter());
+        let info = if info_before { head.next() } else { None };
+        let written = head.next().unwrap_or(Value::Nil).extract_error();
+        let reply: T = from_value(written.inspect_err(|error| self.heard(error))?)?;
+        let info = if exchange.learn_after && exchange.learns() {
+            tail.next()
+        } else {
+            info
+        };
+        let wanted = match info {
+            Some(info) => self.learned().heard(place, &from_value::<String>(info)?),
+            None => known,
+        };
+        let mut acked = match tail.next() {
+            Some(wait) => exchange.sync.acked(wait)?,
+            None => 0,
+        };
+        if wanted > known && wrote(&reply) {
+            let mut again = redis::pipe();
+            again.add_command(exchange.sync.wait_command(wanted));
+            let timeout = RESPONSE_TIMEOUT + exchange.sync.timeout;
+            let (replies, _, _) = connection
+                .exchange(&again, &redis::pipe(), Some(timeout))
+                .await?;
+            acked = exchange
+                .sync
+                .acked(replies.into_iter().next().unwrap_or(Value::Nil))?;
+        }
+        Ok(Synced {
+            reply,
+            acked,
+            wanted,
+            answered,
         })
     }
 
-    /// Sends a quick command whose grant must then be synced, on a connection of its own (the
-    /// `WAIT` after it blocks that connection); returns the reply and the connection.
-    pub(crate) async fn query_own<T: FromRedisValue>(
-        &self,
-        command: &Cmd,
-        sync: &Sync,
-    ) -> Result<(T, Own), RedisError> {
-        let mut own = self.own(Some(RESPONSE_TIMEOUT + sync.timeout)).await?;
-        Ok((own.query(command).await?, own))
+    /// The replica count to send with a write to `key` under `sync`: as it says, or as many as
+    /// learned so far for the lock's master.
+    fn wanted(&self, key: &str, sync: &Sync) -> u32 {
+        match sync.replicas {
+            Replicas::Learned => self.learned().known(self.place(key)),
+            Replicas::Exactly(replicas) => replicas,
+        }
     }
 
-    /// How many replicas a grant of `key` must reach: as `sync` says, or as many as the lock's
-    /// master has (asked now and then, never lowered for the same master; see [`crate::sync`]).
-    pub(crate) async fn replicas_wanted(&self, key: &str, sync: &Sync) -> Result<u32> {
-        let Replicas::Exactly(wanted) = sync.replicas else {
-            let place = self.place(key);
-            if let Some(known) = self.learned().fresh(place) {
-                return Ok(known);
-            }
-            let info: String = self
-                .query_at(place, redis::cmd("INFO").arg("replication"))
-                .await?;
-            return Ok(self.learned().heard(place, &info));
-        };
-        Ok(wanted)
+    /// The pools of `key`'s master.
+    async fn pools(&self, key: &str) -> Result<Pools, RedisError> {
+        match &*self.inner {
+            Inner::Server { pools, .. } => Ok(pools.clone()),
+            Inner::Cluster { shared, masters } => masters.pools(key, shared).await,
+        }
     }
 
-    /// Makes the next grant of `key` ask its master again how many replicas it has (never
-    /// fewer than before for the same master).
-    pub(crate) fn ask_replicas_again(&self, key: &str) {
-        self.learned().ask_again(self.place(key));
+    /// Takes note of an error on a pooled connection: in a cluster, the slots may have moved.
+    fn heard(&self, error: &RedisError) {
+        if let Inner::Cluster { masters, .. } = &*self.inner {
+            masters.heard(error);
+        }
     }
 
     fn learned(&self) -> std::sync::MutexGuard<'_, Learned> {
@@ -194,72 +341,45 @@ impl Client {
             Inner::Cluster { .. } => Some(Slot::for_key(key)),
         }
     }
+}
 
-    /// A keyless command to the master at `place` on the shared connection.
-    async fn query_at<T: FromRedisValue>(&self, place: Place, command: &Cmd) -> Result<T> {
-        Ok(match (&*self.inner, place) {
-            (Inner::Cluster { shared, .. }, Some(slot)) => {
-                let value = shared
-                    .clone()
-                    .route_command(command.clone(), master_of(slot))
-                    .await?;
-                T::from_redis_value(value).map_err(RedisError::from)?
-            }
-            _ => self.query(command).await?,
-        })
+/// One synced round trip: what to learn and wait for around a write to `key`.
+struct Exchange<'a> {
+    key: &'a str,
+    sync: &'a Sync,
+    /// `INFO replication` after the write (a wait in the server: its grant comes later) rather
+    /// than before it.
+    learn_after: bool,
+}
+
+impl Exchange<'_> {
+    /// True when the replica count is learned (not given).
+    fn learns(&self) -> bool {
+        self.sync.replicas == Replicas::Learned
+    }
+
+    /// `command` with `INFO replication` (when the count is learned) before it, or after it
+    /// for a wait, and `WAIT known` (when above 0) last: the head up to the write, the tail
+    /// after it.
+    fn pipelines(&self, command: &Cmd, known: u32) -> (Pipeline, Pipeline) {
+        let info = || redis::cmd("INFO").arg("replication").clone();
+        let (mut head, mut tail) = (redis::pipe(), redis::pipe());
+        head.ignore_errors();
+        tail.ignore_errors();
+        if self.learns() && !self.learn_after {
+            head.add_command(info());
+        }
+        head.add_command(command.clone());
+        if self.learns() && self.learn_after {
+            tail.add_command(info());
+        }
+        if known > 0 {
+            tail.add_command(self.sync.wait_command(known));
+        }
+        (head, tail)
     }
 }
 
-/// Routing to the master serving `slot`.
-fn master_of(slot: Slot) -> RoutingInfo {
-    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_slot(
-        slot,
-        SlotAddr::Master,
-    )))
-}
-
-/// A connection of the client's own: for a wait, or for a grant to sync.
-pub(crate) enum Own {
-    Server(MultiplexedConnection),
-    Cluster(ClusterConnection),
-}
-
-impl Own {
-    pub(crate) async fn query<T: FromRedisValue>(
-        &mut self,
-        command: &Cmd,
-    ) -> Result<T, RedisError> {
-        match self {
-            Self::Server(con) => command.query_async(con).await,
-            Self::Cluster(con) => command.query_async(con).await,
-        }
-    }
-
-    /// `WAIT replicas timeout` (or `WAITAOF 1 replicas timeout`) for what this connection wrote
-    /// last — a grant of `key` — at the master of `key`: how many replicas have it.
-    pub(crate) async fn wait_for_replicas(
-        &mut self,
-        key: &str,
-        replicas: u32,
-        sync: &Sync,
-    ) -> Result<u32, RedisError> {
-        let mut command = redis::cmd(if sync.aof { "WAITAOF" } else { "WAIT" });
-        if sync.aof {
-            command.arg(1);
-        }
-        command.arg(replicas).arg(sync.timeout_ms());
-        let reply: redis::Value = match self {
-            Self::Server(con) => command.query_async(con).await?,
-            Self::Cluster(con) => {
-                con.route_command(command, master_of(Slot::for_key(key)))
-                    .await?
-            }
-        };
-        if sync.aof {
-            // [fsynced locally (0 or 1), replicas that fsynced]
-            let (local, acked): (u32, u32) = FromRedisValue::from_redis_value(reply)?;
-            return Ok(if local >= 1 { acked } else { 0 });
-        }
-        Ok(FromRedisValue::from_redis_value(reply)?)
-    }
+fn from_value<T: FromRedisValue>(value: Value) -> Result<T, RedisError> {
+    Ok(T::from_redis_value(value)?)
 }

@@ -17,10 +17,12 @@ pub enum Error {
     /// allowance (ttl × drift factor + 2 ms).
     #[error("the lease of {0:?} is too short")]
     Lease(std::time::Duration),
-    /// The lock was granted, but fewer replicas than wanted had the grant within the sync
-    /// timeout ([`crate::Sync`]); the client released it (owner-checked). Distinct from "busy":
-    /// the lock was free, the replicas were not there.
-    #[error("the grant reached {acked} of the {wanted} replicas wanted; released")]
+    /// Fewer replicas than wanted acknowledged a write within the sync timeout
+    /// ([`crate::Sync`]), or no sync connection was free within it (`acked` 0, nothing sent).
+    /// For a grant, the client released it (owner-checked) — distinct from "busy": the lock
+    /// was free, the replicas were not there. For a renewal, it does not count: the holder's
+    /// lease ends as the last synced one did ([`crate::Guard::lease_end`]).
+    #[error("{acked} of the {wanted} replicas wanted acknowledged it in time")]
     NotReplicated {
         /// Replicas that acknowledged the grant.
         acked: u32,

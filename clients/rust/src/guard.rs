@@ -4,11 +4,12 @@
 //! The watchdog avoids the bugs lock libraries are known for: it stops for good on release, on
 //! drop, and as soon as a renewal is refused (it never re-acquires, so it cannot keep a dead
 //! holder's lock or bring back an expired one — Redisson #1626, #7272, redis-semaphore #175);
-//! a failed renewal is retried on the next tick over a connection that reconnects by itself
-//! (Redisson #2515, #3194), and the lock counts as lost once the lease it last renewed has run
-//! out; and loss is told to the program through [`Guard::lost`] (Redisson #4698).
+//! a failed renewal — no connection, or not acknowledged by the replicas — is retried soon on
+//! a fresh connection (Redisson #2515, #3194), and the lock counts as lost once the lease it
+//! last renewed *and synced* has run out; and loss is told to the program through
+//! [`Guard::lost`] (Redisson #4698).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -36,7 +37,8 @@ impl Holding {
         }
     }
 
-    /// Resets the lease to `ttl`: true while still held, false once refused (lost).
+    /// Resets the lease to `ttl`: true while still held, false once refused (lost); an error
+    /// when it does not count ([`Error::NotReplicated`], no connection).
     async fn renew(&self, ttl: Duration) -> Result<bool> {
         match self {
             Self::Node(held) => held.renew(ttl).await,
@@ -74,10 +76,26 @@ pub struct Guard {
     mode: Mode,
     /// One token, or a set's, one per key.
     tokens: Vec<u64>,
+    lease: Arc<Lease>,
     lost: Lost,
     ended: Arc<watch::Sender<bool>>,
     watchdog: Option<JoinHandle<()>>,
     released: bool,
+}
+
+/// When the lease the holder counts on ends: from the grant, then from the last renewal the
+/// replicas acknowledged. Shared by the guard and its watchdog.
+struct Lease(Mutex<Instant>);
+
+impl Lease {
+    fn end(&self) -> Instant {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A renewal sent at `sent` for `ttl` counts.
+    fn renewed(&self, sent: Instant, ttl: Duration) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = sent + ttl;
+    }
 }
 
 /// Completes when a guard's lock is no longer held: lost (a renewal was refused, or the lease
@@ -112,14 +130,14 @@ impl Guard {
         keeping: Keeping,
     ) -> Self {
         let holding = Arc::new(holding);
+        let lease = Arc::new(Lease(Mutex::new(granted + ttl)));
         let (ended, lost) = watch::channel(false);
         let ended = Arc::new(ended);
         let watchdog = keeping.watchdog.then(|| {
             tokio::spawn(watchdog(
                 Arc::clone(&holding),
-                ttl,
-                granted,
-                keeping.max_hold,
+                Arc::clone(&lease),
+                (ttl, granted, keeping.max_hold),
                 Arc::clone(&ended),
             ))
         });
@@ -127,6 +145,7 @@ impl Guard {
             holding,
             mode,
             tokens,
+            lease,
             lost: Lost(lost),
             ended,
             watchdog,
@@ -163,28 +182,39 @@ impl Guard {
         self.lost.is_held()
     }
 
+    /// When the lease this holder counts on ends, on the client's clock: the grant's (its lease
+    /// began when the acquire was sent), or the last renewal's that counted — one the replicas
+    /// acknowledged as the lock's [`crate::Sync`] asks. A renewal that did not count leaves it
+    /// as it was.
+    #[must_use]
+    pub fn lease_end(&self) -> Instant {
+        self.lease.end()
+    }
+
     /// One more hold of this holding (`REENTRANT`, lease reset to `ttl`): same owner, token and
     /// mode, with a guard of its own whose release (or drop) gives that hold back — the lock
     /// is free once every hold is. `None` when this owner no longer holds the lock. The new
-    /// guard has no watchdog: this one's, if on, keeps the lease.
+    /// guard has no watchdog: this one's, if on, keeps the lease. Synced like a grant.
     ///
     /// # Errors
-    /// No connection, a Redlock holding ([`Error::NotOnRedlock`]) or a set
-    /// ([`Error::NotOnSet`]).
+    /// [`Error::NotReplicated`] (the new hold was given back), no connection, a Redlock holding
+    /// ([`Error::NotOnRedlock`]) or a set ([`Error::NotOnSet`]).
     pub async fn reenter(&self, ttl: Duration) -> Result<Option<Guard>> {
         let held = self.node("reenter")?;
+        let sent = Instant::now();
         let token = held.acquire(ttl, self.mode, true).await?;
         let holding = || Holding::Node(held.clone());
         let keeping = Keeping::default();
-        let now = Instant::now();
-        Ok(token.map(|token| Self::start(holding(), self.mode, vec![token], ttl, now, keeping)))
+        Ok(token.map(|token| Self::start(holding(), self.mode, vec![token], ttl, sent, keeping)))
     }
 
     /// Turns a writer's holding into a reader's (same owner and token, lease reset to `ttl`),
-    /// letting other readers in. False when this owner no longer holds the lock.
+    /// letting other readers in. False when this owner no longer holds the lock. Synced like a
+    /// grant.
     ///
     /// # Errors
-    /// No connection, a Redlock holding ([`Error::NotOnRedlock`]) or a set
+    /// [`Error::NotReplicated`] (the master made the change, the guard keeps its mode and
+    /// token: release it), no connection, a Redlock holding ([`Error::NotOnRedlock`]) or a set
     /// ([`Error::NotOnSet`]).
     pub async fn downgrade(&mut self, ttl: Duration) -> Result<bool> {
         self.change_mode("downgrade", ttl, Mode::Shared(None)).await
@@ -192,21 +222,23 @@ impl Guard {
 
     /// Turns the only reader's holding into a writer's (same owner, lease reset to `ttl`) with
     /// a new token, since exclusive writing starts now. False, with the reader's holding kept,
-    /// while others read too; false also when this owner no longer holds the lock.
+    /// while others read too; false also when this owner no longer holds the lock. Synced like
+    /// a grant.
     ///
     /// # Errors
-    /// No connection, a Redlock holding ([`Error::NotOnRedlock`]) or a set
-    /// ([`Error::NotOnSet`]).
+    /// As [`Guard::downgrade`].
     pub async fn upgrade(&mut self, ttl: Duration) -> Result<bool> {
         self.change_mode("upgrade", ttl, Mode::Exclusive).await
     }
 
     async fn change_mode(&mut self, what: &'static str, ttl: Duration, mode: Mode) -> Result<bool> {
+        let sent = Instant::now();
         let Some(token) = self.node(what)?.acquire(ttl, mode, false).await? else {
             return Ok(false);
         };
         self.mode = mode;
         self.tokens = vec![token];
+        self.lease.renewed(sent, ttl);
         Ok(true)
     }
 
@@ -230,15 +262,22 @@ impl Guard {
         self.lost.clone()
     }
 
-    /// Resets the lease to `ttl` from now. Returns false, and the guard counts as lost, when
-    /// the lock is no longer held: it expired, or someone deleted it. A lost lock is never
-    /// taken back.
+    /// Resets the lease to `ttl` from now, synced to the replicas like a grant (the lock's
+    /// [`crate::Sync`]); once they acknowledged it, [`Guard::lease_end`] moves. Returns false,
+    /// and the guard counts as lost, when the lock is no longer held: it expired, or someone
+    /// deleted it. A lost lock is never taken back.
     ///
     /// # Errors
-    /// The server could not be reached (the guard still counts as held).
+    /// [`Error::NotReplicated`]: the master renewed it but the replicas did not acknowledge in
+    /// time, so the renewal does not count (a failover may lose it) and the lease end stays the
+    /// last synced one. Or the server could not be reached. Either way the guard still counts
+    /// as held until [`Guard::lease_end`].
     pub async fn renew(&self, ttl: Duration) -> Result<bool> {
+        let sent = Instant::now();
         let renewed = self.holding.renew(ttl).await?;
-        if !renewed {
+        if renewed {
+            self.lease.renewed(sent, ttl);
+        } else {
             self.ended.send_replace(true);
         }
         Ok(renewed)
@@ -279,31 +318,41 @@ impl Drop for Guard {
     }
 }
 
-/// Renews the lease every third of `ttl` until a renewal is refused, the lease it last renewed
-/// runs out without another, or `max_hold` after `granted`; then tells `ended`.
+/// Renews the lease every third of `ttl` until a renewal is refused, the last lease that counted
+/// (granted, or renewed and synced) runs out without another, or `max_hold` after `granted`;
+/// then tells `ended`. A renewal that did not count is tried again after a tenth of `ttl`.
 async fn watchdog(
     holding: Arc<Holding>,
-    ttl: Duration,
-    granted: Instant,
-    max_hold: Option<Duration>,
+    lease: Arc<Lease>,
+    (ttl, granted, max_hold): (Duration, Instant, Option<Duration>),
     ended: Arc<watch::Sender<bool>>,
 ) {
     let stop_at = max_hold.map(|cap| granted + cap);
-    let mut held_until = granted + ttl;
+    let mut next = granted + ttl / 3;
     loop {
-        tokio::time::sleep_until(held_until - ttl + ttl / 3).await;
+        let held_until = lease.end();
+        tokio::time::sleep_until(next.min(held_until)).await;
         let sent = Instant::now();
-        let lease = stop_at.map_or(ttl, |stop| ttl.min(stop.saturating_duration_since(sent)));
-        if lease.is_zero() || sent >= held_until {
+        let term = stop_at.map_or(ttl, |stop| ttl.min(stop.saturating_duration_since(sent)));
+        if term.is_zero() || sent >= lease.end() {
             break;
         }
-        match holding.renew(lease).await {
-            Ok(true) => held_until = sent + lease,
+        let renewed = tokio::select! {
+            renewed = holding.renew(term) => renewed,
+            // Still waiting for the replicas when the lease runs out: lost, unless an explicit
+            // renewal moved it meanwhile.
+            () = tokio::time::sleep_until(held_until) => continue,
+        };
+        match renewed {
+            Ok(true) => {
+                lease.renewed(sent, term);
+                next = sent + term - ttl + ttl / 3;
+            }
             Ok(false) => break,
-            Err(_) => {} // the connection reconnects; the next tick tries again
+            Err(_) => next = Instant::now() + ttl / 10,
         }
-        if stop_at.is_some_and(|stop| held_until >= stop) {
-            tokio::time::sleep_until(held_until).await;
+        if stop_at.is_some_and(|stop| lease.end() >= stop) {
+            tokio::time::sleep_until(lease.end()).await;
             break;
         }
     }

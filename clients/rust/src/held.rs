@@ -9,6 +9,7 @@ use redis::{Cmd, FromRedisValue, ParsingError, RedisError, Value};
 use crate::backoff::Backoff;
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::sync::Sync;
 
 /// What is asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +59,11 @@ fn set_command(command: &str, names: &[String], mode: Mode) -> Cmd {
 pub(crate) struct Tokens(pub(crate) Vec<u64>);
 
 impl Tokens {
+    /// True when something was granted.
+    pub(crate) fn any(&self) -> bool {
+        !self.0.is_empty()
+    }
+
     /// The tokens, or `None` when nothing was granted.
     pub(crate) fn granted(self) -> Option<Vec<u64>> {
         (!self.0.is_empty()).then_some(self.0)
@@ -95,6 +101,8 @@ pub(crate) struct Held {
     pub(crate) owner: String,
     /// Whether it holds a set ([`Mode::Set`]): renewed and released whole.
     pub(crate) set: bool,
+    /// How its grants and renewals reach the replicas before they count.
+    pub(crate) sync: Sync,
 }
 
 impl Held {
@@ -103,8 +111,13 @@ impl Held {
         &self.owner
     }
 
-    /// `LOCK.ACQUIRE` as this holding's owner in `mode`, one more hold with `reentrant`: the
-    /// token, or `None` when the owner no longer holds what it takes (or another holds it).
+    /// `LOCK.ACQUIRE` as this holding's owner in `mode`, one more hold with `reentrant`,
+    /// synced: the token, or `None` when the owner no longer holds what it takes (or another
+    /// holds it). A new hold the replicas did not acknowledge is given back.
+    ///
+    /// # Errors
+    /// [`Error::NotReplicated`] when the replicas did not acknowledge it; a mode change stays
+    /// made on the master (it may be lost in a failover).
     pub(crate) async fn acquire(
         &self,
         ttl: Duration,
@@ -115,17 +128,45 @@ impl Held {
         if reentrant {
             command.arg("REENTRANT");
         }
-        match self.client.query(&command).await {
-            Err(Error::Redis(error)) if is_try_again(&error) => Ok(None),
-            other => other,
+        let granted = |token: &Option<u64>| token.is_some();
+        let synced = match self
+            .client
+            .synced(self.name(), &command, &self.sync, granted)
+            .await
+        {
+            Err(Error::Redis(error)) if is_try_again(&error) => return Ok(None),
+            other => other?,
+        };
+        if synced.reply.is_some() && !synced.acknowledged() {
+            if reentrant {
+                let _ = self.release().await;
+            }
+            return Err(synced.not_replicated());
         }
+        Ok(synced.reply)
     }
 
-    /// `LOCK.RENEW` (a set: `LOCK.MRENEW`, all or none): true while it holds them all.
+    /// `LOCK.RENEW` (a set: `LOCK.MRENEW`, all or none), synced: true while it holds them all,
+    /// false once refused.
+    ///
+    /// # Errors
+    /// [`Error::NotReplicated`] when it was renewed on the master but the replicas did not
+    /// acknowledge it in time: the renewal does not count.
     pub(crate) async fn renew(&self, ttl: Duration) -> Result<bool> {
         let mut command = set_command("LOCK.RENEW", &self.names, self.mode());
         command.arg(&self.owner).arg(millis(ttl)?);
-        Ok(self.client.query::<i64>(&command).await? == self.count())
+        let renewed = |count: &i64| *count > 0;
+        let synced = self
+            .client
+            .synced(self.name(), &command, &self.sync, renewed);
+        let synced = synced.await?;
+        if synced.reply != self.count() {
+            return Ok(false);
+        }
+        if !synced.acknowledged() {
+            return Err(synced.not_replicated());
+        }
+        Ok(true)
     }
 
     /// `LOCK.RELEASE` (a set: `LOCK.MRELEASE`): true if it still held every lock.
@@ -133,6 +174,11 @@ impl Held {
         let mut command = set_command("LOCK.RELEASE", &self.names, self.mode());
         command.arg(&self.owner);
         Ok(self.client.query::<i64>(&command).await? == self.count())
+    }
+
+    /// The key its synced writes are routed by (a set's keys share a slot).
+    fn name(&self) -> &str {
+        self.names.first().map_or("", String::as_str)
     }
 
     /// The mode whose commands renew and release it.

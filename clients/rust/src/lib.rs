@@ -4,9 +4,11 @@
 //! The module runs owner checks, leases, fair waiting and fencing tokens inside the server;
 //! this crate is the loop users write around them, written once:
 //!
-//! - acquire with a wait that blocks in the server, on a connection of its own whose timeout
-//!   is longer than the wait, recovering from a lost reply by asking again with the same owner
-//!   ([`Lock::acquire_timeout`]);
+//! - acquire with a wait that blocks in the server, on a dedicated connection borrowed from a
+//!   pool ([`ClientOptions`]) whose timeout is longer than the wait, recovering from a lost
+//!   reply by asking again with the same owner ([`Lock::acquire_timeout`]);
+//! - grants and renewals synced to the master's replicas before they count, in one round trip
+//!   ([`Sync`], [`sync`]);
 //! - a [`Guard`] with the fencing token, a watchdog that renews the lease every third of it
 //!   and stops for good on release, drop or refusal, a [`Guard::lost`] signal, and release on
 //!   every path;
@@ -39,7 +41,9 @@ mod error;
 mod guard;
 mod held;
 mod lock;
+mod masters;
 mod owner;
+mod pool;
 mod quorum;
 pub mod redlock;
 pub mod sync;
@@ -49,5 +53,6 @@ pub use client::Client;
 pub use error::{Error, Result};
 pub use guard::{Guard, Lost};
 pub use lock::{Lock, ReadWriteLock, Semaphore, Waiting};
+pub use pool::ClientOptions;
 pub use redlock::{Redlock, RedlockLock};
 pub use sync::Sync;

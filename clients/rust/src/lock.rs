@@ -4,15 +4,16 @@
 
 use std::time::Duration;
 
-use redis::{Cmd, RedisError};
+use redis::Cmd;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
-use crate::client::{Client, Own};
+use crate::client::{Client, Synced};
 use crate::error::{Error, Result};
 use crate::guard::{Guard, Holding, Keeping};
 use crate::held::{Held, Mode, Tokens, acquire_command, is_try_again};
 use crate::owner::new_owner;
+use crate::pool::is_lost_reply;
 use crate::sync::Sync;
 
 /// How an acquire that finds the lock busy waits for it.
@@ -35,7 +36,7 @@ struct Settings {
     keeping: Keeping,
     /// How long after a wait should have ended the client gives up on the server's reply.
     margin: Duration,
-    /// How grants reach the replicas before they are returned.
+    /// How grants and renewals reach the replicas before they count.
     sync: Sync,
 }
 
@@ -165,10 +166,13 @@ impl Lock {
         self
     }
 
-    /// Whether and how a grant reaches the replicas before an acquire returns it (default:
-    /// every replica the master has, within 1 s — see [`Sync`]). When fewer acknowledge in
-    /// time the grant is released and the acquire fails with [`Error::NotReplicated`], or, with
-    /// a wait budget left, tries again within it. Renewals and releases never wait.
+    /// Whether and how a grant reaches the replicas before an acquire returns it, and a
+    /// renewal before it counts (default: every replica the master has, within 1 s — see
+    /// [`Sync`]). When fewer acknowledge a grant in time it is released and the acquire fails
+    /// with [`Error::NotReplicated`], or, with a wait budget left, tries again within it; a
+    /// renewal they did not acknowledge does not count ([`Guard::renew`], the watchdog).
+    /// Releases never wait. Syncing to fewer replicas than the master has is not safe (see
+    /// [`Sync::exactly`]).
     #[must_use]
     pub fn with_sync(mut self, sync: Sync) -> Self {
         self.settings.sync = sync;
@@ -210,65 +214,47 @@ impl Lock {
     /// Takes the lock now, with a lease of `ttl` (ms precision), or `None` when it is busy.
     ///
     /// # Errors
-    /// The server's error (`WRONGTYPE`, a different `LIMIT`), or no connection.
+    /// The server's error (`WRONGTYPE`, a different `LIMIT`), no connection, or
+    /// [`Error::NotReplicated`] (see [`Lock::with_sync`]). After a lost reply the client
+    /// releases in the background whatever it may have been granted.
     pub async fn try_acquire(&self, ttl: Duration) -> Result<Option<Guard>> {
-        self.try_acquire_as(&self.next_owner(), ttl).await
+        let owner = self.next_owner();
+        let tried = self.try_acquire_as(&owner, ttl).await;
+        if let Err(Error::Redis(error)) = &tried
+            && is_lost_reply(error)
+        {
+            self.release_in_background(&owner);
+        }
+        tried
     }
 
     async fn try_acquire_as(&self, owner: &str, ttl: Duration) -> Result<Option<Guard>> {
         let granted = Instant::now();
         let command = self.command(owner, ttl, None)?;
-        let wanted = self.replicas_wanted().await?;
-        let tokens = if wanted == 0 {
-            match self.client.query::<Tokens>(&command).await {
-                Err(Error::Redis(error)) if is_try_again(&error) => Tokens::default(),
-                other => other?,
-            }
-        } else {
-            match self
-                .client
-                .query_own::<Tokens>(&command, &self.settings.sync)
-                .await
-            {
-                Err(error) if is_try_again(&error) => Tokens::default(),
-                Err(error) => return Err(error.into()),
-                Ok((tokens, mut own)) => {
-                    if !tokens.0.is_empty() {
-                        self.sync(owner, &mut own, wanted).await?;
-                    }
-                    tokens
-                }
-            }
-        };
-        Ok(tokens
-            .granted()
-            .map(|tokens| self.guard(owner, tokens, ttl, granted)))
-    }
-
-    async fn replicas_wanted(&self) -> Result<u32> {
-        self.client
-            .replicas_wanted(self.name(), &self.settings.sync)
-            .await
-    }
-
-    /// Waits for `wanted` replicas to have the grant `own` just carried. When fewer have it in
-    /// time, releases it (owner-checked) and fails with [`Error::NotReplicated`]; when the wait
-    /// cannot even be asked, releases in the background.
-    async fn sync(&self, owner: &str, own: &mut Own, wanted: u32) -> Result<()> {
         let sync = &self.settings.sync;
-        match own.wait_for_replicas(self.name(), wanted, sync).await {
-            Ok(acked) if acked >= wanted => Ok(()),
-            Ok(acked) => {
-                self.client.ask_replicas_again(self.name());
-                let _ = self.held(owner).release().await;
-                Err(Error::NotReplicated { acked, wanted })
-            }
-            Err(error) => {
-                let held = self.held(owner);
-                tokio::spawn(async move { held.release_eventually().await });
-                Err(error.into())
-            }
+        let synced = self.client.synced(self.name(), &command, sync, Tokens::any);
+        let synced = match synced.await {
+            Err(Error::Redis(error)) if is_try_again(&error) => return Ok(None),
+            other => other?,
+        };
+        let tokens = self.acknowledged(owner, synced).await?;
+        Ok(tokens.map(|(tokens, _)| self.guard(owner, tokens, ttl, granted)))
+    }
+
+    /// The tokens of a grant once its replicas acknowledged it (`None`: nothing was granted).
+    /// When fewer did in time, releases it (owner-checked) and fails with
+    /// [`Error::NotReplicated`].
+    async fn acknowledged(
+        &self,
+        owner: &str,
+        synced: Synced<Tokens>,
+    ) -> Result<Option<(Vec<u64>, Instant)>> {
+        if synced.reply.any() && !synced.acknowledged() {
+            let _ = self.held(owner).release().await;
+            return Err(synced.not_replicated());
         }
+        let answered = synced.answered;
+        Ok(synced.reply.granted().map(|tokens| (tokens, answered)))
     }
 
     /// Takes the lock, waiting for it up to `wait`; `None` when it stayed busy. With
@@ -309,7 +295,7 @@ impl Lock {
                 return self.try_acquire_as(&owner, ttl).await;
             }
             let outcome = match self.settings.waiting {
-                Waiting::Server => self.wait_in_server(&owner, ttl, left).await,
+                Waiting::Server => self.wait_in_server(&owner, ttl, deadline).await,
                 Waiting::Retry(backoff) => match self.try_acquire_as(&owner, ttl).await {
                     Ok(Some(guard)) => Ok(Attempt::Granted(guard)),
                     Ok(None) => {
@@ -335,29 +321,39 @@ impl Lock {
         }
     }
 
-    /// One `LOCK.ACQUIRE ... WAIT` for up to `left` (`None`: no limit) as `owner`.
+    /// One `LOCK.ACQUIRE ... WAIT` as `owner` until `deadline` (`None`: no limit), on a wait
+    /// connection borrowed within the same budget.
     async fn wait_in_server(
         &self,
         owner: &str,
         ttl: Duration,
-        left: Option<Duration>,
+        deadline: Option<Instant>,
     ) -> Result<Attempt> {
+        let left = || deadline.map(|end| end.saturating_duration_since(Instant::now()));
+        let Some(mut connection) = self.client.wait_connection(self.name(), left()).await? else {
+            return Ok(Attempt::TimedOut);
+        };
+        let left = left();
+        if left.is_some_and(|left| left.is_zero()) {
+            return Ok(Attempt::TimedOut);
+        }
         let command = self.command(owner, ttl, Some(left.unwrap_or(Duration::ZERO)))?;
-        let wanted = self.replicas_wanted().await?;
-        match self
+        let (name, sync) = (self.name(), &self.settings.sync);
+        let wait = (left, self.settings.margin);
+        let synced = self
             .client
-            .query_waiting::<Tokens>(&command, left, self.settings.margin)
-            .await
-        {
-            Ok((Tokens(tokens), _)) if tokens.is_empty() => Ok(Attempt::TimedOut),
-            // The server replies the moment it hands the lock over: the lease began then.
-            Ok((Tokens(tokens), mut own)) => {
-                let granted = Instant::now();
-                if wanted > 0 {
-                    self.sync(owner, &mut own, wanted).await?;
+            .wait_synced(&mut connection, name, &command, wait, sync, Tokens::any)
+            .await;
+        drop(connection);
+        match synced {
+            // The server replies the moment it hands the lock over: the lease began then (the
+            // `WAIT` behind the grant comes later).
+            Ok(synced) => match self.acknowledged(owner, synced).await? {
+                Some((tokens, granted)) => {
+                    Ok(Attempt::Granted(self.guard(owner, tokens, ttl, granted)))
                 }
-                Ok(Attempt::Granted(self.guard(owner, tokens, ttl, granted)))
-            }
+                None => Ok(Attempt::TimedOut),
+            },
             Err(error) if is_try_again(&error) => {
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 Ok(Attempt::Again)
@@ -382,8 +378,7 @@ impl Lock {
                     attempt += 1;
                 }
                 Err(error) => {
-                    let held = self.held(owner);
-                    tokio::spawn(async move { held.release_eventually().await });
+                    self.release_in_background(owner);
                     return Err(error);
                 }
             }
@@ -411,7 +406,15 @@ impl Lock {
             names: self.names.clone(),
             owner: owner.to_owned(),
             set: self.settings.mode == Mode::Set,
+            sync: self.settings.sync,
         }
+    }
+
+    /// Releases what `owner` may hold, retrying in the background while the server cannot be
+    /// reached (after a reply that never came).
+    fn release_in_background(&self, owner: &str) {
+        let held = self.held(owner);
+        tokio::spawn(async move { held.release_eventually().await });
     }
 
     fn guard(&self, owner: &str, tokens: Vec<u64>, ttl: Duration, granted: Instant) -> Guard {
@@ -429,11 +432,6 @@ enum Attempt {
     Granted(Guard),
     TimedOut,
     Again,
-}
-
-/// The reply may have been lost: the server may or may not have done it.
-fn is_lost_reply(error: &RedisError) -> bool {
-    error.is_timeout() || error.is_io_error() || error.is_connection_dropped()
 }
 
 /// A read-write lock: many readers or one writer, fair between them (a writer queued behind

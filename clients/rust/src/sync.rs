@@ -1,38 +1,47 @@
-//! Grants synced to replicas before they are returned: after a grant the client sends
-//! `WAIT numreplicas timeout` (or `WAITAOF`) on the connection that carried it, and counts the
-//! grant only once enough replicas have it. Replication is asynchronous: without this, a master
-//! can acknowledge a grant and fail before any replica has it, and the promoted replica grants
-//! the same lock again.
+//! Grants and renewals synced to replicas before they count: the client sends the write and
+//! `WAIT numreplicas timeout` (or `WAITAOF`) behind it on the same connection, and counts the
+//! write only once enough replicas have it. Replication is asynchronous: without this, a master
+//! can acknowledge a grant (or a renewal) and fail before any replica has it, and the promoted
+//! replica grants the same lock again (or ends the lease earlier than its holder believes).
 //!
-//! How many replicas to wait for, by default, is learned from the master (`INFO replication`:
-//! its replicas online) and never lowered by a drop the same master sees: in a split brain an
-//! old master loses exactly the replica that was promoted, and would otherwise count a grant as
-//! synced to the one replica about to be re-pointed elsewhere. A master is known by its
-//! replication ID, which a promotion (and a restart) changes. A new master at the same place
+//! How many replicas to wait for, by default, is learned from the master in the write's own
+//! round trip: `INFO replication` (its replicas online) goes in the same pipeline, just before
+//! the write (for a wait in the server, just after the grant), and a `WAIT` for more replicas
+//! follows on the same connection when the count grew. A replica that attached just before the
+//! write is waited for. The count is never lowered by a drop the same master sees: in a split
+//! brain an old master loses exactly the replica that was promoted, and would otherwise count a
+//! grant as synced to the one replica about to be re-pointed elsewhere. A master is known by
+//! its replication ID, which a promotion (and a restart) changes. A new master at the same place
 //! — a replica promoted, or the old master restarted — starts from one fewer than the most any
 //! master there had (the promoted replica is no longer a replica) rather than from what it
-//! reports at once: its
-//! replicas reattach only some time after a failover, and a restarted old master that Sentinel
-//! has not yet made a replica has none, yet its grants are the ones most likely lost.
+//! reports at once: its replicas reattach only some time after a failover, and a restarted old
+//! master that Sentinel has not yet made a replica has none, yet its grants are the ones most
+//! likely lost.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::cluster_routing::Slot;
-use tokio::time::Instant;
+use redis::{Cmd, FromRedisValue, RedisError, Value};
 
-/// How many replicas must have a grant before it is returned.
+/// How many replicas must have a grant or a renewal before it counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Replicas {
     /// As many as the master has online, learned from it and never lowered for the same master.
     Learned,
-    /// This many (0: don't wait).
+    /// This many (0: don't wait). Fewer than the master has is not safe: see [`Sync::exactly`].
     Exactly(u32),
 }
 
-/// Whether and how grants are synced to replicas before an acquire returns them. The default:
+/// Whether and how grants and renewals are synced to replicas before they count. The default:
 /// to every replica the master has, waiting up to [`Sync::DEFAULT_TIMEOUT`]; a lone server
-/// pays nothing.
+/// waits for nothing (its `INFO replication` goes in the write's round trip).
+///
+/// The cost when a replica is down: every grant and every renewal waits the whole timeout and
+/// fails ([`crate::Error::NotReplicated`]); a watched holding keeps trying and is reported lost
+/// when its last synced lease ends. Bring the replica back; or, accepting that a failover may
+/// then lose grants, lower the count ([`Sync::exactly`]) or switch syncing off ([`Sync::off`])
+/// for that time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sync {
     pub(crate) replicas: Replicas,
@@ -41,7 +50,7 @@ pub struct Sync {
 }
 
 impl Sync {
-    /// How long a grant waits for its replicas by default: 1 s. A replica that is up
+    /// How long a grant or renewal waits for its replicas by default: 1 s. A replica that is up
     /// acknowledges within a round trip plus its replication lag (well under a millisecond on a
     /// LAN, `make chaos` measures it); a second runs out only when a replica is down or far
     /// behind, and then the grant is not safe anyway.
@@ -58,6 +67,12 @@ impl Sync {
     }
 
     /// To exactly `replicas` replicas.
+    ///
+    /// **Fewer than the master has is not safe**: a failover may promote a replica that did
+    /// not acknowledge the grant, and the new master grants the lock again. A ten-minute
+    /// `make chaos` run (commit 888e1d5) found 0 double grants among grants synced to every
+    /// replica and 16 among grants synced to one of two (all after `SENTINEL FAILOVER`). Use it
+    /// to pin the count for a master whose replicas you know, or with 0 ([`Sync::off`]).
     #[must_use]
     pub const fn exactly(replicas: u32) -> Self {
         Self {
@@ -66,7 +81,7 @@ impl Sync {
         }
     }
 
-    /// No syncing: a grant is returned as soon as the master made it.
+    /// No syncing: a grant is returned, and a renewal counts, as soon as the master made it.
     #[must_use]
     pub const fn off() -> Self {
         Self::exactly(0)
@@ -79,7 +94,7 @@ impl Sync {
         self
     }
 
-    /// Waits with `WAITAOF 1 n timeout` instead: the grant is in the master's AOF and the
+    /// Waits with `WAITAOF 1 n timeout` instead: the write is in the master's AOF and the
     /// replicas' AOFs on disk (Redis 7.2+, Valkey 8+, with `appendonly yes`). With
     /// `appendfsync everysec` a server fsyncs once a second, so give it a timeout above 1 s.
     #[must_use]
@@ -88,11 +103,39 @@ impl Sync {
         self
     }
 
+    /// True when nothing is synced ([`Sync::off`]).
+    pub(crate) fn is_off(&self) -> bool {
+        self.replicas == Replicas::Exactly(0)
+    }
+
     /// The timeout in whole ms for `WAIT` (at least 1: 0 would mean no limit).
-    pub(crate) fn timeout_ms(&self) -> u64 {
+    fn timeout_ms(&self) -> u64 {
         u64::try_from(self.timeout.as_millis())
             .unwrap_or(u64::MAX)
             .max(1)
+    }
+
+    /// `WAIT replicas timeout` (or `WAITAOF 1 replicas timeout`): for every write sent before it
+    /// on its connection.
+    pub(crate) fn wait_command(&self, replicas: u32) -> Cmd {
+        let mut command = redis::cmd(if self.aof { "WAITAOF" } else { "WAIT" });
+        if self.aof {
+            command.arg(1);
+        }
+        command.arg(replicas).arg(self.timeout_ms());
+        command
+    }
+
+    /// How many replicas acknowledged, from the reply to [`Sync::wait_command`] (for `WAITAOF`,
+    /// none unless the master fsynced too).
+    pub(crate) fn acked(&self, reply: Value) -> Result<u32, RedisError> {
+        let reply = reply.extract_error()?;
+        if self.aof {
+            // [fsynced locally (0 or 1), replicas that fsynced]
+            let (local, acked): (u32, u32) = FromRedisValue::from_redis_value(reply)?;
+            return Ok(if local >= 1 { acked } else { 0 });
+        }
+        Ok(FromRedisValue::from_redis_value(reply)?)
     }
 }
 
@@ -102,9 +145,6 @@ impl Default for Sync {
     }
 }
 
-/// How long what a master said of its replicas is used before it is asked again.
-const REFRESH: Duration = Duration::from_secs(5);
-
 /// What one master (or, in a cluster, the master of one slot) said of its replicas.
 #[derive(Debug, Clone)]
 struct Known {
@@ -113,8 +153,6 @@ struct Known {
     replicas: u32,
     /// The most replicas any master at this place had.
     most: u32,
-    /// When it was last asked; `None`: ask at the next grant.
-    asked_at: Option<Instant>,
 }
 
 /// Where a lock's master is asked: `None` on one server, the lock's slot in a cluster.
@@ -125,11 +163,9 @@ pub(crate) type Place = Option<Slot>;
 pub(crate) struct Learned(HashMap<Place, Known>);
 
 impl Learned {
-    /// The count to wait for at `place`, if it was asked recently enough.
-    pub(crate) fn fresh(&self, place: Place) -> Option<u32> {
-        let known = self.0.get(&place)?;
-        let recent = known.asked_at?.elapsed() < REFRESH;
-        recent.then_some(known.replicas)
+    /// The count learned so far at `place` (0 before the first answer), to send with a write.
+    pub(crate) fn known(&self, place: Place) -> u32 {
+        self.0.get(&place).map_or(0, |known| known.replicas)
     }
 
     /// Takes note of what the master at `place` said (`INFO replication`), and returns the count
@@ -140,7 +176,6 @@ impl Learned {
             replication_id: replication_id.clone(),
             replicas: 0,
             most: 0,
-            asked_at: None,
         });
         if known.replication_id != replication_id {
             known.replication_id = replication_id;
@@ -148,16 +183,7 @@ impl Learned {
         }
         known.replicas = known.replicas.max(online);
         known.most = known.most.max(known.replicas);
-        known.asked_at = Some(Instant::now());
         known.replicas
-    }
-
-    /// Makes the next grant at `place` ask again (after a grant was not synced: the master may
-    /// have changed), keeping the count for the same master.
-    pub(crate) fn ask_again(&mut self, place: Place) {
-        if let Some(known) = self.0.get_mut(&place) {
-            known.asked_at = None;
-        }
     }
 }
 
@@ -205,7 +231,7 @@ mod tests {
         assert_eq!(learned.heard(None, &info("a", 2)), 2);
         let dropped = learned.heard(None, &info("a", 1));
         assert_eq!(dropped, 2, "the same master lost one");
-        assert_eq!(learned.fresh(None), Some(2));
+        assert_eq!(learned.known(None), 2);
         let promoted = learned.heard(None, &info("b", 0));
         assert_eq!(promoted, 1, "a new master: one fewer than the most before");
         assert_eq!(
@@ -215,8 +241,6 @@ mod tests {
         );
         let cluster = learned.heard(Slot::new(7), &info("c", 0));
         assert_eq!(cluster, 0, "per slot in a cluster");
-        learned.ask_again(None);
-        assert_eq!(learned.fresh(None), None);
         let again = learned.heard(None, &info("b", 0));
         assert_eq!(again, 2, "asked again: still not lowered");
         assert_eq!(learned.heard(None, &info("d", 0)), 1);
@@ -224,5 +248,6 @@ mod tests {
         assert_eq!(worn, 1, "new masters do not wear it down");
         let lone = Learned::default().heard(None, &info("f", 0));
         assert_eq!(lone, 0, "a lone server");
+        assert_eq!(Learned::default().known(None), 0, "nothing learned yet");
     }
 }

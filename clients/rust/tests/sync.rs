@@ -1,37 +1,20 @@
-//! Grants synced to replicas before they are returned (`Sync`): on a real master and replica,
-//! with the replica running, stopped (`SIGSTOP`) and detached.
+//! Grants and renewals synced to replicas before they count (`Sync`): on a real master and
+//! replica, with the replica running, stopped (`SIGSTOP`) and detached.
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
+mod replicated;
 
 use std::time::Duration;
 
-use common::{Server, call, holder, info_field};
+use common::{Server, call, holder};
 use leasehold_client::{Client, Error, Lock, Sync};
 use redis::Value;
+use replicated::{calls, pair, pair_with};
+use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(10);
 const QUICK: Duration = Duration::from_millis(200);
-
-/// A master and its replica, online as the master sees it (the count a client learns) and
-/// acknowledging writes.
-fn pair() -> (Server, Server) {
-    pair_with(&[])
-}
-
-/// [`pair`], both servers started with `args`.
-fn pair_with(args: &[&str]) -> (Server, Server) {
-    let master = Server::start(args);
-    let replica = Server::start(args);
-    replica.replicate(&master);
-    let mut con = master.client();
-    common::wait_until("the master counts its replica online", || {
-        info_field(&mut con, "replication", "slave0").is_some_and(|s| s.contains("state=online"))
-    });
-    call(&mut con, &["SET", "settled", "1"]);
-    common::wait_replicas(&mut con, 1);
-    (master, replica)
-}
 
 async fn client(server: &Server) -> Client {
     Client::open(&server.url()).await.expect("connect")
@@ -39,11 +22,7 @@ async fn client(server: &Server) -> Client {
 
 /// `WAIT` calls the server has run.
 fn waits(server: &Server) -> u64 {
-    let stats = info_field(&mut server.client(), "commandstats", "cmdstat_wait");
-    stats.map_or(0, |s| {
-        let calls = s.split(',').next().and_then(|c| c.strip_prefix("calls="));
-        calls.and_then(|c| c.parse().ok()).unwrap_or(0)
-    })
+    calls(server, "wait")
 }
 
 fn fence(server: &Server, key: &str) -> Value {
@@ -64,10 +43,11 @@ async fn learned_one_replica(client: &Client) -> Lock {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_lone_server_pays_nothing() {
+async fn a_lone_server_waits_for_nothing() {
     let server = Server::start(&[]);
     let lock = Lock::new(&client(&server).await, "k");
     let guard = lock.try_acquire(TTL).await.expect("acquire").expect("free");
+    assert!(guard.renew(TTL).await.expect("renew"));
     assert!(guard.release().await.expect("release"));
     assert_eq!(waits(&server), 0, "no replicas: no WAIT");
 }
@@ -197,4 +177,64 @@ async fn waitaof_puts_the_grant_on_the_replicas_disks_where_the_server_has_it() 
     let guard = lock.try_acquire(TTL).await.expect("acquire").expect("free");
     assert_eq!(fence(&replica, "k"), int(guard.token()));
     assert!(guard.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renewal_the_replica_does_not_get_does_not_count_and_a_watched_holding_is_lost() {
+    let (master, replica) = pair();
+    let client = client(&master).await;
+    let lock = learned_one_replica(&client).await;
+    let renewed = lock.try_acquire(TTL).await.expect("acquire").expect("free");
+    let watched = Lock::new(&client, "w")
+        .with_sync(Sync::to_replicas().timeout(QUICK))
+        .with_watchdog(true);
+    let lease = Duration::from_millis(1_500);
+    let watched = watched.try_acquire(lease).await.expect("acquire");
+    let watched = watched.expect("free");
+    let (renewed_until, watched_until) = (renewed.lease_end(), watched.lease_end());
+    let renewals = calls(&master, "lock.renew");
+    replica.signal("STOP");
+
+    let refused = renewed.renew(TTL * 2).await;
+    assert!(
+        matches!(
+            refused,
+            Err(Error::NotReplicated {
+                acked: 0,
+                wanted: 1
+            })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(
+        renewed.lease_end(),
+        renewed_until,
+        "the lease end it counts on"
+    );
+    assert!(renewed.is_held(), "held until that lease ends");
+
+    // The watchdog keeps renewing, none counts: lost when its last synced lease ends.
+    tokio::time::timeout(lease * 3, watched.lost())
+        .await
+        .expect("reported lost");
+    let lost_at = Instant::now();
+    assert!(lost_at >= watched_until, "not before its lease ended");
+    assert!(
+        lost_at - watched_until < Duration::from_millis(500),
+        "{:?} after it ended",
+        lost_at - watched_until
+    );
+    assert_eq!(watched.lease_end(), watched_until);
+    assert!(
+        calls(&master, "lock.renew") >= renewals + 3,
+        "it kept trying"
+    );
+    replica.signal("CONT");
+    assert!(
+        renewed
+            .renew(TTL)
+            .await
+            .expect("renewed once the replica is back")
+    );
+    assert!(renewed.lease_end() > renewed_until);
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::proxy::LinkProxy;
 use common::{Server, call, holder, info_field};
-use leasehold_client::{Client, Lock};
+use leasehold_client::{Client, Lock, Sync};
 use redis::Value;
 
 const TTL: Duration = Duration::from_millis(300);
@@ -129,6 +129,10 @@ async fn the_watchdog_survives_its_connection_being_killed() {
     }
     assert!(guard.is_held());
     assert_eq!(holder(&mut con, "k").as_deref(), Some(guard.owner()));
+    // The renewals went on the sync pool, which replaced its killed connection. The shared
+    // connection (releases) was killed while idle: its next command fails and it reconnects.
+    let probe = Lock::new(&client, "probe").with_sync(Sync::off());
+    let _ = probe.try_acquire(Duration::from_secs(1)).await;
     assert!(guard.release().await.expect("release after reconnecting"));
 }
 

@@ -1,0 +1,263 @@
+//! The dedicated connections of one server (or one cluster master): a bounded pool for waits in
+//! the server and one for synced writes, lent to one caller at a time (deadpool).
+//!
+//! A blocked command (`LOCK.ACQUIRE ... WAIT`, `WAIT`) stalls the connection it was sent on, so
+//! neither goes over the shared connection. Two pools, so that waiters — who keep their
+//! connection for as long as they wait — never starve a holder's synced renewal. A caller that
+//! finds its pool exhausted queues within its own budget. A connection goes back to its pool
+//! only once every reply it was sent has been read: one whose reply was lost (the client-side
+//! timeout fired, the connection dropped, the caller was cancelled with a command in flight) is
+//! closed and never lent again.
+
+use std::io;
+use std::time::Duration;
+
+use deadpool::Runtime;
+use deadpool::managed::{
+    self, Metrics, Object, Pool, PoolError, RecycleResult, TimeoutType, Timeouts,
+};
+use futures_util::future::join;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Pipeline, RedisError, Value};
+use tokio::time::Instant;
+
+/// How long opening a connection may take.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection lent again after lying idle this long is first checked with `PING` (a server's
+/// `timeout`, a proxy or a firewall may have closed it meanwhile); one in steady use is not.
+const IDLE_CHECK: Duration = Duration::from_secs(30);
+
+/// How many dedicated connections a [`crate::Client`] keeps to each server (each master, in a
+/// cluster), besides its shared connection: a pool for waits in the server and a pool for synced
+/// writes, each opened as needed up to its size and reused. A caller that finds its pool
+/// exhausted queues for a connection within its own budget: an acquire within its wait (then
+/// it answers as a wait that timed out), a synced grant or renewal within the sync timeout
+/// (then it is not synced: [`crate::Error::NotReplicated`]).
+///
+/// ```no_run
+/// # async fn example() -> leasehold_client::Result<()> {
+/// use leasehold_client::{Client, ClientOptions};
+///
+/// let options = ClientOptions::new().wait_connections(64).sync_connections(8);
+/// let client = Client::open_with("redis://127.0.0.1:6379", options).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientOptions {
+    wait: usize,
+    sync: usize,
+}
+
+impl ClientOptions {
+    /// Connections for waits in the server by default: 32.
+    pub const DEFAULT_WAIT_CONNECTIONS: usize = 32;
+    /// Connections for synced writes by default: 16.
+    pub const DEFAULT_SYNC_CONNECTIONS: usize = 16;
+
+    /// The defaults: 32 connections for waits, 16 for synced writes.
+    #[must_use]
+    pub const fn new() -> Self {
+        Self {
+            wait: Self::DEFAULT_WAIT_CONNECTIONS,
+            sync: Self::DEFAULT_SYNC_CONNECTIONS,
+        }
+    }
+
+    /// At most `connections` (at least 1) for waits in the server (`LOCK.ACQUIRE ... WAIT`,
+    /// `LOCK.MACQUIRE ... WAIT`), each kept by its waiter for as long as it waits: the number of
+    /// acquires of this client that can wait in the server at once.
+    #[must_use]
+    pub const fn wait_connections(mut self, connections: usize) -> Self {
+        self.wait = if connections == 0 { 1 } else { connections };
+        self
+    }
+
+    /// At most `connections` (at least 1) for synced writes — a grant made without waiting, a
+    /// renewal — and their `WAIT`, each kept for one round trip (or until its replicas
+    /// acknowledge).
+    #[must_use]
+    pub const fn sync_connections(mut self, connections: usize) -> Self {
+        self.sync = if connections == 0 { 1 } else { connections };
+        self
+    }
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What a connection is borrowed for: each has a pool of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// A wait in the server (`... WAIT`), and the sync of what it granted.
+    Wait,
+    /// A synced write: a grant made without waiting, a renewal, and their `WAIT`.
+    Sync,
+}
+
+/// Opens the pools' connections to one server. They have no response timeout of their own:
+/// every exchange on them is bounded by its caller, which closes the connection when the bound
+/// runs out. They never retry (a retried wait would queue twice).
+pub(crate) struct Dialer {
+    client: redis::Client,
+}
+
+impl managed::Manager for Dialer {
+    type Type = MultiplexedConnection;
+    type Error = RedisError;
+
+    async fn create(&self) -> Result<MultiplexedConnection, RedisError> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(None);
+        self.client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+    }
+
+    async fn recycle(
+        &self,
+        connection: &mut MultiplexedConnection,
+        metrics: &Metrics,
+    ) -> RecycleResult<RedisError> {
+        if metrics.last_used() >= IDLE_CHECK {
+            redis::cmd("PING").exec_async(connection).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The wait pool and the sync pool of one server. Cloning is cheap: clones share the pools.
+#[derive(Clone)]
+pub(crate) struct Pools {
+    wait: Pool<Dialer>,
+    sync: Pool<Dialer>,
+}
+
+impl Pools {
+    /// The pools of `client`'s server, of `options`' sizes; connections are opened when first
+    /// needed.
+    pub(crate) fn new(client: &redis::Client, options: ClientOptions) -> Self {
+        let pool = |size: usize| {
+            let dialer = Dialer {
+                client: client.clone(),
+            };
+            Pool::builder(dialer)
+                .max_size(size)
+                .queue_mode(managed::QueueMode::Lifo)
+                .runtime(Runtime::Tokio1)
+                .build()
+                .expect("a runtime is set, so the pool builds")
+        };
+        Self {
+            wait: pool(options.wait),
+            sync: pool(options.sync),
+        }
+    }
+
+    /// Borrows a connection for `purpose`, queueing up to `budget` (`None`: as long as it
+    /// takes) while all are lent; `None` when the budget ran out first.
+    ///
+    /// # Errors
+    /// A new connection could not be opened.
+    pub(crate) async fn borrow(
+        &self,
+        purpose: Purpose,
+        budget: Option<Duration>,
+    ) -> Result<Option<Borrowed>, RedisError> {
+        let pool = match purpose {
+            Purpose::Wait => &self.wait,
+            Purpose::Sync => &self.sync,
+        };
+        let timeouts = Timeouts {
+            wait: budget,
+            create: Some(CONNECT_TIMEOUT),
+            recycle: Some(CONNECT_TIMEOUT),
+        };
+        match pool.timeout_get(&timeouts).await {
+            Ok(object) => Ok(Some(Borrowed(Some(object)))),
+            Err(PoolError::Timeout(TimeoutType::Wait)) => Ok(None),
+            Err(PoolError::Backend(error)) => Err(error),
+            Err(other) => Err(io::Error::other(other.to_string()).into()),
+        }
+    }
+}
+
+/// A connection borrowed from a pool; it goes back when dropped, unless a reply was lost on it.
+pub(crate) struct Borrowed(Option<Object<Dialer>>);
+
+impl Borrowed {
+    /// Sends `head`, then `tail` behind it (one write, one round trip; the server runs them in
+    /// that order), and reads all their replies — a command's error among them — within
+    /// `timeout` (`None`: no limit). Returns `head`'s replies with the moment they came (before
+    /// `tail`'s, which may wait in the server), and `tail`'s.
+    ///
+    /// # Errors
+    /// The connection failed or the timeout ran out (it is then closed, as it is when the
+    /// caller drops this future before the replies came).
+    pub(crate) async fn exchange(
+        &mut self,
+        head: &Pipeline,
+        tail: &Pipeline,
+        timeout: Option<Duration>,
+    ) -> Result<(Vec<Value>, Instant, Vec<Value>), RedisError> {
+        let mut in_flight = InFlight(self.0.take());
+        let connection = in_flight.0.as_mut().ok_or_else(lost_earlier)?;
+        let mut behind = MultiplexedConnection::clone(connection);
+        // `join` polls `head` first: its request is queued on the connection before `tail`'s.
+        let both = join(
+            async {
+                let replies = head.query_async::<Vec<Value>>(&mut **connection).await;
+                (replies, Instant::now())
+            },
+            async {
+                if tail.is_empty() {
+                    return Ok(Vec::new());
+                }
+                tail.query_async::<Vec<Value>>(&mut behind).await
+            },
+        );
+        let ((head, answered), tail) = match timeout {
+            Some(timeout) => tokio::time::timeout(timeout, both)
+                .await
+                .map_err(|_| RedisError::from(io::Error::from(io::ErrorKind::TimedOut)))?,
+            None => both.await,
+        };
+        // Every reply was read, a command's error reply too: the connection can be lent again.
+        let lost = [&head, &tail]
+            .into_iter()
+            .any(|replies| replies.as_ref().is_err_and(is_lost_reply));
+        if !lost {
+            self.0 = in_flight.0.take();
+        }
+        Ok((head?, answered, tail?))
+    }
+}
+
+/// A connection with commands in flight: closed for good if dropped before its replies came.
+struct InFlight(Option<Object<Dialer>>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(object) = self.0.take() {
+            drop(Object::take(object));
+        }
+    }
+}
+
+/// The error of a second exchange on a connection the first one lost.
+fn lost_earlier() -> RedisError {
+    io::Error::new(
+        io::ErrorKind::NotConnected,
+        "the connection was closed after a lost reply",
+    )
+    .into()
+}
+
+/// The reply may have been lost: the server may or may not have done it.
+pub(crate) fn is_lost_reply(error: &RedisError) -> bool {
+    error.is_timeout() || error.is_io_error() || error.is_connection_dropped()
+}

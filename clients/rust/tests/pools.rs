@@ -1,0 +1,205 @@
+//! The client's dedicated connections, counted on real servers: waits and synced writes reuse
+//! them, a connection whose reply was lost is closed and never lent again, and an exhausted
+//! pool makes callers queue within their own budget without holding up a holder's renewal and
+//! release.
+
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+mod replicated;
+
+use std::time::{Duration, Instant};
+
+use common::{Server, holder, info_field, queued, waiters};
+use leasehold_client::{Client, ClientOptions, Error, Lock, Sync};
+use replicated::{calls, pair};
+
+const TTL: Duration = Duration::from_secs(10);
+
+/// Connections the server has accepted so far, asked on `con` (opened beforehand).
+fn accepted(con: &mut redis::Connection) -> u64 {
+    info_field(con, "stats", "total_connections_received")
+        .and_then(|count| count.parse().ok())
+        .expect("INFO stats")
+}
+
+async fn client(server: &Server, options: ClientOptions) -> Client {
+    Client::open_with(&server.url(), options)
+        .await
+        .expect("connect")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn synced_grants_and_waits_reuse_at_most_a_pools_worth_of_connections() {
+    let (master, _replica) = pair();
+    let mut con = master.client();
+    let options = ClientOptions::new().wait_connections(4).sync_connections(2);
+    let client = client(&master, options).await;
+    let lock = Lock::new(&client, "k");
+    let before = accepted(&mut con);
+    for _ in 0..200 {
+        let guard = lock.try_acquire(TTL).await.expect("acquire").expect("free");
+        assert!(guard.release().await.expect("release"));
+    }
+    let granted = accepted(&mut con) - before;
+    assert!(
+        granted <= 2,
+        "200 synced grants opened {granted} connections"
+    );
+
+    let before = accepted(&mut con);
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let lock = lock.clone();
+            tokio::spawn(async move {
+                for _ in 0..25 {
+                    let wait = Duration::from_secs(30);
+                    let guard = lock.acquire_timeout(TTL, wait).await.expect("wait");
+                    let guard = guard.expect("granted");
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    assert!(guard.release().await.expect("release"));
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.await.expect("a worker");
+    }
+    let waited = accepted(&mut con) - before;
+    assert!(waited <= 4, "100 waits opened {waited} connections");
+    assert!(calls(&master, "wait") >= 300, "every grant was synced");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wait_cancelled_in_flight_closes_its_connection() {
+    let server = Server::start(&[]);
+    let mut con = server.client();
+    let client = client(&server, ClientOptions::new()).await;
+    let lock = Lock::new(&client, "k");
+    let held = lock.try_acquire(TTL).await.expect("acquire").expect("free");
+    let before = accepted(&mut con);
+    let waiting = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire_timeout(TTL, Duration::from_secs(30)).await }
+    });
+    queued(&mut con, "k", 1);
+    waiting.abort();
+    assert!(waiting.await.is_err(), "cancelled");
+    // The server saw the connection close: its waiter left the queue.
+    queued(&mut con, "k", 0);
+    let short = Duration::from_millis(100);
+    assert!(
+        lock.acquire_timeout(TTL, short)
+            .await
+            .expect("wait")
+            .is_none()
+    );
+    let opened = accepted(&mut con) - before;
+    assert_eq!(opened, 2, "the next wait needed a connection of its own");
+    assert!(held.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wait_whose_reply_timed_out_is_not_reused() {
+    let server = Server::start(&[]);
+    let mut con = server.client();
+    let client = client(&server, ClientOptions::new()).await;
+    let lock = Lock::new(&client, "k").with_sync(Sync::off());
+    let held = lock.try_acquire(TTL).await.expect("acquire").expect("free");
+    let before = accepted(&mut con);
+    let waiter = lock.clone().with_timeout_margin(Duration::from_millis(100));
+    let waiting = tokio::spawn(async move {
+        let wait = Duration::from_secs(1);
+        waiter.acquire_timeout(TTL, wait).await
+    });
+    queued(&mut con, "k", 1);
+    // Frozen past the wait and its margin: the client gives up on the reply first.
+    server.signal("STOP");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    server.signal("CONT");
+    let outcome = waiting.await.expect("task").expect("recovered");
+    assert!(outcome.is_none(), "still held by the first holder");
+    let short = Duration::from_millis(100);
+    assert!(
+        lock.acquire_timeout(TTL, short)
+            .await
+            .expect("wait")
+            .is_none()
+    );
+    let opened = accepted(&mut con) - before;
+    assert_eq!(opened, 2, "the timed-out connection was not lent again");
+    assert!(held.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_exhausted_pool_makes_callers_queue_within_their_budget_and_never_holds_up_a_holder() {
+    let (master, replica) = pair();
+    let mut con = master.client();
+    let options = ClientOptions::new().wait_connections(2).sync_connections(1);
+    let client = client(&master, options).await;
+    let lock = Lock::new(&client, "k");
+    let held = lock.try_acquire(TTL).await.expect("acquire").expect("free");
+    let waiting: Vec<_> = (0..2)
+        .map(|_| {
+            let lock = lock.clone();
+            tokio::spawn(async move {
+                let wait = Duration::from_secs(60);
+                let guard = lock.acquire_timeout(TTL, wait).await.expect("wait");
+                guard.expect("served").release().await.expect("release")
+            })
+        })
+        .collect();
+    queued(&mut con, "k", 2);
+
+    // Every wait connection is taken: a third waiter queues for one, and its budget runs out.
+    let started = Instant::now();
+    let budget = Duration::from_millis(500);
+    let third = lock.acquire_timeout(TTL, budget).await.expect("no error");
+    let took = started.elapsed();
+    assert!(third.is_none(), "answered as a wait that timed out");
+    assert!(took >= budget && took < budget * 4, "{took:?}");
+    assert_eq!(waiters(&mut con, "k"), 2, "it never reached the server");
+
+    // The holder's synced renewal and its release go through; the waiters are served in turn.
+    let lease_end = held.lease_end();
+    assert!(held.renew(TTL).await.expect("a synced renewal"));
+    assert!(held.lease_end() > lease_end);
+    assert!(held.release().await.expect("release"));
+    for waiter in waiting {
+        assert!(waiter.await.expect("task"), "held until released");
+    }
+
+    // The only sync connection waits for a stopped replica; another synced grant queues for it
+    // within its own sync timeout, and is not synced.
+    replica.signal("STOP");
+    let slow = tokio::spawn({
+        let lock = Lock::new(&client, "a").with_sync(Sync::to_replicas().timeout(budget * 6));
+        async move { lock.try_acquire(TTL).await.map(|guard| guard.is_some()) }
+    });
+    common::wait_until("the first grant is made", || {
+        holder(&mut con, "a").is_some()
+    });
+    let acquires = calls(&master, "lock.acquire");
+    let quick = Lock::new(&client, "b").with_sync(Sync::to_replicas().timeout(budget));
+    let started = Instant::now();
+    let refused = quick.try_acquire(TTL).await;
+    let took = started.elapsed();
+    assert!(
+        matches!(
+            refused,
+            Err(Error::NotReplicated {
+                acked: 0,
+                wanted: 1
+            })
+        ),
+        "{:?}",
+        refused.map(|guard| guard.is_some())
+    );
+    assert!(took >= budget && took < budget * 4, "{took:?}");
+    assert_eq!(calls(&master, "lock.acquire"), acquires, "never sent");
+    replica.signal("CONT");
+    let slow = slow.await.expect("task").expect("acquire");
+    assert!(
+        slow,
+        "acknowledged once the replica was back, within its timeout"
+    );
+}
