@@ -1,7 +1,7 @@
 //! The module's configuration, set at load (`--loadmodule path max-ttl-ms 60000`), in
 //! `redis.conf` (`lock.max-ttl-ms 60000`) or with `CONFIG SET lock.max-ttl-ms 60000`, and read
-//! with `CONFIG GET lock.max-ttl-ms`; the same for `lock.max-clock-skew-ms` and
-//! `lock.max-multi-keys`.
+//! with `CONFIG GET lock.max-ttl-ms`; the same for `lock.max-clock-skew-ms`,
+//! `lock.max-multi-keys` and `lock.restart-delay-ms`.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -15,6 +15,16 @@ pub static MAX_TTL_MS: AtomicI64 = AtomicI64::new(0);
 /// `LOCK.RAISE` (a token from a server whose clock is ahead of this one's). 10 000 by default,
 /// at most a day.
 pub static MAX_CLOCK_SKEW_MS: AtomicI64 = AtomicI64::new(DEFAULT_MAX_CLOCK_SKEW_MS);
+
+/// `lock.restart-delay-ms`: for how long after the module starts (the server starting, or
+/// `MODULE LOAD`) no new holding begins, in ms; 0 (the default) for none. Read at start. Set it
+/// to the longest lease clients take where a master can come back without the last grants it
+/// acknowledged before a failover (the delayed restart of the Redlock algorithm; see
+/// [`leasehold_core::fence::Counter::delay_until`]). At most a day.
+pub static RESTART_DELAY_MS: AtomicI64 = AtomicI64::new(0);
+
+/// The largest `lock.restart-delay-ms`: a day.
+pub const LARGEST_RESTART_DELAY_MS: i64 = 86_400_000;
 
 /// `lock.max-multi-keys`: the most keys one `LOCK.MACQUIRE`, `LOCK.MRELEASE` or `LOCK.MRENEW`
 /// takes; 64 by default, 1 to [`LARGEST_MULTI_KEYS`].
@@ -44,6 +54,12 @@ pub fn max_multi_keys() -> usize {
     usize::try_from(MAX_MULTI_KEYS.load(Ordering::Relaxed)).unwrap_or(0)
 }
 
+/// `lock.restart-delay-ms` as an unsigned number of ms.
+#[must_use]
+pub fn restart_delay_ms() -> u64 {
+    u64::try_from(RESTART_DELAY_MS.load(Ordering::Relaxed)).unwrap_or(0)
+}
+
 /// What the configuration allows, for the core's argument checks.
 #[must_use]
 pub fn limits() -> Limits {
@@ -67,6 +83,12 @@ pub fn check_loaded() -> Result<(), String> {
     if !(0..=LARGEST_CLOCK_SKEW_MS).contains(&skew) {
         return Err(format!(
             "lock.max-clock-skew-ms must be 0 to {LARGEST_CLOCK_SKEW_MS}, not {skew}"
+        ));
+    }
+    let delay = RESTART_DELAY_MS.load(Ordering::Relaxed);
+    if !(0..=LARGEST_RESTART_DELAY_MS).contains(&delay) {
+        return Err(format!(
+            "lock.restart-delay-ms must be 0 to {LARGEST_RESTART_DELAY_MS}, not {delay}"
         ));
     }
     let keys = MAX_MULTI_KEYS.load(Ordering::Relaxed);

@@ -59,7 +59,8 @@ fn on_flush(ctx: &Context, event: FlushSubevent) {
     looks::on_flush(ctx, event);
 }
 
-/// After the commands and configuration exist: refuses bad configuration values, starts
+/// After the commands and configuration exist: refuses bad configuration values, delays new
+/// holdings by `lock.restart-delay-ms`, starts
 /// watching for promotions that change no role (without which tokens could go back, so the
 /// module refuses to load), then sets the commands' docs and key specs and the module options
 /// (read errors handled by the data type; the replication command lookup skipped where the
@@ -69,6 +70,8 @@ fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
         ctx.log_warning(&error);
         return Status::Err;
     }
+    let delay = config::restart_delay_ms();
+    state::counter().delay_until(clock::now_ms().saturating_add(delay));
     if promotion::register(ctx) == Status::Err {
         ctx.log_warning("the command filter that sees promotions could not be registered");
         return Status::Err;
@@ -124,6 +127,15 @@ redis_module! {
                 config::DEFAULT_MAX_CLOCK_SKEW_MS,
                 0,
                 config::LARGEST_CLOCK_SKEW_MS,
+                ConfigurationFlags::DEFAULT,
+                None
+            ],
+            [
+                "restart-delay-ms",
+                &config::RESTART_DELAY_MS,
+                0,
+                0,
+                config::LARGEST_RESTART_DELAY_MS,
                 ConfigurationFlags::DEFAULT,
                 None
             ],

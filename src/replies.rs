@@ -28,8 +28,17 @@ pub fn refusal(refusal: Refusal, command: &str) -> RedisError {
             shown(asked),
             shown(lock)
         ),
-        Refusal::TooSoon { retry_in_ms } => format!(
+        Refusal::TooSoon {
+            retry_in_ms,
+            starting: false,
+        } => format!(
             "TRYAGAIN fencing tokens are ahead of this server's clock; retry in {retry_in_ms} ms"
+        ),
+        Refusal::TooSoon {
+            retry_in_ms,
+            starting: true,
+        } => format!(
+            "TRYAGAIN the server started within lock.restart-delay-ms; retry in {retry_in_ms} ms"
         ),
         Refusal::Exhausted => "ERR fencing tokens exhausted: 2^53 reached".to_owned(),
         Refusal::InvalidExpire => format!("ERR invalid expire time in '{command}' command"),

@@ -2,7 +2,7 @@
 //! failovers — counted, not assumed (Jepsen's method: record a history, then check it).
 //!
 //! A master and two replicas with the module (AOF on the master, RDB on one replica, nothing
-//! on the other), three Sentinels, and 21 clients that find the master through Sentinel (the
+//! on the other; each with `lock.restart-delay-ms` of one lease), three Sentinels, and 21 clients that find the master through Sentinel (the
 //! `redis` crate's Sentinel client) and lock through `leasehold-client`, in three classes of
 //! seven that differ only in how they sync a grant and a renewal before counting on it: not at
 //! all, to 1 replica, to every replica the master has (the client's default). Each class has
@@ -48,7 +48,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::history::{self, FencedStore, Grant, History};
-use common::sentinel::{Group, MASTER_NAME};
+use common::sentinel::{Group, MASTER_NAME, Persistence};
 use leasehold_client::{Client, Error, Guard, Lock, ReadWriteLock, Sync};
 use rand::{
     RngExt, SeedableRng,
@@ -135,7 +135,12 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| u64::from(std::process::id()) ^ common::now_ms().unsigned_abs());
     let history = Arc::new(History::new());
-    let mut group = Group::start(&history);
+    // Each server delays new holdings by the longest lease after it starts (the delayed
+    // restart, lock.restart-delay-ms): a master back at once without the grants it last
+    // acknowledged — empty, or from an older RDB — must not grant them again while their
+    // holders still count on them; its replicas resync from it and cannot keep them.
+    let delay = LEASE.as_millis().to_string();
+    let mut group = Group::with_module_args(&history, &["restart-delay-ms", &delay]);
     let first_master = group.addresses[0];
     let run = Arc::new(Run::default());
     let clients: Vec<_> = (0..(CLIENTS_PER_CLASS + HOLDERS_PER_CLASS) * Class::ALL.len())
@@ -301,8 +306,15 @@ impl Fault {
         }
     }
 
-    /// Does it to `master` and waits for what follows (a failover, the pause's end).
-    fn inflict(self, group: &mut Group, master: usize, history: &History, rng: &mut StdRng) {
+    /// Does it to `master` and waits for what follows (a failover, the pause's end); returns
+    /// what was done, in the words of the summary (a `kill -9` says how the master came back).
+    fn inflict(
+        self,
+        group: &mut Group,
+        master: usize,
+        history: &History,
+        rng: &mut StdRng,
+    ) -> &'static str {
         let failover_within = Duration::from_secs(15);
         match self {
             Fault::Kill => {
@@ -310,7 +322,8 @@ impl Fault {
                 // Back after the failover, or at once (a supervisor restarting it, before or
                 // while the Sentinels fail over); mostly with its own configuration, so as a
                 // master, sometimes as a replica of the new master.
-                if rng.random_bool(0.5) {
+                let after_failover = rng.random_bool(0.5);
+                if after_failover {
                     group.wait_for_failover(master, failover_within);
                 } else {
                     thread::sleep(Duration::from_millis(rng.random_range(0..2_000)));
@@ -319,6 +332,13 @@ impl Fault {
                 let as_replica = rng.random_bool(0.3);
                 let replica_of = group.master().filter(|new| *new != master && as_replica);
                 group.restart(master, lost_volume, replica_of);
+                return match (replica_of, after_failover, group.persistence[master]) {
+                    (Some(_), _, _) => "kill -9, back as a replica",
+                    (None, true, _) => "kill -9, back after a failover as a master",
+                    (None, false, Persistence::Aof) => "kill -9, back at once from its AOF",
+                    (None, false, Persistence::Rdb) => "kill -9, back at once from an older RDB",
+                    (None, false, Persistence::Nothing) => "kill -9, back at once empty",
+                };
             }
             Fault::Stop => {
                 group.servers[master].signal("STOP");
@@ -361,6 +381,7 @@ impl Fault {
                 thread::sleep(Duration::from_secs(2));
             }
         }
+        self.name()
     }
 }
 
@@ -388,12 +409,10 @@ fn nemesis(
             round.shuffle(&mut rng);
         }
         let fault = round.pop().expect("a fault");
-        run.faults
-            .lock()
-            .expect("faults")
-            .push((history.now_us(), fault.name()));
-        fault.inflict(group, master, history, &mut rng);
-        *faults.entry(fault.name()).or_default() += 1;
+        let began = history.now_us();
+        let done = fault.inflict(group, master, history, &mut rng);
+        run.faults.lock().expect("faults").push((began, done));
+        *faults.entry(done).or_default() += 1;
         // Half the time the next fault waits for the group to settle (the Sentinels make an old
         // master a replica some seconds later); the other half it comes while they still
         // reconfigure, as a nemesis in production would.

@@ -314,3 +314,50 @@ fn a_master_told_to_be_a_master_issues_tokens_above_a_later_master() {
         );
     }
 }
+
+#[test]
+fn a_delayed_restart_grants_nothing_until_every_lost_lease_has_ended() {
+    // A master without persistence holds a lock replicated to its replica, is killed and comes
+    // back at once, empty, as a master: its replica resyncs from it and loses the lock too.
+    // With lock.restart-delay-ms at least the longest lease, nobody is granted the lock before
+    // the lease its holder counts on has ended.
+    let mut master = Server::with_module_args(&["restart-delay-ms", "1500"], &[]);
+    let replica = Server::start(&[]);
+    replica.replicate(&master);
+    wait_out_the_restart_delay(&mut master);
+    let mut con = master.client();
+    let asked = Instant::now();
+    acquire(&mut con, "job", "first", 1_500, &[]).expect("granted");
+    wait_replicas(&mut con, 1);
+    master.kill();
+    master.restart();
+    let restarted = Instant::now();
+    let mut con = master.client();
+    let refused = common::error(&mut con, &["LOCK.ACQUIRE", "job", "second", "1500"]);
+    assert!(
+        refused.starts_with("TRYAGAIN the server started within lock.restart-delay-ms; retry in "),
+        "{refused}"
+    );
+    let granted = acquire(&mut con, "job", "second", 1_500, &["WAIT", "5000"]);
+    assert!(granted.is_some(), "granted once the delay is over");
+    assert!(
+        restarted.elapsed().as_millis() >= 1_400,
+        "not before the delay"
+    );
+    assert!(
+        asked.elapsed().as_millis() >= 1_500,
+        "after the first lease ended"
+    );
+    let refused = Server::refused(&["restart-delay-ms", "86400001"]);
+    assert!(
+        refused.contains("lock.restart-delay-ms must be 0 to 86400000"),
+        "{refused}"
+    );
+}
+
+/// Waits out `server`'s own restart delay (its first start).
+fn wait_out_the_restart_delay(server: &mut Server) {
+    let mut con = server.client();
+    let granted = acquire(&mut con, "warm-up", "w", 1_000, &["WAIT", "5000"]);
+    assert!(granted.is_some());
+}

@@ -74,6 +74,12 @@ pub enum Refused {
         /// How long until the token can be issued, in ms (at least 1).
         retry_in_ms: u64,
     },
+    /// The server started less than its restart delay ago ([`Counter::delay_until`]): no new
+    /// holding begins for `retry_in_ms` ms.
+    Starting {
+        /// How long until the token can be issued, in ms (at least 1).
+        retry_in_ms: u64,
+    },
     /// The token space is used up: the next token would reach 2^53.
     Exhausted,
 }
@@ -85,6 +91,8 @@ pub struct Counter {
     last: u64,
     /// True until the first token after a start or promotion is issued.
     reserve_pending: bool,
+    /// No token is issued before this unix time in ms (a delayed restart); 0: none.
+    not_before_ms: u64,
 }
 
 /// The largest token a server may issue while its clock reads `now_ms` (see the invariant
@@ -114,6 +122,7 @@ impl Counter {
         Self {
             last: 0,
             reserve_pending: true,
+            not_before_ms: 0,
         }
     }
 
@@ -122,6 +131,10 @@ impl Counter {
     /// # Errors
     /// [`Refused`] as for [`Self::issue`].
     pub fn next(&self, now_ms: u64) -> Result<u64, Refused> {
+        if now_ms < self.not_before_ms {
+            let retry_in_ms = self.not_before_ms - now_ms;
+            return Err(Refused::Starting { retry_in_ms });
+        }
         let floor = now_ms.saturating_mul(TOKENS_PER_MS);
         let lowest = if self.reserve_pending {
             floor.saturating_add(RESERVE)
@@ -164,6 +177,17 @@ impl Counter {
         self.last
     }
 
+    /// Issues no token before unix time `not_before_ms`: the delayed restart of the Redlock
+    /// algorithm (Kleppmann and antirez both discuss it), called when the module starts with
+    /// `lock.restart-delay-ms`. A master that comes back without the last grants it
+    /// acknowledged — no persistence, an older RDB, `appendfsync everysec` after a machine
+    /// crash — before a failover then grants nothing until every lease it may have granted
+    /// and lost has ended, if the delay is at least the longest lease; its replicas, which
+    /// resync from it, cannot keep those grants for it.
+    pub fn delay_until(&mut self, not_before_ms: u64) {
+        self.not_before_ms = not_before_ms;
+    }
+
     /// Makes the next token at least floor + [`RESERVE`]: called when this server becomes a
     /// master, whose predecessor may have issued tokens that never reached it.
     pub fn reserve(&mut self) {
@@ -194,6 +218,22 @@ mod tests {
         let mut counter = Counter::new();
         counter.observe(last);
         counter
+    }
+
+    #[test]
+    fn a_delayed_start_issues_nothing_before_its_time() {
+        let mut counter = Counter::new();
+        counter.delay_until(NOW + 1_000);
+        assert_eq!(
+            counter.issue(NOW),
+            Err(Refused::Starting { retry_in_ms: 1_000 })
+        );
+        assert_eq!(
+            counter.issue(NOW + 999),
+            Err(Refused::Starting { retry_in_ms: 1 })
+        );
+        assert_eq!(counter.last(), 0, "nothing changed");
+        assert!(counter.issue(NOW + 1_000).is_ok());
     }
 
     #[test]

@@ -20,7 +20,7 @@
 
 use std::hash::Hash;
 
-use crate::fence::{Counter, Refused};
+use crate::fence::Counter;
 use crate::holders::Holder;
 use crate::lock::{self, Acquire, Holding, Lock, Mode, Release, Renew};
 use crate::outcome::{
@@ -158,10 +158,7 @@ impl<H> Deciding<'_, H> {
         let token = if decision.needs_token() {
             match self.counter.issue(self.now_ms) {
                 Ok(token) => token,
-                Err(Refused::AheadOfClock { retry_in_ms }) => {
-                    return Tried::Refused(Refusal::TooSoon { retry_in_ms });
-                }
-                Err(Refused::Exhausted) => return Tried::Refused(Refusal::Exhausted),
+                Err(refused) => return Tried::Refused(refused.into()),
             }
         } else {
             0
@@ -272,7 +269,7 @@ impl<'a, H: Copy + Eq + Hash> Run<'a, H> {
                     .try_grant(&first.owner, first.mode, first.reentrant, false, deadline);
             let answer = match tried {
                 Tried::Busy => return,
-                Tried::Refused(Refusal::TooSoon { retry_in_ms }) => {
+                Tried::Refused(Refusal::TooSoon { retry_in_ms, .. }) => {
                     // The waiter keeps its place until a token can be issued.
                     let retry = i64::try_from(retry_in_ms).unwrap_or(i64::MAX);
                     let at = self.deciding.now().saturating_add(retry);
@@ -445,7 +442,7 @@ impl<H: Copy + Eq + Hash> Scope<'_, H> {
             }
             Tried::Null => Reply::Null,
             Tried::Refused(refusal) => {
-                if let Refusal::TooSoon { retry_in_ms } = refusal {
+                if let Refusal::TooSoon { retry_in_ms, .. } = refusal {
                     let retry = i64::try_from(retry_in_ms).unwrap_or(i64::MAX);
                     deciding.out.next = Next::At(deciding.now().saturating_add(retry));
                 }

@@ -8,6 +8,7 @@
 
 use smallvec::SmallVec;
 
+use crate::fence::Refused;
 use crate::lock::Mode;
 use crate::owner::Owner;
 
@@ -42,11 +43,14 @@ pub enum Refusal {
         /// The lock's limit.
         lock: Option<u32>,
     },
-    /// The lock is free but no fencing token can be issued for `retry_in_ms` ms (the counter
-    /// is ahead of this server's clock, see [`crate::fence`]). A command may wait for it.
+    /// The lock is free but no fencing token can be issued for `retry_in_ms` ms: the counter
+    /// is ahead of this server's clock, or (`starting`) the server started within its restart
+    /// delay (see [`crate::fence`]). A command may wait for it.
     TooSoon {
         /// When a token can be issued, in ms from now.
         retry_in_ms: u64,
+        /// Because of the restart delay, not the clock.
+        starting: bool,
     },
     /// The token space is used up (2^53).
     Exhausted,
@@ -234,5 +238,21 @@ pub fn asked_limit(mode: Mode) -> Option<u32> {
     match mode {
         Mode::Shared(limit) => limit,
         Mode::Exclusive => None,
+    }
+}
+
+impl From<Refused> for Refusal {
+    fn from(refused: Refused) -> Self {
+        match refused {
+            Refused::AheadOfClock { retry_in_ms } => Self::TooSoon {
+                retry_in_ms,
+                starting: false,
+            },
+            Refused::Starting { retry_in_ms } => Self::TooSoon {
+                retry_in_ms,
+                starting: true,
+            },
+            Refused::Exhausted => Self::Exhausted,
+        }
     }
 }

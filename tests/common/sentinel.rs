@@ -50,6 +50,12 @@ impl Group {
     /// and three Sentinels (quorum 2), and waits until every Sentinel knows both replicas and
     /// the other two. Switches are timed on `history`'s clock.
     pub fn start(history: &Arc<History>) -> Self {
+        Self::with_module_args(history, &[])
+    }
+
+    /// Like [`Group::start`], every server loading the module with `module_args`
+    /// (`["restart-delay-ms", "1000"]`).
+    pub fn with_module_args(history: &Arc<History>, module_args: &[&str]) -> Self {
         let persistence = vec![Persistence::Aof, Persistence::Rdb, Persistence::Nothing];
         let addresses: Vec<u16> = persistence.iter().map(|_| free_port()).collect();
         let servers: Vec<Server> = persistence
@@ -68,7 +74,7 @@ impl Group {
                     Persistence::Rdb => &["--save", "1 1"],
                     Persistence::Nothing => &[],
                 };
-                Server::start(&[&announced[..], kept].concat())
+                Server::with_module_args(module_args, &[&announced[..], kept].concat())
             })
             .collect();
         let proxies: Vec<LinkProxy> = servers

@@ -15,7 +15,7 @@
 
 use std::hash::Hash;
 
-use crate::fence::{Counter, Refused};
+use crate::fence::Counter;
 use crate::lock::{self, Lock, Mode, Renew};
 use crate::outcome::{Answer, Event, KeyLease, Lease, Next, Outcome, Party, Refusal, Reply, Step};
 use crate::queue::{Waiter, Waiters};
@@ -114,14 +114,7 @@ impl<H: Copy + Eq + Hash> Set<'_, '_, H> {
     /// member's reply is its token.
     fn grant(&mut self, owner: &[u8], deadline_ms: i64, party: &Party) -> Result<(), Refusal> {
         let token = if self.members.iter().any(|member| member.lock.is_none()) {
-            Some(
-                self.counter
-                    .issue(self.now_ms)
-                    .map_err(|refused| match refused {
-                        Refused::AheadOfClock { retry_in_ms } => Refusal::TooSoon { retry_in_ms },
-                        Refused::Exhausted => Refusal::Exhausted,
-                    })?,
-            )
+            Some(self.counter.issue(self.now_ms).map_err(Refusal::from)?)
         } else {
             None
         };
@@ -169,7 +162,7 @@ impl<H: Copy + Eq + Hash> Set<'_, '_, H> {
             match self.grant(owner, deadline_ms, &Party::Caller) {
                 Ok(()) => Reply::Tokens,
                 Err(refusal) => {
-                    if let Refusal::TooSoon { retry_in_ms } = refusal {
+                    if let Refusal::TooSoon { retry_in_ms, .. } = refusal {
                         self.retry_in(retry_in_ms);
                     }
                     Reply::Refused(refusal)
@@ -223,7 +216,7 @@ impl<H: Copy + Eq + Hash> Set<'_, '_, H> {
                 });
                 Answer::GrantedSet(tokens.collect())
             }
-            Err(Refusal::TooSoon { retry_in_ms }) => {
+            Err(Refusal::TooSoon { retry_in_ms, .. }) => {
                 // The set keeps its places until a token can be issued.
                 self.retry_in(retry_in_ms);
                 return self.finish();
