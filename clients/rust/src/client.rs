@@ -4,7 +4,9 @@
 //!
 //! A synced write is one round trip on a sync connection: `INFO replication`, the write, `WAIT
 //! k` with `k` the count learned so far; the `INFO` reply updates the count and, if it grew, one
-//! more `WAIT` follows on the same connection (a `WAIT` covers every write before it there). A
+//! more `WAIT` follows on the same connection (a `WAIT` covers every write before it there).
+//! Writes that wait for a sync connection at the same time share that round trip: whoever gets
+//! a connection sends them all, behind one `INFO` and before one `WAIT` ([`Pools::queue`]). A
 //! wait in the server is one round trip on a wait connection: the blocking acquire, then `INFO
 //! replication` and `WAIT k`, which the server runs only once the acquire was answered. The
 //! write and what follows it go as two requests in one write to the socket, so the client sees
@@ -19,11 +21,12 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
 use redis::{Cmd, FromRedisValue, IntoConnectionInfo, Pipeline, RedisError, Value};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::masters::Masters;
-use crate::pool::{Borrowed, ClientOptions, Pools, Purpose};
+use crate::pool::{Borrowed, ClientOptions, Pools, Purpose, Sent};
 use crate::sync::{Learned, Place, Replicas, Sync};
 
 /// How long a quick command (everything but a wait or a `WAIT`) may take before it fails.
@@ -71,6 +74,18 @@ pub(crate) struct Synced<T> {
     /// When the write's reply came (a wait's grant: the lease began just before), ahead of
     /// the `WAIT`'s.
     pub(crate) answered: Instant,
+}
+
+impl<T: FromRedisValue> Synced<T> {
+    /// The outcome of a write sent on a pooled connection, its reply read as a `T`.
+    fn of(sent: Sent) -> Result<Self, RedisError> {
+        Ok(Self {
+            reply: from_value(sent.reply.extract_error()?)?,
+            acked: sent.acked,
+            wanted: sent.wanted,
+            answered: sent.answered,
+        })
+    }
 }
 
 impl<T> Synced<T> {
@@ -174,8 +189,8 @@ impl Client {
 
     /// Sends `command`, a write to `key` that counts only once synced as `sync` says, and
     /// syncs it: with syncing off on the shared connection, otherwise on a sync connection with
-    /// the replica count learned in the same round trip. `wrote` tells from the reply whether
-    /// the command wrote something to sync.
+    /// the replica count learned in the same round trip, together with the other writes that
+    /// wait for a sync connection meanwhile.
     ///
     /// # Errors
     /// The server's error, no connection, or [`Error::NotReplicated`] when no sync connection
@@ -185,7 +200,6 @@ impl Client {
         key: &str,
         command: &Cmd,
         sync: &Sync,
-        wrote: impl Fn(&T) -> bool,
     ) -> Result<Synced<T>> {
         if sync.is_off() {
             let reply = self.query(command).await?;
@@ -197,20 +211,74 @@ impl Client {
             });
         }
         let pools = self.pools(key).await?;
-        let Some(mut connection) = pools.borrow(Purpose::Sync, Some(sync.timeout)).await? else {
-            return Err(Error::NotReplicated {
-                acked: 0,
-                wanted: self.wanted(key, sync),
-            });
+        let (id, mut outcome) = pools.queue(*sync, key, command);
+        let borrowed = tokio::select! {
+            biased;
+            sent = &mut outcome => return self.outcome(sent),
+            borrowed = pools.borrow(Purpose::Sync, Some(sync.timeout)) => borrowed,
         };
-        let exchange = Exchange {
-            key,
-            sync,
-            learn_after: false,
-        };
-        let timeout = RESPONSE_TIMEOUT + sync.timeout;
-        let synced = self.exchange(&mut connection, &exchange, command, Some(timeout), wrote);
-        Ok(synced.await?)
+        match borrowed {
+            Ok(Some(connection)) => self.send_queued(connection, &pools, sync).await,
+            Ok(None) if pools.withdraw(sync, id) => {
+                let wanted = self.wanted(key, sync);
+                return Err(Error::NotReplicated { acked: 0, wanted });
+            }
+            Err(error) if pools.withdraw(sync, id) => return Err(error.into()),
+            // Another caller took it to send: its outcome comes.
+            Ok(None) | Err(_) => {}
+        }
+        self.outcome(outcome.await)
+    }
+
+    /// A queued write's outcome; a sender gone before it (cancelled with it in flight) is a
+    /// lost reply.
+    fn outcome<T: FromRedisValue>(
+        &self,
+        sent: Result<Result<Sent, RedisError>, oneshot::error::RecvError>,
+    ) -> Result<Synced<T>> {
+        let sent = sent.map_err(|_| {
+            RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "the round trip that carried the write was cancelled",
+            ))
+        })??;
+        Ok(Synced::of(sent)?)
+    }
+
+    /// Sends everything queued with `sync` on `connection`, a round trip at a time, until
+    /// nothing is left or the connection is lost; each write's outcome goes to its caller.
+    async fn send_queued(&self, mut connection: Borrowed, pools: &Pools, sync: &Sync) {
+        loop {
+            let queued = pools.take(sync);
+            if queued.is_empty() {
+                return;
+            }
+            let writes: Vec<(&str, &Cmd)> = queued
+                .iter()
+                .map(|queued| (queued.key.as_str(), &queued.command))
+                .collect();
+            let timeout = Some(RESPONSE_TIMEOUT + sync.timeout);
+            let round = Round {
+                sync,
+                learn_after: false,
+            };
+            match self
+                .exchange(&mut connection, &round, &writes, timeout)
+                .await
+            {
+                Ok(sent) => {
+                    for (queued, sent) in queued.into_iter().zip(sent) {
+                        let _ = queued.done.send(Ok(sent));
+                    }
+                }
+                Err(error) => {
+                    for queued in queued {
+                        let _ = queued.done.send(Err(error.clone()));
+                    }
+                    return;
+                }
+            }
+        }
     }
 
     /// Borrows a wait connection to `key`'s master, queueing up to `budget` (`None`: as long as
@@ -239,10 +307,8 @@ impl Client {
         command: &Cmd,
         (wait, margin): (Option<Duration>, Duration),
         sync: &Sync,
-        wrote: impl Fn(&T) -> bool,
     ) -> Result<Synced<T>, RedisError> {
-        let exchange = Exchange {
-            key,
+        let round = Round {
             sync,
             learn_after: true,
         };
@@ -252,59 +318,77 @@ impl Client {
             sync.timeout
         };
         let timeout = wait.map(|wait| wait + margin + syncing);
-        self.exchange(connection, &exchange, command, timeout, wrote)
-            .await
+        let sent = self
+            .exchange(connection, &round, &[(key, command)], timeout)
+            .await?;
+        Synced::of(sent.into_iter().next().ok_or_else(no_reply)?)
     }
 
-    /// One round trip of `exchange` on `connection` (one more `WAIT` if the count grew).
-    async fn exchange<T: FromRedisValue>(
+    /// One round trip of `writes` (each a key and its command) on `connection` as `round`
+    /// says, and one more `WAIT` if the replica count grew; each write's outcome, in order.
+    async fn exchange(
         &self,
         connection: &mut Borrowed,
-        exchange: &Exchange<'_>,
-        command: &Cmd,
+        round: &Round<'_>,
+        writes: &[(&str, &Cmd)],
         timeout: Option<Duration>,
-        wrote: impl Fn(&T) -> bool,
-    ) -> Result<Synced<T>, RedisError> {
-        let place = self.place(exchange.key);
-        let known = self.wanted(exchange.key, exchange.sync);
-        let (head, tail) = exchange.pipelines(command, known);
+    ) -> Result<Vec<Sent>, RedisError> {
+        let known = writes
+            .iter()
+            .map(|(key, _)| self.wanted(key, round.sync))
+            .max()
+            .unwrap_or(0);
+        let (head, tail) = round.pipelines(writes.iter().map(|(_, command)| *command), known);
         let replies = connection.exchange(&head, &tail, timeout).await;
         let (head, answered, tail) = replies.inspect_err(|error| self.heard(error))?;
-        let info_before = exchange.learns() && !exchange.learn_after;
         let (mut head, mut tail) = (head.into_iter(), tail.into_iter());
+        let info_before = round.learns() && !round.learn_after;
         let info = if info_before { head.next() } else { None };
-        let written = head.next().unwrap_or(Value::Nil).extract_error();
-        let reply: T = from_value(written.inspect_err(|error| self.heard(error))?)?;
-        let info = if exchange.learn_after && exchange.learns() {
-            tail.next()
-        } else {
-            info
+        let replies: Vec<Value> = head.collect();
+        for reply in &replies {
+            if let Value::ServerError(error) = reply {
+                self.heard(&RedisError::from(error.clone()));
+            }
+        }
+        let info = match info {
+            Some(info) => Some(info),
+            None if round.learn_after && round.learns() => tail.next(),
+            None => None,
         };
-        let wanted = match info {
-            Some(info) => self.learned().heard(place, &from_value::<String>(info)?),
-            None => known,
-        };
+        let info = info.map(from_value::<String>).transpose()?;
+        let wanted: Vec<u32> = writes
+            .iter()
+            .map(|(key, _)| match &info {
+                Some(info) => self.learned().heard(self.place(key), info),
+                None => known,
+            })
+            .collect();
         let mut acked = match tail.next() {
-            Some(wait) => exchange.sync.acked(wait)?,
+            Some(wait) => round.sync.acked(wait)?,
             None => 0,
         };
-        if wanted > known && wrote(&reply) {
+        let most = wanted.iter().copied().max().unwrap_or(0);
+        if most > known {
             let mut again = redis::pipe();
-            again.add_command(exchange.sync.wait_command(wanted));
-            let timeout = RESPONSE_TIMEOUT + exchange.sync.timeout;
+            again.add_command(round.sync.wait_command(most));
+            let timeout = RESPONSE_TIMEOUT + round.sync.timeout;
             let (replies, _, _) = connection
                 .exchange(&again, &redis::pipe(), Some(timeout))
                 .await?;
-            acked = exchange
+            acked = round
                 .sync
                 .acked(replies.into_iter().next().unwrap_or(Value::Nil))?;
         }
-        Ok(Synced {
-            reply,
-            acked,
-            wanted,
-            answered,
-        })
+        Ok(replies
+            .into_iter()
+            .zip(wanted)
+            .map(|(reply, wanted)| Sent {
+                reply,
+                acked,
+                wanted,
+                answered,
+            })
+            .collect())
     }
 
     /// The replica count to send with a write to `key` under `sync`: as it says, or as many as
@@ -343,25 +427,28 @@ impl Client {
     }
 }
 
-/// One synced round trip: what to learn and wait for around a write to `key`.
-struct Exchange<'a> {
-    key: &'a str,
+/// One synced round trip: what to learn and wait for around its writes.
+struct Round<'a> {
     sync: &'a Sync,
     /// `INFO replication` after the write (a wait in the server: its grant comes later) rather
     /// than before it.
     learn_after: bool,
 }
 
-impl Exchange<'_> {
+impl Round<'_> {
     /// True when the replica count is learned (not given).
     fn learns(&self) -> bool {
         self.sync.replicas == Replicas::Learned
     }
 
-    /// `command` with `INFO replication` (when the count is learned) before it, or after it
-    /// for a wait, and `WAIT known` (when above 0) last: the head up to the write, the tail
-    /// after it.
-    fn pipelines(&self, command: &Cmd, known: u32) -> (Pipeline, Pipeline) {
+    /// `commands` with `INFO replication` (when the count is learned) before them, or after
+    /// them for a wait, and `WAIT known` (when above 0) last: the head up to the writes, the
+    /// tail after them.
+    fn pipelines<'c>(
+        &self,
+        commands: impl Iterator<Item = &'c Cmd>,
+        known: u32,
+    ) -> (Pipeline, Pipeline) {
         let info = || redis::cmd("INFO").arg("replication").clone();
         let (mut head, mut tail) = (redis::pipe(), redis::pipe());
         head.ignore_errors();
@@ -369,7 +456,9 @@ impl Exchange<'_> {
         if self.learns() && !self.learn_after {
             head.add_command(info());
         }
-        head.add_command(command.clone());
+        for command in commands {
+            head.add_command(command.clone());
+        }
         if self.learns() && self.learn_after {
             tail.add_command(info());
         }
@@ -378,6 +467,11 @@ impl Exchange<'_> {
         }
         (head, tail)
     }
+}
+
+/// The error of a round trip that brought no reply for its write.
+fn no_reply() -> RedisError {
+    std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "no reply to the write").into()
 }
 
 fn from_value<T: FromRedisValue>(value: Value) -> Result<T, RedisError> {

@@ -128,12 +128,10 @@ impl Held {
         if reentrant {
             command.arg("REENTRANT");
         }
-        let granted = |token: &Option<u64>| token.is_some();
-        let synced = match self
+        let synced = self
             .client
-            .synced(self.name(), &command, &self.sync, granted)
-            .await
-        {
+            .synced::<Option<u64>>(self.name(), &command, &self.sync);
+        let synced = match synced.await {
             Err(Error::Redis(error)) if is_try_again(&error) => return Ok(None),
             other => other?,
         };
@@ -155,10 +153,7 @@ impl Held {
     pub(crate) async fn renew(&self, ttl: Duration) -> Result<bool> {
         let mut command = set_command("LOCK.RENEW", &self.names, self.mode());
         command.arg(&self.owner).arg(millis(ttl)?);
-        let renewed = |count: &i64| *count > 0;
-        let synced = self
-            .client
-            .synced(self.name(), &command, &self.sync, renewed);
+        let synced = self.client.synced::<i64>(self.name(), &command, &self.sync);
         let synced = synced.await?;
         if synced.reply != self.count() {
             return Ok(false);

@@ -232,7 +232,7 @@ impl Lock {
         let granted = Instant::now();
         let command = self.command(owner, ttl, None)?;
         let sync = &self.settings.sync;
-        let synced = self.client.synced(self.name(), &command, sync, Tokens::any);
+        let synced = self.client.synced(self.name(), &command, sync);
         let synced = match synced.await {
             Err(Error::Redis(error)) if is_try_again(&error) => return Ok(None),
             other => other?,
@@ -342,7 +342,7 @@ impl Lock {
         let wait = (left, self.settings.margin);
         let synced = self
             .client
-            .wait_synced(&mut connection, name, &command, wait, sync, Tokens::any)
+            .wait_synced(&mut connection, name, &command, wait, sync)
             .await;
         drop(connection);
         match synced {

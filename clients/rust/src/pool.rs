@@ -9,7 +9,9 @@
 //! timeout fired, the connection dropped, the caller was cancelled with a command in flight) is
 //! closed and never lent again.
 
+use std::collections::HashMap;
 use std::io;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use deadpool::Runtime;
@@ -18,8 +20,11 @@ use deadpool::managed::{
 };
 use futures_util::future::join;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Pipeline, RedisError, Value};
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, Value};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
+
+use crate::sync::Sync;
 
 /// How long opening a connection may take.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -130,11 +135,45 @@ impl managed::Manager for Dialer {
     }
 }
 
-/// The wait pool and the sync pool of one server. Cloning is cheap: clones share the pools.
+/// The wait pool and the sync pool of one server, and the synced writes queued for it.
+/// Cloning is cheap: clones share them.
 #[derive(Clone)]
 pub(crate) struct Pools {
     wait: Pool<Dialer>,
     sync: Pool<Dialer>,
+    outbox: Arc<Mutex<Outbox>>,
+}
+
+/// The most synced writes sent in one round trip.
+const MOST_PER_ROUND_TRIP: usize = 64;
+
+/// Synced writes waiting for a sync connection, by how they sync: whoever gets a connection
+/// sends all that wait with the same sync in one round trip, behind one `INFO replication` and
+/// before one `WAIT`, which covers every write before it on its connection (group commit). So
+/// concurrent writes share a round trip instead of each waiting for a connection of its own.
+#[derive(Default)]
+struct Outbox {
+    next: u64,
+    queued: HashMap<Sync, Vec<Queued>>,
+}
+
+/// A synced write waiting to be sent.
+pub(crate) struct Queued {
+    id: u64,
+    /// The key it writes (its master's replica count is learned for it).
+    pub(crate) key: String,
+    pub(crate) command: Cmd,
+    /// Where its outcome goes.
+    pub(crate) done: oneshot::Sender<Result<Sent, RedisError>>,
+}
+
+/// What a synced write got: its reply (an error reply too), how many replicas acknowledged it
+/// of how many wanted, and when the reply came.
+pub(crate) struct Sent {
+    pub(crate) reply: Value,
+    pub(crate) acked: u32,
+    pub(crate) wanted: u32,
+    pub(crate) answered: Instant,
 }
 
 impl Pools {
@@ -155,7 +194,55 @@ impl Pools {
         Self {
             wait: pool(options.wait),
             sync: pool(options.sync),
+            outbox: Arc::default(),
         }
+    }
+
+    /// Queues `command`, a write to `key` synced as `sync`; returns its place in the queue and
+    /// where its outcome will come.
+    pub(crate) fn queue(
+        &self,
+        sync: Sync,
+        key: &str,
+        command: &Cmd,
+    ) -> (u64, oneshot::Receiver<Result<Sent, RedisError>>) {
+        let (done, outcome) = oneshot::channel();
+        let mut outbox = self.outbox();
+        outbox.next += 1;
+        let id = outbox.next;
+        let queued = Queued {
+            id,
+            key: key.to_owned(),
+            command: command.clone(),
+            done,
+        };
+        outbox.queued.entry(sync).or_default().push(queued);
+        (id, outcome)
+    }
+
+    /// Takes the writes queued with `sync` for one round trip, oldest first.
+    pub(crate) fn take(&self, sync: &Sync) -> Vec<Queued> {
+        let mut outbox = self.outbox();
+        let Some(queued) = outbox.queued.get_mut(sync) else {
+            return Vec::new();
+        };
+        let count = queued.len().min(MOST_PER_ROUND_TRIP);
+        queued.drain(..count).collect()
+    }
+
+    /// Takes the write `id` out of the queue; false when it was already taken to be sent.
+    pub(crate) fn withdraw(&self, sync: &Sync, id: u64) -> bool {
+        let mut outbox = self.outbox();
+        let Some(queued) = outbox.queued.get_mut(sync) else {
+            return false;
+        };
+        let before = queued.len();
+        queued.retain(|queued| queued.id != id);
+        queued.len() < before
+    }
+
+    fn outbox(&self) -> std::sync::MutexGuard<'_, Outbox> {
+        self.outbox.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Borrows a connection for `purpose`, queueing up to `budget` (`None`: as long as it

@@ -25,7 +25,7 @@ use redis::cluster_routing::Slot;
 use redis::{Cmd, FromRedisValue, RedisError, Value};
 
 /// How many replicas must have a grant or a renewal before it counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Replicas {
     /// As many as the master has online, learned from it and never lowered for the same master.
     Learned,
@@ -42,7 +42,7 @@ pub enum Replicas {
 /// when its last synced lease ends. Bring the replica back; or, accepting that a failover may
 /// then lose grants, lower the count ([`Sync::exactly`]) or switch syncing off ([`Sync::off`])
 /// for that time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Sync {
     pub(crate) replicas: Replicas,
     pub(crate) timeout: Duration,
