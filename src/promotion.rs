@@ -19,8 +19,8 @@
 //! A reserve taken when a command is queued in `MULTI` (as Sentinel sends `SLAVEOF NO ONE`)
 //! rather than when it runs is as good: the promotion was decided by then, and every token
 //! from then on is at least the reserve's. The filter matches command names as clients send
-//! them: a server that renames these commands (`rename-command`) is outside it (README,
-//! "Guarantees").
+//! them: a server that renames these commands (`rename-command`) is outside it
+//! (docs/guarantees.md, "What counts as a promotion").
 //!
 //! `redis-module` 2.0.8 has no command-filter API, so this is the one place that calls it.
 

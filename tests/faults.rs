@@ -3,7 +3,7 @@
 //! Each test really does it — `kill -9` under each persistence setting, a replica cut off from
 //! its master while the master keeps granting, failover, the old master coming back — and
 //! checks that the next token is larger than every token a client was ever given
-//! (README, "Guarantees").
+//! (docs/guarantees.md).
 
 mod common;
 

@@ -45,7 +45,7 @@
 //! stays below the ceiling, and a server that lost everything still comes back above every
 //! token issued before. The argument also assumes one master at a time: an old master that
 //! keeps granting after a replica was promoted (a split brain) issues tokens the new master
-//! never saw, from a clock the promotion did not wait for (README, "Guarantees").
+//! never saw, from a clock the promotion did not wait for (docs/guarantees.md, "Split brain").
 //!
 //! Every token is below 2^53, so JSON and JavaScript clients read it exactly: the ceiling
 //! reaches 2^53 in the year 2255, whatever the number of restarts.
