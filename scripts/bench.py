@@ -365,8 +365,9 @@ def filter_cost(with_module, without_module):
 
 
 def client_sync(binary):
-    """Acquire + release through each client on a master with one replica, grants synced to
-    it and not: rows of (client, mode, ops/s, p50 ms, p99 ms)."""
+    """Each client on a master with one replica, grants synced to it and not: a dict per client
+    of its bench script's results by case (`acquire+release`, `64 tasks`: by mode;
+    `connections`: opened by what)."""
     master = Server(binary, args=["--repl-diskless-sync-delay", "0"])
     replica = Server(binary)
     try:
@@ -384,19 +385,45 @@ def client_sync(binary):
                                         ROOT / "clients" / "python", {}),
             "Node (node-redis 6.3.1)": (["node", "bench/sync.mjs", url], node_with_client(), {}),
         }
-        rows = []
+        results = {}
         for client, (command, cwd, env) in runs.items():
-            print(f"  {client}: acquire + release, synced and not", file=sys.stderr)
+            print(f"  {client}: synced and not, one task and 64, connections opened", file=sys.stderr)
             out = subprocess.run(command, cwd=cwd, env=dict(os.environ, **env), capture_output=True,
                                  text=True, check=True).stdout
+            found = {}
             for line in out.splitlines():
                 if line.startswith("{"):
                     result = json.loads(line)
-                    rows.append((client, result["mode"], result["ops_per_s"], result["p50_ms"], result["p99_ms"]))
-        return rows
+                    found.setdefault(result["case"], {})[result.get("mode") or result["what"]] = result
+            results[client] = found
+        return results
     finally:
         master.stop()
         replica.stop()
+
+
+def client_sync_tables(results):
+    """The Markdown rows of `client_sync`'s results: one task's latency, 64 tasks' throughput,
+    both as synced / not synced ratios, and the connections opened."""
+    latency, tasks, connections = [], [], []
+    for client, found in results.items():
+        one = found.get("acquire+release", {})
+        synced, plain = one.get("synced"), one.get("not synced")
+        if synced and plain:
+            latency.append(f"| {client} | {synced['p50_ms']:.3f} | {plain['p50_ms']:.3f} | "
+                           f"**{synced['p50_ms'] / plain['p50_ms']:.2f}×** | "
+                           f"{synced['p99_ms']:.3f} | {plain['p99_ms']:.3f} | "
+                           f"{synced['ops_per_s']:,.0f} | {plain['ops_per_s']:,.0f} |")
+        many = found.get("64 tasks", {})
+        synced, plain = many.get("synced"), many.get("not synced")
+        if synced and plain:
+            tasks.append(f"| {client} | {synced['ops_per_s']:,.0f} | {plain['ops_per_s']:,.0f} | "
+                         f"**{synced['ops_per_s'] / plain['ops_per_s']:.2f}×** |")
+        opened = found.get("connections", {})
+        if opened:
+            connections.append(f"| {client} | {opened.get('1000 synced grants', {}).get('opened', '?')} | "
+                               f"{opened.get('1000 waits', {}).get('opened', '?')} |")
+    return latency, tasks, connections
 
 
 def python_with_client():
@@ -450,7 +477,7 @@ def main():
         shared_rows = cargo_bench(server, "shared")
         print("  sets of locks (benches/multi.rs)", file=sys.stderr)
         multi_rows = cargo_bench(server, "multi")
-        sync_rows = client_sync(servers["redis-7.0"])
+        sync_latency, sync_tasks, sync_connections = client_sync_tables(client_sync(servers["redis-7.0"]))
         print(f"  the module before the core split ({BEFORE})", file=sys.stderr)
         redesign = before_after(servers["redis-7.0"], servers["valkey-8.1"], build_before())
         profiles = {}
@@ -658,15 +685,31 @@ def main():
         "",
         "## The clients: grants synced to a replica",
         "",
-        f"Each client on Redis {server.version}, a master with one replica on loopback: one task "
-        "loops acquire (no wait, a free lock) → release for 3 s, with the grant synced to the "
-        "replica before it is returned (the default: `WAIT 1` on the grant's own connection) and "
-        "not (sync off: the shared connection). Latency is acquire + release, ms.",
+        f"Each client on Redis {server.version}, a master with one replica on loopback, grants "
+        "synced to the replica before they are returned (the default: `INFO replication`, the "
+        "grant and `WAIT` in one round trip on a pooled connection) and not (sync off: the shared "
+        "connection). One task looping acquire (no wait, a free lock) → release for 3 s "
+        "(latency of acquire + release, ms; target: synced ≤ 2× the unsynced time):",
         "",
-        "| client | grants | acquire + release/s | p50 | p99 |",
-        "| --- | --- | ---: | ---: | ---: |",
-        *[f"| {client} | {mode} | {ops:,.0f} | {p50:.3f} | {p99:.3f} |"
-          for client, mode, ops, p50, p99 in sync_rows],
+        "| client | synced p50 | not synced p50 | ratio | synced p99 | not synced p99 | synced/s | not synced/s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        *sync_latency,
+        "",
+        "64 concurrent tasks (Rust: Tokio tasks; Python: asyncio tasks; Node: promises), each "
+        "looping acquire → release on a lock of its own, acquires + releases a second (target: "
+        "synced ≥ 0.5× unsynced):",
+        "",
+        "| client | synced | not synced | ratio |",
+        "| --- | ---: | ---: | ---: |",
+        *sync_tasks,
+        "",
+        "Connections the master accepted (`total_connections_received`) over 1 000 synced "
+        "acquire + release after warm-up, and over 1 000 acquires that waited in the server "
+        "(target: none beyond the pools' sizes, 16 for syncs and 32 for waits):",
+        "",
+        "| client | per 1 000 synced grants | per 1 000 waits |",
+        "| --- | ---: | ---: |",
+        *sync_connections,
         "",
         "## Rerun",
         "",
