@@ -5,11 +5,16 @@ import { createClient as createClient4 } from 'redis4';
 import { Redis } from 'ioredis';
 import { Redis as Redis5 } from 'ioredis5';
 
-import { NotReplicatedError, createLock, createMultiLock, createReadWriteLock, createSemaphore, type Holding } from '../dist/index.js';
+import {
+  NotReplicatedError, createLock, createMultiLock, createReadWriteLock, createSemaphore, setPoolSizes, type Holding, type PoolSizes,
+} from '../dist/index.js';
 
 export async function typed(): Promise<number> {
   const nodeRedis = await createClient().connect();
   const ioredis = new Redis({ keyPrefix: 'app:' });
+  const sizes: PoolSizes = { wait: 64 };
+  setPoolSizes(nodeRedis, sizes);
+  setPoolSizes(ioredis, { sync: 8 });
   const lock = createLock(nodeRedis, 'order:1', { ttl: 10_000, sync: { replicas: 1, timeout: 500, aof: false } });
   createLock(ioredis, 'order:2', { sync: false });
   const holding: Holding | null = await lock.acquire({ wait: 1_000 });
@@ -29,5 +34,6 @@ export async function typed(): Promise<number> {
   const set = await createMultiLock(nodeRedis, ['{order:3}:a', '{order:3}:b']).tryAcquire();
   const tokens: readonly number[] = set?.tokens ?? [];
   const refused = new NotReplicatedError(0, 1);
-  return refused.acked + tokens.length + token + (holding?.token ?? 0) + (permit?.token ?? 0) + (fixed?.length ?? 0);
+  const unsynced: 'grant' | 'renewal' = refused.write;
+  return unsynced.length + refused.acked + tokens.length + token + (holding?.token ?? 0) + (permit?.token ?? 0) + (fixed?.length ?? 0);
 }
