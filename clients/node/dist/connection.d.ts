@@ -69,7 +69,7 @@ export interface IORedisClient {
 }
 /** What the locks use of an ioredis cluster client (`new Cluster()`). */
 export interface IORedisCluster {
-    isCluster: true;
+    readonly isCluster: boolean;
     call(command: string, ...args: (string | number)[]): Promise<unknown>;
     slots: string[][];
     nodes(role?: 'all' | 'master' | 'slave'): IORedisClient[];
