@@ -114,10 +114,11 @@ export declare class Connection {
     send(args: string[], key?: string): Promise<unknown>;
     /**
      * Lends `use` a connection of the `kind` pool to the master serving `key`, and takes it back
-     * when `use` settles (closed if a reply was lost). In a cluster it follows `MOVED` (relearning
-     * the slots) and `ASK` (to the importing master) that `use` throws. Rejects with
-     * {@link Exhausted} when no connection came free before `deadline` (ms since the epoch;
-     * `undefined`: no limit), with the connect error when a new one could not connect.
+     * when `use` settles (closed if a reply was lost or it reached a replica). In a cluster it
+     * follows `MOVED` (relearning the slots) and `ASK` (to the importing master) that `use`
+     * throws. Rejects with {@link Exhausted} when no connection came free before `deadline` (ms
+     * since the epoch; `undefined`: no limit), with the connect error when a new one could not
+     * connect.
      */
     lend<T>(kind: PoolKind, key: string, deadline: number | undefined, use: (own: Own) => Promise<T>): Promise<T>;
     private lendOnce;

@@ -151,10 +151,11 @@ export class Connection {
 
   /**
    * Lends `use` a connection of the `kind` pool to the master serving `key`, and takes it back
-   * when `use` settles (closed if a reply was lost). In a cluster it follows `MOVED` (relearning
-   * the slots) and `ASK` (to the importing master) that `use` throws. Rejects with
-   * {@link Exhausted} when no connection came free before `deadline` (ms since the epoch;
-   * `undefined`: no limit), with the connect error when a new one could not connect.
+   * when `use` settles (closed if a reply was lost or it reached a replica). In a cluster it
+   * follows `MOVED` (relearning the slots) and `ASK` (to the importing master) that `use`
+   * throws. Rejects with {@link Exhausted} when no connection came free before `deadline` (ms
+   * since the epoch; `undefined`: no limit), with the connect error when a new one could not
+   * connect.
    */
   async lend<T>(kind: PoolKind, key: string, deadline: number | undefined, use: (own: Own) => Promise<T>): Promise<T> {
     let asking: string | undefined;
@@ -184,7 +185,7 @@ export class Connection {
     try {
       return await use(lent);
     } finally {
-      if (lent.lost) pool.discard(dedicated);
+      if (lent.spent) pool.discard(dedicated);
       else pool.giveBack(dedicated);
     }
   }
@@ -314,10 +315,11 @@ export function setPoolSizes(client: Client, sizes: PoolSizes): void {
   }
 }
 
-/** A pooled connection while it is lent: it knows whether a reply was lost. */
+/** A pooled connection while it is lent: it knows whether it may be reused. */
 class Lent implements Own {
-  /** A reply did not come (or the connection failed): the connection must not be reused. */
-  lost = false;
+  /** A reply did not come (or the connection failed), or the server is no longer a master
+   * (`READONLY`: a failover demoted it; a new connection finds the new one): close it. */
+  spent = false;
 
   constructor(
     private readonly dedicated: Dedicated,
@@ -339,9 +341,10 @@ class Lent implements Own {
       const replies = await Promise.race([replying, expiry]);
       const failure = replies.find((reply) => reply instanceof Error && !isServerError(reply));
       if (failure) throw new LostReply(String(failure));
+      this.spent ||= replies.some((reply) => reply instanceof Error && reply.message.startsWith('READONLY'));
       return replies.filter((_, at) => sent[at][0] !== 'ASKING');
     } catch (error) {
-      this.lost = true;
+      this.spent = true;
       throw error instanceof LostReply ? error : new LostReply(String(error));
     } finally {
       clearTimeout(timer);

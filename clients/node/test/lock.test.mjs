@@ -153,12 +153,14 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
       const connected = () => infoField(server.admin, 'connected_clients');
       const before = await connected();
       const own = await connect(server.port);
-      const name = unique('pooled');
-      const holding = await createLock(own, name, { ttl: 10_000 }).acquire({ wait: 1_000 });
-      assert.ok(await holding.renew());
-      await holding.release();
-      assert.ok((await connected()) >= before + 3, 'its own, a wait connection and a sync connection');
-      await close(own);
+      try {
+        const holding = await createLock(own, unique('pooled'), { ttl: 10_000 }).acquire({ wait: 1_000 });
+        assert.ok(await holding.renew());
+        await holding.release();
+        assert.ok((await connected()) >= before + 3, 'its own, a wait connection and a sync connection');
+      } finally {
+        await close(own);
+      }
       await until(async () => (await connected()) === before);
     });
 

@@ -94,8 +94,9 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
       assert.ok(waited <= 32, `${waited} connections for 100 waits`);
     });
 
-    it('a full wait pool makes a waiter queue within its wait, and never blocks the holder', async () => {
+    it('a full wait pool makes a waiter queue within its wait, and never blocks the holder', async (t) => {
       const own = await connect(master.port);
+      t.after(() => close(own));
       setPoolSizes(own, { wait: 2 });
       const name = unique('full');
       const holding = await createLock(own, name, { ttl: 30_000 }).tryAcquire();
@@ -112,14 +113,14 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
       assert.equal(await holding.renew(), true, 'the holder renews, synced, while waiters fill the wait pool');
       assert.equal(await holding.release(), true);
       await Promise.all(served);
-      await close(own);
     });
   });
 }
 
-describe('the sync pool', () => {
-  it('makes a synced grant queue within its sync timeout, then answers not synced', async () => {
+describe('pooled connections', () => {
+  it('a full sync pool makes a synced grant queue within its sync timeout, then answer not synced', async (t) => {
     const own = await CLIENTS['ioredis 6'](master.port);
+    t.after(() => close(own));
     setPoolSizes(own, { sync: 1 });
     const slow = createLock(own, unique('slow'), { ttl: 10_000, sync: { timeout: 3_000 } });
     const quick = createLock(own, unique('quick'), { ttl: 10_000, sync: { timeout: 300 } });
@@ -142,7 +143,17 @@ describe('the sync pool', () => {
     } finally {
       replica.signal('SIGCONT');
     }
-    own.disconnect();
+  });
+
+  it('one that reached a replica (READONLY, as after a failover) is closed, not reused', async (t) => {
+    const toReplica = await CLIENTS['ioredis 6'](replica.port);
+    t.after(() => close(toReplica));
+    assert.equal(await toReplica.ping(), 'PONG');
+    const received = () => infoField(replica.admin, 'total_connections_received');
+    const lock = createLock(toReplica, unique('readonly'), { ttl: 10_000 });
+    const before = await received();
+    for (let i = 0; i < 2; i++) await assert.rejects(lock.tryAcquire(), /READONLY/);
+    assert.equal((await received()) - before, 2, 'a new connection each time');
   });
 });
 
