@@ -1,22 +1,37 @@
 /**
  * How the locks talk to the server through the client the program already has — node-redis
- * (v4 and later) or ioredis — and how a wait gets a connection of its own.
+ * (v4 and later) or ioredis — and the connections they borrow for themselves.
  *
- * A blocked `LOCK.ACQUIRE ... WAIT` stalls the connection it was sent on, so a wait never goes
- * over the program's connection: it goes over a duplicate, which is closed when the reply has
- * come — or when it has not come `margin` ms after the wait should have ended (ioredis's
- * `commandTimeout` would otherwise report a failure while the server still grants the lock).
+ * Quick commands (a grant that is not synced, a release) go over the program's own connection.
+ * A blocked `LOCK.ACQUIRE ... WAIT` stalls the connection it was sent on, and a synced write
+ * ends in a `WAIT` that stalls it too, so those go over dedicated connections — duplicates of
+ * the program's client, without the client's command timeout or retries — kept in two bounded
+ * pools per client (per master in a cluster, {@link PoolSizes}): one for waits, one for synced
+ * writes, so that waiters never starve a holder's renewal. A connection is given back once
+ * every reply sent on it came, and closed when one did not come `margin` ms after it should
+ * have (ioredis's `commandTimeout` would otherwise report a failure while the server still
+ * grants the lock) or the connection failed. Closing the program's client closes its pools (a
+ * connection lent to a wait once the wait ends).
  */
 import { Learned } from './sync.js';
+export { Exhausted, PoolClosed } from './pool.js';
 /** What the locks use of a node-redis client (`createClient()`, v4 and later). */
 export interface NodeRedisClient {
     sendCommand(args: string[]): Promise<unknown>;
-    duplicate(): NodeRedisDuplicate;
+    duplicate(overrides?: {
+        socket?: object;
+    }): NodeRedisDuplicate;
+    readonly options?: {
+        socket?: object;
+    };
+    on(event: 'end', listener: () => void): unknown;
 }
-/** A node-redis duplicate, connected for one wait. */
+/** A node-redis duplicate: a dedicated connection of a pool. */
 export interface NodeRedisDuplicate {
     connect(): Promise<unknown>;
     sendCommand(args: string[]): Promise<unknown>;
+    readonly isReady: boolean;
+    on(event: 'error', listener: (error: Error) => void): unknown;
     destroy?(): unknown;
     disconnect?(): Promise<unknown>;
 }
@@ -32,11 +47,20 @@ export interface NodeRedisCluster {
     getMasters(): NodeRedisClusterNode[];
     nodeClient(node: NodeRedisClusterNode): NodeRedisClient | Promise<NodeRedisClient>;
 }
+/** An ioredis pipeline (`redis.pipeline()`): commands sent together, not a transaction. */
+export interface IORedisPipeline {
+    call(command: string, ...args: (string | number)[]): unknown;
+    exec(): Promise<[Error | null, unknown][] | null>;
+}
 /** What the locks use of an ioredis client (`new Redis()`). */
 export interface IORedisClient {
     call(command: string, ...args: (string | number)[]): Promise<unknown>;
     duplicate(override?: Record<string, unknown>): IORedisClient;
+    pipeline(): IORedisPipeline;
+    connect(): Promise<void>;
     disconnect(): void;
+    on(event: 'end' | 'error', listener: () => void): unknown;
+    readonly status: string;
     options: {
         keyPrefix?: string;
         host?: string;
@@ -45,7 +69,7 @@ export interface IORedisClient {
 }
 /** What the locks use of an ioredis cluster client (`new Cluster()`). */
 export interface IORedisCluster {
-    isCluster: true;
+    readonly isCluster: boolean;
     call(command: string, ...args: (string | number)[]): Promise<unknown>;
     slots: string[][];
     nodes(role?: 'all' | 'master' | 'slave'): IORedisClient[];
@@ -56,6 +80,28 @@ export interface IORedisCluster {
 }
 /** A node-redis or ioredis client, of one server or of a Redis Cluster. */
 export type Client = NodeRedisClient | IORedisClient | NodeRedisCluster | IORedisCluster;
+/** The most connections the locks of one client keep open to one master, per pool. */
+export interface PoolSizes {
+    /** For waits in the server (`acquire({ wait })`, `using`): each waiter holds one as long as
+     * it waits (default 32). */
+    wait?: number;
+    /** For synced writes — a grant without waiting, a renewal — and their `WAIT` (default 16). */
+    sync?: number;
+}
+/** Which pool a connection is borrowed from. */
+export type PoolKind = keyof PoolSizes;
+export declare const DEFAULT_POOL_SIZES: Required<PoolSizes>;
+/** A pooled connection lent to one caller, to the master serving its key. */
+export interface Own {
+    /** What was learned of that master's replicas. */
+    readonly learned: Learned;
+    /**
+     * Sends `commands` as one pipeline (never `MULTI`), and resolves to their replies in order,
+     * an error reply as an `Error` value. Rejects with {@link LostReply} when not every reply came
+     * within `timeoutMs`, or the connection failed: the connection is then closed, not reused.
+     */
+    pipeline(commands: string[][], timeoutMs: number | undefined): Promise<unknown[]>;
+}
 /** The client as the locks use it: commands on a lock go to the master serving it (in a
  * cluster, the master of its slot). */
 export declare class Connection {
@@ -63,33 +109,47 @@ export declare class Connection {
     /** ioredis's `keyPrefix`, which it does not apply to module commands: the locks do. */
     readonly prefix: string;
     constructor(client: Client);
-    /** What was learned of the master serving `key`, shared by every lock on it. */
-    learned(key: string): Learned;
     /** Sends a quick command on a lock over the program's own connection, routed in a cluster by
      * `key` (default `args[1]`, a single lock's key; a set's first key otherwise). */
     send(args: string[], key?: string): Promise<unknown>;
-    /** Sends a keyless command (`INFO replication`) to the master serving `key`. */
-    sendToMaster(key: string, args: string[]): Promise<unknown>;
     /**
-     * Sends a command on `key` over a connection of its own to the master serving it, closed
-     * afterwards — one that blocks in the server (a wait), or a grant to sync — and, when its
-     * reply is not null and `then` is given, `then` on the same connection; resolves to both
-     * replies. In a cluster it follows `MOVED` (relearning the slots) and `ASK` (to the
-     * importing master). Rejects with {@link LostReply} when no reply came within `timeoutMs`
-     * (`undefined`: no limit), or the connection failed: the server may have done it or not.
+     * Lends `use` a connection of the `kind` pool to the master serving `key`, and takes it back
+     * when `use` settles (closed if a reply was lost or it reached a replica). In a cluster it
+     * follows `MOVED` (relearning the slots) and `ASK` (to the importing master) that `use`
+     * throws. Rejects with {@link Exhausted} when no connection came free before `deadline` (ms
+     * since the epoch; `undefined`: no limit), with the connect error when a new one could not
+     * connect.
      */
-    sendOwn(key: string, args: string[], timeoutMs: number | undefined, then?: string[]): Promise<[unknown, unknown]>;
-    private sendOwnOnce;
-    /** A connection of its own to the master serving `key`, or to the node at `address`. */
-    private dedicated;
-    /** `host:port` of the master serving `key`, as the cluster client knows it now. */
+    lend<T>(kind: PoolKind, key: string, deadline: number | undefined, use: (own: Own) => Promise<T>): Promise<T>;
+    private lendOnce;
+    /**
+     * Gathers the `item`s given in one tick for keys served by the same master under the same
+     * `group`, then runs `run` once with them all (and the first caller's key): each caller gets
+     * the result at its item's place, or the rejection.
+     */
+    together<I, R>(key: string, group: string, item: I, run: (key: string, items: I[]) => Promise<R[]>): Promise<R>;
+    /** The replica count learned so far for the master serving `key`. */
+    replicasKnown(key: string): number;
+    /** What was learned of the master at `address` (`''` for one server), shared by every lock
+     * of this client. */
+    private learned;
+    /** The pools to the master at `address`, made on first use (and again when the cluster
+     * client replaced its client for that node); closed when that client closes. */
+    private place;
+    /** The client the master serving `key` (or the node at `address`) is reached through. */
+    private origin;
+    /** `host:port` of the master serving `key`, as the cluster client knows it now (`''` for
+     * one server). */
     private masterAddress;
     private ioredisNode;
     private nodeRedisNode;
     /** After `MOVED`: the cluster client learns where the slot of `key` went. */
     private relearnSlots;
 }
-/** A wait's reply did not come: the server may have granted the lock, or not. */
+/** Sets the sizes of the pools the locks of `client` borrow connections from; pools already
+ * open take the new sizes too (a smaller one closes connections as they come back). */
+export declare function setPoolSizes(client: Client, sizes: PoolSizes): void;
+/** A reply did not come: the server may have done the command, or not. */
 export declare class LostReply extends Error {
     name: string;
 }

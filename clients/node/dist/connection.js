@@ -1,14 +1,23 @@
 /**
  * How the locks talk to the server through the client the program already has — node-redis
- * (v4 and later) or ioredis — and how a wait gets a connection of its own.
+ * (v4 and later) or ioredis — and the connections they borrow for themselves.
  *
- * A blocked `LOCK.ACQUIRE ... WAIT` stalls the connection it was sent on, so a wait never goes
- * over the program's connection: it goes over a duplicate, which is closed when the reply has
- * come — or when it has not come `margin` ms after the wait should have ended (ioredis's
- * `commandTimeout` would otherwise report a failure while the server still grants the lock).
+ * Quick commands (a grant that is not synced, a release) go over the program's own connection.
+ * A blocked `LOCK.ACQUIRE ... WAIT` stalls the connection it was sent on, and a synced write
+ * ends in a `WAIT` that stalls it too, so those go over dedicated connections — duplicates of
+ * the program's client, without the client's command timeout or retries — kept in two bounded
+ * pools per client (per master in a cluster, {@link PoolSizes}): one for waits, one for synced
+ * writes, so that waiters never starve a holder's renewal. A connection is given back once
+ * every reply sent on it came, and closed when one did not come `margin` ms after it should
+ * have (ioredis's `commandTimeout` would otherwise report a failure while the server still
+ * grants the lock) or the connection failed. Closing the program's client closes its pools (a
+ * connection lent to a wait once the wait ends).
  */
 import keySlot from 'cluster-key-slot';
+import { Pool } from './pool.js';
 import { Learned } from './sync.js';
+export { Exhausted, PoolClosed } from './pool.js';
+export const DEFAULT_POOL_SIZES = { wait: 32, sync: 16 };
 /** The client as the locks use it: commands on a lock go to the master serving it (in a
  * cluster, the master of its slot). */
 export class Connection {
@@ -18,21 +27,6 @@ export class Connection {
     constructor(client) {
         this.client = client;
         this.prefix = isIORedis(client) || isIORedisCluster(client) ? (client.options.keyPrefix ?? '') : '';
-    }
-    /** What was learned of the master serving `key`, shared by every lock on it. */
-    learned(key) {
-        let known = LEARNED.get(this.client);
-        if (!known) {
-            known = new Map();
-            LEARNED.set(this.client, known);
-        }
-        const place = isCluster(this.client) ? this.masterAddress(key) : '';
-        let learned = known.get(place);
-        if (!learned) {
-            learned = new Learned();
-            known.set(place, learned);
-        }
-        return learned;
     }
     /** Sends a quick command on a lock over the program's own connection, routed in a cluster by
      * `key` (default `args[1]`, a single lock's key; a set's first key otherwise). */
@@ -46,31 +40,19 @@ export class Connection {
             return client.sendCommand(key, false, args);
         return client.sendCommand(args);
     }
-    /** Sends a keyless command (`INFO replication`) to the master serving `key`. */
-    async sendToMaster(key, args) {
-        const client = this.client;
-        if (isNodeRedisCluster(client)) {
-            return (await client.nodeClient(client.getSlotMaster(keySlot(key)))).sendCommand(args);
-        }
-        if (isIORedisCluster(client)) {
-            const [command, ...rest] = args;
-            return this.ioredisNode(client, this.masterAddress(key)).call(command, ...rest);
-        }
-        return this.send(args);
-    }
     /**
-     * Sends a command on `key` over a connection of its own to the master serving it, closed
-     * afterwards — one that blocks in the server (a wait), or a grant to sync — and, when its
-     * reply is not null and `then` is given, `then` on the same connection; resolves to both
-     * replies. In a cluster it follows `MOVED` (relearning the slots) and `ASK` (to the
-     * importing master). Rejects with {@link LostReply} when no reply came within `timeoutMs`
-     * (`undefined`: no limit), or the connection failed: the server may have done it or not.
+     * Lends `use` a connection of the `kind` pool to the master serving `key`, and takes it back
+     * when `use` settles (closed if a reply was lost or it reached a replica). In a cluster it
+     * follows `MOVED` (relearning the slots) and `ASK` (to the importing master) that `use`
+     * throws. Rejects with {@link Exhausted} when no connection came free before `deadline` (ms
+     * since the epoch; `undefined`: no limit), with the connect error when a new one could not
+     * connect.
      */
-    async sendOwn(key, args, timeoutMs, then) {
+    async lend(kind, key, deadline, use) {
         let asking;
         for (let redirects = 0;; redirects++) {
             try {
-                return await this.sendOwnOnce(key, args, timeoutMs, then, asking);
+                return await this.lendOnce(kind, key, deadline, asking, use);
             }
             catch (error) {
                 const redirect = /^(MOVED|ASK) \d+ (\S+)/.exec(error instanceof Error ? error.message : '');
@@ -82,66 +64,92 @@ export class Connection {
             }
         }
     }
-    async sendOwnOnce(key, args, timeoutMs, then, asking) {
-        const dedicated = await this.dedicated(key, asking);
-        let timer;
-        const expiry = new Promise((_, reject) => {
-            if (timeoutMs !== undefined) {
-                timer = setTimeout(() => reject(new LostReply('no reply in time')), timeoutMs);
-            }
-        });
-        const exchange = async () => {
-            if (asking)
-                await dedicated.send(['ASKING']);
-            const reply = await dedicated.send(args);
-            return [reply, reply !== null && then ? await dedicated.send(then) : undefined];
-        };
+    async lendOnce(kind, key, deadline, asking, use) {
+        const address = asking ?? this.masterAddress(key);
+        const pool = this.place(address, await this.origin(key, asking)).pools[kind];
+        const dedicated = await pool.borrow(deadline);
+        const lent = new Lent(dedicated, this.learned(address), asking !== undefined);
         try {
-            return await Promise.race([exchange(), expiry]);
-        }
-        catch (error) {
-            throw isServerError(error) ? error : new LostReply(String(error));
+            return await use(lent);
         }
         finally {
-            clearTimeout(timer);
-            dedicated.close();
+            if (lent.spent)
+                pool.discard(dedicated);
+            else
+                pool.giveBack(dedicated);
         }
     }
-    /** A connection of its own to the master serving `key`, or to the node at `address`. */
-    async dedicated(key, address) {
-        const client = this.client;
-        if (isIORedis(client) || isIORedisCluster(client)) {
-            const node = isIORedisCluster(client) ? this.ioredisNode(client, address ?? this.masterAddress(key)) : client;
-            const own = node.duplicate({
-                commandTimeout: undefined,
-                maxRetriesPerRequest: 0,
-                retryStrategy: () => null,
+    /**
+     * Gathers the `item`s given in one tick for keys served by the same master under the same
+     * `group`, then runs `run` once with them all (and the first caller's key): each caller gets
+     * the result at its item's place, or the rejection.
+     */
+    together(key, group, item, run) {
+        const gatherings = perClient(GATHERINGS, this.client);
+        const name = `${this.masterAddress(key)} ${group}`;
+        let gathering = gatherings.get(name);
+        if (!gathering) {
+            const started = { items: [], callers: [] };
+            gatherings.set(name, started);
+            process.nextTick(() => {
+                gatherings.delete(name);
+                run(key, started.items).then((results) => started.callers.forEach(({ resolve }, at) => resolve(results[at])), (error) => started.callers.forEach(({ reject }) => reject(error)));
             });
-            // A failed connection rejects the command; the handler keeps ioredis from logging it.
-            own.on?.('error', () => { });
-            return {
-                send: ([command, ...rest]) => own.call(command, ...rest),
-                close: () => own.disconnect(),
-            };
+            gathering = started;
         }
-        const node = isNodeRedisCluster(client) ? await this.nodeRedisNode(client, key, address) : client;
-        const own = node.duplicate();
-        // The error handler keeps a dropped wait connection from crashing the program.
-        own.on?.('error', () => { });
-        await own.connect();
-        return {
-            send: (args) => own.sendCommand(args),
-            close: () => {
-                if (own.destroy) {
-                    own.destroy();
-                }
-                else {
-                    own.disconnect?.().catch(() => { });
-                }
-            },
-        };
+        const joined = gathering;
+        return new Promise((resolve, reject) => {
+            joined.items.push(item);
+            joined.callers.push({ resolve, reject });
+        });
     }
-    /** `host:port` of the master serving `key`, as the cluster client knows it now. */
+    /** The replica count learned so far for the master serving `key`. */
+    replicasKnown(key) {
+        return this.learned(this.masterAddress(key)).count;
+    }
+    /** What was learned of the master at `address` (`''` for one server), shared by every lock
+     * of this client. */
+    learned(address) {
+        const known = perClient(LEARNED, this.client);
+        let learned = known.get(address);
+        if (!learned) {
+            learned = new Learned();
+            known.set(address, learned);
+        }
+        return learned;
+    }
+    /** The pools to the master at `address`, made on first use (and again when the cluster
+     * client replaced its client for that node); closed when that client closes. */
+    place(address, origin) {
+        const places = perClient(PLACES, this.client);
+        const known = places.get(address);
+        if (known?.origin === origin)
+            return known;
+        const sizes = { ...DEFAULT_POOL_SIZES, ...SIZES.get(this.client) };
+        const factory = dedicatedFactory(origin);
+        const place = { origin, pools: { wait: new Pool(factory, sizes.wait), sync: new Pool(factory, sizes.sync) } };
+        known?.pools.wait.close();
+        known?.pools.sync.close();
+        places.set(address, place);
+        origin.on('end', () => {
+            place.pools.wait.close();
+            place.pools.sync.close();
+            if (places.get(address) === place)
+                places.delete(address);
+        });
+        return place;
+    }
+    /** The client the master serving `key` (or the node at `address`) is reached through. */
+    async origin(key, address) {
+        const client = this.client;
+        if (isIORedisCluster(client))
+            return this.ioredisNode(client, address ?? this.masterAddress(key));
+        if (isNodeRedisCluster(client))
+            return this.nodeRedisNode(client, key, address);
+        return client;
+    }
+    /** `host:port` of the master serving `key`, as the cluster client knows it now (`''` for
+     * one server). */
     masterAddress(key) {
         const client = this.client;
         if (isIORedisCluster(client))
@@ -178,11 +186,130 @@ export class Connection {
         }
     }
 }
+/** Sets the sizes of the pools the locks of `client` borrow connections from; pools already
+ * open take the new sizes too (a smaller one closes connections as they come back). */
+export function setPoolSizes(client, sizes) {
+    for (const size of Object.values(sizes)) {
+        if (!Number.isInteger(size) || size < 1)
+            throw new RangeError(`a pool size must be a whole number of at least 1, not ${size}`);
+    }
+    const merged = { ...DEFAULT_POOL_SIZES, ...SIZES.get(client), ...sizes };
+    SIZES.set(client, merged);
+    for (const place of PLACES.get(client)?.values() ?? []) {
+        place.pools.wait.size = merged.wait;
+        place.pools.sync.size = merged.sync;
+    }
+}
+/** A pooled connection while it is lent: it knows whether it may be reused. */
+class Lent {
+    dedicated;
+    learned;
+    asking;
+    /** A reply did not come (or the connection failed), or the server is no longer a master
+     * (`READONLY`: a failover demoted it; a new connection finds the new one): close it. */
+    spent = false;
+    constructor(dedicated, learned, asking) {
+        this.dedicated = dedicated;
+        this.learned = learned;
+        this.asking = asking;
+    }
+    async pipeline(commands, timeoutMs) {
+        // After ASK, `ASKING` goes right before each command on a key (it covers the next command).
+        const sent = commands.flatMap((command) => (this.asking && command[0].startsWith('LOCK.') ? [['ASKING'], command] : [command]));
+        let timer;
+        const expiry = new Promise((_, reject) => {
+            if (timeoutMs !== undefined)
+                timer = setTimeout(() => reject(new LostReply('no reply in time')), timeoutMs);
+        });
+        const replying = this.dedicated.pipeline(sent);
+        // Replies that come after the connection was given up on are dropped with it.
+        replying.catch(() => { });
+        try {
+            const replies = await Promise.race([replying, expiry]);
+            const failure = replies.find((reply) => reply instanceof Error && !isServerError(reply));
+            if (failure)
+                throw new LostReply(String(failure));
+            this.spent ||= replies.some((reply) => reply instanceof Error && reply.message.startsWith('READONLY'));
+            return replies.filter((_, at) => sent[at][0] !== 'ASKING');
+        }
+        catch (error) {
+            this.spent = true;
+            throw error instanceof LostReply ? error : new LostReply(String(error));
+        }
+        finally {
+            clearTimeout(timer);
+        }
+    }
+}
+/** Opens, checks and closes duplicates of `origin`. */
+function dedicatedFactory(origin) {
+    return {
+        open: () => (isIORedis(origin) ? openIORedis(origin) : openNodeRedis(origin)),
+        alive: (dedicated) => dedicated.alive(),
+        close: (dedicated) => dedicated.close(),
+    };
+}
+async function openIORedis(origin) {
+    const own = origin.duplicate({
+        commandTimeout: undefined,
+        maxRetriesPerRequest: 0,
+        retryStrategy: () => null,
+        enableOfflineQueue: false,
+        lazyConnect: true,
+    });
+    // A dropped connection rejects its commands; the handler keeps ioredis from logging it.
+    own.on('error', () => { });
+    await own.connect();
+    return {
+        pipeline: async (commands) => {
+            const pipeline = own.pipeline();
+            for (const [command, ...args] of commands)
+                pipeline.call(command, ...args);
+            const replies = await pipeline.exec();
+            if (!replies)
+                throw new Error('the pipeline was not run');
+            return replies.map(([error, reply]) => error ?? reply);
+        },
+        alive: () => own.status === 'ready',
+        close: () => own.disconnect(),
+    };
+}
+async function openNodeRedis(origin) {
+    const own = origin.duplicate({ socket: { ...origin.options?.socket, reconnectStrategy: false } });
+    // The error handler keeps a dropped connection from crashing the program.
+    own.on('error', () => { });
+    await own.connect();
+    return {
+        // Commands sent in one tick go out in one write: a pipeline.
+        pipeline: (commands) => Promise.all(commands.map((args) => own.sendCommand(args).catch((error) => error))),
+        alive: () => own.isReady,
+        close: () => {
+            if (own.destroy)
+                own.destroy();
+            else
+                own.disconnect?.().catch(() => { });
+        },
+    };
+}
 /** How many `MOVED` / `ASK` redirections a command on a connection of its own follows. */
 const REDIRECTS = 5;
 /** What was learned per client, by master address (`''` for one server). */
 const LEARNED = new WeakMap();
-/** A wait's reply did not come: the server may have granted the lock, or not. */
+/** The pools per client, by master address. */
+const PLACES = new WeakMap();
+/** The gatherings open per client, by master address and group. */
+const GATHERINGS = new WeakMap();
+/** The pool sizes set per client. */
+const SIZES = new WeakMap();
+function perClient(map, client) {
+    let known = map.get(client);
+    if (!known) {
+        known = new Map();
+        map.set(client, known);
+    }
+    return known;
+}
+/** A reply did not come: the server may have done the command, or not. */
 export class LostReply extends Error {
     name = 'LostReply';
 }
@@ -194,9 +321,6 @@ function isIORedisCluster(client) {
 }
 function isNodeRedisCluster(client) {
     return typeof client.getSlotMaster === 'function';
-}
-function isCluster(client) {
-    return isIORedisCluster(client) || isNodeRedisCluster(client);
 }
 /**
  * An error reply of the server (`ERR ...`, `WRONGTYPE ...`, `TRYAGAIN ...`): its message starts

@@ -5,9 +5,12 @@
  * - Every acquire is a new owner, kept by the `Holding` it returns: one lock object shared by
  *   concurrent calls excludes them like a mutex (as node-redlock's new random value per
  *   acquire). A holder re-enters, downgrades or upgrades through its holding.
- * - Waiting happens in the server (`LOCK.ACQUIRE ... WAIT`), in arrival order, on a duplicate
- *   connection with no timeout shorter than the wait; a lost reply is followed up by asking
- *   again as the same owner, so a caller never holds a lock it was told it did not get.
+ * - Waiting happens in the server (`LOCK.ACQUIRE ... WAIT`), in arrival order, on a connection
+ *   borrowed from a pool of duplicates of the client ({@link setPoolSizes}), with no timeout
+ *   shorter than the wait; a lost reply is followed up by asking again as the same owner, so a
+ *   caller never holds a lock it was told it did not get, and the connection is closed.
+ * - Grants and renewals count only once the master's replicas have them (`sync`), learned and
+ *   waited for in the write's own round trip.
  * - Every holding has a fencing token, a JS `number` (tokens stay below 2^53).
  * - `using(routine)` renews the lease every third of it and hands the routine an `AbortSignal`
  *   that fires when the lease is lost; renewal failures never throw into nowhere.
@@ -30,8 +33,8 @@
  */
 import { Client } from './connection.js';
 import { SyncOptions } from './sync.js';
-export type { Client, IORedisClient, NodeRedisClient, NodeRedisDuplicate } from './connection.js';
-export { LostReply } from './connection.js';
+export type { Client, IORedisClient, NodeRedisClient, NodeRedisDuplicate, PoolSizes } from './connection.js';
+export { LostReply, PoolClosed, setPoolSizes } from './connection.js';
 export type { SyncOptions } from './sync.js';
 export { NotReplicatedError } from './sync.js';
 /** How a lock is taken and kept. */
@@ -47,13 +50,22 @@ export interface LockOptions {
     reentrant?: boolean;
     /** Renew the lease every third of it until release (always on in `using`). */
     watchdog?: boolean;
-    /** How long after a wait should have ended the client stops waiting for the reply and asks
-     * for itself, ms (default 1 000). */
+    /** How long after a reply should have come (a wait's end, the sync timeout) the client gives
+     * up on it — closing its connection — and asks for itself, ms (default 1 000). */
     timeoutMargin?: number;
-    /** How grants reach the master's replicas before an acquire returns them (default: every
-     * replica it has online, within 1 s; `false`: not at all). When fewer acknowledge in time,
-     * the grant is released and the acquire rejects with {@link NotReplicatedError}, or with a
-     * `wait` budget left, tries again within it. Renewals and releases never wait. */
+    /**
+     * How grants and renewals reach the master's replicas before they count (default: every
+     * replica it has online, within 1 s; `false`: not at all). When fewer acknowledge in time, a
+     * grant is released and the acquire rejects with {@link NotReplicatedError}, or with a `wait`
+     * budget left, tries again within it; a renewal rejects with it and does not count (the
+     * lease the holding believes stays the last synced one; a watched holding keeps renewing and
+     * aborts its `signal` when that lease ends). Releases never wait.
+     *
+     * While a replica is down, every grant and renewal fails after the sync timeout, and watched
+     * holdings are lost when their last synced lease ends: bring the replica back, or — accepting
+     * that a failover may then lose grants — lower `replicas` or set `sync: false` for that time.
+     * `replicas` below the master's count is not safe (see {@link SyncOptions.replicas}).
+     */
     sync?: SyncOptions | false;
 }
 /** How long to wait for a busy lock. */
@@ -72,11 +84,15 @@ export interface Holding {
     readonly tokens: readonly number[];
     /** The owner of this holding: new for each acquire, unless the lock was given one. */
     readonly owner: string;
-    /** Aborted when the lease is known lost: a renewal was refused, or the lease ran out while
-     * renewals failed. Never aborted by a release. */
+    /** Aborted when the lease is known lost: a renewal was refused, or (with the watchdog) the
+     * last lease that counted ran out while renewals failed or were not synced. Never aborted by
+     * a release. */
     readonly signal: AbortSignal;
     /** Resets the lease to `ttl` ms (default: the lock's). False when it was lost (and then
-     * `signal` aborts); a lost lock is never taken back. */
+     * `signal` aborts); a lost lock is never taken back. Synced like a grant: rejects with
+     * {@link NotReplicatedError} (`write: 'renewal'`) when the master renewed it but too few
+     * replicas had it in time — it does not count, the holding's lease stays the last synced
+     * one — and with {@link LostReply} when the reply did not come. */
     renew(ttl?: number): Promise<boolean>;
     /** Stops renewing and releases. True if it was still held. */
     release(): Promise<boolean>;

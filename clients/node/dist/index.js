@@ -5,9 +5,12 @@
  * - Every acquire is a new owner, kept by the `Holding` it returns: one lock object shared by
  *   concurrent calls excludes them like a mutex (as node-redlock's new random value per
  *   acquire). A holder re-enters, downgrades or upgrades through its holding.
- * - Waiting happens in the server (`LOCK.ACQUIRE ... WAIT`), in arrival order, on a duplicate
- *   connection with no timeout shorter than the wait; a lost reply is followed up by asking
- *   again as the same owner, so a caller never holds a lock it was told it did not get.
+ * - Waiting happens in the server (`LOCK.ACQUIRE ... WAIT`), in arrival order, on a connection
+ *   borrowed from a pool of duplicates of the client ({@link setPoolSizes}), with no timeout
+ *   shorter than the wait; a lost reply is followed up by asking again as the same owner, so a
+ *   caller never holds a lock it was told it did not get, and the connection is closed.
+ * - Grants and renewals count only once the master's replicas have them (`sync`), learned and
+ *   waited for in the write's own round trip.
  * - Every holding has a fencing token, a JS `number` (tokens stay below 2^53).
  * - `using(routine)` renews the lease every third of it and hands the routine an `AbortSignal`
  *   that fires when the lease is lost; renewal failures never throw into nowhere.
@@ -29,9 +32,10 @@
  * ```
  */
 import { randomUUID } from 'node:crypto';
-import { Connection, LostReply, isTryAgain } from './connection.js';
-import { DEFAULT_SYNC_TIMEOUT, NotReplicatedError, ackedBy, waitCommand } from './sync.js';
-export { LostReply } from './connection.js';
+import { Connection, Exhausted, LostReply, isTryAgain } from './connection.js';
+import { NotReplicatedError } from './sync.js';
+import { Writes } from './writes.js';
+export { LostReply, PoolClosed, setPoolSizes } from './connection.js';
 export { NotReplicatedError } from './sync.js';
 const DEFAULT_TTL = 30_000;
 const DEFAULT_MARGIN = 1_000;
@@ -98,21 +102,18 @@ export function createSemaphore(client, name, permits, options = {}) {
     return new LeaseholdLock(new Connection(client), [name], options, mode);
 }
 class LeaseholdLock {
-    connection;
     names;
     options;
     mode;
     keys;
-    /** The key commands are routed by. */
-    key;
+    writes;
     ttl;
     constructor(connection, names, options, mode, set = false) {
-        this.connection = connection;
         this.names = names;
         this.options = options;
         this.mode = mode;
         this.keys = new Keys(names.map((name) => connection.prefix + name), set);
-        this.key = this.keys.first;
+        this.writes = new Writes(connection, this.keys.first, options.sync, options.timeoutMargin ?? DEFAULT_MARGIN);
         this.ttl = options.ttl ?? DEFAULT_TTL;
     }
     get name() {
@@ -131,59 +132,25 @@ class LeaseholdLock {
             command.push('WAIT', String(waitMs));
         return command;
     }
+    release(owner) {
+        return this.keys.command('RELEASE', owner);
+    }
     async tryAcquire() {
         return this.tryAs(this.ownerForAcquire(), this.options.watchdog ?? false);
     }
+    /** A grant without waiting, synced; a reply lost on its way back is released in the
+     * background (the server may have granted it). */
     async tryAs(owner, watchdog) {
-        const wanted = await this.replicasWanted();
-        if (wanted > 0) {
-            try {
-                return await this.grant(owner, undefined, wanted, watchdog);
-            }
-            catch (error) {
-                if (isTryAgain(error))
-                    return null;
-                if (error instanceof LostReply)
-                    void this.releaseEventually(owner);
-                throw error;
-            }
+        try {
+            return this.held(owner, await this.writes.grant(this.command(owner), this.release(owner)), watchdog);
         }
-        const tokens = await tryTokens(this.connection, this.command(owner), this.key);
-        return tokens === null ? null : this.hold(owner, tokens, watchdog);
-    }
-    /** How many replicas a grant must reach: as `sync` says, or as many as the master has
-     * online (asked now and then, never lowered for the same master). */
-    async replicasWanted() {
-        const sync = this.options.sync;
-        if (sync === false)
-            return 0;
-        if (sync?.replicas !== undefined)
-            return sync.replicas;
-        const learned = this.connection.learned(this.key);
-        return learned.fresh() ?? learned.heard(String(await this.connection.sendToMaster(this.key, ['INFO', 'replication'])));
-    }
-    /**
-     * `LOCK.ACQUIRE` on a connection of its own — with `WAIT waitMs` when given (0: no limit) —
-     * then, for a grant, the `WAIT` for `wanted` replicas on the same connection. A grant too
-     * few replicas have is released: {@link NotReplicatedError}.
-     */
-    async grant(owner, waitMs, wanted, watchdog) {
-        const sync = this.options.sync || {};
-        const syncMs = wanted > 0 ? (sync.timeout ?? DEFAULT_SYNC_TIMEOUT) : 0;
-        const margin = this.options.timeoutMargin ?? DEFAULT_MARGIN;
-        const timeout = waitMs === 0 ? undefined : (waitMs ?? 0) + margin + syncMs;
-        const then = wanted > 0 ? waitCommand(sync, wanted) : undefined;
-        const [reply, synced] = await this.connection.sendOwn(this.key, this.command(owner, waitMs), timeout, then);
-        const tokens = tokensOf(reply);
-        if (tokens === null)
-            return null;
-        const acked = wanted > 0 ? ackedBy(sync, synced) : 0;
-        if (acked < wanted) {
-            this.connection.learned(this.key).askAgain();
-            await this.connection.send(this.keys.command('RELEASE', owner), this.key);
-            throw new NotReplicatedError(acked, wanted);
+        catch (error) {
+            if (isTryAgain(error))
+                return null;
+            if (error instanceof LostReply)
+                void this.releaseEventually(owner);
+            throw error;
         }
-        return this.hold(owner, tokens, watchdog);
     }
     acquire(options = {}) {
         return this.acquireAs(this.ownerForAcquire(), options, this.options.watchdog ?? false);
@@ -197,7 +164,8 @@ class LeaseholdLock {
             // WAIT takes whole ms; 0 would mean "no limit".
             const waitMs = left === undefined ? 0 : Math.max(Math.ceil(left), 1);
             try {
-                return await this.grant(owner, waitMs, await this.replicasWanted(), watchdog);
+                const reply = await this.writes.wait(this.command(owner, waitMs), waitMs, deadline, this.release(owner));
+                return this.held(owner, reply, watchdog);
             }
             catch (error) {
                 if (isTryAgain(error)) {
@@ -212,7 +180,9 @@ class LeaseholdLock {
                     if (recovered)
                         return recovered;
                 }
-                else {
+                else if (!(error instanceof Exhausted)) {
+                    // Exhausted: every wait connection stayed busy until the deadline; the loop's last
+                    // try answers.
                     throw error;
                 }
             }
@@ -232,7 +202,7 @@ class LeaseholdLock {
     async releaseEventually(owner) {
         for (let attempt = 0; attempt < 20; attempt++) {
             try {
-                await this.connection.send(this.keys.command('RELEASE', owner), this.key);
+                await this.writes.connection.send(this.release(owner), this.keys.first);
                 return;
             }
             catch {
@@ -251,30 +221,36 @@ class LeaseholdLock {
             await holding.release().catch(() => false);
         }
     }
-    hold(owner, tokens, watchdog) {
-        return new Held(this.connection, this.keys, owner, tokens, this.ttl, this.mode, watchdog);
+    /** The holding a grant's reply gives, or null when it was no grant. */
+    held(owner, reply, watchdog) {
+        const tokens = tokensOf(reply);
+        return tokens === null ? null : new Held(this.writes, this.keys, owner, tokens, this.ttl, this.mode, watchdog);
     }
 }
 class Held {
-    connection;
+    writes;
     keys;
     owner;
     tokens;
     ttl;
     mode;
+    watched;
     lost = new AbortController();
+    /** The watchdog's next renewal. */
     timer;
+    /** Watched: reports the lease lost when the last one that counted ends. */
+    expiry;
     released = false;
-    heldUntil;
-    constructor(connection, keys, owner, tokens, ttl, mode, watchdog) {
-        this.connection = connection;
+    constructor(writes, keys, owner, tokens, ttl, mode, watched) {
+        this.writes = writes;
         this.keys = keys;
         this.owner = owner;
         this.tokens = tokens;
         this.ttl = ttl;
         this.mode = mode;
-        this.heldUntil = Date.now() + ttl;
-        if (watchdog)
+        this.watched = watched;
+        this.leaseEndsAt(Date.now() + ttl);
+        if (watched)
             this.schedule();
     }
     get signal() {
@@ -284,19 +260,24 @@ class Held {
         return Math.max(...this.tokens);
     }
     async renew(ttl = this.ttl) {
-        const renewed = this.keys.whole(await this.connection.send(this.keys.command('RENEW', this.owner, String(ttl)), this.keys.first));
-        if (!renewed)
+        const sent = Date.now();
+        const command = this.keys.command('RENEW', this.owner, String(ttl));
+        const renewed = this.keys.whole(await this.writes.renew(command, (reply) => this.keys.whole(reply)));
+        if (!renewed) {
             this.lose();
-        return renewed;
+            return false;
+        }
+        this.leaseEndsAt(sent + ttl);
+        return true;
     }
     async release() {
         this.released = true;
-        clearTimeout(this.timer);
-        return this.keys.whole(await this.connection.send(this.keys.command('RELEASE', this.owner), this.keys.first));
+        this.stop();
+        return this.keys.whole(await this.writes.connection.send(this.keys.command('RELEASE', this.owner), this.keys.first));
     }
     async reenter(ttl = this.ttl) {
         const tokens = await this.acquire('reenter', ttl, this.mode, true);
-        return tokens === null ? null : new Held(this.connection, this.keys, this.owner, tokens, ttl, this.mode, false);
+        return tokens === null ? null : new Held(this.writes, this.keys, this.owner, tokens, ttl, this.mode, false);
     }
     downgrade(ttl = this.ttl) {
         return this.changeMode(ttl, SHARED);
@@ -317,7 +298,16 @@ class Held {
     acquire(what, ttl, mode, reentrant) {
         if (this.keys.set)
             return Promise.reject(new Error(`${what} is not supported on a set of locks`));
-        return tryTokens(this.connection, acquireCommand(this.keys, this.owner, ttl, mode, reentrant), this.keys.first);
+        return tryTokens(this.writes.connection, acquireCommand(this.keys, this.owner, ttl, mode, reentrant), this.keys.first);
+    }
+    /** The lease, as far as the holder knows, now ends at `until` (ms since the epoch): a grant,
+     * or a renewal that counted. */
+    leaseEndsAt(until) {
+        if (!this.watched || this.released || this.lost.signal.aborted)
+            return;
+        clearTimeout(this.expiry);
+        this.expiry = setTimeout(() => this.lose(), until - Date.now());
+        this.expiry.unref?.();
     }
     /** The watchdog: renews every third of the lease; stops for good on release and on loss. */
     schedule() {
@@ -327,23 +317,23 @@ class Held {
     async tick() {
         if (this.released)
             return;
-        const sent = Date.now();
         try {
             if (!(await this.renew()))
                 return;
-            this.heldUntil = sent + this.ttl;
         }
         catch {
-            if (Date.now() >= this.heldUntil) {
-                this.lose();
-                return;
-            }
+            // Not counted (not synced, or no reply): tried again next time; the expiry reports the
+            // loss if the last renewal that counted runs out first.
         }
-        if (!this.released)
+        if (!this.released && !this.lost.signal.aborted)
             this.schedule();
     }
-    lose() {
+    stop() {
         clearTimeout(this.timer);
+        clearTimeout(this.expiry);
+    }
+    lose() {
+        this.stop();
         if (!this.lost.signal.aborted)
             this.lost.abort(new Error('the lock lease was lost'));
     }

@@ -1,37 +1,45 @@
 /**
- * Grants synced to replicas before they are returned: after a grant the lock sends
- * `WAIT replicas timeout` (or `WAITAOF 1 replicas timeout`) on the connection that carried it,
- * and counts the grant only once enough replicas have it. Replication is asynchronous: without
- * this, a master can acknowledge a grant and fail before any replica has it, and the promoted
- * replica grants the same lock again.
+ * Writes synced to replicas before they count: a grant or a renewal is followed, on the
+ * connection that carried it, by `WAIT replicas timeout` (or `WAITAOF 1 replicas timeout`),
+ * and counts only once enough replicas have it. Replication is asynchronous: without this, a
+ * master can acknowledge a grant (or a renewal) and fail before any replica has it, and the
+ * promoted replica grants the same lock again (or ends the lease earlier than the holder
+ * believes).
  *
- * How many replicas to wait for, by default, is learned from the master (`INFO replication`:
- * its replicas online) and never lowered by a drop the same master sees: in a split brain an
- * old master loses exactly the replica that was promoted, and would otherwise count a grant as
- * synced to the one replica about to be re-pointed elsewhere. A master is known by its
- * replication ID, which a promotion changes, so a new master is learned anew.
+ * How many replicas to wait for, by default, is learned from the master in the write's own
+ * round trip (`INFO replication`, pipelined with it: its replicas online) and never lowered by
+ * a drop the same master sees: in a split brain an old master loses exactly the replica that was
+ * promoted, and would otherwise count a grant as synced to the one replica about to be
+ * re-pointed elsewhere. A master is known by its replication ID, which a promotion changes, so
+ * a new master is learned anew.
  */
-/** The grant was made but fewer replicas than wanted had it in time; the lock released it
- * (owner-checked). Not "busy": the lock was free, the replicas were not there. */
+/** A grant or renewal was made on the master but fewer replicas than wanted had it in time
+ * (or no connection came free for it within the sync timeout: `acked` 0). A grant is then
+ * released (owner-checked); a renewal does not count. Not "busy": the lock was free, the
+ * replicas were not there. */
 export class NotReplicatedError extends Error {
     acked;
     wanted;
+    write;
     name = 'NotReplicatedError';
-    constructor(acked, wanted) {
-        super(`the grant reached ${acked} of the ${wanted} replicas wanted; released`);
+    /** `acked`: replicas that had it in time; `wanted`: replicas waited for; `write`: what was
+     * not synced. */
+    constructor(acked, wanted, write = 'grant') {
+        super(`the ${write} reached ${acked} of the ${wanted} replicas wanted; ${write === 'grant' ? 'released' : 'it does not count'}`);
         this.acked = acked;
         this.wanted = wanted;
+        this.write = write;
     }
 }
 export const DEFAULT_SYNC_TIMEOUT = 1_000;
-/** How long what a master said of its replicas is used before it is asked again, ms. */
-const REFRESH = 5_000;
-/** `WAIT n timeout` or `WAITAOF 1 n timeout`. */
-export function waitCommand(sync, replicas) {
-    const timeout = String(Math.max(Math.ceil(sync.timeout ?? DEFAULT_SYNC_TIMEOUT), 1));
+/** `INFO replication`: how many replicas the master has, read in the write's round trip. */
+export const INFO_REPLICATION = ['INFO', 'replication'];
+/** `WAIT n timeout` or `WAITAOF 1 n timeout`, `timeoutMs` at least 1 (0 would be no limit). */
+export function waitCommand(sync, replicas, timeoutMs) {
+    const timeout = String(Math.max(Math.ceil(timeoutMs), 1));
     return sync.aof ? ['WAITAOF', '1', String(replicas), timeout] : ['WAIT', String(replicas), timeout];
 }
-/** How many replicas a `WAIT` / `WAITAOF` reply says have the grant. */
+/** How many replicas a `WAIT` / `WAITAOF` reply says have the writes. */
 export function ackedBy(sync, reply) {
     if (sync.aof) {
         const [local, replicas] = reply;
@@ -46,10 +54,9 @@ export class Learned {
     replicas = 0;
     /** The most replicas any master of this client had. */
     most = 0;
-    askedAt;
-    /** The count, if it was asked recently enough. */
-    fresh() {
-        return this.askedAt !== undefined && Date.now() - this.askedAt < REFRESH ? this.replicas : undefined;
+    /** The count so far (0 before the master was first heard). */
+    get count() {
+        return this.replicas;
     }
     /** Takes note of `INFO replication` and returns the count. */
     heard(info) {
@@ -66,11 +73,6 @@ export class Learned {
         }
         this.replicas = Math.max(this.replicas, online);
         this.most = Math.max(this.most, this.replicas);
-        this.askedAt = Date.now();
         return this.replicas;
-    }
-    /** The next grant asks the master again (keeping the count for the same master). */
-    askAgain() {
-        this.askedAt = undefined;
     }
 }

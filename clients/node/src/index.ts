@@ -5,9 +5,12 @@
  * - Every acquire is a new owner, kept by the `Holding` it returns: one lock object shared by
  *   concurrent calls excludes them like a mutex (as node-redlock's new random value per
  *   acquire). A holder re-enters, downgrades or upgrades through its holding.
- * - Waiting happens in the server (`LOCK.ACQUIRE ... WAIT`), in arrival order, on a duplicate
- *   connection with no timeout shorter than the wait; a lost reply is followed up by asking
- *   again as the same owner, so a caller never holds a lock it was told it did not get.
+ * - Waiting happens in the server (`LOCK.ACQUIRE ... WAIT`), in arrival order, on a connection
+ *   borrowed from a pool of duplicates of the client ({@link setPoolSizes}), with no timeout
+ *   shorter than the wait; a lost reply is followed up by asking again as the same owner, so a
+ *   caller never holds a lock it was told it did not get, and the connection is closed.
+ * - Grants and renewals count only once the master's replicas have them (`sync`), learned and
+ *   waited for in the write's own round trip.
  * - Every holding has a fencing token, a JS `number` (tokens stay below 2^53).
  * - `using(routine)` renews the lease every third of it and hands the routine an `AbortSignal`
  *   that fires when the lease is lost; renewal failures never throw into nowhere.
@@ -31,11 +34,12 @@
 
 import { randomUUID } from 'node:crypto';
 
-import { Client, Connection, LostReply, isTryAgain } from './connection.js';
-import { DEFAULT_SYNC_TIMEOUT, NotReplicatedError, SyncOptions, ackedBy, waitCommand } from './sync.js';
+import { Client, Connection, Exhausted, LostReply, isTryAgain } from './connection.js';
+import { NotReplicatedError, SyncOptions } from './sync.js';
+import { Writes } from './writes.js';
 
-export type { Client, IORedisClient, NodeRedisClient, NodeRedisDuplicate } from './connection.js';
-export { LostReply } from './connection.js';
+export type { Client, IORedisClient, NodeRedisClient, NodeRedisDuplicate, PoolSizes } from './connection.js';
+export { LostReply, PoolClosed, setPoolSizes } from './connection.js';
 export type { SyncOptions } from './sync.js';
 export { NotReplicatedError } from './sync.js';
 
@@ -52,13 +56,22 @@ export interface LockOptions {
   reentrant?: boolean;
   /** Renew the lease every third of it until release (always on in `using`). */
   watchdog?: boolean;
-  /** How long after a wait should have ended the client stops waiting for the reply and asks
-   * for itself, ms (default 1 000). */
+  /** How long after a reply should have come (a wait's end, the sync timeout) the client gives
+   * up on it — closing its connection — and asks for itself, ms (default 1 000). */
   timeoutMargin?: number;
-  /** How grants reach the master's replicas before an acquire returns them (default: every
-   * replica it has online, within 1 s; `false`: not at all). When fewer acknowledge in time,
-   * the grant is released and the acquire rejects with {@link NotReplicatedError}, or with a
-   * `wait` budget left, tries again within it. Renewals and releases never wait. */
+  /**
+   * How grants and renewals reach the master's replicas before they count (default: every
+   * replica it has online, within 1 s; `false`: not at all). When fewer acknowledge in time, a
+   * grant is released and the acquire rejects with {@link NotReplicatedError}, or with a `wait`
+   * budget left, tries again within it; a renewal rejects with it and does not count (the
+   * lease the holding believes stays the last synced one; a watched holding keeps renewing and
+   * aborts its `signal` when that lease ends). Releases never wait.
+   *
+   * While a replica is down, every grant and renewal fails after the sync timeout, and watched
+   * holdings are lost when their last synced lease ends: bring the replica back, or — accepting
+   * that a failover may then lose grants — lower `replicas` or set `sync: false` for that time.
+   * `replicas` below the master's count is not safe (see {@link SyncOptions.replicas}).
+   */
   sync?: SyncOptions | false;
 }
 
@@ -79,11 +92,15 @@ export interface Holding {
   readonly tokens: readonly number[];
   /** The owner of this holding: new for each acquire, unless the lock was given one. */
   readonly owner: string;
-  /** Aborted when the lease is known lost: a renewal was refused, or the lease ran out while
-   * renewals failed. Never aborted by a release. */
+  /** Aborted when the lease is known lost: a renewal was refused, or (with the watchdog) the
+   * last lease that counted ran out while renewals failed or were not synced. Never aborted by
+   * a release. */
   readonly signal: AbortSignal;
   /** Resets the lease to `ttl` ms (default: the lock's). False when it was lost (and then
-   * `signal` aborts); a lost lock is never taken back. */
+   * `signal` aborts); a lost lock is never taken back. Synced like a grant: rejects with
+   * {@link NotReplicatedError} (`write: 'renewal'`) when the master renewed it but too few
+   * replicas had it in time — it does not count, the holding's lease stays the last synced
+   * one — and with {@link LostReply} when the reply did not come. */
   renew(ttl?: number): Promise<boolean>;
   /** Stops renewing and releases. True if it was still held. */
   release(): Promise<boolean>;
@@ -211,19 +228,18 @@ export function createSemaphore(
 
 class LeaseholdLock implements Lock {
   private readonly keys: Keys;
-  /** The key commands are routed by. */
-  private readonly key: string;
+  private readonly writes: Writes;
   private readonly ttl: number;
 
   constructor(
-    private readonly connection: Connection,
+    connection: Connection,
     readonly names: readonly string[],
     private readonly options: LockOptions,
     private readonly mode: Mode,
     set = false,
   ) {
     this.keys = new Keys(names.map((name) => connection.prefix + name), set);
-    this.key = this.keys.first;
+    this.writes = new Writes(connection, this.keys.first, options.sync, options.timeoutMargin ?? DEFAULT_MARGIN);
     this.ttl = options.ttl ?? DEFAULT_TTL;
   }
 
@@ -246,56 +262,24 @@ class LeaseholdLock implements Lock {
     return command;
   }
 
+  private release(owner: string): string[] {
+    return this.keys.command('RELEASE', owner);
+  }
+
   async tryAcquire(): Promise<Holding | null> {
     return this.tryAs(this.ownerForAcquire(), this.options.watchdog ?? false);
   }
 
+  /** A grant without waiting, synced; a reply lost on its way back is released in the
+   * background (the server may have granted it). */
   private async tryAs(owner: string, watchdog: boolean): Promise<Holding | null> {
-    const wanted = await this.replicasWanted();
-    if (wanted > 0) {
-      try {
-        return await this.grant(owner, undefined, wanted, watchdog);
-      } catch (error) {
-        if (isTryAgain(error)) return null;
-        if (error instanceof LostReply) void this.releaseEventually(owner);
-        throw error;
-      }
+    try {
+      return this.held(owner, await this.writes.grant(this.command(owner), this.release(owner)), watchdog);
+    } catch (error) {
+      if (isTryAgain(error)) return null;
+      if (error instanceof LostReply) void this.releaseEventually(owner);
+      throw error;
     }
-    const tokens = await tryTokens(this.connection, this.command(owner), this.key);
-    return tokens === null ? null : this.hold(owner, tokens, watchdog);
-  }
-
-  /** How many replicas a grant must reach: as `sync` says, or as many as the master has
-   * online (asked now and then, never lowered for the same master). */
-  private async replicasWanted(): Promise<number> {
-    const sync = this.options.sync;
-    if (sync === false) return 0;
-    if (sync?.replicas !== undefined) return sync.replicas;
-    const learned = this.connection.learned(this.key);
-    return learned.fresh() ?? learned.heard(String(await this.connection.sendToMaster(this.key, ['INFO', 'replication'])));
-  }
-
-  /**
-   * `LOCK.ACQUIRE` on a connection of its own — with `WAIT waitMs` when given (0: no limit) —
-   * then, for a grant, the `WAIT` for `wanted` replicas on the same connection. A grant too
-   * few replicas have is released: {@link NotReplicatedError}.
-   */
-  private async grant(owner: string, waitMs: number | undefined, wanted: number, watchdog: boolean): Promise<Holding | null> {
-    const sync = this.options.sync || {};
-    const syncMs = wanted > 0 ? (sync.timeout ?? DEFAULT_SYNC_TIMEOUT) : 0;
-    const margin = this.options.timeoutMargin ?? DEFAULT_MARGIN;
-    const timeout = waitMs === 0 ? undefined : (waitMs ?? 0) + margin + syncMs;
-    const then = wanted > 0 ? waitCommand(sync, wanted) : undefined;
-    const [reply, synced] = await this.connection.sendOwn(this.key, this.command(owner, waitMs), timeout, then);
-    const tokens = tokensOf(reply);
-    if (tokens === null) return null;
-    const acked = wanted > 0 ? ackedBy(sync, synced) : 0;
-    if (acked < wanted) {
-      this.connection.learned(this.key).askAgain();
-      await this.connection.send(this.keys.command('RELEASE', owner), this.key);
-      throw new NotReplicatedError(acked, wanted);
-    }
-    return this.hold(owner, tokens, watchdog);
   }
 
   acquire(options: WaitOptions = {}): Promise<Holding | null> {
@@ -310,7 +294,8 @@ class LeaseholdLock implements Lock {
       // WAIT takes whole ms; 0 would mean "no limit".
       const waitMs = left === undefined ? 0 : Math.max(Math.ceil(left), 1);
       try {
-        return await this.grant(owner, waitMs, await this.replicasWanted(), watchdog);
+        const reply = await this.writes.wait(this.command(owner, waitMs), waitMs, deadline, this.release(owner));
+        return this.held(owner, reply, watchdog);
       } catch (error) {
         if (isTryAgain(error)) {
           await sleep(10);
@@ -319,7 +304,9 @@ class LeaseholdLock implements Lock {
         } else if (error instanceof LostReply) {
           const recovered = await this.recover(owner, watchdog);
           if (recovered) return recovered;
-        } else {
+        } else if (!(error instanceof Exhausted)) {
+          // Exhausted: every wait connection stayed busy until the deadline; the loop's last
+          // try answers.
           throw error;
         }
       }
@@ -340,7 +327,7 @@ class LeaseholdLock implements Lock {
   private async releaseEventually(owner: string): Promise<void> {
     for (let attempt = 0; attempt < 20; attempt++) {
       try {
-        await this.connection.send(this.keys.command('RELEASE', owner), this.key);
+        await this.writes.connection.send(this.release(owner), this.keys.first);
         return;
       } catch {
         await sleep(Math.min(10 * 2 ** attempt, 1_000));
@@ -361,28 +348,32 @@ class LeaseholdLock implements Lock {
     }
   }
 
-  private hold(owner: string, tokens: number[], watchdog: boolean): Holding {
-    return new Held(this.connection, this.keys, owner, tokens, this.ttl, this.mode, watchdog);
+  /** The holding a grant's reply gives, or null when it was no grant. */
+  private held(owner: string, reply: unknown, watchdog: boolean): Holding | null {
+    const tokens = tokensOf(reply);
+    return tokens === null ? null : new Held(this.writes, this.keys, owner, tokens, this.ttl, this.mode, watchdog);
   }
 }
 
 class Held implements Holding {
   private readonly lost = new AbortController();
+  /** The watchdog's next renewal. */
   private timer: NodeJS.Timeout | undefined;
+  /** Watched: reports the lease lost when the last one that counted ends. */
+  private expiry: NodeJS.Timeout | undefined;
   private released = false;
-  private heldUntil: number;
 
   constructor(
-    private readonly connection: Connection,
+    private readonly writes: Writes,
     private readonly keys: Keys,
     readonly owner: string,
     public tokens: number[],
     private readonly ttl: number,
     private mode: Mode,
-    watchdog: boolean,
+    private readonly watched: boolean,
   ) {
-    this.heldUntil = Date.now() + ttl;
-    if (watchdog) this.schedule();
+    this.leaseEndsAt(Date.now() + ttl);
+    if (watched) this.schedule();
   }
 
   get signal(): AbortSignal {
@@ -394,20 +385,26 @@ class Held implements Holding {
   }
 
   async renew(ttl: number = this.ttl): Promise<boolean> {
-    const renewed = this.keys.whole(await this.connection.send(this.keys.command('RENEW', this.owner, String(ttl)), this.keys.first));
-    if (!renewed) this.lose();
-    return renewed;
+    const sent = Date.now();
+    const command = this.keys.command('RENEW', this.owner, String(ttl));
+    const renewed = this.keys.whole(await this.writes.renew(command, (reply) => this.keys.whole(reply)));
+    if (!renewed) {
+      this.lose();
+      return false;
+    }
+    this.leaseEndsAt(sent + ttl);
+    return true;
   }
 
   async release(): Promise<boolean> {
     this.released = true;
-    clearTimeout(this.timer);
-    return this.keys.whole(await this.connection.send(this.keys.command('RELEASE', this.owner), this.keys.first));
+    this.stop();
+    return this.keys.whole(await this.writes.connection.send(this.keys.command('RELEASE', this.owner), this.keys.first));
   }
 
   async reenter(ttl: number = this.ttl): Promise<Holding | null> {
     const tokens = await this.acquire('reenter', ttl, this.mode, true);
-    return tokens === null ? null : new Held(this.connection, this.keys, this.owner, tokens, ttl, this.mode, false);
+    return tokens === null ? null : new Held(this.writes, this.keys, this.owner, tokens, ttl, this.mode, false);
   }
 
   downgrade(ttl: number = this.ttl): Promise<boolean> {
@@ -430,7 +427,16 @@ class Held implements Holding {
    * when not granted. */
   private acquire(what: string, ttl: number, mode: Mode, reentrant: boolean): Promise<number[] | null> {
     if (this.keys.set) return Promise.reject(new Error(`${what} is not supported on a set of locks`));
-    return tryTokens(this.connection, acquireCommand(this.keys, this.owner, ttl, mode, reentrant), this.keys.first);
+    return tryTokens(this.writes.connection, acquireCommand(this.keys, this.owner, ttl, mode, reentrant), this.keys.first);
+  }
+
+  /** The lease, as far as the holder knows, now ends at `until` (ms since the epoch): a grant,
+   * or a renewal that counted. */
+  private leaseEndsAt(until: number): void {
+    if (!this.watched || this.released || this.lost.signal.aborted) return;
+    clearTimeout(this.expiry);
+    this.expiry = setTimeout(() => this.lose(), until - Date.now());
+    this.expiry.unref?.();
   }
 
   /** The watchdog: renews every third of the lease; stops for good on release and on loss. */
@@ -441,21 +447,22 @@ class Held implements Holding {
 
   private async tick(): Promise<void> {
     if (this.released) return;
-    const sent = Date.now();
     try {
       if (!(await this.renew())) return;
-      this.heldUntil = sent + this.ttl;
     } catch {
-      if (Date.now() >= this.heldUntil) {
-        this.lose();
-        return;
-      }
+      // Not counted (not synced, or no reply): tried again next time; the expiry reports the
+      // loss if the last renewal that counted runs out first.
     }
-    if (!this.released) this.schedule();
+    if (!this.released && !this.lost.signal.aborted) this.schedule();
+  }
+
+  private stop(): void {
+    clearTimeout(this.timer);
+    clearTimeout(this.expiry);
   }
 
   private lose(): void {
-    clearTimeout(this.timer);
+    this.stop();
     if (!this.lost.signal.aborted) this.lost.abort(new Error('the lock lease was lost'));
   }
 }

@@ -87,9 +87,11 @@ export async function waiters(admin, key) {
 }
 
 /** A proxy to `target`; `stallLastConnection()` makes what the server sends the connection
- * opened last get lost on the way. */
+ * opened last get lost on the way, and returns its number; `closedByClient(number)` tells
+ * whether the client closed that connection. */
 export async function stallingProxy(target) {
   const sockets = [];
+  const closedByClient = new Set();
   let stalled = -1;
   const server = net.createServer((client) => {
     const number = sockets.length;
@@ -98,7 +100,7 @@ export async function stallingProxy(target) {
     client.on('data', (data) => upstream.write(data));
     upstream.on('data', (data) => { if (number !== stalled) client.write(data); });
     for (const socket of [client, upstream]) socket.on('error', () => {});
-    client.on('close', () => upstream.destroy());
+    client.on('close', () => { closedByClient.add(number); upstream.destroy(); });
     upstream.on('close', () => client.destroy());
     connections.push(number);
   });
@@ -106,7 +108,14 @@ export async function stallingProxy(target) {
   await new Promise((r) => server.listen(0, '127.0.0.1', r));
   return {
     port: server.address().port,
-    stallLastConnection: () => { stalled = connections[connections.length - 1]; },
+    stallLastConnection: () => { stalled = connections[connections.length - 1]; return stalled; },
+    closedByClient: (number) => closedByClient.has(number),
     close: () => { server.close(); sockets.forEach((s) => s.destroy()); },
   };
+}
+
+/** A field of the server's `INFO` (`total_connections_received`, `connected_clients`, ...). */
+export async function infoField(admin, name) {
+  const info = await admin.call('INFO');
+  return Number(new RegExp(`^${name}:(\\d+)`, 'm').exec(info)[1]);
 }

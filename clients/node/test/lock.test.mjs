@@ -1,13 +1,14 @@
 // The Node package against a real server, with node-redis 6 and 4 and ioredis 6 and 5: every
-// API item, waits on a connection of their own (the program's connection stays free, and
-// ioredis's commandTimeout cannot cut a wait short), keyPrefix, using() with renewal and the
-// AbortSignal, a lost reply, and the read-write lock and semaphore.
+// API item, waits on pooled connections of their own (the program's connection stays free, and
+// ioredis's commandTimeout cannot cut a wait short), keyPrefix,
+// using() with renewal and the AbortSignal, a lost reply (its connection closed, not reused),
+// the pools closed with the client, and the read-write lock and semaphore.
 
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
 import { createLock, createReadWriteLock, createSemaphore } from '../dist/index.js';
-import { CLIENTS, close, stallingProxy, startServer, until, waiters } from './helpers.mjs';
+import { CLIENTS, close, infoField, stallingProxy, startServer, until, waiters } from './helpers.mjs';
 
 const server = await startServer();
 after(() => server.stop());
@@ -43,6 +44,7 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
       const name = unique('busy');
       const holding = await createLock(client, name, { ttl: 10_000 }).tryAcquire();
       // A client that gives up on any reply after 300 ms (ioredis's commandTimeout).
+      const received = await infoField(server.admin, 'total_connections_received');
       const impatient = await connect(server.port, label.startsWith('ioredis') ? { commandTimeout: 300 } : {});
       const waiting = createLock(impatient, name, { ttl: 10_000 }).acquire({ wait: 3_000 });
       await until(async () => (await waiters(server.admin, name)) === 1);
@@ -54,6 +56,8 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
       await holding.release();
       const granted = await waiting;
       assert.ok(granted && granted.token > holding.token);
+      const opened = (await infoField(server.admin, 'total_connections_received')) - received;
+      assert.equal(opened, 2, 'its own and one for the wait: the wait was not cut short and asked again');
       await granted.release();
       await close(impatient);
     });
@@ -131,14 +135,33 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
       const waiter = createLock(through, name, { ttl: 10_000, timeoutMargin: 300 });
       const waiting = waiter.acquire({ wait: 500 });
       await until(async () => (await waiters(server.admin, name)) === 1);
-      proxy.stallLastConnection(); // the wait's own connection
+      const stalled = proxy.stallLastConnection(); // the wait's own connection
       await holding.release();
       const granted = await waiting;
       assert.ok(granted, 'told it holds the lock the server granted');
       assert.equal(await server.admin.call('LOCK.FENCE', name, granted.owner), granted.token);
+      await until(async () => proxy.closedByClient(stalled));
       await granted.release();
+      const again = await waiter.acquire({ wait: 1_000 });
+      assert.ok(again, 'the next wait on a new connection');
+      await again.release();
       await close(through);
       proxy.close();
+    });
+
+    it('closing the client closes the connections its locks borrowed', async () => {
+      const connected = () => infoField(server.admin, 'connected_clients');
+      const before = await connected();
+      const own = await connect(server.port);
+      try {
+        const holding = await createLock(own, unique('pooled'), { ttl: 10_000 }).acquire({ wait: 1_000 });
+        assert.ok(await holding.renew());
+        await holding.release();
+        assert.ok((await connected()) >= before + 3, 'its own, a wait connection and a sync connection');
+      } finally {
+        await close(own);
+      }
+      await until(async () => (await connected()) === before);
     });
 
     it('readers share, a writer waits, and a semaphore counts permits', async () => {

@@ -1,12 +1,13 @@
-// Grants synced to the master's replicas before they are returned (the `sync` option), with
-// node-redis and ioredis, on a real master and replica: running, stopped (SIGSTOP) and
-// detached.
+// Grants and renewals synced to the master's replicas before they count (the `sync` option),
+// with node-redis and ioredis, on a real master and replica: running, stopped (SIGSTOP) and
+// detached; the replica count learned in the grant's own round trip; the pooled connections
+// reused, and an exhausted pool queued for within the caller's budget.
 
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
-import { NotReplicatedError, createLock } from '../dist/index.js';
-import { CLIENTS, close, startServer, until, waiters } from './helpers.mjs';
+import { NotReplicatedError, createLock, setPoolSizes } from '../dist/index.js';
+import { CLIENTS, close, infoField, startServer, until, waiters } from './helpers.mjs';
 
 const master = await startServer(['--repl-diskless-sync-delay', '0']);
 const replica = await startServer();
@@ -58,10 +59,124 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
       const off = await createLock(client, unique('off'), { sync: false }).tryAcquire();
       assert.ok(off);
     });
+
+    it('a renewal the replica lacks does not count; a watched holding is lost when its last synced lease ends', async () => {
+      const name = unique('renewal');
+      const holding = await createLock(client, name, { ttl: 2_000, watchdog: true, sync: QUICK }).tryAcquire();
+      assert.ok(await holding.renew(), 'synced while the replica runs');
+      replica.signal('SIGSTOP');
+      try {
+        await assert.rejects(holding.renew(60_000), (error) =>
+          error instanceof NotReplicatedError && error.write === 'renewal' && error.acked === 0 && error.wanted === 1);
+        assert.ok((await master.admin.pttl(name)) > 50_000, 'renewed on the master only');
+        assert.equal(holding.signal.aborted, false, 'the lease from the last synced renewal still runs');
+        // The watchdog's renewals are not synced either: the holding is lost 2 s after the last
+        // one that was, not 60 s after the one the master has.
+        await until(async () => holding.signal.aborted, 10_000);
+      } finally {
+        replica.signal('SIGCONT');
+      }
+      await holding.release();
+    });
+
+    it('reuses its connections: 200 synced grants and 4 × 25 waits open at most a pool each', async () => {
+      const received = () => infoField(master.admin, 'total_connections_received');
+      const lock = createLock(client, unique('reused'), { ttl: 10_000 });
+      const before = await received();
+      for (let i = 0; i < 200; i++) await (await lock.tryAcquire()).release();
+      const granted = await received();
+      assert.ok(granted - before <= 16, `${granted - before} connections for 200 synced grants`);
+      const contended = createLock(client, unique('contended'), { ttl: 10_000 });
+      await Promise.all(Array.from({ length: 4 }, async () => {
+        for (let i = 0; i < 25; i++) await (await contended.acquire({ wait: 30_000 })).release();
+      }));
+      const waited = (await received()) - granted;
+      assert.ok(waited <= 32, `${waited} connections for 100 waits`);
+    });
+
+    it('a full wait pool makes a waiter queue within its wait, and never blocks the holder', async (t) => {
+      const own = await connect(master.port);
+      t.after(() => close(own));
+      setPoolSizes(own, { wait: 2 });
+      const name = unique('full');
+      const holding = await createLock(own, name, { ttl: 30_000 }).tryAcquire();
+      const served = [1, 2].map(async () => {
+        const granted = await createLock(own, name, { ttl: 10_000 }).acquire({ wait: 60_000 });
+        assert.ok(granted);
+        await granted.release();
+      });
+      await until(async () => (await waiters(master.admin, name)) === 2);
+      const started = Date.now();
+      assert.equal(await createLock(own, name).acquire({ wait: 300 }), null, 'no connection came free');
+      const took = Date.now() - started;
+      assert.ok(took >= 290 && took < 5_000, `answered in ${took} ms`);
+      assert.equal(await holding.renew(), true, 'the holder renews, synced, while waiters fill the wait pool');
+      assert.equal(await holding.release(), true);
+      await Promise.all(served);
+    });
   });
 }
 
+describe('pooled connections', () => {
+  it('a full sync pool makes a synced grant queue within its sync timeout, then answer not synced', async (t) => {
+    const own = await CLIENTS['ioredis 6'](master.port);
+    t.after(() => close(own));
+    setPoolSizes(own, { sync: 1 });
+    const slow = createLock(own, unique('slow'), { ttl: 10_000, sync: { timeout: 3_000 } });
+    const quick = createLock(own, unique('quick'), { ttl: 10_000, sync: { timeout: 300 } });
+    const acquires = async () => {
+      const stats = await master.admin.call('INFO', 'commandstats');
+      return Number(/cmdstat_lock\.acquire:calls=(\d+)/.exec(stats)?.[1] ?? 0);
+    };
+    await (await slow.tryAcquire()).release(); // the one connection, open
+    replica.signal('SIGSTOP');
+    try {
+      const before = await acquires();
+      const first = slow.tryAcquire(); // in WAIT on the one sync connection for 3 s
+      await until(async () => (await acquires()) === before + 1);
+      const started = Date.now();
+      await assert.rejects(quick.tryAcquire(), (error) => error instanceof NotReplicatedError && error.acked === 0);
+      const took = Date.now() - started;
+      assert.ok(took >= 290 && took < 2_500, `answered in ${took} ms`);
+      assert.equal(await acquires(), before + 1, 'queued, never sent');
+      await assert.rejects(first, NotReplicatedError);
+    } finally {
+      replica.signal('SIGCONT');
+    }
+  });
+
+  it('one that reached a replica (READONLY, as after a failover) is closed, not reused', async (t) => {
+    const toReplica = await CLIENTS['ioredis 6'](replica.port);
+    t.after(() => close(toReplica));
+    assert.equal(await toReplica.ping(), 'PONG');
+    const received = () => infoField(replica.admin, 'total_connections_received');
+    const lock = createLock(toReplica, unique('readonly'), { ttl: 10_000 });
+    const before = await received();
+    for (let i = 0; i < 2; i++) await assert.rejects(lock.tryAcquire(), /READONLY/);
+    assert.equal((await received()) - before, 2, 'a new connection each time');
+  });
+});
+
 describe('the replica count', () => {
+  it('is learned in the round trip of the grant itself: a replica that just attached is waited for', async () => {
+    const alone = await startServer(['--repl-diskless-sync-delay', '0']);
+    const joining = await startServer();
+    const client = await CLIENTS['node-redis 6'](alone.port);
+    try {
+      const lock = createLock(client, unique('joined'), { ttl: 10_000, sync: QUICK });
+      await (await lock.tryAcquire()).release(); // no replica: nothing to wait for
+      await joining.admin.call('REPLICAOF', '127.0.0.1', String(alone.port));
+      await until(async () => (await alone.admin.call('INFO', 'replication')).includes('state=online'));
+      joining.signal('SIGSTOP');
+      await assert.rejects(lock.tryAcquire(), (error) => error instanceof NotReplicatedError && error.wanted === 1);
+    } finally {
+      joining.signal('SIGCONT');
+      await close(client);
+      alone.stop();
+      joining.stop();
+    }
+  });
+
   it('is not lowered when the same master loses a replica', async () => {
     const client = await CLIENTS['ioredis 6'](master.port);
     const name = unique('split');

@@ -1,15 +1,20 @@
-// Compiled with `tsc --strict --noEmit` by `npm run build`: the API takes both clients and
-// gives typed results without casts.
-import { createClient } from 'redis';
-import { createClient as createClient4 } from 'redis4';
-import { Redis } from 'ioredis';
-import { Redis as Redis5 } from 'ioredis5';
+// Compiled with `tsc --strict --noEmit` by `npm run build`: the API takes both libraries'
+// clients and cluster clients, and gives typed results without casts.
+import { createClient, createCluster } from 'redis';
+import { createClient as createClient4, createCluster as createCluster4 } from 'redis4';
+import { Cluster, Redis } from 'ioredis';
+import { Cluster as Cluster5, Redis as Redis5 } from 'ioredis5';
 
-import { NotReplicatedError, createLock, createMultiLock, createReadWriteLock, createSemaphore, type Holding } from '../dist/index.js';
+import {
+  NotReplicatedError, createLock, createMultiLock, createReadWriteLock, createSemaphore, setPoolSizes, type Holding, type PoolSizes,
+} from '../dist/index.js';
 
 export async function typed(): Promise<number> {
   const nodeRedis = await createClient().connect();
   const ioredis = new Redis({ keyPrefix: 'app:' });
+  const sizes: PoolSizes = { wait: 64 };
+  setPoolSizes(nodeRedis, sizes);
+  setPoolSizes(ioredis, { sync: 8 });
   const lock = createLock(nodeRedis, 'order:1', { ttl: 10_000, sync: { replicas: 1, timeout: 500, aof: false } });
   createLock(ioredis, 'order:2', { sync: false });
   const holding: Holding | null = await lock.acquire({ wait: 1_000 });
@@ -26,8 +31,13 @@ export async function typed(): Promise<number> {
   await write.tryAcquire();
   await createLock(await createClient4().connect(), 'old').tryAcquire();
   await createLock(new Redis5(), 'old').tryAcquire();
+  for (const cluster of [createCluster({ rootNodes: [] }), createCluster4({ rootNodes: [] }), new Cluster([]), new Cluster5([])]) {
+    setPoolSizes(cluster, { wait: 8, sync: 4 });
+    await createLock(cluster, 'order:4').tryAcquire();
+  }
   const set = await createMultiLock(nodeRedis, ['{order:3}:a', '{order:3}:b']).tryAcquire();
   const tokens: readonly number[] = set?.tokens ?? [];
   const refused = new NotReplicatedError(0, 1);
-  return refused.acked + tokens.length + token + (holding?.token ?? 0) + (permit?.token ?? 0) + (fixed?.length ?? 0);
+  const unsynced: 'grant' | 'renewal' = refused.write;
+  return unsynced.length + refused.acked + tokens.length + token + (holding?.token ?? 0) + (permit?.token ?? 0) + (fixed?.length ?? 0);
 }

@@ -1,0 +1,135 @@
+/**
+ * A bounded pool of dedicated connections to one server: lent to one caller at a time, given
+ * back once every reply sent on it was read, closed instead when a reply was lost.
+ *
+ * Written here rather than taken from node-redis or npm because a lock needs three things none
+ * of them offers together: a queue budget per caller (an acquire's own wait; node-redis's
+ * `createClientPool` and `generic-pool` have one timeout for the whole pool), a way to throw a
+ * connection away instead of returning it (`createClientPool` returns whatever its task used),
+ * and a failed connect that rejects the caller (`generic-pool` retries it while its callers
+ * wait on).
+ */
+
+/** How the pool makes, checks and closes a connection. */
+export interface Factory<T> {
+  /** A new connection, ready for commands; rejects when it cannot connect. */
+  open(): Promise<T>;
+  /** Whether it is still connected (a connection dropped while idle is not lent again). */
+  alive(connection: T): boolean;
+  close(connection: T): void;
+}
+
+/** No connection came free within the caller's budget. Nothing was sent. */
+export class Exhausted extends Error {
+  override name = 'Exhausted';
+}
+
+/** The pool was closed (its client closed) while a caller queued for a connection. */
+export class PoolClosed extends Error {
+  override name = 'PoolClosed';
+}
+
+interface Queued<T> {
+  resolve(connection: T): void;
+  reject(error: Error): void;
+  timer: NodeJS.Timeout | undefined;
+}
+
+export class Pool<T> {
+  private readonly idle: T[] = [];
+  /** Callers waiting for a connection, first come first served. */
+  private readonly queue: Queued<T>[] = [];
+  /** Connections open or being opened, idle or lent. */
+  private count = 0;
+  private closed = false;
+
+  /** `size`: at most this many connections open at once. */
+  constructor(
+    private readonly factory: Factory<T>,
+    public size: number,
+  ) {}
+
+  /**
+   * A connection: an idle one, a new one while fewer than `size` are open, or else the next
+   * one given back or freed, queued until `deadline` (ms since the epoch; `undefined`: as long
+   * as it takes). Rejects with {@link Exhausted} at the deadline, {@link PoolClosed} when the
+   * pool closes first, or the connect error.
+   */
+  borrow(deadline?: number): Promise<T> {
+    if (this.closed) return Promise.reject(new PoolClosed('the client was closed'));
+    for (let connection = this.idle.pop(); connection !== undefined; connection = this.idle.pop()) {
+      if (this.factory.alive(connection)) return Promise.resolve(connection);
+      this.forget(connection);
+    }
+    if (this.count < this.size) return this.open();
+    return new Promise((resolve, reject) => {
+      const queued: Queued<T> = { resolve, reject, timer: undefined };
+      if (deadline !== undefined) {
+        queued.timer = setTimeout(() => {
+          this.queue.splice(this.queue.indexOf(queued), 1);
+          reject(new Exhausted('no connection came free in time'));
+        }, Math.max(deadline - Date.now(), 0));
+      }
+      this.queue.push(queued);
+    });
+  }
+
+  /** Takes back a connection every reply of which was read: to the first queued caller, or
+   * idle. */
+  giveBack(connection: T): void {
+    if (this.closed || this.count > this.size || !this.factory.alive(connection)) {
+      this.discard(connection);
+      return;
+    }
+    const queued = this.queue.shift();
+    if (!queued) {
+      this.idle.push(connection);
+      return;
+    }
+    clearTimeout(queued.timer);
+    queued.resolve(connection);
+  }
+
+  /** Closes a connection whose reply was lost (or that failed); a queued caller gets a new
+   * one in its place. */
+  discard(connection: T): void {
+    this.forget(connection);
+    this.serveQueue();
+  }
+
+  /** Closes the idle connections now and lent ones when they come back; rejects the queued
+   * callers. */
+  close(): void {
+    this.closed = true;
+    for (const connection of this.idle.splice(0)) this.forget(connection);
+    for (const queued of this.queue.splice(0)) {
+      clearTimeout(queued.timer);
+      queued.reject(new PoolClosed('the client was closed'));
+    }
+  }
+
+  private async open(): Promise<T> {
+    this.count++;
+    try {
+      return await this.factory.open();
+    } catch (error) {
+      this.count--;
+      this.serveQueue();
+      throw error;
+    }
+  }
+
+  private forget(connection: T): void {
+    this.count--;
+    this.factory.close(connection);
+  }
+
+  /** Opens connections for queued callers while there is room. */
+  private serveQueue(): void {
+    while (!this.closed && this.queue.length > 0 && this.count < this.size) {
+      const queued = this.queue.shift()!;
+      clearTimeout(queued.timer);
+      this.open().then(queued.resolve, queued.reject);
+    }
+  }
+}
