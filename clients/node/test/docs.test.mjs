@@ -1,10 +1,10 @@
-// Every ```js block of the project's README runs against a real server, as a module of its own
-// in this package's directory (so `import 'leasehold'` is this package); REDIS_URL tells it
-// the server.
+// Every ```js block of the project's README and of docs/ runs against a real server, as a
+// module of its own in this package's directory (so `import 'leasehold'` is this package);
+// REDIS_URL tells it the server.
 
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, it } from 'node:test';
 import { promisify } from 'node:util';
@@ -14,10 +14,18 @@ import { ROOT, startServer } from './helpers.mjs';
 const server = await startServer();
 after(() => server.stop());
 
-const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
-const blocks = [...readme.matchAll(/```js\n([\s\S]*?)```/g)].map((match) => match[1]);
+/** The Markdown files a reader runs code from: README.md and every page of docs/. */
+const pages = [
+  join(ROOT, 'README.md'),
+  ...readdirSync(join(ROOT, 'docs'), { recursive: true })
+    .filter((name) => name.endsWith('.md'))
+    .map((name) => join(ROOT, 'docs', name)),
+];
+const blocks = pages.flatMap((page) =>
+  [...readFileSync(page, 'utf8').matchAll(/```js\n([\s\S]*?)```/g)].map((match) => match[1]),
+);
 
-it('the README has JavaScript to run', () => assert.ok(blocks.length >= 2));
+it('the docs have JavaScript to run', () => assert.ok(blocks.length >= 2));
 
 for (const block of blocks) {
   it(`runs: ${block.split('\n')[0]}`, async () => {
