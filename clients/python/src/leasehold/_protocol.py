@@ -143,19 +143,24 @@ class Learned:
 
     def heard(self, info: Any) -> int:
         """Takes note of an ``INFO replication`` reply (its text) and returns the count."""
-        fields = dict(line.split(":", 1) for line in text(info).splitlines() if ":" in line)
-        online = 0
-        if fields.get("role") == "master":
-            online = sum(1 for key, value in fields.items()
-                         if re.fullmatch(r"slave\d+", key) and "state=online" in value.split(","))
+        info = text(info)
+        found = _MASTER_REPLID.search(info)
+        replication_id = None if found is None else found.group(1)
+        online = len(_ONLINE_REPLICA.findall(info)) if _ROLE_MASTER.search(info) else 0
         with self._lock:
-            if fields.get("master_replid") != self._replication_id:
+            if replication_id != self._replication_id:
                 # A new master here starts from one fewer than the most (see Sync).
-                self._replication_id = fields.get("master_replid")
+                self._replication_id = replication_id
                 self._replicas = max(self._most - 1, 0)
             self._replicas = max(self._replicas, online)
             self._most = max(self._most, self._replicas)
             return self._replicas
+
+
+#: In ``INFO replication``: the server is a master; its replication ID; a replica online.
+_ROLE_MASTER = re.compile(r"^role:master\r?$", re.M)
+_MASTER_REPLID = re.compile(r"^master_replid:(\w+)", re.M)
+_ONLINE_REPLICA = re.compile(r"^slave\d+:[^\r\n]*\bstate=online\b", re.M)
 
 
 class Grant(NamedTuple):
@@ -245,10 +250,15 @@ class Pipeline:
         self.error: Optional[Exception] = None
         self.started = 0.0
 
-    def commands(self) -> List[Tuple[List[Any], Optional[float]]]:
-        """What to send, in order, each with how long its reply may take after the one before
-        it, in seconds (``None``: no limit)."""
-        return [(command, within) for _, command, within in self._parts()]
+    def commands(self) -> List[List[Any]]:
+        """What to send, in order."""
+        return [command for _, command, _ in self._parts()]
+
+    def within(self) -> Optional[float]:
+        """How long the replies may take, in seconds: what the server may take for each (the
+        wait, the ``WAIT``) plus :data:`WAIT_MARGIN`; ``None`` for a wait without a limit."""
+        times = [within for _, _, within in self._parts()]
+        return None if None in times else sum(times)  # type: ignore[arg-type]
 
     def _parts(self) -> List[Tuple[str, List[Any], Optional[float]]]:
         asking = [("asking", ["ASKING"], WAIT_MARGIN)] if self.asking else []
@@ -277,7 +287,7 @@ class Pipeline:
 
     def again(self) -> Optional[Tuple[List[Any], float]]:
         """The ``WAIT`` for the replicas ``INFO`` told of beyond ``k``, if the write was
-        applied; with how long its reply may take."""
+        applied; with how long its reply may take, in seconds."""
         if (not self.applied(self.reply) or self.error is not None or self.acked < self.first
                 or self.wanted <= self.first):
             return None
@@ -307,6 +317,15 @@ class Pipeline:
         if self.acked < self.wanted:
             return NotReplicatedError(self.acked, self.wanted)
         return None
+
+
+def deadline_of(within: Optional[float], until: Optional[float]) -> Optional[float]:
+    """The ``time.monotonic()`` by which replies that may take ``within`` seconds from now
+    (``None``: no limit) must have come, and no later than ``until``."""
+    deadline = None if within is None else time.monotonic() + within
+    if until is None:
+        return deadline
+    return until if deadline is None else min(deadline, until)
 
 
 def is_cluster(redis: Any) -> bool:

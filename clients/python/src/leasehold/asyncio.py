@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sys
 import time
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -38,12 +39,18 @@ from ._protocol import (
     QueuedOut,
     SetOf,
     TaskLocal,
+    deadline_of,
     is_cluster,
     known_replicas,
     least_lease_ms,
     new_owner,
     to_ms,
 )
+
+if sys.version_info >= (3, 11, 3):
+    from asyncio import timeout_at
+else:  # what redis-py itself uses there (its dependency)
+    from async_timeout import timeout_at
 
 
 class BudgetedPool(Budgeted, redis.asyncio.BlockingConnectionPool):
@@ -94,34 +101,31 @@ async def borrowed(pool: BudgetedPool, deadline: Optional[float], wanted: int) -
 async def exchange(connection: Any, pipeline: Pipeline, until: Optional[float]) -> None:
     """As :func:`leasehold.lock.exchange`."""
     sent = time.monotonic()
-    pipeline.take(sent, await send(connection, pipeline.commands(), until))
+    pipeline.take(sent, await send(connection, pipeline.commands(), pipeline.within(), until))
     again = pipeline.again()
     if again is not None:
-        pipeline.take_again((await send(connection, [again], until))[0][0])
+        command, within = again
+        pipeline.take_again((await send(connection, [command], within, until))[0][0])
 
 
 async def send(
-    connection: Any, commands: List[Tuple[List[Any], Optional[float]]], until: Optional[float]
+    connection: Any, commands: List[List[Any]], within: Optional[float], until: Optional[float]
 ) -> List[Tuple[Any, float]]:
-    """As :func:`leasehold.lock.send`."""
-    await connection.send_packed_command(connection.pack_commands([command for command, _ in commands]))
-    return [await read(connection, within, until) for _, within in commands]
-
-
-async def read(connection: Any, within: Optional[float], until: Optional[float]) -> Tuple[Any, float]:
-    """The next reply, which must come within ``within`` seconds (``None``: no limit) and by
-    ``until``: the connection's socket timeout does not apply."""
-    deadline = None if within is None else time.monotonic() + within
-    if until is not None:
-        deadline = until if deadline is None else min(deadline, until)
-    reading = connection.read_response(timeout=math.inf)
+    """As :func:`leasehold.lock.send`; the connection's socket timeout does not apply."""
+    deadline = deadline_of(within, until)
+    loop_deadline = None if deadline is None else asyncio.get_running_loop().time() + deadline - time.monotonic()
+    await connection.send_packed_command(connection.pack_commands(commands))
     try:
-        if deadline is None:
-            reply = await reading
-        else:
-            reply = await asyncio.wait_for(reading, max(deadline - time.monotonic(), 0.0))
+        async with timeout_at(loop_deadline):
+            return [await read(connection) for _ in commands]
     except asyncio.TimeoutError:
         raise TimeoutError("no reply in time; the connection is closed") from None
+
+
+async def read(connection: Any) -> Tuple[Any, float]:
+    """The next reply (an error reply as its exception), with when it was read."""
+    try:
+        reply = await connection.read_response(timeout=math.inf)
     except ResponseError as error:
         reply = error
     return reply, time.monotonic()

@@ -39,6 +39,7 @@ from ._protocol import (
     Pipeline,
     QueuedOut,
     SetOf,
+    deadline_of,
     is_cluster,
     known_replicas,
     least_lease_ms,
@@ -90,30 +91,30 @@ def borrowed(pool: BudgetedPool, deadline: Optional[float], wanted: int) -> Iter
 
 def exchange(connection: Any, pipeline: Pipeline, until: Optional[float]) -> None:
     """Sends ``pipeline`` on ``connection`` and reads every reply, then the ``WAIT`` again for
-    replicas it learned of, if any. A reply later than its time (or than ``until``) raises
+    replicas it learned of, if any. Replies later than their time (or than ``until``) raise
     ``TimeoutError``, a dropped connection ``ConnectionError``."""
     sent = time.monotonic()
-    pipeline.take(sent, send(connection, pipeline.commands(), until))
+    pipeline.take(sent, send(connection, pipeline.commands(), pipeline.within(), until))
     again = pipeline.again()
     if again is not None:
-        pipeline.take_again(send(connection, [again], until)[0][0])
+        command, within = again
+        pipeline.take_again(send(connection, [command], within, until)[0][0])
 
 
 def send(
-    connection: Any, commands: List[Tuple[List[Any], Optional[float]]], until: Optional[float]
+    connection: Any, commands: List[List[Any]], within: Optional[float], until: Optional[float]
 ) -> List[Tuple[Any, float]]:
     """Sends ``commands`` in one write and reads their replies in order (an error reply as its
-    exception), each with when it was read."""
-    connection.send_packed_command(connection.pack_commands([command for command, _ in commands]))
-    return [read(connection, within, until) for _, within in commands]
+    exception), each with when it was read; all within ``within`` seconds (``None``: no limit)
+    and by ``until``."""
+    deadline = deadline_of(within, until)
+    connection.send_packed_command(connection.pack_commands(commands))
+    return [read(connection, deadline) for _ in commands]
 
 
-def read(connection: Any, within: Optional[float], until: Optional[float]) -> Tuple[Any, float]:
-    """The next reply, which must begin within ``within`` seconds (``None``: no limit) and by
-    ``until``; the connection's socket timeout applies to the rest of it."""
-    deadline = None if within is None else time.monotonic() + within
-    if until is not None:
-        deadline = until if deadline is None else min(deadline, until)
+def read(connection: Any, deadline: Optional[float]) -> Tuple[Any, float]:
+    """The next reply, which must begin by ``deadline``; the connection's socket timeout
+    applies to the rest of it."""
     timeout = None if deadline is None else max(deadline - time.monotonic(), 0.0)
     if not connection.can_read(timeout=timeout):
         raise TimeoutError("no reply in time; the connection is closed")
