@@ -124,7 +124,8 @@ def connections(url: str) -> list:
     grants = received(admin) - before
     leasehold.close_pools(r)
     return [{"case": "connections", "what": "1000 synced grants", "opened": grants},
-            {"case": "connections", "what": "1000 waits", "opened": asyncio.run(waits(url, admin, 1000))}]
+            {"case": "connections", "what": "1000 waits",
+             "opened": asyncio.run(waits(url, admin, 1000))}]
 
 
 def main(url: str) -> None:

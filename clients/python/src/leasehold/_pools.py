@@ -31,6 +31,10 @@ SYNC_POOL_SIZE = 16
 #: (``None``: until one is free): its own budget, not the pool's.
 QUEUE_BUDGET: ContextVar[Optional[float]] = ContextVar("leasehold_queue_budget", default=None)
 
+#: How close to its deadline, in seconds, a caller that got no connection counts as having
+#: queued out: an asyncio timer may fire up to the loop's clock resolution early.
+QUEUE_SLACK = 0.001
+
 
 class Budgeted:
     """Mixed into a redis-py ``BlockingConnectionPool``: a caller finding every connection

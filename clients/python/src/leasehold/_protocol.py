@@ -198,7 +198,8 @@ class QueuedOut(Exception):
 
     def not_replicated(self) -> NotReplicatedError:
         """What a synced grant or renewal raises for it."""
-        return NotReplicatedError(0, self.wanted, "no connection of the sync pool was free within the sync timeout")
+        return NotReplicatedError(
+            0, self.wanted, "no connection of the sync pool was free within the sync timeout")
 
 
 class Pipeline:

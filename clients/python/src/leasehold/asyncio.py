@@ -1,6 +1,8 @@
 """The lock classes of :mod:`leasehold` over ``redis.asyncio``: the same interface with
 ``await``, a drop-in for ``redis.asyncio.lock.Lock`` (``r.lock(name, lock_class=...)``); the
-watchdog is a task and :attr:`Lock.lost` an ``asyncio.Event``."""
+watchdog is a task and :attr:`Lock.lost` an ``asyncio.Event``. The pools of dedicated
+connections are ``redis.asyncio``'s (:func:`configure_pools`); close them with ``await
+close_pools(r)`` before the event loop ends."""
 
 from __future__ import annotations
 
@@ -25,7 +27,17 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from ._pools import QUEUE_BUDGET, Budgeted, Master, borrow_args, configure_pools, forget_pools, pools_of, redirected
+from ._pools import (
+    QUEUE_BUDGET,
+    QUEUE_SLACK,
+    Budgeted,
+    Master,
+    borrow_args,
+    configure_pools,
+    forget_pools,
+    pools_of,
+    redirected,
+)
 from ._protocol import (
     REDIRECTS,
     TRY_AGAIN_DELAY,
@@ -84,7 +96,7 @@ async def borrowed(pool: BudgetedPool, deadline: Optional[float], wanted: int) -
     try:
         connection = await pool.get_connection(*BORROW_ARGS)
     except ConnectionError:
-        if deadline is not None and time.monotonic() >= deadline:
+        if deadline is not None and time.monotonic() >= deadline - QUEUE_SLACK:
             raise QueuedOut(wanted) from None
         raise
     finally:
@@ -113,10 +125,11 @@ async def send(
 ) -> List[Tuple[Any, float]]:
     """As :func:`leasehold.lock.send`; the connection's socket timeout does not apply."""
     deadline = deadline_of(within, until)
-    loop_deadline = None if deadline is None else asyncio.get_running_loop().time() + deadline - time.monotonic()
+    if deadline is not None:  # on the loop's clock
+        deadline += asyncio.get_running_loop().time() - time.monotonic()
     await connection.send_packed_command(connection.pack_commands(commands))
     try:
-        async with timeout_at(loop_deadline):
+        async with timeout_at(deadline):
             return [await read(connection) for _ in commands]
     except asyncio.TimeoutError:
         raise TimeoutError("no reply in time; the connection is closed") from None

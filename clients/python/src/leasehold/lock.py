@@ -26,7 +26,16 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from ._pools import QUEUE_BUDGET, Budgeted, Master, borrow_args, forget_pools, pools_of, redirected
+from ._pools import (
+    QUEUE_BUDGET,
+    QUEUE_SLACK,
+    Budgeted,
+    Master,
+    borrow_args,
+    forget_pools,
+    pools_of,
+    redirected,
+)
 from ._protocol import (
     REDIRECTS,
     TRY_AGAIN_DELAY,
@@ -75,7 +84,7 @@ def borrowed(pool: BudgetedPool, deadline: Optional[float], wanted: int) -> Iter
     try:
         connection = pool.get_connection(*BORROW_ARGS)
     except ConnectionError:
-        if deadline is not None and time.monotonic() >= deadline:
+        if deadline is not None and time.monotonic() >= deadline - QUEUE_SLACK:
             raise QueuedOut(wanted) from None
         raise
     finally:
@@ -274,8 +283,9 @@ class Lock(LockBase):
                 reply = self.redis.execute_command(*self._acquire_command(owner))
                 return None if reply is None else Grant(reply, sent)
             try:
-                pipeline = self._exchange("sync", self._sync_deadline(None),
-                                          lambda learned, asking: self._try_pipeline(owner, learned, asking))
+                pipeline = self._exchange(
+                    "sync", self._sync_deadline(None),
+                    lambda learned, asking: self._try_pipeline(owner, learned, asking))
             except QueuedOut as queued:
                 raise queued.not_replicated() from None
             return self._kept(owner, pipeline)
