@@ -105,7 +105,7 @@ async def waits(url: str, admin: redis.Redis, count: int) -> int:
     """Connections opened by ``count`` waits after a warm-up."""
     r = redis.asyncio.Redis.from_url(url)
     locks = [leasehold.asyncio.Lock(r, f"bench:connections:wait:{n}", timeout=10) for n in range(2)]
-    await contend(locks, 80)  # warm-up: the client's own connections and the wait pool's
+    await contend(locks, 200)  # warm-up: the client's own connections and the wait pool's
     before = received(admin)
     await contend(locks, count)
     opened = received(admin) - before

@@ -243,6 +243,7 @@ class Pipeline:
         self.sync_timeout = sync.timeout if sync_timeout is None else sync_timeout
         self.asking = asking
         self.first = known_replicas(sync, learned)
+        self._sent = self._parts()
         #: The write's reply (an exception for an error reply), the replicas wanted and how
         #: many acknowledged, once taken; and an error replied to ``INFO`` or ``WAIT``.
         self.reply: Any = None
@@ -253,15 +254,16 @@ class Pipeline:
 
     def commands(self) -> List[List[Any]]:
         """What to send, in order."""
-        return [command for _, command, _ in self._parts()]
+        return [command for _, command, _ in self._sent]
 
     def within(self) -> Optional[float]:
         """How long the replies may take, in seconds: what the server may take for each (the
         wait, the ``WAIT``) plus :data:`WAIT_MARGIN`; ``None`` for a wait without a limit."""
-        times = [within for _, _, within in self._parts()]
+        times = [within for _, _, within in self._sent]
         return None if None in times else sum(times)  # type: ignore[arg-type]
 
     def _parts(self) -> List[Tuple[str, List[Any], Optional[float]]]:
+        """Each command named, with how long its reply may take."""
         asking = [("asking", ["ASKING"], WAIT_MARGIN)] if self.asking else []
         info = [("info", ["INFO", "replication"], WAIT_MARGIN)] if self.learned is not None else []
         wait = [("wait", self.sync.wait_command(self.first, self.sync_timeout),
@@ -274,7 +276,7 @@ class Pipeline:
     def take(self, sent: float, replies: Sequence[Tuple[Any, float]]) -> None:
         """Takes the replies — each with when it was read, ``time.monotonic()`` seconds — of
         what was sent at ``sent``."""
-        got = {name: reply for (name, _, _), reply in zip(self._parts(), replies)}
+        got = {name: reply for (name, _, _), reply in zip(self._sent, replies)}
         self.reply, answered = got["write"]
         self.started = answered if self.waiting else sent
         if "info" in got:
