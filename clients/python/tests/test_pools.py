@@ -175,6 +175,9 @@ def test_a_full_wait_pool_queues_waiters_within_their_budget_and_never_holds_up_
     with pytest.raises(leasehold.LockError):
         leasehold.configure_pools(r, wait=4)
     leasehold.close_pools(r)
+    leasehold.configure_pools(r, wait=4)  # new pools to come, once the old are closed
+    assert holder.acquire(blocking=False)
+    holder.release()
 
 
 def test_a_full_sync_pool_makes_a_grant_queue_within_the_sync_timeout(replicated, name):

@@ -44,6 +44,7 @@ class Budgeted:
 
     @property
     def timeout(self) -> Optional[float]:
+        """The borrowing caller's budget in seconds (``None``: until a connection is free)."""
         return QUEUE_BUDGET.get()
 
     @timeout.setter
@@ -61,9 +62,10 @@ def borrow_args(pool_class: type) -> Tuple[str, ...]:
 
 def pooled_connection_kwargs(connection_kwargs: dict) -> dict:
     """The arguments of a dedicated connection: the client's own (host, TLS, password, db,
-    protocol, ``decode_responses``, socket timeouts for connecting and for a reply that has
-    begun to arrive, ...) and no retries — a retried wait would queue again, or fail a lock
-    the first try got. How long a reply may take to begin is the caller's, per reply."""
+    protocol, ``decode_responses``, timeouts for connecting, ...) and no retries — a retried
+    wait would queue again, or fail a lock the first try got. How long a reply may take is the
+    caller's, per round trip (the client's socket timeout bounds only connecting and, in the
+    sync client, the rest of a reply that has begun to arrive)."""
     kwargs = dict(connection_kwargs)
     kwargs["retry"] = Retry(NoBackoff(), 0)
     kwargs.pop("retry_on_timeout", None)
@@ -86,13 +88,20 @@ class Pools:
     """What the lock classes keep beside one user client: per master, its wait pool and sync
     pool (made on first use) and what was learned of its replicas."""
 
-    def __init__(self, wait: int = WAIT_POOL_SIZE, sync: int = SYNC_POOL_SIZE) -> None:
-        if wait < 1 or sync < 1:
-            raise LockError(f"pools need at least 1 connection each, not wait={wait} sync={sync}")
-        self.sizes = {"wait": wait, "sync": sync}
+    def __init__(self) -> None:
+        self.sizes = {"wait": WAIT_POOL_SIZE, "sync": SYNC_POOL_SIZE}
         self._pools: Dict[Tuple[str, Optional[str]], Any] = {}
         self._learned: Dict[Optional[str], Learned] = {}
         self._lock = threading.Lock()
+
+    def resize(self, wait: int, sync: int) -> None:
+        """Sets the sizes of the pools to come (see :func:`configure_pools`)."""
+        if wait < 1 or sync < 1:
+            raise LockError(f"pools need at least 1 connection each, not wait={wait} sync={sync}")
+        with self._lock:
+            if self._pools:
+                raise LockError("configure_pools must come before the first lock on this client")
+            self.sizes = {"wait": wait, "sync": sync}
 
     def pool(self, kind: str, master: Master, pool_class: Callable[..., Any]) -> Any:
         """The ``kind`` (``"wait"`` or ``"sync"``) pool of ``master``, made with
@@ -111,10 +120,13 @@ class Pools:
         with self._lock:
             return self._learned.setdefault(master.node, Learned())
 
-    def made(self) -> List[Any]:
-        """Every pool made so far."""
+    def drain(self) -> List[Any]:
+        """Forgets the pools made so far (the next lock makes new ones, what was learned of
+        the replicas stays) and returns them, to be disconnected."""
         with self._lock:
-            return list(self._pools.values())
+            pools = list(self._pools.values())
+            self._pools.clear()
+            return pools
 
 
 _POOLS: "weakref.WeakKeyDictionary[Any, Pools]" = weakref.WeakKeyDictionary()
@@ -129,8 +141,12 @@ def owner_of_pools(redis: Any) -> Any:
 
 def pools_of(redis: Any) -> Pools:
     """The pools of a user client (sync or asyncio, one server or a cluster)."""
+    owner = owner_of_pools(redis)
     with _POOLS_LOCK:
-        return _POOLS.setdefault(owner_of_pools(redis), Pools())
+        pools = _POOLS.get(owner)
+        if pools is None:
+            pools = _POOLS[owner] = Pools()
+        return pools
 
 
 def configure_pools(redis: Any, *, wait: int = WAIT_POOL_SIZE, sync: int = SYNC_POOL_SIZE) -> None:
@@ -143,23 +159,9 @@ def configure_pools(redis: Any, *, wait: int = WAIT_POOL_SIZE, sync: int = SYNC_
     it returns ``False``), a synced grant or renewal within the sync timeout (then it raises
     :class:`leasehold.NotReplicatedError`, as when the replicas did not acknowledge in time).
 
-    Call it before the first lock on ``redis`` is used: ``LockError`` once its pools exist,
-    or for a size below 1."""
-    pools = Pools(wait=wait, sync=sync)
-    with _POOLS_LOCK:
-        owner = owner_of_pools(redis)
-        current = _POOLS.get(owner)
-        if current is not None and current.made():
-            raise LockError("configure_pools must come before the first lock on this client")
-        _POOLS[owner] = pools
-
-
-def forget_pools(redis: Any) -> List[Any]:
-    """Forgets the pools kept beside ``redis`` (the next lock makes new ones) and returns them,
-    to be disconnected."""
-    with _POOLS_LOCK:
-        pools = _POOLS.pop(owner_of_pools(redis), None)
-    return [] if pools is None else pools.made()
+    Call it before the first lock on ``redis`` is used (or after ``close_pools``):
+    ``LockError`` while its pools exist, or for a size below 1."""
+    pools_of(redis).resize(wait, sync)
 
 
 def redirected(master: Master, host: str, port: int) -> Master:

@@ -34,7 +34,6 @@ from ._pools import (
     Master,
     borrow_args,
     configure_pools,
-    forget_pools,
     pools_of,
     redirected,
 )
@@ -82,8 +81,8 @@ async def close_pools(redis: Any) -> None:
     """Closes the dedicated connections the lock classes keep beside ``redis`` (its wait and
     sync pools, see :func:`leasehold.configure_pools`): call it with ``await
     redis.aclose()``, before the event loop ends. A lock used on ``redis`` afterwards makes
-    new pools."""
-    for pool in forget_pools(redis):
+    new pools; the replica counts learned are kept."""
+    for pool in pools_of(redis).drain():
         await pool.disconnect()
 
 

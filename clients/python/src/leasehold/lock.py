@@ -32,7 +32,6 @@ from ._pools import (
     Budgeted,
     Master,
     borrow_args,
-    forget_pools,
     pools_of,
     redirected,
 )
@@ -68,8 +67,8 @@ BORROW_ARGS = borrow_args(redis.BlockingConnectionPool)
 def close_pools(redis: Any) -> None:
     """Closes the dedicated connections the lock classes keep beside ``redis`` (its wait and
     sync pools, see :func:`leasehold.configure_pools`) — with ``redis.close()``, say. A lock
-    used on ``redis`` afterwards makes new pools."""
-    for pool in forget_pools(redis):
+    used on ``redis`` afterwards makes new pools; the replica counts learned are kept."""
+    for pool in pools_of(redis).drain():
         pool.disconnect()
 
 
