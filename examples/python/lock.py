@@ -23,7 +23,9 @@ def main(url: str) -> int:
         # Before writing to the resource: do I still hold it? Send the token along so the
         # resource can reject a holder whose lease ran out.
         assert lock.owned()
-        lock.reacquire()  # reset the lease to 30 s
+        # Reset the lease to 30 s. Like the grant, the renewal counts once the master's replicas
+        # have it (NotReplicatedError otherwise; lock.lease_end then stays where it was).
+        lock.reacquire()
     finally:
         lock.release()
     print("released")

@@ -1,24 +1,40 @@
-"""What syncing grants to the replicas costs ``leasehold.Lock``: one thread loops
-``acquire(blocking=False)`` → ``release()`` on a master with one replica for 3 s, with grants
-synced (the default: ``WAIT 1`` on the grant's own connection) and not (``SYNC_OFF``).
+"""What syncing grants to the replicas costs the Python client, on a master with one replica,
+with grants synced (the default: ``INFO replication`` + the grant + ``WAIT 1`` in one round
+trip on a pooled connection) and not (``SYNC_OFF``):
 
-Run by ``make bench`` with the master's URL as the argument; prints one JSON object per mode:
-``{"mode", "ops_per_s", "p50_ms", "p99_ms"}``, the latency of acquire + release."""
+- ``acquire+release``: one thread loops ``leasehold.Lock`` ``acquire(blocking=False)`` →
+  ``release()`` for 3 s; the latency of acquire + release;
+- ``64 tasks``: 64 asyncio tasks on one ``redis.asyncio`` client (``leasehold.asyncio.Lock``),
+  each on a lock of its own, loop acquire + release for 3 s; their throughput together;
+- ``connections``: the master's ``total_connections_received`` over 1000 synced acquire +
+  release (sync client), and over 1000 acquires that wait in the server (8 asyncio tasks
+  contending for 2 locks, ``LOCK.ACQUIRE ... WAIT``), each after a warm-up.
 
+Run by ``make bench`` with the master's URL as the argument; prints one JSON object per line:
+``{"case": "acquire+release", "mode", "ops_per_s", "p50_ms", "p99_ms"}``,
+``{"case": "64 tasks", "mode", "ops_per_s", "client": "asyncio"}`` and
+``{"case": "connections", "what", "opened"}``."""
+
+import asyncio
 import json
 import statistics
 import sys
 import time
 
 import redis
+import redis.asyncio
 
 import leasehold
+import leasehold.asyncio
 
 RUN_FOR = 3.0
+TASKS = 64
+MODES = [("synced", leasehold.Sync()), ("not synced", leasehold.SYNC_OFF)]
 
-r = redis.Redis.from_url(sys.argv[1])
-for mode, sync in [("synced", leasehold.Sync()), ("not synced", leasehold.SYNC_OFF)]:
-    lock = leasehold.Lock(r, "bench:client-sync", timeout=10, sync=sync)
+
+def acquire_release(url: str, mode: str, sync: leasehold.Sync) -> dict:
+    r = redis.Redis.from_url(url)
+    lock = leasehold.Lock(r, f"bench:client-sync:{mode}", timeout=10, sync=sync)
     latencies = []
     started = time.perf_counter()
     while time.perf_counter() - started < RUN_FOR:
@@ -26,10 +42,100 @@ for mode, sync in [("synced", leasehold.Sync()), ("not synced", leasehold.SYNC_O
         assert lock.acquire(blocking=False)
         lock.release()
         latencies.append(time.perf_counter() - sent)
+    elapsed = time.perf_counter() - started
     latencies.sort()
-    print(json.dumps({
+    leasehold.close_pools(r)
+    return {
+        "case": "acquire+release",
         "mode": mode,
-        "ops_per_s": round(len(latencies) / (time.perf_counter() - started)),
+        "ops_per_s": round(len(latencies) / elapsed),
         "p50_ms": round(statistics.median(latencies) * 1000, 3),
         "p99_ms": round(latencies[round((len(latencies) - 1) * 0.99)] * 1000, 3),
-    }))
+    }
+
+
+async def many_tasks(url: str, mode: str, sync: leasehold.Sync) -> dict:
+    r = redis.asyncio.Redis.from_url(url)
+    done = [0]
+    stop = time.perf_counter() + RUN_FOR
+
+    async def loop(n: int) -> None:
+        lock = leasehold.asyncio.Lock(r, f"bench:tasks:{mode}:{n}", timeout=10, sync=sync)
+        while time.perf_counter() < stop:
+            assert await lock.acquire(blocking=False)
+            await lock.release()
+            done[0] += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(loop(n) for n in range(TASKS)))
+    elapsed = time.perf_counter() - started
+    await leasehold.asyncio.close_pools(r)
+    await r.aclose() if hasattr(r, "aclose") else await r.close()
+    return {"case": f"{TASKS} tasks", "mode": mode, "ops_per_s": round(done[0] / elapsed),
+            "client": "asyncio"}
+
+
+def received(admin: redis.Redis) -> int:
+    """Connections the master accepted so far (``admin``'s own already open)."""
+    return int(admin.info("stats")["total_connections_received"])
+
+
+def synced_grants(r: redis.Redis, count: int) -> None:
+    lock = leasehold.Lock(r, "bench:connections:grants", timeout=10)
+    for _ in range(count):
+        assert lock.acquire(blocking=False)
+        lock.release()
+
+
+async def contend(locks: list, count: int, workers: int = 8) -> None:
+    """``count`` blocking acquires (``LOCK.ACQUIRE ... WAIT``) by ``workers`` tasks sharing
+    ``locks``, each released at once."""
+
+    async def worker(n: int) -> None:
+        lock = locks[n % len(locks)]
+        for _ in range(count // workers):
+            assert await lock.acquire(blocking_timeout=30)
+            await asyncio.sleep(0)
+            await lock.release()
+
+    await asyncio.gather(*(worker(n) for n in range(workers)))
+
+
+async def waits(url: str, admin: redis.Redis, count: int) -> int:
+    """Connections opened by ``count`` waits after a warm-up."""
+    r = redis.asyncio.Redis.from_url(url)
+    locks = [leasehold.asyncio.Lock(r, f"bench:connections:wait:{n}", timeout=10) for n in range(2)]
+    await contend(locks, 200)  # warm-up: the client's own connections and the wait pool's
+    before = received(admin)
+    await contend(locks, count)
+    opened = received(admin) - before
+    await leasehold.asyncio.close_pools(r)
+    await r.aclose() if hasattr(r, "aclose") else await r.close()
+    return opened
+
+
+def connections(url: str) -> list:
+    admin = redis.Redis.from_url(url)
+    admin.ping()
+    r = redis.Redis.from_url(url)
+    synced_grants(r, 10)  # warm-up: the client's own connection and the sync pool's
+    before = received(admin)
+    synced_grants(r, 1000)
+    grants = received(admin) - before
+    leasehold.close_pools(r)
+    return [{"case": "connections", "what": "1000 synced grants", "opened": grants},
+            {"case": "connections", "what": "1000 waits",
+             "opened": asyncio.run(waits(url, admin, 1000))}]
+
+
+def main(url: str) -> None:
+    for mode, sync in MODES:
+        print(json.dumps(acquire_release(url, mode, sync)), flush=True)
+    for mode, sync in MODES:
+        print(json.dumps(asyncio.run(many_tasks(url, mode, sync))), flush=True)
+    for row in connections(url):
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

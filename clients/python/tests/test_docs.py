@@ -1,5 +1,6 @@
-"""The Python in the project's README and examples/python runs against a real server: every
-```python block of README.md as a program of its own (``REDIS_URL`` tells it the server)."""
+"""The Python in the project's README, docs/ and examples/python runs against a real server:
+every ```python block of README.md and of the pages of docs/ as a program of its own
+(``REDIS_URL`` tells it the server)."""
 
 import os
 import re
@@ -12,8 +13,8 @@ from conftest import ROOT
 
 
 def python_blocks():
-    readme = (ROOT / "README.md").read_text()
-    return re.findall(r"```python\n(.*?)```", readme, re.S)
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    return [block for page in pages for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.S)]
 
 
 @pytest.mark.parametrize("block", python_blocks(), ids=lambda block: block.splitlines()[0][:40])

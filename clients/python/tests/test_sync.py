@@ -1,9 +1,11 @@
-"""Grants synced to the master's replicas before they are returned (``leasehold.Sync``), sync
-and asyncio, on a real master and replica: running, stopped (``SIGSTOP``) and detached."""
+"""Grants and renewals synced to the master's replicas before they count (``leasehold.Sync``),
+sync and asyncio, on a real master and replica: running, stopped (``SIGSTOP``), detached and
+attached just before a grant."""
 
 import asyncio
 import signal
 import threading
+import time
 
 import pytest
 import redis
@@ -11,7 +13,7 @@ import redis.asyncio
 
 import leasehold
 import leasehold.asyncio
-from conftest import wait_until, waiters
+from conftest import Server, wait_until, waiters
 
 QUICK = leasehold.Sync(timeout=0.2)
 
@@ -34,7 +36,7 @@ def learned_one_replica(r, name):
     return lock
 
 
-def test_a_lone_server_pays_nothing(server, name):
+def test_a_lone_server_is_sent_no_wait(server, name):
     before = waits(server)
     lock = leasehold.Lock(redis.Redis(port=server.port), name, timeout=10)
     assert lock.acquire(blocking=False)
@@ -61,19 +63,84 @@ def test_a_grant_is_on_the_replica_when_returned_immediate_or_handed_over(replic
 def test_a_grant_the_replica_lacks_is_released_and_reported_or_retried(replicated, name):
     master, replica = replicated
     r = redis.Redis(port=master.port)
-    lock = learned_one_replica(r, name)
+    # A new client: the replica count comes in the grant's own round trip, not from before.
+    lock = leasehold.Lock(r, name, timeout=10, thread_local=False, sync=QUICK)
     replica.signal(signal.SIGSTOP)
     with pytest.raises(leasehold.NotReplicatedError) as refused:
         lock.acquire(blocking=False)
     assert (refused.value.acked, refused.value.wanted) == (0, 1)
     assert isinstance(refused.value, leasehold.LockError)
     assert r.exists(name) == 0, "released"
+    assert lock.fencing_token is None and lock.lease_end is None, "no holding"
     threading.Timer(0.5, replica.signal, args=(signal.SIGCONT,)).start()
     assert lock.acquire(blocking_timeout=5), "retried within the wait"
     assert fence(replica, name) == lock.fencing_token
     lock.release()
     off = leasehold.Lock(r, name + ":off", timeout=10, sync=leasehold.SYNC_OFF)
     assert off.acquire(blocking=False)
+
+
+def test_a_replica_attached_just_before_a_grant_is_waited_for(name):
+    master, spare = Server("--repl-diskless-sync-delay", "0"), Server()
+    try:
+        r = redis.Redis(port=master.port)
+        lock = leasehold.Lock(r, name, timeout=10, thread_local=False, sync=QUICK)
+        assert lock.acquire(blocking=False), "a lone master: nothing to wait for"
+        lock.release()
+        redis.Redis(port=spare.port).execute_command("REPLICAOF", "127.0.0.1", master.port)
+        wait_until(lambda: r.info("replication").get("slave0", {}).get("state") == "online")
+        spare.signal(signal.SIGSTOP)
+        with pytest.raises(leasehold.NotReplicatedError) as refused:
+            lock.acquire(blocking=False)
+        assert (refused.value.acked, refused.value.wanted) == (0, 1)
+        waiter = leasehold.Lock(r, name, timeout=10, thread_local=False, sync=QUICK)
+        with pytest.raises(leasehold.NotReplicatedError):
+            waiter.acquire(blocking_timeout=0.3)
+        assert r.exists(name) == 0
+    finally:
+        spare.signal(signal.SIGCONT)
+        master.stop()
+        spare.stop()
+
+
+def test_a_renewal_the_replica_lacks_does_not_count(replicated, name):
+    master, replica = replicated
+    r = redis.Redis(port=master.port)
+    lock = leasehold.Lock(r, name, timeout=10, sync=QUICK)
+    assert lock.acquire(blocking=False)
+    granted_end = lock.lease_end
+    assert granted_end is not None and granted_end <= time.monotonic() + 10
+    assert lock.extend(5) and lock.lease_end > granted_end, "a synced renewal counts"
+    synced_end = lock.lease_end
+    replica.signal(signal.SIGSTOP)
+    with pytest.raises(leasehold.NotReplicatedError) as refused:
+        lock.extend(20)
+    assert (refused.value.acked, refused.value.wanted) == (0, 1)
+    with pytest.raises(leasehold.NotReplicatedError):
+        lock.reacquire()
+    assert lock.lease_end == synced_end, "the lease believed is the last synced one"
+    assert lock.owned(), "still held: the master has the renewal"
+    replica.signal(signal.SIGCONT)
+    assert lock.extend(20) and lock.lease_end > synced_end
+    lock.release()
+    assert lock.lease_end is None
+
+
+def test_a_watched_holding_the_replica_stops_acknowledging_is_lost_when_its_lease_ends(replicated, name):
+    master, replica = replicated
+    lock = leasehold.Lock(redis.Redis(port=master.port), name, timeout=1, watchdog=True, sync=QUICK)
+    assert lock.acquire(blocking=False)
+    time.sleep(1.5)
+    assert not lock.lost.is_set(), "renewed while the replica acknowledged"
+    replica.signal(signal.SIGSTOP)
+    stopped = time.monotonic()
+    last_synced_end = lock.lease_end
+    assert stopped < last_synced_end <= stopped + 1
+    assert lock.lost.wait(10), "lost"
+    assert time.monotonic() >= last_synced_end, "not before its last synced lease ended"
+    assert lock.lease_end == last_synced_end
+    assert lock.owned(), "the master still has it: its renewals were applied, not synced"
+    lock.release()
 
 
 def test_a_replica_the_same_master_lost_still_counts(replicated, name):
@@ -87,7 +154,7 @@ def test_a_replica_the_same_master_lost_still_counts(replicated, name):
     assert leasehold.Lock(r, name, timeout=10, sync=leasehold.Sync(replicas=0)).acquire(blocking=False)
 
 
-async def test_asyncio_grants_are_synced_too(replicated, name):
+async def test_asyncio_grants_and_renewals_are_synced_too(replicated, name):
     master, replica = replicated
     r = redis.asyncio.Redis(port=master.port)
     lock = leasehold.asyncio.Lock(r, name, timeout=10, sync=QUICK)
@@ -99,5 +166,23 @@ async def test_asyncio_grants_are_synced_too(replicated, name):
         await lock.acquire(blocking=False)
     asyncio.get_running_loop().call_later(0.5, replica.signal, signal.SIGCONT)
     assert await lock.acquire(blocking_timeout=5)
+    synced_end = lock.lease_end
+    replica.signal(signal.SIGSTOP)
+    with pytest.raises(leasehold.NotReplicatedError):
+        await lock.extend(5)
+    assert lock.lease_end == synced_end
+    replica.signal(signal.SIGCONT)
+    assert await lock.extend(5) and lock.lease_end > synced_end
     await lock.release()
+
+    watched = leasehold.asyncio.Lock(r, name, timeout=1, watchdog=True, sync=QUICK)
+    assert await watched.acquire(blocking=False)
+    await asyncio.sleep(1.5)
+    assert not watched.lost.is_set()
+    replica.signal(signal.SIGSTOP)
+    last_synced_end = watched.lease_end
+    await asyncio.wait_for(watched.lost.wait(), 10)
+    assert time.monotonic() >= last_synced_end
+    await watched.release()
+    await leasehold.asyncio.close_pools(r)
     await r.aclose() if hasattr(r, "aclose") else await r.close()

@@ -9,9 +9,10 @@ commands).
     with r.lock("invoice:42", timeout=30, blocking_timeout=5, lock_class=leasehold.Lock) as lock:
         write_invoice(data, fencing_token=lock.fencing_token)
 
-with waiting in the server (fair, on a connection of its own whose socket timeout is longer
-than the wait), a fencing token for every holding, grants synced to the master's replicas
-before they are returned (:class:`Sync`), an optional watchdog, and
+with waiting in the server (fair, on a pooled connection of its own whose reply may take as
+long as the wait), a fencing token for every holding, grants and renewals synced to the
+master's replicas before they count (:class:`Sync`, one round trip on a pooled connection:
+:func:`configure_pools`), an optional watchdog, and
 ``ReadWriteLock``, ``Semaphore`` and ``MultiLock`` (several locks taken together, all or
 none, without deadlock). ``leasehold.asyncio`` has the same classes for
 ``redis.asyncio``. Times are seconds, as in redis-py.
@@ -19,8 +20,9 @@ none, without deadlock). ``leasehold.asyncio`` has the same classes for
 
 from redis.exceptions import LockError, LockNotOwnedError
 
+from ._pools import configure_pools
 from ._protocol import SYNC_OFF, NotReplicatedError, Sync
-from .lock import Lock, MultiLock, ReadWriteLock, Semaphore, SharedLock
+from .lock import Lock, MultiLock, ReadWriteLock, Semaphore, SharedLock, close_pools
 
 __all__ = [
     "Lock",
@@ -30,6 +32,8 @@ __all__ = [
     "SharedLock",
     "Sync",
     "SYNC_OFF",
+    "configure_pools",
+    "close_pools",
     "LockError",
     "LockNotOwnedError",
     "NotReplicatedError",

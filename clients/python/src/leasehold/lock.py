@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, Callable, Optional, Type
+from typing import Any, Callable, Iterator, List, Optional, Tuple, Type
 
+import redis
 from redis.exceptions import (
     AskError,
     ConnectionError,
@@ -19,25 +21,116 @@ from redis.exceptions import (
     LockNotOwnedError,
     MovedError,
     RedisError,
+    ResponseError,
     TimeoutError,
     TryAgainError,
 )
 
+from ._pools import (
+    QUEUE_BUDGET,
+    QUEUE_SLACK,
+    Budgeted,
+    Master,
+    borrow_args,
+    pools_of,
+    redirected,
+)
 from ._protocol import (
     REDIRECTS,
     TRY_AGAIN_DELAY,
+    Grant,
+    Learned,
+    Lease,
     LockBase,
-    Master,
-    Number,
-    SetOf,
     NotReplicatedError,
+    Number,
+    Pipeline,
+    QueuedOut,
+    SetOf,
+    deadline_of,
     is_cluster,
-    learned,
+    known_replicas,
     least_lease_ms,
     new_owner,
     to_ms,
-    wait_ms,
 )
+
+class BudgetedPool(Budgeted, redis.BlockingConnectionPool):
+    """A wait or sync pool: redis-py's ``BlockingConnectionPool``, each caller queueing within
+    its own budget."""
+
+
+#: What ``BudgetedPool.get_connection`` takes on this redis-py.
+BORROW_ARGS = borrow_args(redis.BlockingConnectionPool)
+
+
+def close_pools(redis: Any) -> None:
+    """Closes the dedicated connections the lock classes keep beside ``redis`` (its wait and
+    sync pools, see :func:`leasehold.configure_pools`) — with ``redis.close()``, say. A lock
+    used on ``redis`` afterwards makes new pools; the replica counts learned are kept."""
+    for pool in pools_of(redis).drain():
+        pool.disconnect()
+
+
+@contextmanager
+def borrowed(pool: BudgetedPool, deadline: Optional[float], wanted: int) -> Iterator[Any]:
+    """A connection of ``pool``, queueing for it until ``deadline`` (``time.monotonic()``
+    seconds; ``None``: until one is free) — :class:`QueuedOut` (for a write waiting for
+    ``wanted`` replicas) when that passes first. Given back after the block; closed first if
+    the block raised, since a reply it was sent may then be unread."""
+    budget = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+    token = QUEUE_BUDGET.set(budget)
+    try:
+        connection = pool.get_connection(*BORROW_ARGS)
+    except ConnectionError:
+        if deadline is not None and time.monotonic() >= deadline - QUEUE_SLACK:
+            raise QueuedOut(wanted) from None
+        raise
+    finally:
+        QUEUE_BUDGET.reset(token)
+    try:
+        yield connection
+    except BaseException:
+        connection.disconnect()
+        raise
+    finally:
+        pool.release(connection)
+
+
+def exchange(connection: Any, pipeline: Pipeline, until: Optional[float]) -> None:
+    """Sends ``pipeline`` on ``connection`` and reads every reply, then the ``WAIT`` again for
+    replicas it learned of, if any. Replies later than their time (or than ``until``) raise
+    ``TimeoutError``, a dropped connection ``ConnectionError``."""
+    sent = time.monotonic()
+    pipeline.take(sent, send(connection, pipeline.commands(), pipeline.within(), until))
+    again = pipeline.again()
+    if again is not None:
+        command, within = again
+        pipeline.take_again(send(connection, [command], within, until)[0][0])
+
+
+def send(
+    connection: Any, commands: List[List[Any]], within: Optional[float], until: Optional[float]
+) -> List[Tuple[Any, float]]:
+    """Sends ``commands`` in one write and reads their replies in order (an error reply as its
+    exception), each with when it was read; all within ``within`` seconds (``None``: no limit)
+    and by ``until``."""
+    deadline = deadline_of(within, until)
+    connection.send_packed_command(connection.pack_commands(commands))
+    return [read(connection, deadline) for _ in commands]
+
+
+def read(connection: Any, deadline: Optional[float]) -> Tuple[Any, float]:
+    """The next reply, which must begin by ``deadline``; the connection's socket timeout
+    applies to the rest of it."""
+    timeout = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+    if not connection.can_read(timeout=timeout):
+        raise TimeoutError("no reply in time; the connection is closed")
+    try:
+        reply = connection.read_response()
+    except ResponseError as error:
+        reply = error
+    return reply, time.monotonic()
 
 
 class Lock(LockBase):
@@ -46,11 +139,12 @@ class Lock(LockBase):
     Where it differs from redis-py's:
 
     - Waiting (``blocking=True``) happens in the server (``LOCK.ACQUIRE ... WAIT``): the lock is
-      handed to waiters in arrival order the moment it is free, on a connection made for the
-      wait with a socket timeout longer than the wait, which is never retried. ``sleep`` is
-      accepted and not needed. If the reply is lost (the socket timed out, the connection
-      dropped), the lock asks again with the same owner, so it never holds a lock it reported
-      not getting.
+      handed to waiters in arrival order the moment it is free, on a connection of the
+      client's wait pool (see :func:`leasehold.configure_pools`) whose reply may take as long
+      as the wait, and which is never retried. ``sleep`` is accepted and not needed. If the
+      reply is lost (no reply in time, the connection dropped), that connection is closed and
+      the lock asks again with the same owner, so it never holds a lock it reported not
+      getting.
     - Every holding has a fencing token, :attr:`fencing_token`: pass it to the resource you
       write to, so it can reject a holder whose lease ran out.
     - A module lock always has a lease: with ``timeout=None`` it is 30 s, renewed by the
@@ -58,10 +152,12 @@ class Lock(LockBase):
       thread renews the lease every third of it, stops for good at release or when a renewal
       is refused (it never takes the lock back), and then sets :attr:`lost`.
     - ``locked()`` and ``owned()`` ask the module (``GET`` on a module lock is ``WRONGTYPE``).
-    - Every grant reaches the master's replicas before ``acquire`` returns (``sync``, see
-      :class:`leasehold.Sync`); when fewer acknowledge in time the lock releases the grant and
-      raises :class:`leasehold.NotReplicatedError`, or with time left in ``blocking_timeout``
-      tries again within it.
+    - Every grant and every renewal reaches the master's replicas before it counts (``sync``,
+      see :class:`leasehold.Sync`): a grant fewer acknowledge in time is released and
+      :class:`leasehold.NotReplicatedError` raised (or with time left in
+      ``blocking_timeout`` the lock tries again within it); such a renewal raises it from
+      ``extend`` / ``reacquire`` and leaves :attr:`lease_end` where it was; the watchdog keeps
+      trying and sets :attr:`lost` when that lease ends. Releases are not synced.
     """
 
     def __enter__(self) -> "Lock":
@@ -82,8 +178,8 @@ class Lock(LockBase):
 
     @property
     def lost(self) -> threading.Event:
-        """Set once the current holding's lease is known lost (the watchdog's renewal was
-        refused, or the lease ran out while it could not renew)."""
+        """Set once the current holding's lease is known lost: the watchdog's renewal was
+        refused, or :attr:`lease_end` came while no renewal could be synced."""
         keeper = self.local.keeper
         return keeper.lost if keeper is not None else threading.Event()
 
@@ -95,26 +191,32 @@ class Lock(LockBase):
         token: Optional[Any] = None,
     ) -> bool:
         """Takes the lock; ``True`` once held. ``blocking=False`` returns at once;
-        otherwise waits up to ``blocking_timeout`` seconds (``None``: as long as it takes).
-        ``token`` picks the owner (default: a new random one)."""
+        otherwise waits up to ``blocking_timeout`` seconds (``None``: as long as it takes),
+        queueing for a connection of the wait pool within that time when every one is waiting
+        (see :func:`leasehold.configure_pools`). ``token`` picks the owner (default: a new
+        random one). :class:`leasehold.NotReplicatedError` when the grant did not reach the
+        replicas in time (see :class:`leasehold.Sync`) and no wait is left."""
         if blocking is None:
             blocking = self.blocking
         if blocking_timeout is None:
             blocking_timeout = self.blocking_timeout
         owner = self.redis.get_encoder().encode(token if token is not None else new_owner())
         if blocking:
-            fencing = self._wait(owner, blocking_timeout)
+            grant = self._wait(owner, blocking_timeout)
         else:
-            fencing = self._try(owner)
-        if fencing is None:
+            grant = self._try(owner)
+        if grant is None:
             return False
-        self._held(owner, fencing)
+        self._held(owner, grant)
         if self.watchdog:
-            self.local.keeper = Keeper(lambda ms: self._renew(owner, ms), self._lease_ms())
+            lease = self.local.lease
+            self.local.keeper = Keeper(lambda ms, until: self._renew(owner, ms, lease, until),
+                                       self._lease_ms(), lease)
         return True
 
     def release(self) -> None:
-        """Releases the lock. ``LockNotOwnedError`` when its lease had run out."""
+        """Releases the lock (not synced: a lost release only delays the next holder).
+        ``LockNotOwnedError`` when its lease had run out."""
         owner = self.local.token
         if owner is None:
             raise LockError("Cannot release a lock that's not owned or is already unlocked.")
@@ -126,7 +228,9 @@ class Lock(LockBase):
         """Adds ``additional_time`` seconds to the lease left (a set's shortest), or with
         ``replace_ttl`` makes it the lease. ``LockNotOwnedError`` when the lease had run out (it
         is not brought back). The lease left is read first: the addition is off by the round
-        trip."""
+        trip. Synced like a grant: :class:`leasehold.NotReplicatedError` when the replicas did
+        not acknowledge the renewal in time — it does not count, and :attr:`lease_end` stays
+        where the last synced grant or renewal put it."""
         owner = self.local.token
         if owner is None:
             raise LockError("Cannot extend an unlocked lock")
@@ -139,18 +243,20 @@ class Lock(LockBase):
             if left is None:
                 raise LockNotOwnedError("Cannot extend a lock that's no longer owned")
             lease_ms += max(left, 0)
-        if not self._renew(owner, lease_ms):
+        if not self._renew(owner, lease_ms, self.local.lease):
             raise LockNotOwnedError("Cannot extend a lock that's no longer owned")
         return True
 
     def reacquire(self) -> bool:
-        """Resets the lease to ``timeout``. ``LockNotOwnedError`` when it had run out."""
+        """Resets the lease to ``timeout``. ``LockNotOwnedError`` when it had run out;
+        :class:`leasehold.NotReplicatedError` when the replicas did not acknowledge it in time
+        (as :meth:`extend`)."""
         owner = self.local.token
         if owner is None:
             raise LockError("Cannot reacquire an unlocked lock")
         if self.timeout is None:
             raise LockError("Cannot reacquire a lock with no timeout")
-        if not self._renew(owner, self._lease_ms()):
+        if not self._renew(owner, self._lease_ms(), self.local.lease):
             raise LockNotOwnedError("Cannot reacquire a lock that's no longer owned")
         return True
 
@@ -168,42 +274,34 @@ class Lock(LockBase):
         return all([self.redis.execute_command("LOCK.FENCE", key, owner) is not None
                     for key in self._keys()])
 
-    def _try(self, owner: Any) -> Optional[int]:
+    def _try(self, owner: Any) -> Optional[Grant]:
+        """One grant without waiting, synced; ``None`` when the lock is busy."""
         try:
-            wanted = self._replicas_wanted()
-            if wanted:
-                return self._grant(owner, wanted, waiting=False)
-            return self.redis.execute_command(*self._acquire_command(owner))
+            if self.sync.off:
+                sent = time.monotonic()
+                reply = self.redis.execute_command(*self._acquire_command(owner))
+                return None if reply is None else Grant(reply, sent)
+            try:
+                pipeline = self._exchange(
+                    "sync", self._sync_deadline(None),
+                    lambda learned, asking: self._try_pipeline(owner, learned, asking))
+            except QueuedOut as queued:
+                raise queued.not_replicated() from None
+            return self._kept(owner, pipeline)
         except TryAgainError:
             return None
 
-    def _replicas_wanted(self) -> int:
-        """How many replicas a grant must reach (see :class:`leasehold.Sync`)."""
-        if self.sync.replicas is not None:
-            return self.sync.replicas
-        master = self._master()
-        known = learned(master.place)
-        count = known.fresh()
-        return count if count is not None else known.heard(master.info())
-
-    def _master(self) -> Master:
-        """The server, or the master of the lock's slot in a ``RedisCluster``."""
-        if is_cluster(self.redis):
-            client = self.redis.get_node_from_key(self.name).redis_connection
-        else:
-            client = self.redis
-        pool = client.connection_pool
-        return Master(pool.connection_class, pool.connection_kwargs, pool,
-                      lambda: client.info("replication"))
-
-    def _wait(self, owner: Any, blocking_timeout: Optional[Number]) -> Optional[int]:
+    def _wait(self, owner: Any, blocking_timeout: Optional[Number]) -> Optional[Grant]:
         deadline = None if blocking_timeout is None else time.monotonic() + blocking_timeout
         while True:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
+            if deadline is not None and time.monotonic() >= deadline:
                 return self._try(owner)
             try:
-                return self._grant(owner, self._replicas_wanted(), waiting=True, left=left)
+                return self._kept(owner, self._exchange(
+                    "wait", deadline,
+                    lambda learned, asking: self._wait_pipeline(owner, learned, asking, deadline)))
+            except QueuedOut:
+                return None  # the wait ran out while queued for a connection
             except TryAgainError:
                 time.sleep(TRY_AGAIN_DELAY)
             except NotReplicatedError:
@@ -214,43 +312,59 @@ class Lock(LockBase):
                 if granted is not None:
                     return granted
 
-    def _grant(
-        self, owner: Any, wanted: int, waiting: bool, left: Optional[Number] = None
-    ) -> Optional[int]:
-        """One ``LOCK.ACQUIRE`` on a connection of its own — with ``waiting``, waiting up to
-        ``left`` seconds (``None``: as long as it takes) — then, for a grant, the ``WAIT`` for
-        ``wanted`` replicas on the same connection. A grant too few replicas have is released:
-        ``NotReplicatedError``."""
-        command = self._acquire_command(owner, wait_ms(left) if waiting else None)
+    def _kept(self, owner: Any, pipeline: Pipeline) -> Optional[Grant]:
+        """The grant a pipeline made, once synced; ``None`` when there was none. A grant too
+        few replicas acknowledged is released (owner-checked), and the reason raised."""
+        reply = pipeline.outcome()
+        if reply is None:
+            return None
+        problem = pipeline.not_synced()
+        if problem is not None:
+            self.redis.execute_command(*self._command("RELEASE", owner))
+            raise problem
+        return Grant(reply, pipeline.started)
+
+    def _exchange(
+        self,
+        kind: str,
+        deadline: Optional[float],
+        build: Callable[[Learned, bool], Pipeline],
+        until: Optional[float] = None,
+    ) -> Pipeline:
+        """Sends the pipeline ``build(learned, asking)`` makes on a connection of the lock's
+        master's ``kind`` pool (``"wait"`` or ``"sync"``), queueing for one until ``deadline``
+        (:class:`QueuedOut` after), every reply by ``until``; follows ``MOVED`` (the client
+        relearns the slots) and ``ASK`` (``ASKING`` first, on the importing master)."""
+        pools = pools_of(self.redis)
         redirect = None
         for _ in range(REDIRECTS):
-            master = self._master()
-            kwargs = self._own_connection_kwargs(master, left if waiting else 0, wanted, redirect)
-            connection = master.connection_class(**kwargs)
-            try:
-                if redirect is not None:
-                    connection.send_command("ASKING")
-                    connection.read_response()
-                connection.send_command(*command)
-                token = connection.read_response()
-                if token is not None and wanted:
-                    connection.send_command(*self.sync.wait_command(wanted))
-                    acked = self.sync.acked(connection.read_response())
-                    error = self._not_synced(acked, wanted, master)
-                    if error is not None:
-                        self.redis.execute_command(*self._command("RELEASE", owner))
-                        raise error
-                return token
-            except MovedError:  # the slot moved: learn where
+            master = self._master(redirect)
+            learned = pools.learned(master)
+            pool = pools.pool(kind, master, BudgetedPool)
+            with borrowed(pool, deadline, known_replicas(self.sync, learned)) as connection:
+                pipeline = build(learned, redirect is not None)
+                exchange(connection, pipeline, until)
+            if isinstance(pipeline.reply, MovedError):
                 redirect = None
                 self.redis.nodes_manager.initialize()
-            except AskError as error:  # the slot is moving and the lock is free here
-                redirect = (error.host, int(error.port))
-            finally:
-                connection.disconnect()
+            elif isinstance(pipeline.reply, AskError):
+                redirect = (pipeline.reply.host, int(pipeline.reply.port))
+            else:
+                return pipeline
         raise TryAgainError("the lock's slot kept moving")
 
-    def _recover(self, owner: Any) -> Optional[int]:
+    def _master(self, redirect: Optional[Tuple[str, int]] = None) -> Master:
+        """The server, or the master of the lock's slot in a ``RedisCluster`` (or the one an
+        ``ASK`` named)."""
+        if not is_cluster(self.redis):
+            pool = self.redis.connection_pool
+            return Master(None, pool.connection_class, pool.connection_kwargs)
+        node = self.redis.get_node_from_key(self.name)
+        pool = node.redis_connection.connection_pool
+        master = Master(node.name, pool.connection_class, pool.connection_kwargs)
+        return master if redirect is None else redirected(master, *redirect)
+
+    def _recover(self, owner: Any) -> Optional[Grant]:
         """The reply to a wait was lost: asks again without waiting, with the same owner (a
         holder gets its token back). If even that fails, releases in the background."""
         try:
@@ -267,29 +381,39 @@ class Lock(LockBase):
             except RedisError:
                 time.sleep(min(0.01 * 2**attempt, 1.0))
 
-    def _renew(self, owner: Any, lease_ms: int) -> bool:
-        return self._whole(self.redis.execute_command(*self._command("RENEW", owner, lease_ms)))
-
-    def _forget(self) -> None:
-        keeper = self.local.keeper
-        if keeper is not None:
-            keeper.stop()
-        self.local.token = None
-        self.local.fencing_token = None
-        self.local.fencing_tokens = None
-        self.local.keeper = None
+    def _renew(self, owner: Any, lease_ms: int, lease: Lease, until: Optional[float] = None) -> bool:
+        """Renews to ``lease_ms``; ``True`` once the renewal counts (synced), ``False`` when
+        the lease had run out. :class:`NotReplicatedError` when not synced in time; replies
+        and the ``WAIT`` end by ``until`` (the watchdog's: the lease's end)."""
+        if self.sync.off:
+            sent = time.monotonic()
+            renewed = self._whole(self.redis.execute_command(*self._command("RENEW", owner, lease_ms)))
+            return renewed and self._counted(lease, sent, lease_ms)
+        try:
+            pipeline = self._exchange(
+                "sync", self._sync_deadline(until),
+                lambda learned, asking: self._renew_pipeline(owner, lease_ms, learned, asking, until),
+                until)
+        except QueuedOut as queued:
+            raise queued.not_replicated() from None
+        return self._renewal_counts(pipeline, lease, lease_ms)
 
 
 class Keeper:
-    """The watchdog: renews the lease every third of it in a daemon thread until stopped, a
-    renewal is refused, or the lease it last renewed ran out while renewals failed; then sets
-    :attr:`lost`. It never takes a lost lock back."""
+    """The watchdog: renews the lease every third of it in a daemon thread until stopped (at
+    release) or a renewal is refused — it never takes a lost lock back. A renewal counts once
+    the replicas acknowledged it (see :class:`leasehold.Sync`); one that does not (or gets no
+    reply) is tried again while the last synced lease lasts, and when that ends first the
+    watchdog sets :attr:`lost` and stops."""
 
-    def __init__(self, renew: Callable[[int], bool], lease_ms: int) -> None:
+    def __init__(self, renew: Callable[[int, float], bool], lease_ms: int, lease: Lease) -> None:
+        """``renew(lease_ms, until)`` renews, ending by ``until``; ``lease`` is the holding's,
+        which a renewal that counts moves."""
         self.lost = threading.Event()
         self._stopped = threading.Event()
         self._renew = renew
-        self._lease = lease_ms / 1000
+        self._lease_ms = lease_ms
+        self._lease = lease
         threading.Thread(target=self._run, daemon=True).start()
 
     def stop(self) -> None:
@@ -297,18 +421,20 @@ class Keeper:
         self._stopped.set()
 
     def _run(self) -> None:
-        held_until = time.monotonic() + self._lease
-        while not self._stopped.wait(self._lease / 3):
-            sent = time.monotonic()
-            try:
-                renewed = self._renew(int(self._lease * 1000))
-            except RedisError:
-                if time.monotonic() >= held_until:
-                    break
-                continue
-            if not renewed or self._stopped.is_set():
+        period = self._lease_ms / 3000
+        renew_at = time.monotonic() + period
+        while not self._stopped.wait(max(min(renew_at, self._lease.end) - time.monotonic(), 0)):
+            now = time.monotonic()
+            if now >= self._lease.end:
                 break
-            held_until = sent + self._lease
+            if now < renew_at:
+                continue
+            renew_at = now + period
+            try:
+                if not self._renew(self._lease_ms, self._lease.end):
+                    break
+            except RedisError:
+                continue  # not synced, or no reply: try again while the lease lasts
         if not self._stopped.is_set():
             self.lost.set()
 

@@ -1,0 +1,171 @@
+"""The dedicated connections of the sync and asyncio lock classes: per user client, per master,
+a bounded **wait pool** (blocking acquires, which hold a connection while they wait in the
+server) and a bounded **sync pool** (grants and renewals sent with the ``WAIT`` that syncs
+them) — two, so that waiters can never starve a holder's renewal. Both are redis-py's
+``BlockingConnectionPool`` (``redis.asyncio``'s for the asyncio classes), made from the user's
+own connection settings, and what was learned of each master's replicas is kept beside them."""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import weakref
+from contextvars import ContextVar
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+
+from redis.backoff import NoBackoff
+from redis.exceptions import LockError
+from redis.retry import Retry
+
+from ._protocol import Learned, is_cluster
+
+#: Connections in a client's wait pool, per master, unless :func:`configure_pools` says
+#: otherwise: how many blocking acquires wait in the server at once; more queue for one.
+WAIT_POOL_SIZE = 32
+
+#: Connections in a client's sync pool, per master, unless :func:`configure_pools` says
+#: otherwise: how many synced grants and renewals are in flight at once; more queue for one.
+SYNC_POOL_SIZE = 16
+
+#: How long, in seconds, the caller now borrowing may queue for a connection of a full pool
+#: (``None``: until one is free): its own budget, not the pool's.
+QUEUE_BUDGET: ContextVar[Optional[float]] = ContextVar("leasehold_queue_budget", default=None)
+
+#: How close to its deadline, in seconds, a caller that got no connection counts as having
+#: queued out: an asyncio timer may fire up to the loop's clock resolution early.
+QUEUE_SLACK = 0.001
+
+
+class Budgeted:
+    """Mixed into a redis-py ``BlockingConnectionPool``: a caller finding every connection
+    borrowed queues for one for at most its own budget (:data:`QUEUE_BUDGET`, set around the
+    borrowing) rather than the pool-wide ``timeout``, which redis-py reads at each borrowing
+    and does not take per call. Running out raises redis-py's ``ConnectionError``."""
+
+    @property
+    def timeout(self) -> Optional[float]:
+        """The borrowing caller's budget in seconds (``None``: until a connection is free)."""
+        return QUEUE_BUDGET.get()
+
+    @timeout.setter
+    def timeout(self, _: Optional[float]) -> None:
+        """The pool-wide timeout redis-py's constructor sets gives way to each caller's."""
+
+
+def borrow_args(pool_class: type) -> Tuple[str, ...]:
+    """What ``get_connection`` takes on this redis-py: a command name before 5.3 (required
+    then, deprecated since), nothing after."""
+    parameter = inspect.signature(pool_class.get_connection).parameters.get("command_name")
+    required = parameter is not None and parameter.default is inspect.Parameter.empty
+    return ("LOCK.ACQUIRE",) if required else ()
+
+
+def pooled_connection_kwargs(connection_kwargs: dict) -> dict:
+    """The arguments of a dedicated connection: the client's own (host, TLS, password, db,
+    protocol, ``decode_responses``, timeouts for connecting, ...) and no retries — a retried
+    wait would queue again, or fail a lock the first try got. How long a reply may take is the
+    caller's, per round trip (the client's socket timeout bounds only connecting and, in the
+    sync client, the rest of a reply that has begun to arrive)."""
+    kwargs = dict(connection_kwargs)
+    kwargs["retry"] = Retry(NoBackoff(), 0)
+    kwargs.pop("retry_on_timeout", None)
+    kwargs.pop("retry_on_error", None)
+    return kwargs
+
+
+class Master(NamedTuple):
+    """The master a lock lives on: the one server of a client, or in Redis Cluster the master
+    of the lock's slot (or the one an ``ASK`` names)."""
+
+    #: ``host:port`` of a cluster node; ``None`` for a client's one server.
+    node: Optional[str]
+    #: What the dedicated connections to it are made with.
+    connection_class: Any
+    connection_kwargs: dict
+
+
+class Pools:
+    """What the lock classes keep beside one user client: per master, its wait pool and sync
+    pool (made on first use) and what was learned of its replicas."""
+
+    def __init__(self) -> None:
+        self.sizes = {"wait": WAIT_POOL_SIZE, "sync": SYNC_POOL_SIZE}
+        self._pools: Dict[Tuple[str, Optional[str]], Any] = {}
+        self._learned: Dict[Optional[str], Learned] = {}
+        self._lock = threading.Lock()
+
+    def resize(self, wait: int, sync: int) -> None:
+        """Sets the sizes of the pools to come (see :func:`configure_pools`)."""
+        if wait < 1 or sync < 1:
+            raise LockError(f"pools need at least 1 connection each, not wait={wait} sync={sync}")
+        with self._lock:
+            if self._pools:
+                raise LockError("configure_pools must come before the first lock on this client")
+            self.sizes = {"wait": wait, "sync": sync}
+
+    def pool(self, kind: str, master: Master, pool_class: Callable[..., Any]) -> Any:
+        """The ``kind`` (``"wait"`` or ``"sync"``) pool of ``master``, made with
+        ``pool_class`` (a :class:`Budgeted` ``BlockingConnectionPool``) on first use."""
+        with self._lock:
+            pool = self._pools.get((kind, master.node))
+            if pool is None:
+                pool = pool_class(max_connections=self.sizes[kind],
+                                  connection_class=master.connection_class,
+                                  **pooled_connection_kwargs(master.connection_kwargs))
+                self._pools[(kind, master.node)] = pool
+            return pool
+
+    def learned(self, master: Master) -> Learned:
+        """What was learned of ``master``'s replicas."""
+        with self._lock:
+            return self._learned.setdefault(master.node, Learned())
+
+    def drain(self) -> List[Any]:
+        """Forgets the pools made so far (the next lock makes new ones, what was learned of
+        the replicas stays) and returns them, to be disconnected."""
+        with self._lock:
+            pools = list(self._pools.values())
+            self._pools.clear()
+            return pools
+
+
+_POOLS: "weakref.WeakKeyDictionary[Any, Pools]" = weakref.WeakKeyDictionary()
+_POOLS_LOCK = threading.Lock()
+
+
+def owner_of_pools(redis: Any) -> Any:
+    """What the pools are kept beside: a cluster client itself, or a client's connection pool
+    (so every ``Redis`` made on one ``ConnectionPool`` shares them, as it shares that pool)."""
+    return redis if is_cluster(redis) else redis.connection_pool
+
+
+def pools_of(redis: Any) -> Pools:
+    """The pools of a user client (sync or asyncio, one server or a cluster)."""
+    owner = owner_of_pools(redis)
+    with _POOLS_LOCK:
+        pools = _POOLS.get(owner)
+        if pools is None:
+            pools = _POOLS[owner] = Pools()
+        return pools
+
+
+def configure_pools(redis: Any, *, wait: int = WAIT_POOL_SIZE, sync: int = SYNC_POOL_SIZE) -> None:
+    """Sets the sizes of the dedicated connection pools the lock classes use with ``redis`` (a
+    ``redis.Redis``, ``redis.asyncio.Redis`` or either ``RedisCluster``; clients made on one
+    ``ConnectionPool`` share them): ``wait`` connections for blocking acquires that wait in
+    the server (default 32) and ``sync`` connections for grants and renewals synced to the
+    replicas (default 16), each per master. When a pool is full, a caller queues for a
+    connection within its own budget: a blocking acquire within its ``blocking_timeout`` (then
+    it returns ``False``), a synced grant or renewal within the sync timeout (then it raises
+    :class:`leasehold.NotReplicatedError`, as when the replicas did not acknowledge in time).
+
+    Call it before the first lock on ``redis`` is used (or after ``close_pools``):
+    ``LockError`` while its pools exist, or for a size below 1."""
+    pools_of(redis).resize(wait, sync)
+
+
+def redirected(master: Master, host: str, port: int) -> Master:
+    """The cluster master an ``ASK`` named instead of ``master``: the same settings, another
+    address."""
+    return Master(f"{host}:{port}", master.connection_class,
+                  {**master.connection_kwargs, "host": host, "port": port})

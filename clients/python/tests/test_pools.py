@@ -1,0 +1,210 @@
+"""The dedicated connections (``leasehold.configure_pools``), sync and asyncio, on a real master
+and replica: counted on the server (``total_connections_received``) over synced grants and
+waits, a connection whose reply was lost or whose call was cancelled never reused, and full
+pools making callers queue within their own budget without ever holding up a holder."""
+
+import asyncio
+import signal
+import threading
+import time
+
+import pytest
+import redis
+import redis.asyncio
+
+import leasehold
+import leasehold.asyncio
+from conftest import wait_until, waiters
+
+
+def connections_received(admin) -> int:
+    """Connections the server accepted so far (``admin``'s own is already open)."""
+    return int(admin.info("stats")["total_connections_received"])
+
+
+def handed_over(admin) -> int:
+    """Locks the server handed to a client waiting for them."""
+    return int(admin.info("lock")["lock_handovers"])
+
+
+def blocked_clients(admin) -> int:
+    return int(admin.info("clients")["blocked_clients"])
+
+
+def contend(lock, rounds: int) -> None:
+    """Takes ``lock`` ``rounds`` times, each a blocking acquire (``LOCK.ACQUIRE ... WAIT``)."""
+    for _ in range(rounds):
+        assert lock.acquire(blocking_timeout=30)
+        time.sleep(0.002)
+        lock.release()
+
+
+def test_synced_grants_and_waits_reuse_their_connections(replicated, name):
+    master, _ = replicated
+    admin = redis.Redis(port=master.port)
+    r = redis.Redis(port=master.port)
+    lock = leasehold.Lock(r, name, timeout=10)
+    assert lock.acquire(blocking=False)  # warm-up: the client's own connection, the sync pool's
+    lock.release()
+    before = connections_received(admin)
+    for _ in range(200):
+        assert lock.acquire(blocking=False)
+        lock.release()
+    assert connections_received(admin) - before == 0, "200 synced grants on the connections open"
+
+    shared = leasehold.Lock(r, name + ":contended", timeout=10)
+    before, waited = connections_received(admin), handed_over(admin)
+    workers = [threading.Thread(target=contend, args=(shared, 25)) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    opened = connections_received(admin) - before
+    # At most one wait connection per worker, and the client's own pool one per thread.
+    assert opened <= 8, f"{opened} connections for 100 waits"
+    assert handed_over(admin) - waited > 0, "they waited in the server"
+    assert r.exists(name + ":contended") == 0
+
+
+async def test_asyncio_synced_grants_and_waits_reuse_their_connections(replicated, name):
+    master, _ = replicated
+    admin = redis.Redis(port=master.port)
+    r = redis.asyncio.Redis(port=master.port)
+    lock = leasehold.asyncio.Lock(r, name, timeout=10)
+    assert await lock.acquire(blocking=False)
+    await lock.release()
+    before = connections_received(admin)
+    for _ in range(200):
+        assert await lock.acquire(blocking=False)
+        await lock.release()
+    assert connections_received(admin) - before == 0, "200 synced grants on the connections open"
+
+    shared = leasehold.asyncio.Lock(r, name + ":contended", timeout=10)
+
+    async def worker():
+        for _ in range(25):
+            assert await shared.acquire(blocking_timeout=30)
+            await asyncio.sleep(0.002)
+            await shared.release()
+
+    before = connections_received(admin)
+    await asyncio.gather(*(worker() for _ in range(4)))
+    opened = connections_received(admin) - before
+    assert opened <= 8, f"{opened} connections for 100 waits"
+    await leasehold.asyncio.close_pools(r)
+    await r.aclose() if hasattr(r, "aclose") else await r.close()
+
+
+def test_a_connection_whose_reply_was_lost_is_not_reused(server, proxy, name, admin):
+    holder = leasehold.Lock(redis.Redis(port=server.port), name, timeout=30)
+    assert holder.acquire()
+    waiter = leasehold.Lock(redis.Redis(port=proxy.port), name, timeout=30, blocking_timeout=1.0,
+                            thread_local=False)
+    outcome = {}
+    thread = threading.Thread(target=lambda: outcome.setdefault("got", waiter.acquire()))
+    thread.start()
+    wait_until(lambda: waiters(admin, name) == 1)
+    proxy.stall_last_connection()  # the wait pool's connection: its reply will be lost
+    holder.release()
+    thread.join()
+    assert outcome["got"] is True, "recovered on another connection"
+    waiter.release()
+    opened = len(proxy.connections)
+    # Reusing the stalled connection would lose this reply too; the wait pool dials anew.
+    assert waiter.acquire(blocking_timeout=5)
+    assert len(proxy.connections) == opened + 1
+    assert admin.execute_command("LOCK.FENCE", name) == waiter.fencing_token
+    waiter.release()
+
+
+async def test_a_cancelled_wait_closes_its_connection(server, name, admin):
+    holder = leasehold.Lock(redis.Redis(port=server.port), name, timeout=30)
+    assert holder.acquire()
+    r = redis.asyncio.Redis(port=server.port)
+    waiter = leasehold.asyncio.Lock(r, name, timeout=30, blocking_timeout=30)
+    waiting = asyncio.ensure_future(waiter.acquire())
+    while waiters(admin, name) != 1:
+        await asyncio.sleep(0.01)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    deadline = time.monotonic() + 10
+    while waiters(admin, name) != 0:  # the server saw the connection close
+        assert time.monotonic() < deadline, "the cancelled wait's connection stayed open"
+        await asyncio.sleep(0.01)
+    before = connections_received(admin)
+    assert not await waiter.acquire(blocking_timeout=0.2)
+    assert connections_received(admin) - before == 1, "a new connection for the next wait"
+    holder.release()
+    await leasehold.asyncio.close_pools(r)
+    await r.aclose() if hasattr(r, "aclose") else await r.close()
+
+
+def test_a_full_wait_pool_queues_waiters_within_their_budget_and_never_holds_up_the_holder(
+        replicated, name):
+    master, _ = replicated
+    r = redis.Redis(port=master.port)
+    leasehold.configure_pools(r, wait=2, sync=1)
+    with pytest.raises(leasehold.LockError):
+        leasehold.configure_pools(r, wait=0)
+    holder = leasehold.Lock(r, name, timeout=30, thread_local=False)
+    assert holder.acquire(blocking=False)
+    served = []
+
+    def wait():
+        lock = leasehold.Lock(r, name, timeout=30, blocking_timeout=60)
+        served.append(lock.acquire())
+        lock.release()
+
+    threads = [threading.Thread(target=wait) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: waiters(r, name) == 2)  # every wait connection is waiting
+
+    late = leasehold.Lock(r, name, timeout=30)
+    started = time.monotonic()
+    assert not late.acquire(blocking_timeout=0.5), "timed out while queued"
+    assert 0.5 <= time.monotonic() - started < 5
+    assert waiters(r, name) == 2, "it never reached the server"
+
+    assert holder.extend(10), "the holder's synced renewal does not queue behind waiters"
+    holder.release()
+    for thread in threads:
+        thread.join(30)
+    assert served == [True, True]
+    with pytest.raises(leasehold.LockError):
+        leasehold.configure_pools(r, wait=4)
+    leasehold.close_pools(r)
+    leasehold.configure_pools(r, wait=4)  # new pools to come, once the old are closed
+    assert holder.acquire(blocking=False)
+    holder.release()
+
+
+def test_a_full_sync_pool_makes_a_grant_queue_within_the_sync_timeout(replicated, name):
+    master, replica = replicated
+    admin = redis.Redis(port=master.port)
+    r = redis.Redis(port=master.port)
+    leasehold.configure_pools(r, wait=1, sync=1)
+    replica.signal(signal.SIGSTOP)
+    slow = leasehold.Lock(r, name + ":slow", timeout=10, sync=leasehold.Sync(timeout=3))
+    errors = []
+
+    def grant_slowly():
+        try:
+            slow.acquire(blocking=False)
+        except leasehold.NotReplicatedError as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=grant_slowly)
+    thread.start()
+    wait_until(lambda: blocked_clients(admin) == 1)  # its WAIT holds the one sync connection
+    quick = leasehold.Lock(r, name, timeout=10, sync=leasehold.Sync(timeout=0.5))
+    started = time.monotonic()
+    with pytest.raises(leasehold.NotReplicatedError, match="sync pool") as queued:
+        quick.acquire(blocking=False)
+    assert 0.5 <= time.monotonic() - started < 2.5, "within its own sync timeout"
+    assert queued.value.acked == 0
+    assert r.exists(name) == 0, "never granted"
+    thread.join(30)
+    assert len(errors) == 1 and errors[0].wanted == 1
+    leasehold.close_pools(r)
