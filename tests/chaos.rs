@@ -184,6 +184,20 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         let pairs = history::double_grant_pairs(&granted);
         let doubles = pairs.len();
         let causes = causes(&pairs, &run.faults.lock().expect("faults"));
+        if class != Class::NotSynced {
+            for (earlier, later) in &pairs {
+                // Rare where grants are synced: each is told in full, to find its cause.
+                let master = |at| history::designated(first_master, &switches, at);
+                eprintln!(
+                    "chaos {} double grant: {earlier:?} (master then {}) and {later:?} (master \
+                     then {}); faults {:?}; switches {switches:?}",
+                    class.name(),
+                    master(earlier.requested_us),
+                    master(later.requested_us),
+                    run.faults.lock().expect("faults"),
+                );
+            }
+        }
         let stats = run.stats(class);
         let refused = stats.refused.load(Ordering::SeqCst);
         let renewals_refused = stats.renewals_refused.load(Ordering::SeqCst);
