@@ -9,8 +9,8 @@
  *   borrowed from a pool of duplicates of the client ({@link setPoolSizes}), with no timeout
  *   shorter than the wait; a lost reply is followed up by asking again as the same owner, so a
  *   caller never holds a lock it was told it did not get, and the connection is closed.
- * - Grants and renewals count only once the master's replicas have them (`sync`), learned and
- *   waited for in the write's own round trip.
+ * - Grants (a holder's re-entry, downgrade and upgrade too) and renewals count only once the
+ *   master's replicas have them (`sync`), learned and waited for in the write's own round trip.
  * - Every holding has a fencing token, a JS `number` (tokens stay below 2^53).
  * - `using(routine)` renews the lease every third of it and hands the routine an `AbortSignal`
  *   that fires when the lease is lost; renewal failures never throw into nowhere.
@@ -57,9 +57,10 @@ export interface LockOptions {
      * How grants and renewals reach the master's replicas before they count (default: every
      * replica it has online, within 1 s; `false`: not at all). When fewer acknowledge in time, a
      * grant is released and the acquire rejects with {@link NotReplicatedError}, or with a `wait`
-     * budget left, tries again within it; a renewal rejects with it and does not count (the
-     * lease the holding believes stays the last synced one; a watched holding keeps renewing and
-     * aborts its `signal` when that lease ends). Releases never wait.
+     * budget left, tries again within it; a holding's `reenter`, `downgrade` and `upgrade` are
+     * grants too and reject with it, the holding left as it was; a renewal rejects with it and
+     * does not count (the lease the holding believes stays the last synced one; a watched holding
+     * keeps renewing and aborts its `signal` when that lease ends). Releases never wait.
      *
      * While a replica is down, every grant and renewal fails after the sync timeout, and watched
      * holdings are lost when their last synced lease ends: bring the replica back, or — accepting
@@ -96,17 +97,42 @@ export interface Holding {
     renew(ttl?: number): Promise<boolean>;
     /** Stops renewing and releases. True if it was still held. */
     release(): Promise<boolean>;
-    /** One more hold of this holding (`REENTRANT`, lease reset to `ttl` ms; not for a set): same owner, token
-     * and mode, as a holding of its own whose release gives that hold back — the lock is free
-     * once every hold is. `null` when this owner no longer holds the lock. It does not renew by
-     * itself: this holding's watchdog, if on, keeps the lease. */
+    /**
+     * One more hold of this holding (`REENTRANT`; not for a set): same owner, token and mode, as
+     * a holding of its own whose release gives that hold back — the lock is free once every hold
+     * is. The lease (the owner's, shared by its holds) is reset to `ttl` ms (default: the lock's),
+     * and this holding's lease with it. `null` when this owner no longer holds the lock. It does
+     * not renew by itself: this holding's watchdog, if on, keeps the lease.
+     *
+     * Synced like a grant: rejects with {@link NotReplicatedError} (`write: 'grant'`) when the
+     * master added the hold but too few replicas had it in time — the hold is then given back
+     * (one owner-checked release) and this holding's lease stays the last synced one — and with
+     * {@link LostReply} when the reply did not come (a hold it may have added ends with the lease).
+     */
     reenter(ttl?: number): Promise<Holding | null>;
-    /** A writer's holding becomes a reader's (same owner and token, lease reset), letting other
-     * readers in. False when this owner no longer holds the lock. */
+    /**
+     * A writer's holding becomes a reader's (same owner and token), letting other readers in; the
+     * lease is reset to `ttl` ms (default: the lock's). False when this owner no longer holds the
+     * lock.
+     *
+     * Synced like a grant: rejects with {@link NotReplicatedError} (`write: 'grant'`) when the
+     * master made the change but too few replicas had it in time — a failover may undo it, so the
+     * holding keeps its mode and its last synced lease, while the master may already let readers
+     * in: write no more, and downgrade again or release — and with {@link LostReply} when the
+     * reply did not come.
+     */
     downgrade(ttl?: number): Promise<boolean>;
-    /** The only reader's holding becomes a writer's (same owner, lease reset) with a new token,
-     * since exclusive writing starts now. False, the reader's holding kept, while others read
-     * too; false also when no longer held. */
+    /**
+     * The only reader's holding becomes a writer's (same owner) with a new token, since exclusive
+     * writing starts now; the lease is reset to `ttl` ms (default: the lock's). False, the
+     * reader's holding kept, while others read too; false also when no longer held.
+     *
+     * Synced like a grant: rejects with {@link NotReplicatedError} (`write: 'grant'`) when the
+     * master made the change but too few replicas had it in time — a failover may lose it and
+     * let another writer in, so it does not count: the holding stays a reader's, with its old
+     * token and its last synced lease (write nothing; upgrade again once the replicas are back,
+     * or release) — and with {@link LostReply} when the reply did not come.
+     */
     upgrade(ttl?: number): Promise<boolean>;
 }
 /** A lock (exclusive, a reader, or a semaphore permit), or a set of locks taken together.

@@ -9,8 +9,8 @@
  *   borrowed from a pool of duplicates of the client ({@link setPoolSizes}), with no timeout
  *   shorter than the wait; a lost reply is followed up by asking again as the same owner, so a
  *   caller never holds a lock it was told it did not get, and the connection is closed.
- * - Grants and renewals count only once the master's replicas have them (`sync`), learned and
- *   waited for in the write's own round trip.
+ * - Grants (a holder's re-entry, downgrade and upgrade too) and renewals count only once the
+ *   master's replicas have them (`sync`), learned and waited for in the write's own round trip.
  * - Every holding has a fencing token, a JS `number` (tokens stay below 2^53).
  * - `using(routine)` renews the lease every third of it and hands the routine an `AbortSignal`
  *   that fires when the lease is lost; renewal failures never throw into nowhere.
@@ -142,11 +142,9 @@ class LeaseholdLock {
      * background (the server may have granted it). */
     async tryAs(owner, watchdog) {
         try {
-            return this.held(owner, await this.writes.grant(this.command(owner), this.release(owner)), watchdog);
+            return this.held(owner, await grantTokens(this.writes, this.command(owner), this.release(owner)), watchdog);
         }
         catch (error) {
-            if (isTryAgain(error))
-                return null;
             if (error instanceof LostReply)
                 void this.releaseEventually(owner);
             throw error;
@@ -165,7 +163,7 @@ class LeaseholdLock {
             const waitMs = left === undefined ? 0 : Math.max(Math.ceil(left), 1);
             try {
                 const reply = await this.writes.wait(this.command(owner, waitMs), waitMs, deadline, this.release(owner));
-                return this.held(owner, reply, watchdog);
+                return this.held(owner, tokensOf(reply), watchdog);
             }
             catch (error) {
                 if (isTryAgain(error)) {
@@ -221,9 +219,8 @@ class LeaseholdLock {
             await holding.release().catch(() => false);
         }
     }
-    /** The holding a grant's reply gives, or null when it was no grant. */
-    held(owner, reply, watchdog) {
-        const tokens = tokensOf(reply);
+    /** The holding a grant's tokens give, or null when it was no grant. */
+    held(owner, tokens, watchdog) {
         return tokens === null ? null : new Held(this.writes, this.keys, owner, tokens, this.ttl, this.mode, watchdog);
     }
 }
@@ -276,8 +273,12 @@ class Held {
         return this.keys.whole(await this.writes.connection.send(this.keys.command('RELEASE', this.owner), this.keys.first));
     }
     async reenter(ttl = this.ttl) {
+        const sent = Date.now();
         const tokens = await this.acquire('reenter', ttl, this.mode, true);
-        return tokens === null ? null : new Held(this.writes, this.keys, this.owner, tokens, ttl, this.mode, false);
+        if (tokens === null)
+            return null;
+        this.leaseEndsAt(sent + ttl);
+        return new Held(this.writes, this.keys, this.owner, tokens, ttl, this.mode, false);
     }
     downgrade(ttl = this.ttl) {
         return this.changeMode(ttl, SHARED);
@@ -285,20 +286,27 @@ class Held {
     upgrade(ttl = this.ttl) {
         return this.changeMode(ttl, EXCLUSIVE);
     }
+    /** The holding's mode becomes `mode`, with the token the grant gives, once the replicas have
+     * it (else it rejects and nothing changes here). */
     async changeMode(ttl, mode) {
+        const sent = Date.now();
         const tokens = await this.acquire(mode === SHARED ? 'downgrade' : 'upgrade', ttl, mode, false);
         if (tokens === null)
             return false;
         this.mode = mode;
         this.tokens = tokens;
+        this.leaseEndsAt(sent + ttl);
         return true;
     }
-    /** `LOCK.ACQUIRE` as this holding's owner, for `what` (a single lock's): the token, or null
-     * when not granted. */
-    acquire(what, ttl, mode, reentrant) {
+    /** `LOCK.ACQUIRE` as this holding's owner for `what` (a single lock's), synced like a grant:
+     * the token, or null when not granted. One more hold (`reentrant`) the replicas lack is given
+     * back; a change of mode they lack stays made on the master. Rejects with
+     * {@link NotReplicatedError} then. */
+    async acquire(what, ttl, mode, reentrant) {
         if (this.keys.set)
-            return Promise.reject(new Error(`${what} is not supported on a set of locks`));
-        return tryTokens(this.writes.connection, acquireCommand(this.keys, this.owner, ttl, mode, reentrant), this.keys.first);
+            throw new Error(`${what} is not supported on a set of locks`);
+        const command = acquireCommand(this.keys, this.owner, ttl, mode, reentrant);
+        return grantTokens(this.writes, command, reentrant ? this.keys.command('RELEASE', this.owner) : undefined);
     }
     /** The lease, as far as the holder knows, now ends at `until` (ms since the epoch): a grant,
      * or a renewal that counted. */
@@ -345,11 +353,12 @@ function tokensOf(reply) {
         return null;
     return Array.isArray(reply) ? reply.map(Number) : [Number(reply)];
 }
-/** Sends an acquire that does not wait: the tokens, or null when busy (or when the server cannot
- * issue a token yet: `TRYAGAIN`). */
-async function tryTokens(connection, command, key) {
+/** A grant without waiting, synced ({@link Writes.grant}; `release` gives it back when the
+ * replicas lack it): the tokens, or null when busy (or when the server cannot issue a token
+ * yet: `TRYAGAIN`). */
+async function grantTokens(writes, command, release) {
     try {
-        return tokensOf(await connection.send(command, key));
+        return tokensOf(await writes.grant(command, release));
     }
     catch (error) {
         if (isTryAgain(error))

@@ -33,16 +33,18 @@ export interface SyncOptions {
     aof?: boolean;
 }
 /** A grant or renewal was made on the master but fewer replicas than wanted had it in time
- * (or no connection came free for it within the sync timeout: `acked` 0). A grant is then
- * released (owner-checked); a renewal does not count. Not "busy": the lock was free, the
- * replicas were not there. */
+ * (or no connection came free for it within the sync timeout: `acked` 0, nothing sent). It
+ * does not count: an acquire's grant, or a re-entry's new hold, is released (owner-checked); a
+ * downgrade or upgrade stays made on the master while the holding keeps its mode, token and
+ * lease; a renewal leaves the holding's lease the last synced one. Not "busy": the lock was
+ * free, the replicas were not there. */
 export declare class NotReplicatedError extends Error {
     readonly acked: number;
     readonly wanted: number;
     readonly write: 'grant' | 'renewal';
     name: string;
     /** `acked`: replicas that had it in time; `wanted`: replicas waited for; `write`: what was
-     * not synced. */
+     * not synced (`'grant'` for an acquire, a re-entry, a downgrade and an upgrade). */
     constructor(acked: number, wanted: number, write?: 'grant' | 'renewal');
 }
 export declare const DEFAULT_SYNC_TIMEOUT = 1000;

@@ -29,11 +29,12 @@ export declare class Writes {
     /** The sync timeout, ms. */
     private get syncMs();
     /**
-     * A grant without waiting: the reply (null when busy). A grant too few replicas had in time
-     * is released with `release` and rejected with {@link NotReplicatedError}, as is one that
-     * found no sync connection free within the sync timeout (then nothing was sent).
+     * A grant without waiting — an acquire, or a holder's re-entry or change of mode: the reply
+     * (null when busy). A grant too few replicas had in time is given back with `release`, if
+     * given (else it stays made on the master), and rejected with {@link NotReplicatedError}, as
+     * is one that found no sync connection free within the sync timeout (then nothing was sent).
      */
-    grant(command: string[], release: string[]): Promise<unknown>;
+    grant(command: string[], release?: string[]): Promise<unknown>;
     /**
      * An acquire that waits in the server up to `waitMs` (0: no limit), on a connection of the
      * wait pool queued for until `deadline` (ms since the epoch; `undefined`: no limit), else
@@ -44,8 +45,8 @@ export declare class Writes {
     /** A renewal: the reply. One `applied` but too few replicas had in time — or that found no
      * sync connection free within the sync timeout — rejects with {@link NotReplicatedError}. */
     renew(command: string[], applied: (reply: unknown) => boolean): Promise<unknown>;
-    /** The reply of a write that reached enough replicas; otherwise the grant released and the
-     * rejection. */
+    /** The reply of a write that reached enough replicas; otherwise the grant given back with
+     * `release` (if any) and the rejection. */
     private counted;
     /**
      * A write that does not wait, synced, in the pipeline of the synced writes made in this tick

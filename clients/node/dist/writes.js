@@ -38,9 +38,10 @@ export class Writes {
         return this.sync.timeout ?? DEFAULT_SYNC_TIMEOUT;
     }
     /**
-     * A grant without waiting: the reply (null when busy). A grant too few replicas had in time
-     * is released with `release` and rejected with {@link NotReplicatedError}, as is one that
-     * found no sync connection free within the sync timeout (then nothing was sent).
+     * A grant without waiting — an acquire, or a holder's re-entry or change of mode: the reply
+     * (null when busy). A grant too few replicas had in time is given back with `release`, if
+     * given (else it stays made on the master), and rejected with {@link NotReplicatedError}, as
+     * is one that found no sync connection free within the sync timeout (then nothing was sent).
      */
     async grant(command, release) {
         if (!this.synced)
@@ -66,8 +67,8 @@ export class Writes {
         const outcome = await this.syncedWrite(command, 'renewal');
         return this.counted(outcome, applied(outcome.reply), 'renewal');
     }
-    /** The reply of a write that reached enough replicas; otherwise the grant released and the
-     * rejection. */
+    /** The reply of a write that reached enough replicas; otherwise the grant given back with
+     * `release` (if any) and the rejection. */
     async counted(outcome, applied, write, release) {
         if (!applied || (!outcome.refused && outcome.acked >= outcome.wanted))
             return outcome.reply;

@@ -9,8 +9,8 @@
  *   borrowed from a pool of duplicates of the client ({@link setPoolSizes}), with no timeout
  *   shorter than the wait; a lost reply is followed up by asking again as the same owner, so a
  *   caller never holds a lock it was told it did not get, and the connection is closed.
- * - Grants and renewals count only once the master's replicas have them (`sync`), learned and
- *   waited for in the write's own round trip.
+ * - Grants (a holder's re-entry, downgrade and upgrade too) and renewals count only once the
+ *   master's replicas have them (`sync`), learned and waited for in the write's own round trip.
  * - Every holding has a fencing token, a JS `number` (tokens stay below 2^53).
  * - `using(routine)` renews the lease every third of it and hands the routine an `AbortSignal`
  *   that fires when the lease is lost; renewal failures never throw into nowhere.
@@ -63,9 +63,10 @@ export interface LockOptions {
    * How grants and renewals reach the master's replicas before they count (default: every
    * replica it has online, within 1 s; `false`: not at all). When fewer acknowledge in time, a
    * grant is released and the acquire rejects with {@link NotReplicatedError}, or with a `wait`
-   * budget left, tries again within it; a renewal rejects with it and does not count (the
-   * lease the holding believes stays the last synced one; a watched holding keeps renewing and
-   * aborts its `signal` when that lease ends). Releases never wait.
+   * budget left, tries again within it; a holding's `reenter`, `downgrade` and `upgrade` are
+   * grants too and reject with it, the holding left as it was; a renewal rejects with it and
+   * does not count (the lease the holding believes stays the last synced one; a watched holding
+   * keeps renewing and aborts its `signal` when that lease ends). Releases never wait.
    *
    * While a replica is down, every grant and renewal fails after the sync timeout, and watched
    * holdings are lost when their last synced lease ends: bring the replica back, or — accepting
@@ -104,17 +105,42 @@ export interface Holding {
   renew(ttl?: number): Promise<boolean>;
   /** Stops renewing and releases. True if it was still held. */
   release(): Promise<boolean>;
-  /** One more hold of this holding (`REENTRANT`, lease reset to `ttl` ms; not for a set): same owner, token
-   * and mode, as a holding of its own whose release gives that hold back — the lock is free
-   * once every hold is. `null` when this owner no longer holds the lock. It does not renew by
-   * itself: this holding's watchdog, if on, keeps the lease. */
+  /**
+   * One more hold of this holding (`REENTRANT`; not for a set): same owner, token and mode, as
+   * a holding of its own whose release gives that hold back — the lock is free once every hold
+   * is. The lease (the owner's, shared by its holds) is reset to `ttl` ms (default: the lock's),
+   * and this holding's lease with it. `null` when this owner no longer holds the lock. It does
+   * not renew by itself: this holding's watchdog, if on, keeps the lease.
+   *
+   * Synced like a grant: rejects with {@link NotReplicatedError} (`write: 'grant'`) when the
+   * master added the hold but too few replicas had it in time — the hold is then given back
+   * (one owner-checked release) and this holding's lease stays the last synced one — and with
+   * {@link LostReply} when the reply did not come (a hold it may have added ends with the lease).
+   */
   reenter(ttl?: number): Promise<Holding | null>;
-  /** A writer's holding becomes a reader's (same owner and token, lease reset), letting other
-   * readers in. False when this owner no longer holds the lock. */
+  /**
+   * A writer's holding becomes a reader's (same owner and token), letting other readers in; the
+   * lease is reset to `ttl` ms (default: the lock's). False when this owner no longer holds the
+   * lock.
+   *
+   * Synced like a grant: rejects with {@link NotReplicatedError} (`write: 'grant'`) when the
+   * master made the change but too few replicas had it in time — a failover may undo it, so the
+   * holding keeps its mode and its last synced lease, while the master may already let readers
+   * in: write no more, and downgrade again or release — and with {@link LostReply} when the
+   * reply did not come.
+   */
   downgrade(ttl?: number): Promise<boolean>;
-  /** The only reader's holding becomes a writer's (same owner, lease reset) with a new token,
-   * since exclusive writing starts now. False, the reader's holding kept, while others read
-   * too; false also when no longer held. */
+  /**
+   * The only reader's holding becomes a writer's (same owner) with a new token, since exclusive
+   * writing starts now; the lease is reset to `ttl` ms (default: the lock's). False, the
+   * reader's holding kept, while others read too; false also when no longer held.
+   *
+   * Synced like a grant: rejects with {@link NotReplicatedError} (`write: 'grant'`) when the
+   * master made the change but too few replicas had it in time — a failover may lose it and
+   * let another writer in, so it does not count: the holding stays a reader's, with its old
+   * token and its last synced lease (write nothing; upgrade again once the replicas are back,
+   * or release) — and with {@link LostReply} when the reply did not come.
+   */
   upgrade(ttl?: number): Promise<boolean>;
 }
 
@@ -274,9 +300,8 @@ class LeaseholdLock implements Lock {
    * background (the server may have granted it). */
   private async tryAs(owner: string, watchdog: boolean): Promise<Holding | null> {
     try {
-      return this.held(owner, await this.writes.grant(this.command(owner), this.release(owner)), watchdog);
+      return this.held(owner, await grantTokens(this.writes, this.command(owner), this.release(owner)), watchdog);
     } catch (error) {
-      if (isTryAgain(error)) return null;
       if (error instanceof LostReply) void this.releaseEventually(owner);
       throw error;
     }
@@ -295,7 +320,7 @@ class LeaseholdLock implements Lock {
       const waitMs = left === undefined ? 0 : Math.max(Math.ceil(left), 1);
       try {
         const reply = await this.writes.wait(this.command(owner, waitMs), waitMs, deadline, this.release(owner));
-        return this.held(owner, reply, watchdog);
+        return this.held(owner, tokensOf(reply), watchdog);
       } catch (error) {
         if (isTryAgain(error)) {
           await sleep(10);
@@ -348,9 +373,8 @@ class LeaseholdLock implements Lock {
     }
   }
 
-  /** The holding a grant's reply gives, or null when it was no grant. */
-  private held(owner: string, reply: unknown, watchdog: boolean): Holding | null {
-    const tokens = tokensOf(reply);
+  /** The holding a grant's tokens give, or null when it was no grant. */
+  private held(owner: string, tokens: number[] | null, watchdog: boolean): Holding | null {
     return tokens === null ? null : new Held(this.writes, this.keys, owner, tokens, this.ttl, this.mode, watchdog);
   }
 }
@@ -403,8 +427,11 @@ class Held implements Holding {
   }
 
   async reenter(ttl: number = this.ttl): Promise<Holding | null> {
+    const sent = Date.now();
     const tokens = await this.acquire('reenter', ttl, this.mode, true);
-    return tokens === null ? null : new Held(this.writes, this.keys, this.owner, tokens, ttl, this.mode, false);
+    if (tokens === null) return null;
+    this.leaseEndsAt(sent + ttl);
+    return new Held(this.writes, this.keys, this.owner, tokens, ttl, this.mode, false);
   }
 
   downgrade(ttl: number = this.ttl): Promise<boolean> {
@@ -415,19 +442,26 @@ class Held implements Holding {
     return this.changeMode(ttl, EXCLUSIVE);
   }
 
+  /** The holding's mode becomes `mode`, with the token the grant gives, once the replicas have
+   * it (else it rejects and nothing changes here). */
   private async changeMode(ttl: number, mode: Mode): Promise<boolean> {
+    const sent = Date.now();
     const tokens = await this.acquire(mode === SHARED ? 'downgrade' : 'upgrade', ttl, mode, false);
     if (tokens === null) return false;
     this.mode = mode;
     this.tokens = tokens;
+    this.leaseEndsAt(sent + ttl);
     return true;
   }
 
-  /** `LOCK.ACQUIRE` as this holding's owner, for `what` (a single lock's): the token, or null
-   * when not granted. */
-  private acquire(what: string, ttl: number, mode: Mode, reentrant: boolean): Promise<number[] | null> {
-    if (this.keys.set) return Promise.reject(new Error(`${what} is not supported on a set of locks`));
-    return tryTokens(this.writes.connection, acquireCommand(this.keys, this.owner, ttl, mode, reentrant), this.keys.first);
+  /** `LOCK.ACQUIRE` as this holding's owner for `what` (a single lock's), synced like a grant:
+   * the token, or null when not granted. One more hold (`reentrant`) the replicas lack is given
+   * back; a change of mode they lack stays made on the master. Rejects with
+   * {@link NotReplicatedError} then. */
+  private async acquire(what: string, ttl: number, mode: Mode, reentrant: boolean): Promise<number[] | null> {
+    if (this.keys.set) throw new Error(`${what} is not supported on a set of locks`);
+    const command = acquireCommand(this.keys, this.owner, ttl, mode, reentrant);
+    return grantTokens(this.writes, command, reentrant ? this.keys.command('RELEASE', this.owner) : undefined);
   }
 
   /** The lease, as far as the holder knows, now ends at `until` (ms since the epoch): a grant,
@@ -474,11 +508,12 @@ function tokensOf(reply: unknown): number[] | null {
   return Array.isArray(reply) ? reply.map(Number) : [Number(reply)];
 }
 
-/** Sends an acquire that does not wait: the tokens, or null when busy (or when the server cannot
- * issue a token yet: `TRYAGAIN`). */
-async function tryTokens(connection: Connection, command: string[], key: string): Promise<number[] | null> {
+/** A grant without waiting, synced ({@link Writes.grant}; `release` gives it back when the
+ * replicas lack it): the tokens, or null when busy (or when the server cannot issue a token
+ * yet: `TRYAGAIN`). */
+async function grantTokens(writes: Writes, command: string[], release?: string[]): Promise<number[] | null> {
   try {
-    return tokensOf(await connection.send(command, key));
+    return tokensOf(await writes.grant(command, release));
   } catch (error) {
     if (isTryAgain(error)) return null;
     throw error;

@@ -51,11 +51,12 @@ export class Writes {
   }
 
   /**
-   * A grant without waiting: the reply (null when busy). A grant too few replicas had in time
-   * is released with `release` and rejected with {@link NotReplicatedError}, as is one that
-   * found no sync connection free within the sync timeout (then nothing was sent).
+   * A grant without waiting — an acquire, or a holder's re-entry or change of mode: the reply
+   * (null when busy). A grant too few replicas had in time is given back with `release`, if
+   * given (else it stays made on the master), and rejected with {@link NotReplicatedError}, as
+   * is one that found no sync connection free within the sync timeout (then nothing was sent).
    */
-  async grant(command: string[], release: string[]): Promise<unknown> {
+  async grant(command: string[], release?: string[]): Promise<unknown> {
     if (!this.synced) return this.connection.send(command, this.key);
     const outcome = await this.syncedWrite(command, 'grant');
     return this.counted(outcome, outcome.reply !== null, 'grant', release);
@@ -80,8 +81,8 @@ export class Writes {
     return this.counted(outcome, applied(outcome.reply), 'renewal');
   }
 
-  /** The reply of a write that reached enough replicas; otherwise the grant released and the
-   * rejection. */
+  /** The reply of a write that reached enough replicas; otherwise the grant given back with
+   * `release` (if any) and the rejection. */
   private async counted(outcome: Outcome, applied: boolean, write: 'grant' | 'renewal', release?: string[]): Promise<unknown> {
     if (!applied || (!outcome.refused && outcome.acked >= outcome.wanted)) return outcome.reply;
     if (release) await this.connection.send(release, this.key);

@@ -79,11 +79,17 @@ export async function until(condition, timeout = 10_000) {
   }
 }
 
-export async function waiters(admin, key) {
+/** `LOCK.INFO key` as an object of its fields (a shared lock's `owners` as the server sent
+ * them), or null when the lock is free. */
+export async function lockInfo(admin, key) {
   const info = await admin.call('LOCK.INFO', key);
-  if (info === null) return -1;
-  const at = info.indexOf('waiters');
-  return Number(info[at + 1]);
+  if (info === null) return null;
+  return Object.fromEntries(info.flatMap((field, at) => (at % 2 === 0 ? [[field, info[at + 1]]] : [])));
+}
+
+export async function waiters(admin, key) {
+  const info = await lockInfo(admin, key);
+  return info === null ? -1 : Number(info.waiters);
 }
 
 /** A proxy to `target`; `stallLastConnection()` makes what the server sends the connection

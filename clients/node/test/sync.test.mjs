@@ -1,13 +1,13 @@
-// Grants and renewals synced to the master's replicas before they count (the `sync` option),
-// with node-redis and ioredis, on a real master and replica: running, stopped (SIGSTOP) and
-// detached; the replica count learned in the grant's own round trip; the pooled connections
+// Grants — a holder's re-entry, downgrade and upgrade too — and renewals synced to the master's
+// replicas before they count (the `sync` option), with node-redis and ioredis, on a real master
+// and replica: running, stopped (SIGSTOP) and detached; the replica count learned in the grant's own round trip; the pooled connections
 // reused, and an exhausted pool queued for within the caller's budget.
 
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
-import { NotReplicatedError, createLock, setPoolSizes } from '../dist/index.js';
-import { CLIENTS, close, infoField, startServer, until, waiters } from './helpers.mjs';
+import { NotReplicatedError, createLock, createReadWriteLock, setPoolSizes } from '../dist/index.js';
+import { CLIENTS, close, infoField, lockInfo, startServer, until, waiters } from './helpers.mjs';
 
 const master = await startServer(['--repl-diskless-sync-delay', '0']);
 const replica = await startServer();
@@ -20,6 +20,8 @@ after(() => { replica.signal('SIGCONT'); master.stop(); replica.stop(); });
 let counter = 0;
 const unique = (what) => `${what}:${process.pid}:${counter++}`;
 const QUICK = { timeout: 200 };
+/** The rejection of a grant the stopped replica did not acknowledge. */
+const grantNotSynced = (error) => error instanceof NotReplicatedError && error.write === 'grant' && error.acked === 0 && error.wanted === 1;
 
 for (const [label, connect] of Object.entries(CLIENTS)) {
   describe(label, () => {
@@ -77,6 +79,45 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
         replica.signal('SIGCONT');
       }
       await holding.release();
+    });
+
+    it('a re-entry, a downgrade and an upgrade are on the replica when they return', async () => {
+      const name = unique('changed');
+      const holding = await createReadWriteLock(client, name, { ttl: 10_000 }).write.tryAcquire();
+      const inner = await holding.reenter();
+      assert.equal((await lockInfo(replica.admin, name)).holds, 2, 'the new hold, already on the replica');
+      await inner.release();
+      assert.equal(await holding.downgrade(), true);
+      assert.equal((await lockInfo(replica.admin, name)).mode, 'shared', 'the downgrade');
+      assert.equal(await holding.upgrade(), true);
+      const upgraded = await lockInfo(replica.admin, name);
+      assert.deepEqual([upgraded.mode, upgraded.token], ['exclusive', holding.token], 'the upgrade, with its new token');
+      await holding.release();
+    });
+
+    it('a re-entry, a downgrade or an upgrade the replica lacks rejects, and the holding stays as it was', async () => {
+      const options = { ttl: 3_000, watchdog: true, sync: QUICK };
+      const [writing, reading] = [unique('unsynced-writer'), unique('unsynced-reader')];
+      const writer = await createReadWriteLock(client, writing, options).write.tryAcquire();
+      const reader = await createReadWriteLock(client, reading, options).read.tryAcquire();
+      const tokens = [writer.token, reader.token];
+      replica.signal('SIGSTOP');
+      try {
+        await assert.rejects(writer.reenter(60_000), grantNotSynced);
+        assert.equal((await lockInfo(master.admin, writing)).holds, 1, 'the new hold given back');
+        await assert.rejects(writer.downgrade(60_000), grantNotSynced);
+        assert.equal((await lockInfo(master.admin, writing)).mode, 'shared', 'downgraded on the master only');
+        await assert.rejects(reader.upgrade(60_000), grantNotSynced);
+        assert.equal((await lockInfo(master.admin, reading)).mode, 'exclusive', 'upgraded on the master only');
+        assert.deepEqual([writer.token, reader.token], tokens, 'the tokens kept: the new one does not count');
+        // Each believes the grant's lease still: with the watchdog's renewals not synced either,
+        // both are lost when it ends, not 60 s after the change the master made.
+        await until(() => writer.signal.aborted && reader.signal.aborted, 15_000);
+      } finally {
+        replica.signal('SIGCONT');
+      }
+      await writer.release();
+      await reader.release();
     });
 
     it('reuses its connections: 200 synced grants and 4 × 25 waits open at most a pool each', async () => {
@@ -154,6 +195,26 @@ describe('pooled connections', () => {
     const before = await received();
     for (let i = 0; i < 2; i++) await assert.rejects(lock.tryAcquire(), /READONLY/);
     assert.equal((await received()) - before, 2, 'a new connection each time');
+  });
+});
+
+describe("a holding's lease", () => {
+  it('moves with a synced downgrade', async (t) => {
+    const client = await CLIENTS['node-redis 6'](master.port);
+    t.after(() => close(client));
+    // The watchdog renews (synced, 4.5 s) every 1.5 s: the replica stops before its first round.
+    const options = { ttl: 4_500, watchdog: true, sync: QUICK };
+    const holding = await createReadWriteLock(client, unique('moved'), options).write.tryAcquire();
+    assert.equal(await holding.downgrade(9_000), true);
+    replica.signal('SIGSTOP');
+    try {
+      await new Promise((r) => setTimeout(r, 6_500));
+      assert.equal(holding.signal.aborted, false, "the downgrade's lease runs 9 s, not the grant's 4.5 s");
+      await until(() => holding.signal.aborted, 15_000);
+    } finally {
+      replica.signal('SIGCONT');
+    }
+    await holding.release();
   });
 });
 
