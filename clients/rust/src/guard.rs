@@ -96,6 +96,14 @@ impl Lease {
     fn renewed(&self, sent: Instant, ttl: Duration) {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = sent + ttl;
     }
+
+    /// A renewal sent at `sent` for `ttl` did not count, but the master may have made it: a
+    /// `ttl` shorter than what was left shortened the lease there, so the holder counts on no
+    /// more than that either.
+    fn unsure(&self, sent: Instant, ttl: Duration) {
+        let mut end = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *end = (*end).min(sent + ttl);
+    }
 }
 
 /// Completes when a guard's lock is no longer held: lost (a renewal was refused, or the lease
@@ -202,10 +210,32 @@ impl Guard {
     pub async fn reenter(&self, ttl: Duration) -> Result<Option<Guard>> {
         let held = self.node("reenter")?;
         let sent = Instant::now();
-        let token = held.acquire(ttl, self.mode, true).await?;
+        let token = self.counted(sent, ttl, held.acquire(ttl, self.mode, true).await)?;
         let holding = || Holding::Node(held.clone());
         let keeping = Keeping::default();
-        Ok(token.map(|token| Self::start(holding(), self.mode, vec![token], ttl, sent, keeping)))
+        Ok(token.map(|token| {
+            let mut guard = Self::start(holding(), self.mode, vec![token], ttl, sent, keeping);
+            // The server keeps one lease per owner: both guards count on it.
+            guard.lease = Arc::clone(&self.lease);
+            guard
+        }))
+    }
+
+    /// The outcome of a write sent at `sent` that resets this holding's lease to `ttl`: once
+    /// it counted, the lease the holder counts on moves; when it did not (not acknowledged,
+    /// no reply), the master may still have made it, so the lease is at most that.
+    fn counted<T>(
+        &self,
+        sent: Instant,
+        ttl: Duration,
+        outcome: Result<Option<T>>,
+    ) -> Result<Option<T>> {
+        match &outcome {
+            Ok(Some(_)) => self.lease.renewed(sent, ttl),
+            Ok(None) => {}
+            Err(_) => self.lease.unsure(sent, ttl),
+        }
+        outcome
     }
 
     /// Turns a writer's holding into a reader's (same owner and token, lease reset to `ttl`),
@@ -233,12 +263,12 @@ impl Guard {
 
     async fn change_mode(&mut self, what: &'static str, ttl: Duration, mode: Mode) -> Result<bool> {
         let sent = Instant::now();
-        let Some(token) = self.node(what)?.acquire(ttl, mode, false).await? else {
+        let changed = self.node(what)?.acquire(ttl, mode, false).await;
+        let Some(token) = self.counted(sent, ttl, changed)? else {
             return Ok(false);
         };
         self.mode = mode;
         self.tokens = vec![token];
-        self.lease.renewed(sent, ttl);
         Ok(true)
     }
 
@@ -270,14 +300,14 @@ impl Guard {
     /// # Errors
     /// [`Error::NotReplicated`]: the master renewed it but the replicas did not acknowledge in
     /// time, so the renewal does not count (a failover may lose it) and the lease end stays the
-    /// last synced one. Or the server could not be reached. Either way the guard still counts
-    /// as held until [`Guard::lease_end`].
+    /// last synced one — or earlier, `ttl` from now, when `ttl` is shorter than what was left:
+    /// the master may have made the renewal. Or the server could not be reached (the same).
+    /// Either way the guard still counts as held until [`Guard::lease_end`].
     pub async fn renew(&self, ttl: Duration) -> Result<bool> {
         let sent = Instant::now();
-        let renewed = self.holding.renew(ttl).await?;
-        if renewed {
-            self.lease.renewed(sent, ttl);
-        } else {
+        let renewed = self.holding.renew(ttl).await.map(|held| held.then_some(()));
+        let renewed = self.counted(sent, ttl, renewed)?.is_some();
+        if !renewed {
             self.ended.send_replace(true);
         }
         Ok(renewed)
@@ -349,7 +379,10 @@ async fn watchdog(
                 next = sent + term - ttl + ttl / 3;
             }
             Ok(false) => break,
-            Err(_) => next = Instant::now() + ttl / 10,
+            Err(_) => {
+                lease.unsure(sent, term);
+                next = Instant::now() + ttl / 10;
+            }
         }
         if stop_at.is_some_and(|stop| lease.end() >= stop) {
             tokio::time::sleep_until(lease.end()).await;

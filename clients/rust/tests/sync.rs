@@ -237,4 +237,19 @@ async fn a_renewal_the_replica_does_not_get_does_not_count_and_a_watched_holding
             .expect("renewed once the replica is back")
     );
     assert!(renewed.lease_end() > renewed_until);
+
+    // A renewal that did not count may still have been made on the master: a shorter one
+    // bounds the lease the holder counts on.
+    replica.signal("STOP");
+    let short = Duration::from_millis(300);
+    let refused = renewed.renew(short).await;
+    assert!(
+        matches!(refused, Err(Error::NotReplicated { .. })),
+        "{refused:?}"
+    );
+    assert!(
+        renewed.lease_end() <= Instant::now() + short,
+        "at most the shorter lease"
+    );
+    replica.signal("CONT");
 }
