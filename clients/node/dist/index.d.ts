@@ -59,8 +59,10 @@ export interface LockOptions {
      * grant is released and the acquire rejects with {@link NotReplicatedError}, or with a `wait`
      * budget left, tries again within it; a holding's `reenter`, `downgrade` and `upgrade` are
      * grants too and reject with it, the holding left as it was; a renewal rejects with it and
-     * does not count (the lease the holding believes stays the last synced one; a watched holding
-     * keeps renewing and aborts its `signal` when that lease ends). Releases never wait.
+     * does not count (the lease the holding believes stays the last synced one — or, when its
+     * ttl is shorter than what was left, ends that ttl after it was sent, since the master may
+     * have made it; a watched holding keeps renewing and aborts its `signal` when that lease
+     * ends). Releases never wait.
      *
      * While a replica is down, every grant and renewal fails after the sync timeout, and watched
      * holdings are lost when their last synced lease ends: bring the replica back, or — accepting

@@ -237,6 +237,8 @@ class Held {
     timer;
     /** Watched: reports the lease lost when the last one that counted ends. */
     expiry;
+    /** When the lease the holder counts on ends, ms since the epoch. */
+    leaseEnd = 0;
     released = false;
     constructor(writes, keys, owner, tokens, ttl, mode, watched) {
         this.writes = writes;
@@ -259,7 +261,8 @@ class Held {
     async renew(ttl = this.ttl) {
         const sent = Date.now();
         const command = this.keys.command('RENEW', this.owner, String(ttl));
-        const renewed = this.keys.whole(await this.writes.renew(command, (reply) => this.keys.whole(reply)));
+        const renewing = this.writes.renew(command, (reply) => this.keys.whole(reply));
+        const renewed = this.keys.whole(await this.counted(sent, ttl, renewing));
         if (!renewed) {
             this.lose();
             return false;
@@ -274,7 +277,7 @@ class Held {
     }
     async reenter(ttl = this.ttl) {
         const sent = Date.now();
-        const tokens = await this.acquire('reenter', ttl, this.mode, true);
+        const tokens = await this.counted(sent, ttl, this.acquire('reenter', ttl, this.mode, true));
         if (tokens === null)
             return null;
         this.leaseEndsAt(sent + ttl);
@@ -290,7 +293,8 @@ class Held {
      * it (else it rejects and nothing changes here). */
     async changeMode(ttl, mode) {
         const sent = Date.now();
-        const tokens = await this.acquire(mode === SHARED ? 'downgrade' : 'upgrade', ttl, mode, false);
+        const changing = this.acquire(mode === SHARED ? 'downgrade' : 'upgrade', ttl, mode, false);
+        const tokens = await this.counted(sent, ttl, changing);
         if (tokens === null)
             return false;
         this.mode = mode;
@@ -308,9 +312,24 @@ class Held {
         const command = acquireCommand(this.keys, this.owner, ttl, mode, reentrant);
         return grantTokens(this.writes, command, reentrant ? this.keys.command('RELEASE', this.owner) : undefined);
     }
+    /** `write`, sent at `sent` to reset the lease to `ttl` ms: when it does not count (not
+     * acknowledged, no reply) the master may still have made it, and a `ttl` shorter than what
+     * was left shortened the lease there — so the lease the holder counts on is then at most
+     * that. */
+    async counted(sent, ttl, write) {
+        try {
+            return await write;
+        }
+        catch (error) {
+            if (sent + ttl < this.leaseEnd)
+                this.leaseEndsAt(sent + ttl);
+            throw error;
+        }
+    }
     /** The lease, as far as the holder knows, now ends at `until` (ms since the epoch): a grant,
      * or a renewal that counted. */
     leaseEndsAt(until) {
+        this.leaseEnd = until;
         if (!this.watched || this.released || this.lost.signal.aborted)
             return;
         clearTimeout(this.expiry);

@@ -65,8 +65,10 @@ export interface LockOptions {
    * grant is released and the acquire rejects with {@link NotReplicatedError}, or with a `wait`
    * budget left, tries again within it; a holding's `reenter`, `downgrade` and `upgrade` are
    * grants too and reject with it, the holding left as it was; a renewal rejects with it and
-   * does not count (the lease the holding believes stays the last synced one; a watched holding
-   * keeps renewing and aborts its `signal` when that lease ends). Releases never wait.
+   * does not count (the lease the holding believes stays the last synced one — or, when its
+   * ttl is shorter than what was left, ends that ttl after it was sent, since the master may
+   * have made it; a watched holding keeps renewing and aborts its `signal` when that lease
+   * ends). Releases never wait.
    *
    * While a replica is down, every grant and renewal fails after the sync timeout, and watched
    * holdings are lost when their last synced lease ends: bring the replica back, or — accepting
@@ -385,6 +387,8 @@ class Held implements Holding {
   private timer: NodeJS.Timeout | undefined;
   /** Watched: reports the lease lost when the last one that counted ends. */
   private expiry: NodeJS.Timeout | undefined;
+  /** When the lease the holder counts on ends, ms since the epoch. */
+  private leaseEnd = 0;
   private released = false;
 
   constructor(
@@ -411,7 +415,8 @@ class Held implements Holding {
   async renew(ttl: number = this.ttl): Promise<boolean> {
     const sent = Date.now();
     const command = this.keys.command('RENEW', this.owner, String(ttl));
-    const renewed = this.keys.whole(await this.writes.renew(command, (reply) => this.keys.whole(reply)));
+    const renewing = this.writes.renew(command, (reply) => this.keys.whole(reply));
+    const renewed = this.keys.whole(await this.counted(sent, ttl, renewing));
     if (!renewed) {
       this.lose();
       return false;
@@ -428,7 +433,7 @@ class Held implements Holding {
 
   async reenter(ttl: number = this.ttl): Promise<Holding | null> {
     const sent = Date.now();
-    const tokens = await this.acquire('reenter', ttl, this.mode, true);
+    const tokens = await this.counted(sent, ttl, this.acquire('reenter', ttl, this.mode, true));
     if (tokens === null) return null;
     this.leaseEndsAt(sent + ttl);
     return new Held(this.writes, this.keys, this.owner, tokens, ttl, this.mode, false);
@@ -446,7 +451,8 @@ class Held implements Holding {
    * it (else it rejects and nothing changes here). */
   private async changeMode(ttl: number, mode: Mode): Promise<boolean> {
     const sent = Date.now();
-    const tokens = await this.acquire(mode === SHARED ? 'downgrade' : 'upgrade', ttl, mode, false);
+    const changing = this.acquire(mode === SHARED ? 'downgrade' : 'upgrade', ttl, mode, false);
+    const tokens = await this.counted(sent, ttl, changing);
     if (tokens === null) return false;
     this.mode = mode;
     this.tokens = tokens;
@@ -464,9 +470,23 @@ class Held implements Holding {
     return grantTokens(this.writes, command, reentrant ? this.keys.command('RELEASE', this.owner) : undefined);
   }
 
+  /** `write`, sent at `sent` to reset the lease to `ttl` ms: when it does not count (not
+   * acknowledged, no reply) the master may still have made it, and a `ttl` shorter than what
+   * was left shortened the lease there — so the lease the holder counts on is then at most
+   * that. */
+  private async counted<T>(sent: number, ttl: number, write: Promise<T>): Promise<T> {
+    try {
+      return await write;
+    } catch (error) {
+      if (sent + ttl < this.leaseEnd) this.leaseEndsAt(sent + ttl);
+      throw error;
+    }
+  }
+
   /** The lease, as far as the holder knows, now ends at `until` (ms since the epoch): a grant,
    * or a renewal that counted. */
   private leaseEndsAt(until: number): void {
+    this.leaseEnd = until;
     if (!this.watched || this.released || this.lost.signal.aborted) return;
     clearTimeout(this.expiry);
     this.expiry = setTimeout(() => this.lose(), until - Date.now());

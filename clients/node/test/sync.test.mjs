@@ -81,6 +81,22 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
       await holding.release();
     });
 
+    it('a shorter renewal the replica lacks bounds the lease the holding counts on', async () => {
+      const holding = await createLock(client, unique('shorter'), { ttl: 10_000, watchdog: true, sync: QUICK }).tryAcquire();
+      replica.signal('SIGSTOP');
+      try {
+        const sent = Date.now();
+        await assert.rejects(holding.renew(300), NotReplicatedError);
+        // The master may have shortened the lease to 300 ms: the holding is lost then, not
+        // when the grant's 10 s lease would have ended.
+        await until(async () => holding.signal.aborted, 5_000);
+        assert.ok(Date.now() - sent < 5_000);
+      } finally {
+        replica.signal('SIGCONT');
+      }
+      await holding.release();
+    });
+
     it('a re-entry, a downgrade and an upgrade are on the replica when they return', async () => {
       const name = unique('changed');
       const holding = await createReadWriteLock(client, name, { ttl: 10_000 }).write.tryAcquire();
