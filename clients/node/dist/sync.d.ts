@@ -61,8 +61,13 @@ export declare class Learned {
     private replicas;
     /** The most replicas any master of this client had. */
     private most;
+    /** Replication IDs of masters that were replaced: a promoted replica reports its old
+     * master's as `master_replid2`. */
+    private readonly replaced;
     /** The count so far (0 before the master was first heard). */
     get count(): number;
-    /** Takes note of `INFO replication` and returns the count. */
-    heard(info: string): number;
+    /** Takes note of `INFO replication` and returns the count to wait for; `undefined` for a
+     * master this client saw replaced — an old master still taking writes after a failover (a
+     * split brain), whose replica count says nothing: none of its writes count. */
+    heard(info: string): number | undefined;
 }

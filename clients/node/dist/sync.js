@@ -56,14 +56,24 @@ export class Learned {
     replicas = 0;
     /** The most replicas any master of this client had. */
     most = 0;
+    /** Replication IDs of masters that were replaced: a promoted replica reports its old
+     * master's as `master_replid2`. */
+    replaced = new Set();
     /** The count so far (0 before the master was first heard). */
     get count() {
         return this.replicas;
     }
-    /** Takes note of `INFO replication` and returns the count. */
+    /** Takes note of `INFO replication` and returns the count to wait for; `undefined` for a
+     * master this client saw replaced — an old master still taking writes after a failover (a
+     * split brain), whose replica count says nothing: none of its writes count. */
     heard(info) {
         const field = (name) => info.split(/\r?\n/).find((line) => line.startsWith(`${name}:`))?.slice(name.length + 1).trim();
         const replicationId = field('master_replid');
+        const previous = field('master_replid2');
+        if (previous !== undefined && /[^0]/.test(previous))
+            this.replaced.add(previous);
+        if (replicationId !== undefined && this.replaced.has(replicationId))
+            return undefined;
         const online = field('role') === 'master'
             ? info.split(/\r?\n/).filter((line) => line.startsWith('slave') && line.includes('state=online')).length
             : 0;

@@ -81,16 +81,24 @@ export class Learned {
   private replicas = 0;
   /** The most replicas any master of this client had. */
   private most = 0;
+  /** Replication IDs of masters that were replaced: a promoted replica reports its old
+   * master's as `master_replid2`. */
+  private readonly replaced = new Set<string>();
 
   /** The count so far (0 before the master was first heard). */
   get count(): number {
     return this.replicas;
   }
 
-  /** Takes note of `INFO replication` and returns the count. */
-  heard(info: string): number {
+  /** Takes note of `INFO replication` and returns the count to wait for; `undefined` for a
+   * master this client saw replaced — an old master still taking writes after a failover (a
+   * split brain), whose replica count says nothing: none of its writes count. */
+  heard(info: string): number | undefined {
     const field = (name: string) => info.split(/\r?\n/).find((line) => line.startsWith(`${name}:`))?.slice(name.length + 1).trim();
     const replicationId = field('master_replid');
+    const previous = field('master_replid2');
+    if (previous !== undefined && /[^0]/.test(previous)) this.replaced.add(previous);
+    if (replicationId !== undefined && this.replaced.has(replicationId)) return undefined;
     const online = field('role') === 'master'
       ? info.split(/\r?\n/).filter((line) => line.startsWith('slave') && line.includes('state=online')).length
       : 0;

@@ -150,6 +150,8 @@ export class Writes {
     if (refused) return { acked: 0, wanted: known, refused: refused as Error };
     const info = sent.indexOf(INFO_REPLICATION);
     const wanted = info < 0 ? known : own.learned.heard(String(replies[info]));
+    // A master this client saw replaced: none of its writes count.
+    if (wanted === undefined) return { acked: 0, wanted: Math.max(known, 1) };
     const acked = ackedBy(this.sync, replies[replies.length - 1]);
     if (!wrote || acked >= wanted || wanted <= known) return { acked, wanted };
     const [again] = await own.pipeline([waitCommand(this.sync, wanted, syncMs)], syncMs + this.margin);

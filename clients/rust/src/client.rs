@@ -356,18 +356,19 @@ impl Client {
             None => None,
         };
         let info = info.map(from_value::<String>).transpose()?;
-        let wanted: Vec<u32> = writes
+        // `None`: a master this client saw replaced, none of whose writes count.
+        let wanted: Vec<Option<u32>> = writes
             .iter()
             .map(|(key, _)| match &info {
                 Some(info) => self.learned().heard(self.place(key), info),
-                None => known,
+                None => Some(known),
             })
             .collect();
         let mut acked = match tail.next() {
             Some(wait) => round.sync.acked(wait)?,
             None => 0,
         };
-        let most = wanted.iter().copied().max().unwrap_or(0);
+        let most = wanted.iter().flatten().copied().max().unwrap_or(0);
         if most > known {
             let mut again = redis::pipe();
             again.add_command(round.sync.wait_command(most));
@@ -384,8 +385,8 @@ impl Client {
             .zip(wanted)
             .map(|(reply, wanted)| Sent {
                 reply,
-                acked,
-                wanted,
+                acked: if wanted.is_some() { acked } else { 0 },
+                wanted: wanted.unwrap_or(known.max(1)),
                 answered,
             })
             .collect())

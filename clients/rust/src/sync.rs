@@ -18,7 +18,7 @@
 //! master that Sentinel has not yet made a replica has none, yet its grants are the ones most
 //! likely lost.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use redis::cluster_routing::Slot;
@@ -146,13 +146,16 @@ impl Default for Sync {
 }
 
 /// What one master (or, in a cluster, the master of one slot) said of its replicas.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 struct Known {
     replication_id: String,
     /// The most replicas online it reported since it became master.
     replicas: u32,
     /// The most replicas any master at this place had.
     most: u32,
+    /// Replication IDs of masters that were replaced: a promoted replica reports its old
+    /// master's as `master_replid2`.
+    replaced: HashSet<String>,
 }
 
 /// Where a lock's master is asked: `None` on one server, the lock's slot in a cluster.
@@ -169,40 +172,63 @@ impl Learned {
     }
 
     /// Takes note of what the master at `place` said (`INFO replication`), and returns the count
-    /// to wait for: the highest it reported under its current replication ID.
-    pub(crate) fn heard(&mut self, place: Place, info: &str) -> u32 {
-        let (replication_id, online) = parse(info);
+    /// to wait for: the highest it reported under its current replication ID. `None` for a
+    /// master this client saw replaced — an old master still taking writes after a failover
+    /// (a split brain), whose replica count says nothing: none of its writes count.
+    pub(crate) fn heard(&mut self, place: Place, info: &str) -> Option<u32> {
+        let heard = parse(info);
         let known = self.0.entry(place).or_insert_with(|| Known {
-            replication_id: replication_id.clone(),
-            replicas: 0,
-            most: 0,
+            replication_id: heard.replication_id.clone(),
+            ..Known::default()
         });
-        if known.replication_id != replication_id {
-            known.replication_id = replication_id;
+        known.replaced.extend(heard.replaced);
+        if known.replaced.contains(&heard.replication_id) {
+            return None;
+        }
+        if known.replication_id != heard.replication_id {
+            known.replication_id = heard.replication_id;
             known.replicas = known.most.saturating_sub(1);
         }
-        known.replicas = known.replicas.max(online);
+        known.replicas = known.replicas.max(heard.online);
         known.most = known.most.max(known.replicas);
-        known.replicas
+        Some(known.replicas)
     }
 }
 
-/// `(master_replid, replicas online)` from `INFO replication`; no replicas for a replica.
-fn parse(info: &str) -> (String, u32) {
+/// What `INFO replication` says of a server's replication.
+struct Heard {
+    /// `master_replid`.
+    replication_id: String,
+    /// `master_replid2` when set: the master this one took over from.
+    replaced: Option<String>,
+    /// Replicas online; none for a replica.
+    online: u32,
+}
+
+fn parse(info: &str) -> Heard {
     let field = |name: &str| {
         info.lines()
             .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
             .map(str::trim)
     };
     let replication_id = field("master_replid").unwrap_or_default().to_owned();
-    if field("role") != Some("master") {
-        return (replication_id, 0);
+    let replaced = field("master_replid2")
+        .filter(|id| id.bytes().any(|byte| byte != b'0'))
+        .map(str::to_owned);
+    let online = if field("role") == Some("master") {
+        let online = info
+            .lines()
+            .filter(|line| line.starts_with("slave") && line.contains("state=online"))
+            .count();
+        u32::try_from(online).unwrap_or(u32::MAX)
+    } else {
+        0
+    };
+    Heard {
+        replication_id,
+        replaced,
+        online,
     }
-    let online = info
-        .lines()
-        .filter(|line| line.starts_with("slave") && line.contains("state=online"))
-        .count();
-    (replication_id, u32::try_from(online).unwrap_or(u32::MAX))
 }
 
 #[cfg(test)]
@@ -221,33 +247,55 @@ mod tests {
 
     #[test]
     fn the_count_is_what_the_master_has_online() {
-        assert_eq!(parse(&info("a", 2)), ("a".into(), 2));
-        assert_eq!(parse("role:slave\r\nmaster_replid:b\r\n"), ("b".into(), 0));
+        let master = parse(&info("a", 2));
+        assert_eq!((master.replication_id.as_str(), master.online), ("a", 2));
+        let replica = parse("role:slave\r\nmaster_replid:b\r\n");
+        assert_eq!((replica.replication_id.as_str(), replica.online), ("b", 0));
+        let none = format!("master_replid2:{}\r\n", "0".repeat(40));
+        assert_eq!(parse(&none).replaced, None);
+    }
+
+    #[test]
+    fn a_master_seen_replaced_counts_no_write() {
+        let mut learned = Learned::default();
+        assert_eq!(learned.heard(None, &info("a", 2)), Some(2));
+        let promoted = info("b", 1) + "master_replid2:a\r\n";
+        assert_eq!(learned.heard(None, &promoted), Some(1));
+        assert_eq!(
+            learned.heard(None, &info("a", 1)),
+            None,
+            "the old master, back with a replica that has not moved yet"
+        );
+        assert_eq!(learned.heard(None, &info("b", 1)), Some(1));
     }
 
     #[test]
     fn a_drop_on_the_same_master_does_not_lower_it_and_a_new_master_is_learned_anew() {
         let mut learned = Learned::default();
-        assert_eq!(learned.heard(None, &info("a", 2)), 2);
+        assert_eq!(learned.heard(None, &info("a", 2)), Some(2));
         let dropped = learned.heard(None, &info("a", 1));
-        assert_eq!(dropped, 2, "the same master lost one");
+        assert_eq!(dropped, Some(2), "the same master lost one");
         assert_eq!(learned.known(None), 2);
         let promoted = learned.heard(None, &info("b", 0));
-        assert_eq!(promoted, 1, "a new master: one fewer than the most before");
+        assert_eq!(
+            promoted,
+            Some(1),
+            "a new master: one fewer than the most before"
+        );
         assert_eq!(
             learned.heard(None, &info("b", 2)),
-            2,
+            Some(2),
             "its replicas came back"
         );
         let cluster = learned.heard(Slot::new(7), &info("c", 0));
-        assert_eq!(cluster, 0, "per slot in a cluster");
+        assert_eq!(cluster, Some(0), "per slot in a cluster");
         let again = learned.heard(None, &info("b", 0));
-        assert_eq!(again, 2, "asked again: still not lowered");
-        assert_eq!(learned.heard(None, &info("d", 0)), 1);
+        assert_eq!(again, Some(2), "asked again: still not lowered");
+        assert_eq!(learned.heard(None, &info("d", 0)), Some(1));
         let worn = learned.heard(None, &info("e", 0));
-        assert_eq!(worn, 1, "new masters do not wear it down");
+        assert_eq!(worn, Some(1), "new masters do not wear it down");
         let lone = Learned::default().heard(None, &info("f", 0));
-        assert_eq!(lone, 0, "a lone server");
+        assert_eq!(lone, Some(0), "a lone server");
         assert_eq!(Learned::default().known(None), 0, "nothing learned yet");
     }
 }
