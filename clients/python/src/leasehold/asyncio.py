@@ -139,9 +139,8 @@ async def send_rounds(connection: Any, outbox: Outbox) -> None:
         batch = outbox.take()
         if not batch:
             return
-        pipeline = outbox.pipeline(batch)
         try:
-            await exchange(connection, pipeline, None)
+            await exchange(connection, outbox.pipeline(batch), None)
         except BaseException as error:  # cancelled too: the others still hear of it
             outbox.deliver(batch, error)
             outbox.stop()

@@ -134,9 +134,8 @@ def send_rounds(connection: Any, outbox: Outbox, own: Optional[Queued] = None) -
         batch = outbox.take(own)
         if not batch:
             return
-        pipeline = outbox.pipeline(batch)
         try:
-            exchange(connection, pipeline, None)
+            exchange(connection, outbox.pipeline(batch), None)
         except BaseException as error:
             outbox.deliver(batch, error)
             outbox.stop()
