@@ -1,24 +1,27 @@
 """What syncing grants to the replicas costs the Python client, on a master with one replica,
 with grants synced (the default: ``INFO replication`` + the grant + ``WAIT 1`` in one round
-trip on a pooled connection) and not (``SYNC_OFF``):
+trip on a pooled connection, concurrent grants sharing it) and not (``SYNC_OFF``):
 
 - ``acquire+release``: one thread loops ``leasehold.Lock`` ``acquire(blocking=False)`` →
   ``release()`` for 3 s; the latency of acquire + release;
 - ``64 tasks``: 64 asyncio tasks on one ``redis.asyncio`` client (``leasehold.asyncio.Lock``),
   each on a lock of its own, loop acquire + release for 3 s; their throughput together;
+- ``64 threads``: the same with 64 threads on one ``redis.Redis`` (``leasehold.Lock``);
 - ``connections``: the master's ``total_connections_received`` over 1000 synced acquire +
   release (sync client), and over 1000 acquires that wait in the server (8 asyncio tasks
   contending for 2 locks, ``LOCK.ACQUIRE ... WAIT``), each after a warm-up.
 
 Run by ``make bench`` with the master's URL as the argument; prints one JSON object per line:
 ``{"case": "acquire+release", "mode", "ops_per_s", "p50_ms", "p99_ms"}``,
-``{"case": "64 tasks", "mode", "ops_per_s", "client": "asyncio"}`` and
+``{"case": "64 tasks", "mode", "ops_per_s", "client": "asyncio"}``,
+``{"case": "64 threads", "mode", "ops_per_s", "client": "sync"}`` and
 ``{"case": "connections", "what", "opened"}``."""
 
 import asyncio
 import json
 import statistics
 import sys
+import threading
 import time
 
 import redis
@@ -73,6 +76,32 @@ async def many_tasks(url: str, mode: str, sync: leasehold.Sync) -> dict:
     await r.aclose() if hasattr(r, "aclose") else await r.close()
     return {"case": f"{TASKS} tasks", "mode": mode, "ops_per_s": round(done[0] / elapsed),
             "client": "asyncio"}
+
+
+def many_threads(url: str, mode: str, sync: leasehold.Sync) -> dict:
+    r = redis.Redis.from_url(url, max_connections=TASKS * 2)
+    done = []
+    stop = time.perf_counter() + RUN_FOR
+
+    def loop(n: int) -> None:
+        lock = leasehold.Lock(r, f"bench:threads:{mode}:{n}", timeout=10, sync=sync)
+        count = 0
+        while time.perf_counter() < stop:
+            assert lock.acquire(blocking=False)
+            lock.release()
+            count += 1
+        done.append(count)
+
+    threads = [threading.Thread(target=loop, args=(n,)) for n in range(TASKS)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    leasehold.close_pools(r)
+    return {"case": f"{TASKS} threads", "mode": mode, "ops_per_s": round(sum(done) / elapsed),
+            "client": "sync"}
 
 
 def received(admin: redis.Redis) -> int:
@@ -133,6 +162,8 @@ def main(url: str) -> None:
         print(json.dumps(acquire_release(url, mode, sync)), flush=True)
     for mode, sync in MODES:
         print(json.dumps(asyncio.run(many_tasks(url, mode, sync))), flush=True)
+    for mode, sync in MODES:
+        print(json.dumps(many_threads(url, mode, sync)), flush=True)
     for row in connections(url):
         print(json.dumps(row), flush=True)
 

@@ -1,10 +1,12 @@
-"""The pipeline that syncs a write and the replica count it learns, without a server: what is
+"""The pipeline that syncs writes and the replica count it learns, without a server: what is
 sent in which order, what the replies mean, and when a second ``WAIT`` follows."""
+
+import time
 
 import pytest
 
 import leasehold
-from leasehold._protocol import Learned, Pipeline
+from leasehold._protocol import Learned, Pipeline, Write
 
 ACQUIRE = ["LOCK.ACQUIRE", "k", "owner", 10_000]
 
@@ -23,25 +25,64 @@ def granted(reply) -> bool:
 
 
 def pipeline(learned, sync=leasehold.Sync(), **kwargs) -> Pipeline:
-    return Pipeline(ACQUIRE, sync=sync, learned=learned, applied=granted,
-                    waiting=kwargs.pop("waiting", False), **kwargs)
+    return Pipeline([Write(ACQUIRE, granted)], sync=sync, learned=learned, **kwargs)
 
 
 def test_a_first_grant_asks_the_count_and_waits_for_it_on_the_same_connection():
     learned = Learned()
+    before = time.monotonic()
     first = pipeline(learned)
     assert first.commands() == [["INFO", "replication"], ACQUIRE], "no WAIT 0"
-    first.take(1.0, [(info(2), 1.1), (1234, 1.2)])
-    assert first.wanted == 2 and first.started == 1.0
+    first.take([(info(2), 1.1), (1234, 1.2)])
+    write = first.writes[0]
+    assert first.wanted == 2 and before <= write.started <= time.monotonic(), "from when sent"
     assert first.again() == (["WAIT", 2, 1000], 2.0)
     first.take_again(1)
-    assert first.outcome() == 1234
-    assert isinstance(first.not_synced(), leasehold.NotReplicatedError)
+    first.settle()
+    assert write.outcome() == 1234
+    assert isinstance(write.problem, leasehold.NotReplicatedError)
 
     known = pipeline(learned)
     assert known.commands() == [["INFO", "replication"], ACQUIRE, ["WAIT", 2, 1000]]
-    known.take(2.0, [(info(2), 2.1), (1235, 2.2), (2, 2.3)])
-    assert known.again() is None and known.not_synced() is None
+    known.take([(info(2), 2.1), (1235, 2.2), (2, 2.3)])
+    known.settle()
+    assert known.again() is None and known.writes[0].problem is None
+
+
+def test_writes_with_one_sync_share_one_info_and_one_wait_and_each_gets_its_own_reply():
+    learned = Learned()
+    learned.heard(info(1))
+    renew = ["LOCK.RENEW", "k3", "owner", 10_000]
+    writes = [Write(ACQUIRE, granted), Write(["LOCK.ACQUIRE", "k2", "o", 10_000], granted),
+              Write(renew, lambda reply: reply == 1)]
+    batch = Pipeline(writes, sync=leasehold.Sync(), learned=learned)
+    assert batch.commands() == [["INFO", "replication"], ACQUIRE, writes[1].command, renew,
+                                ["WAIT", 1, 1000]]
+    assert batch.within() == 1.0 + 1.0 + 2.0, "the writes count as one command"
+    batch.take([(info(2), 1.1), (77, 1.2), (None, 1.3), (leasehold.LockError("WRONGTYPE"), 1.4),
+                (1, 1.5)])
+    assert batch.again() == (["WAIT", 2, 1000], 2.0), "a write was applied: wait for the new one"
+    batch.take_again(2)
+    batch.settle()
+    assert writes[0].outcome() == 77 and writes[0].problem is None
+    assert writes[1].outcome() is None, "busy"
+    with pytest.raises(leasehold.LockError):
+        writes[2].outcome()
+    busy = Pipeline([Write(ACQUIRE, granted)], sync=leasehold.Sync(), learned=learned)
+    busy.take([(info(3), 1.1), (None, 1.2), (2, 1.3)])
+    assert busy.again() is None, "nothing applied: no second WAIT"
+
+
+def test_the_wait_of_a_round_trip_ends_by_the_earliest_until_of_its_writes():
+    soon = time.monotonic() + 0.25
+    writes = [Write(ACQUIRE, granted), Write(ACQUIRE, granted, until=soon),
+              Write(ACQUIRE, granted, until=soon + 10)]
+    learned = Learned()
+    learned.heard(info(1))
+    command = Pipeline(writes, sync=leasehold.Sync(), learned=learned).commands()[-1]
+    assert command[0] == "WAIT" and 200 <= command[2] <= 250
+    gone = Pipeline([Write(ACQUIRE, granted, until=soon - 5)], sync=leasehold.Sync(), learned=learned)
+    assert gone.commands()[-1] == ["WAIT", 1, 1], "at least a millisecond"
 
 
 def test_a_wait_sends_the_count_and_wait_behind_its_grant_and_counts_its_lease_from_the_answer():
@@ -50,8 +91,9 @@ def test_a_wait_sends_the_count_and_wait_behind_its_grant_and_counts_its_lease_f
     wait = pipeline(learned, waiting=True, wait_left=5.0)
     assert wait.commands() == [ACQUIRE, ["INFO", "replication"], ["WAIT", 1, 1000]]
     assert wait.within() == 5.0 + 1.0 + 1.0 + 1.0 + 1.0
-    wait.take(1.0, [(77, 4.0), (info(1), 4.1), (1, 4.2)])
-    assert wait.started == 4.0 and wait.not_synced() is None
+    wait.take([(77, 4.0), (info(1), 4.1), (1, 4.2)])
+    wait.settle()
+    assert wait.writes[0].started == 4.0 and wait.writes[0].problem is None
     assert pipeline(learned, waiting=True).within() is None, "a wait without a limit"
 
 
@@ -66,12 +108,12 @@ def test_asking_comes_right_before_the_write_and_a_fixed_count_asks_nothing():
 
 def test_a_busy_lock_or_an_error_is_not_waited_for_again():
     busy = pipeline(Learned())
-    busy.take(1.0, [(info(1), 1.1), (None, 1.2)])
-    assert busy.outcome() is None and busy.again() is None
+    busy.take([(info(1), 1.1), (None, 1.2)])
+    assert busy.writes[0].outcome() is None and busy.again() is None
     refused = pipeline(Learned())
-    refused.take(1.0, [(info(1), 1.1), (leasehold.LockError("TRYAGAIN"), 1.2)])
+    refused.take([(info(1), 1.1), (leasehold.LockError("TRYAGAIN"), 1.2)])
     with pytest.raises(leasehold.LockError):
-        refused.outcome()
+        refused.writes[0].outcome()
 
 
 def test_the_count_is_never_lowered_for_one_master_and_a_new_master_starts_one_below_the_most():

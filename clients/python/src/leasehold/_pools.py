@@ -3,7 +3,8 @@ a bounded **wait pool** (blocking acquires, which hold a connection while they w
 server) and a bounded **sync pool** (grants and renewals sent with the ``WAIT`` that syncs
 them) — two, so that waiters can never starve a holder's renewal. Both are redis-py's
 ``BlockingConnectionPool`` (``redis.asyncio``'s for the asyncio classes), made from the user's
-own connection settings, and what was learned of each master's replicas is kept beside them."""
+own connection settings; kept beside them are each master's outbox of synced writes (see
+:mod:`leasehold._outbox`) and what was learned of its replicas."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import LockError
 from redis.retry import Retry
 
+from ._outbox import Outbox
 from ._protocol import Learned, is_cluster
 
 #: Connections in a client's wait pool, per master, unless :func:`configure_pools` says
@@ -24,7 +26,8 @@ from ._protocol import Learned, is_cluster
 WAIT_POOL_SIZE = 32
 
 #: Connections in a client's sync pool, per master, unless :func:`configure_pools` says
-#: otherwise: how many synced grants and renewals are in flight at once; more queue for one.
+#: otherwise: how many round trips of synced grants and renewals are in flight at once (each
+#: carries every write queued meanwhile, up to 64); more writes queue for one.
 SYNC_POOL_SIZE = 16
 
 #: How long, in seconds, the caller now borrowing may queue for a connection of a full pool
@@ -86,11 +89,13 @@ class Master(NamedTuple):
 
 class Pools:
     """What the lock classes keep beside one user client: per master, its wait pool and sync
-    pool (made on first use) and what was learned of its replicas."""
+    pool and the outbox of its synced writes (made on first use), and what was learned of its
+    replicas."""
 
     def __init__(self) -> None:
         self.sizes = {"wait": WAIT_POOL_SIZE, "sync": SYNC_POOL_SIZE}
         self._pools: Dict[Tuple[str, Optional[str]], Any] = {}
+        self._outboxes: Dict[Optional[str], Outbox] = {}
         self._learned: Dict[Optional[str], Learned] = {}
         self._lock = threading.Lock()
 
@@ -99,7 +104,7 @@ class Pools:
         if wait < 1 or sync < 1:
             raise LockError(f"pools need at least 1 connection each, not wait={wait} sync={sync}")
         with self._lock:
-            if self._pools:
+            if self._pools or self._outboxes:
                 raise LockError("configure_pools must come before the first lock on this client")
             self.sizes = {"wait": wait, "sync": sync}
 
@@ -118,14 +123,28 @@ class Pools:
     def learned(self, master: Master) -> Learned:
         """What was learned of ``master``'s replicas."""
         with self._lock:
-            return self._learned.setdefault(master.node, Learned())
+            return self._learned_of(master)
+
+    def outbox(self, master: Master) -> Outbox:
+        """The synced writes queued for ``master``, with as many sender places as its sync pool
+        has connections."""
+        with self._lock:
+            outbox = self._outboxes.get(master.node)
+            if outbox is None:
+                outbox = Outbox(self._learned_of(master), self.sizes["sync"])
+                self._outboxes[master.node] = outbox
+            return outbox
+
+    def _learned_of(self, master: Master) -> Learned:
+        return self._learned.setdefault(master.node, Learned())
 
     def drain(self) -> List[Any]:
-        """Forgets the pools made so far (the next lock makes new ones, what was learned of
-        the replicas stays) and returns them, to be disconnected."""
+        """Forgets the pools and outboxes made so far (the next lock makes new ones, what was
+        learned of the replicas stays) and returns the pools, to be disconnected."""
         with self._lock:
             pools = list(self._pools.values())
             self._pools.clear()
+            self._outboxes.clear()
             return pools
 
 
@@ -154,8 +173,10 @@ def configure_pools(redis: Any, *, wait: int = WAIT_POOL_SIZE, sync: int = SYNC_
     ``redis.Redis``, ``redis.asyncio.Redis`` or either ``RedisCluster``; clients made on one
     ``ConnectionPool`` share them): ``wait`` connections for blocking acquires that wait in
     the server (default 32) and ``sync`` connections for grants and renewals synced to the
-    replicas (default 16), each per master. When a pool is full, a caller queues for a
-    connection within its own budget: a blocking acquire within its ``blocking_timeout`` (then
+    replicas (default 16), each per master. Synced writes that wait for a sync connection at
+    the same time, with the same :class:`leasehold.Sync`, share one round trip on one (up to 64
+    a round trip). When a pool is full, a caller queues for a connection within its own
+    budget: a blocking acquire within its ``blocking_timeout`` (then
     it returns ``False``), a synced grant or renewal within the sync timeout (then it raises
     :class:`leasehold.NotReplicatedError`, as when the replicas did not acknowledge in time).
 

@@ -50,7 +50,10 @@ class Sync:
     pipeline — ``INFO replication``; the write; ``WAIT replicas timeout`` (``WAITAOF 1
     replicas timeout`` with ``aof``) — and a blocking acquire on one of its wait pool as the
     write; ``INFO replication``; ``WAIT``, run by the server once the wait is answered: one
-    round trip (see :func:`leasehold.configure_pools`).
+    round trip (see :func:`leasehold.configure_pools`). Grants and renewals with the same
+    ``Sync`` that wait for a sync connection at the same time, to the same master, share one
+    such pipeline — one ``INFO``, up to 64 writes, one ``WAIT`` — each getting its own reply
+    and the shared acknowledgement (group commit).
 
     ``replicas=None`` (the default) waits for every replica the lock's master has online,
     learned from the ``INFO replication`` in that same pipeline (a ``WAIT`` for more follows
@@ -202,97 +205,121 @@ class QueuedOut(Exception):
             0, self.wanted, "no connection of the sync pool was free within the sync timeout")
 
 
-class Pipeline:
-    """One write on a dedicated connection with what syncs it, as one plain pipeline (never
-    ``MULTI``/``EXEC``: a ``WAIT`` in a transaction does not wait) — what is sent, and what the
-    replies mean; the I/O is the lock's:
+class Write:
+    """One write that counts only once synced — a grant or a renewal — as its caller sends it,
+    and what it got: its reply, and why it does not count if it was applied and not synced."""
 
-    - a grant or renewal sent without waiting: ``INFO replication``; the write; ``WAIT k t``;
+    def __init__(
+        self, command: List[Any], applied: Callable[[Any], bool], until: Optional[float] = None
+    ) -> None:
+        """``command`` the write; ``applied`` whether its reply means it was made; ``until`` the
+        ``time.monotonic()`` by which its ``WAIT`` must end (a watchdog's renewal: its lease's
+        end), ``None`` for the sync timeout alone."""
+        self.command = command
+        self.applied = applied
+        self.until = until
+        #: When its lease began at the earliest, ``time.monotonic()`` seconds: when its caller
+        #: sent it (before it queued for a connection), or for a wait when it was answered.
+        self.started = time.monotonic()
+        #: The write's reply (an exception for an error reply), once taken.
+        self.reply: Any = None
+        #: Why an applied write does not count (see :meth:`Pipeline.not_synced`), once settled.
+        self.problem: Optional[Exception] = None
+
+    def outcome(self) -> Any:
+        """The reply if the write was applied, else ``None``; raises the error reply it got."""
+        if isinstance(self.reply, Exception):
+            raise self.reply
+        return self.reply if self.applied(self.reply) else None
+
+
+class Pipeline:
+    """Writes to one master on a dedicated connection with what syncs them, as one plain
+    pipeline (never ``MULTI``/``EXEC``: a ``WAIT`` in a transaction does not wait) — what is
+    sent, and what the replies mean; the I/O is the lock's:
+
+    - grants and renewals sent without waiting: ``INFO replication``; the writes; ``WAIT k t``
+      — one ``WAIT`` covers every write before it on its connection, so concurrent writes with
+      the same :class:`Sync` share the round trip (group commit);
     - a blocking acquire: the write (``... WAIT``); ``INFO replication``; ``WAIT k t`` — the
       server runs one connection's commands in order, so these run once the wait is answered;
 
-    the write right after ``ASKING`` when an ``ASK`` redirection sent it to another cluster
-    master. ``k`` is
-    the count already learned for the master (no ``WAIT`` for 0; with ``Sync(replicas=n)``
-    ``n`` and no ``INFO``; with the sync off neither). When the write was applied and ``INFO``
-    tells of more replicas than ``k``, :meth:`again` is the ``WAIT`` for them, sent on the
-    same connection: a ``WAIT`` covers every earlier write of its connection."""
+    a lone write right after ``ASKING`` when an ``ASK`` redirection sent it to another cluster
+    master. ``k`` is the count already learned for the master (no ``WAIT`` for 0; with
+    ``Sync(replicas=n)`` ``n`` and no ``INFO``; with the sync off neither); ``t`` the sync
+    timeout, ending no later than the earliest ``until`` of the writes. When a write was applied
+    and ``INFO`` tells of more replicas than ``k``, :meth:`again` is the ``WAIT`` for them, sent
+    on the same connection."""
 
     def __init__(
         self,
-        write: List[Any],
+        writes: List[Write],
         *,
         sync: Sync,
         learned: Learned,
-        applied: Callable[[Any], bool],
-        waiting: bool,
+        waiting: bool = False,
         wait_left: Optional[Number] = None,
-        sync_timeout: Optional[Number] = None,
         asking: bool = False,
     ) -> None:
-        """``write`` the command; ``applied`` whether its reply means it was made;
-        ``waiting`` for a blocking acquire that may wait ``wait_left`` seconds in the server
-        (``None``: no limit); ``sync_timeout`` the ``WAIT`` timeout in seconds (default the
-        sync's); ``asking`` after an ``ASK``."""
-        self.write = write
+        """``waiting`` for a blocking acquire (one write) that may wait ``wait_left`` seconds in
+        the server (``None``: no limit); ``asking`` after an ``ASK`` (one write)."""
+        self.writes = writes
         self.sync = sync
         self.learned = learned if sync.replicas is None else None
-        self.applied = applied
         self.waiting = waiting
         self.wait_left = wait_left
-        self.sync_timeout = sync.timeout if sync_timeout is None else sync_timeout
+        self.sync_timeout = sync_timeout(sync, writes)
         self.asking = asking
         self.first = known_replicas(sync, learned)
         self._sent = self._parts()
-        #: The write's reply (an exception for an error reply), the replicas wanted and how
-        #: many acknowledged, once taken; and an error replied to ``INFO`` or ``WAIT``.
-        self.reply: Any = None
+        #: The replicas wanted and how many acknowledged, once taken; and an error replied to
+        #: ``INFO`` or ``WAIT``.
         self.wanted = self.first
         self.acked = 0
         self.error: Optional[Exception] = None
-        self.started = 0.0
 
     def commands(self) -> List[List[Any]]:
         """What to send, in order."""
         return [command for _, command, _ in self._sent]
 
     def within(self) -> Optional[float]:
-        """How long the replies may take, in seconds: what the server may take for each (the
-        wait, the ``WAIT``) plus :data:`WAIT_MARGIN`; ``None`` for a wait without a limit."""
-        times = [within for _, _, within in self._sent]
-        return None if None in times else sum(times)  # type: ignore[arg-type]
+        """How long the replies may take, in seconds: what the server may take (the wait, the
+        ``WAIT``) plus :data:`WAIT_MARGIN` for each command, the writes counting as one;
+        ``None`` for a wait without a limit."""
+        if self.waiting and self.wait_left is None:
+            return None
+        writes = (self.wait_left if self.waiting else 0.0) + WAIT_MARGIN
+        return writes + sum(within for part, _, within in self._sent if not isinstance(part, Write))
 
-    def _parts(self) -> List[Tuple[str, List[Any], Optional[float]]]:
-        """Each command named, with how long its reply may take."""
+    def _parts(self) -> List[Tuple[Any, List[Any], float]]:
+        """Each command with what it is for (a name, or its :class:`Write`) and how long its
+        reply may take, in seconds (the writes' own count once, in :meth:`within`)."""
         asking = [("asking", ["ASKING"], WAIT_MARGIN)] if self.asking else []
         info = [("info", ["INFO", "replication"], WAIT_MARGIN)] if self.learned is not None else []
         wait = [("wait", self.sync.wait_command(self.first, self.sync_timeout),
                  self.sync_timeout + WAIT_MARGIN)] if self.first else []
+        writes = [(write, write.command, 0.0) for write in self.writes]
         if not self.waiting:  # ASKING holds for the next command only
-            return info + asking + [("write", self.write, WAIT_MARGIN)] + wait
-        within = None if self.wait_left is None else self.wait_left + WAIT_MARGIN
-        return asking + [("write", self.write, within)] + info + wait
+            return info + asking + writes + wait
+        return asking + writes + info + wait
 
-    def take(self, sent: float, replies: Sequence[Tuple[Any, float]]) -> None:
-        """Takes the replies — each with when it was read, ``time.monotonic()`` seconds — of
-        what was sent at ``sent``."""
-        got = {name: reply for (name, _, _), reply in zip(self._sent, replies)}
-        self.reply, answered = got["write"]
-        self.started = answered if self.waiting else sent
-        if "info" in got:
-            info = got["info"][0]
-            if isinstance(info, Exception):
-                self.error = info
-            else:
-                self.wanted = self.learned.heard(info)  # type: ignore[union-attr]
-        if "wait" in got:
-            self._take_wait(got["wait"][0])
+    def take(self, replies: Sequence[Tuple[Any, float]]) -> None:
+        """Takes the replies, each with when it was read (``time.monotonic()`` seconds)."""
+        for (part, _, _), (reply, answered) in zip(self._sent, replies):
+            if isinstance(part, Write):
+                part.reply = reply
+                if self.waiting:
+                    part.started = answered
+            elif part == "info":
+                self._take_info(reply)
+            elif part == "wait":
+                self._take_wait(reply)
 
     def again(self) -> Optional[Tuple[List[Any], float]]:
-        """The ``WAIT`` for the replicas ``INFO`` told of beyond ``k``, if the write was
-        applied; with how long its reply may take, in seconds."""
-        if (not self.applied(self.reply) or self.error is not None or self.acked < self.first
-                or self.wanted <= self.first):
+        """The ``WAIT`` for the replicas ``INFO`` told of beyond ``k``, if a write was applied;
+        with how long its reply may take, in seconds."""
+        applied = any(write.applied(write.reply) for write in self.writes)
+        if not applied or self.error is not None or self.acked < self.first or self.wanted <= self.first:
             return None
         return self.sync.wait_command(self.wanted, self.sync_timeout), self.sync_timeout + WAIT_MARGIN
 
@@ -300,17 +327,23 @@ class Pipeline:
         """Takes the reply to :meth:`again`."""
         self._take_wait(reply)
 
+    def settle(self) -> None:
+        """Tells each write why it does not count, if so (:meth:`not_synced`), once every reply
+        was taken."""
+        for write in self.writes:
+            write.problem = self.not_synced()
+
+    def _take_info(self, reply: Any) -> None:
+        if isinstance(reply, Exception):
+            self.error = reply
+        else:
+            self.wanted = self.learned.heard(reply)  # type: ignore[union-attr]
+
     def _take_wait(self, reply: Any) -> None:
         if isinstance(reply, Exception):
             self.error = reply
         else:
             self.acked = self.sync.acked(reply)
-
-    def outcome(self) -> Any:
-        """The write's reply if it was applied, else ``None``; raises the error it got."""
-        if isinstance(self.reply, Exception):
-            raise self.reply
-        return self.reply if self.applied(self.reply) else None
 
     def not_synced(self) -> Optional[Exception]:
         """For an applied write, why it does not count yet (an error replied to ``INFO`` or
@@ -322,6 +355,15 @@ class Pipeline:
         return None
 
 
+def sync_timeout(sync: Sync, writes: Sequence[Write]) -> float:
+    """The ``WAIT`` timeout of a round trip carrying ``writes``, in seconds: the sync's, ending
+    no later than the earliest ``until`` among them (at least 1 ms)."""
+    untils = [write.until for write in writes if write.until is not None]
+    if not untils:
+        return sync.timeout
+    return max(min(sync.timeout, min(untils) - time.monotonic()), 0.001)
+
+
 def deadline_of(within: Optional[float], until: Optional[float]) -> Optional[float]:
     """The ``time.monotonic()`` by which replies that may take ``within`` seconds from now
     (``None``: no limit) must have come, and no later than ``until``."""
@@ -329,6 +371,11 @@ def deadline_of(within: Optional[float], until: Optional[float]) -> Optional[flo
     if until is None:
         return deadline
     return until if deadline is None else min(deadline, until)
+
+
+def time_left(deadline: Optional[float]) -> Optional[float]:
+    """Seconds until ``deadline`` (``time.monotonic()``), at least 0; ``None`` for none."""
+    return None if deadline is None else max(deadline - time.monotonic(), 0.0)
 
 
 def is_cluster(redis: Any) -> bool:
@@ -530,10 +577,9 @@ class LockBase:
         """Whether a ``LOCK.ACQUIRE`` / ``LOCK.MACQUIRE`` reply is a grant."""
         return reply is not None and not isinstance(reply, Exception)
 
-    def _try_pipeline(self, owner: Any, learned: Learned, asking: bool) -> Pipeline:
-        """A grant without waiting, synced."""
-        return Pipeline(self._acquire_command(owner), sync=self.sync, learned=learned,
-                        applied=self._granted, waiting=False, asking=asking)
+    def _grant_write(self, owner: Any) -> Write:
+        """A grant without waiting, to be synced."""
+        return Write(self._acquire_command(owner), self._granted)
 
     def _wait_pipeline(
         self, owner: Any, learned: Learned, asking: bool, deadline: Optional[float]
@@ -541,16 +587,14 @@ class LockBase:
         """A blocking acquire waiting in the server until ``deadline`` (``time.monotonic()``
         seconds; ``None``: as long as it takes), then synced."""
         left = None if deadline is None else deadline - time.monotonic()
-        return Pipeline(self._acquire_command(owner, wait_ms(left)), sync=self.sync, learned=learned,
-                        applied=self._granted, waiting=True, wait_left=left, asking=asking)
+        write = Write(self._acquire_command(owner, wait_ms(left)), self._granted)
+        return Pipeline([write], sync=self.sync, learned=learned, waiting=True, wait_left=left,
+                        asking=asking)
 
-    def _renew_pipeline(
-        self, owner: Any, lease_ms: int, learned: Learned, asking: bool, until: Optional[float]
-    ) -> Pipeline:
-        """A renewal to ``lease_ms``, synced; its ``WAIT`` ends by ``until`` at the latest."""
-        sync_timeout = None if until is None else min(self.sync.timeout, until - time.monotonic())
-        return Pipeline(self._command("RENEW", owner, lease_ms), sync=self.sync, learned=learned,
-                        applied=self._whole, waiting=False, sync_timeout=sync_timeout, asking=asking)
+    def _renew_write(self, owner: Any, lease_ms: int, until: Optional[float]) -> Write:
+        """A renewal to ``lease_ms``, to be synced; its ``WAIT`` ends by ``until`` at the
+        latest."""
+        return Write(self._command("RENEW", owner, lease_ms), self._whole, until)
 
     def _sync_deadline(self, until: Optional[float]) -> float:
         """Until when a synced write may queue for a connection: the sync timeout, and no later
@@ -573,16 +617,15 @@ class LockBase:
         lease.end = started + lease_ms / 1000
         return True
 
-    def _renewal_counts(self, pipeline: Pipeline, lease: Lease, lease_ms: int) -> bool:
+    def _renewal_counts(self, write: Write, lease: Lease, lease_ms: int) -> bool:
         """What a synced renewal's replies mean: ``True`` once it counts, ``False`` when the
         lease had run out; raises :class:`NotReplicatedError` (or the error ``WAIT`` got) when
         the master applied it and the replicas did not acknowledge it."""
-        if pipeline.outcome() is None:
+        if write.outcome() is None:
             return False
-        problem = pipeline.not_synced()
-        if problem is not None:
-            raise problem
-        return self._counted(lease, pipeline.started, lease_ms)
+        if write.problem is not None:
+            raise write.problem
+        return self._counted(lease, write.started, lease_ms)
 
     def _forget(self) -> None:
         """Drops the current holding (at release): stops its watchdog."""

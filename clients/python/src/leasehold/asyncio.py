@@ -12,7 +12,7 @@ import sys
 import time
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Tuple, Type
+from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Set, Tuple, Type
 
 import redis.asyncio
 from redis.exceptions import (
@@ -27,11 +27,13 @@ from redis.exceptions import (
     TryAgainError,
 )
 
+from ._outbox import Outbox, Queued, State
 from ._pools import (
     QUEUE_BUDGET,
     QUEUE_SLACK,
     Budgeted,
     Master,
+    Pools,
     borrow_args,
     configure_pools,
     pools_of,
@@ -50,11 +52,13 @@ from ._protocol import (
     QueuedOut,
     SetOf,
     TaskLocal,
+    Write,
     deadline_of,
     is_cluster,
     known_replicas,
     least_lease_ms,
     new_owner,
+    time_left,
     to_ms,
 )
 
@@ -86,20 +90,23 @@ async def close_pools(redis: Any) -> None:
         await pool.disconnect()
 
 
-@asynccontextmanager
-async def borrowed(pool: BudgetedPool, deadline: Optional[float], wanted: int) -> AsyncIterator[Any]:
-    """As :func:`leasehold.lock.borrowed`: a connection of ``pool``, queueing until
-    ``deadline``; closed before it goes back if the block raised or was cancelled."""
-    budget = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-    token = QUEUE_BUDGET.set(budget)
+async def borrow(pool: BudgetedPool, deadline: Optional[float], wanted: int) -> Any:
+    """As :func:`leasehold.lock.borrow`."""
+    token = QUEUE_BUDGET.set(time_left(deadline))
     try:
-        connection = await pool.get_connection(*BORROW_ARGS)
+        return await pool.get_connection(*BORROW_ARGS)
     except ConnectionError:
         if deadline is not None and time.monotonic() >= deadline - QUEUE_SLACK:
             raise QueuedOut(wanted) from None
         raise
     finally:
         QUEUE_BUDGET.reset(token)
+
+
+@asynccontextmanager
+async def lent(pool: BudgetedPool, connection: Any) -> AsyncIterator[Any]:
+    """As :func:`leasehold.lock.lent`: closed before it goes back if the block raised or was
+    cancelled."""
     try:
         yield connection
     except BaseException:
@@ -109,23 +116,82 @@ async def borrowed(pool: BudgetedPool, deadline: Optional[float], wanted: int) -
         await pool.release(connection)
 
 
+@asynccontextmanager
+async def borrowed(pool: BudgetedPool, deadline: Optional[float], wanted: int) -> AsyncIterator[Any]:
+    """As :func:`leasehold.lock.borrowed`."""
+    async with lent(pool, await borrow(pool, deadline, wanted)) as connection:
+        yield connection
+
+
 async def exchange(connection: Any, pipeline: Pipeline, until: Optional[float]) -> None:
     """As :func:`leasehold.lock.exchange`."""
-    sent = time.monotonic()
-    pipeline.take(sent, await send(connection, pipeline.commands(), pipeline.within(), until))
+    pipeline.take(await send(connection, pipeline.commands(), pipeline.within(), until))
     again = pipeline.again()
     if again is not None:
         command, within = again
         pipeline.take_again((await send(connection, [command], within, until))[0][0])
+    pipeline.settle()
+
+
+async def send_rounds(connection: Any, outbox: Outbox) -> None:
+    """As :func:`leasehold.lock.send_rounds`, until nothing is queued."""
+    while True:
+        batch = outbox.take()
+        if not batch:
+            return
+        try:
+            await exchange(connection, outbox.pipeline(batch), None)
+        except BaseException as error:  # cancelled too: the others still hear of it
+            outbox.deliver(batch, error)
+            outbox.stop()
+            raise
+        outbox.deliver(batch)
+
+
+#: The tasks sending synced writes (a running task needs a reference kept).
+_SENDERS: Set["asyncio.Task[None]"] = set()
+
+
+def send_in_task(pool: BudgetedPool, connection: Any, outbox: Outbox) -> None:
+    """Sends the writes queued in ``outbox`` on ``connection`` (:func:`send_rounds`) in a task
+    of its own, so that cancelling the caller that borrowed it loses no other caller's outcome;
+    then gives the connection back (closed if a round trip was lost)."""
+
+    async def drain() -> None:
+        try:
+            async with lent(pool, connection):
+                await send_rounds(connection, outbox)
+        except Exception:
+            pass  # told to the writes of the round trip as their lost reply
+
+    task = asyncio.ensure_future(drain())
+    _SENDERS.add(task)
+    task.add_done_callback(_SENDERS.discard)
+
+
+async def woken(queued: Queued, deadline: Optional[float]) -> bool:
+    """Waits until ``queued``'s caller is woken (its outcome came, or a sender's place) or
+    ``deadline`` (``time.monotonic()`` seconds; ``None``: no limit) passes; whether it was."""
+    try:
+        async with timeout_at(on_loop_clock(deadline)):
+            await queued.woken.wait()
+        return True
+    except asyncio.TimeoutError:
+        return False
+
+
+def on_loop_clock(deadline: Optional[float]) -> Optional[float]:
+    """``deadline`` (``time.monotonic()`` seconds) on the running loop's clock."""
+    if deadline is None:
+        return None
+    return deadline + asyncio.get_running_loop().time() - time.monotonic()
 
 
 async def send(
     connection: Any, commands: List[List[Any]], within: Optional[float], until: Optional[float]
 ) -> List[Tuple[Any, float]]:
     """As :func:`leasehold.lock.send`; the connection's socket timeout does not apply."""
-    deadline = deadline_of(within, until)
-    if deadline is not None:  # on the loop's clock
-        deadline += asyncio.get_running_loop().time() - time.monotonic()
+    deadline = on_loop_clock(deadline_of(within, until))
     await connection.send_packed_command(connection.pack_commands(commands))
     try:
         async with timeout_at(deadline):
@@ -258,13 +324,7 @@ class Lock(LockBase):
                 sent = time.monotonic()
                 reply = await self.redis.execute_command(*self._acquire_command(owner))
                 return None if reply is None else Grant(reply, sent)
-            try:
-                pipeline = await self._exchange(
-                    "sync", self._sync_deadline(None),
-                    lambda learned, asking: self._try_pipeline(owner, learned, asking))
-            except QueuedOut as queued:
-                raise queued.not_replicated() from None
-            return await self._kept(owner, pipeline)
+            return await self._kept(owner, await self._synced(self._grant_write(owner)))
         except TryAgainError:
             return None
 
@@ -274,9 +334,7 @@ class Lock(LockBase):
             if deadline is not None and time.monotonic() >= deadline:
                 return await self._try(owner)
             try:
-                return await self._kept(owner, await self._exchange(
-                    "wait", deadline,
-                    lambda learned, asking: self._wait_pipeline(owner, learned, asking, deadline)))
+                return await self._kept(owner, await self._waited(owner, deadline))
             except QueuedOut:
                 return None
             except TryAgainError:
@@ -289,42 +347,105 @@ class Lock(LockBase):
                 if granted is not None:
                     return granted
 
-    async def _kept(self, owner: Any, pipeline: Pipeline) -> Optional[Grant]:
+    async def _kept(self, owner: Any, write: Write) -> Optional[Grant]:
         """As :meth:`leasehold.Lock._kept`."""
-        reply = pipeline.outcome()
+        reply = write.outcome()
         if reply is None:
             return None
-        problem = pipeline.not_synced()
-        if problem is not None:
+        if write.problem is not None:
             await self.redis.execute_command(*self._command("RELEASE", owner))
-            raise problem
-        return Grant(reply, pipeline.started)
+            raise write.problem
+        return Grant(reply, write.started)
 
-    async def _exchange(
-        self,
-        kind: str,
-        deadline: Optional[float],
-        build: Callable[[Learned, bool], Pipeline],
-        until: Optional[float] = None,
-    ) -> Pipeline:
-        """As :meth:`leasehold.Lock._exchange`."""
-        pools = pools_of(self.redis)
+    async def _waited(self, owner: Any, deadline: Optional[float]) -> Write:
+        """As :meth:`leasehold.Lock._waited`."""
+        return await self._routed(lambda master, asking: self._alone(
+            "wait", master, deadline,
+            lambda learned: self._wait_pipeline(owner, learned, asking, deadline)))
+
+    async def _synced(self, write: Write) -> Write:
+        """As :meth:`leasehold.Lock._synced`."""
+        deadline = self._sync_deadline(write.until)
+        try:
+            return await self._routed(
+                lambda master, asking: self._synced_to(master, asking, write, deadline))
+        except QueuedOut as queued:
+            raise queued.not_replicated() from None
+
+    async def _synced_to(self, master: Master, asking: bool, write: Write, deadline: float) -> Write:
+        """As :meth:`leasehold.Lock._synced_to`."""
+        if not asking:
+            return await self._together(master, write, deadline)
+        return await self._alone(
+            "sync", master, deadline,
+            lambda learned: Pipeline([write], sync=self.sync, learned=learned, asking=True),
+            write.until)
+
+    async def _routed(self, send: Callable[[Master, bool], Awaitable[Write]]) -> Write:
+        """As :meth:`leasehold.Lock._routed`."""
         redirect = None
         for _ in range(REDIRECTS):
-            master = await self._master(redirect)
-            learned = pools.learned(master)
-            pool = pools.pool(kind, master, BudgetedPool)
-            async with borrowed(pool, deadline, known_replicas(self.sync, learned)) as connection:
-                pipeline = build(learned, redirect is not None)
-                await exchange(connection, pipeline, until)
-            if isinstance(pipeline.reply, MovedError):
+            write = await send(await self._master(redirect), redirect is not None)
+            if isinstance(write.reply, MovedError):
                 redirect = None
                 await self.redis.nodes_manager.initialize()
-            elif isinstance(pipeline.reply, AskError):
-                redirect = (pipeline.reply.host, int(pipeline.reply.port))
+            elif isinstance(write.reply, AskError):
+                redirect = (write.reply.host, int(write.reply.port))
             else:
-                return pipeline
+                return write
         raise TryAgainError("the lock's slot kept moving")
+
+    async def _alone(
+        self,
+        kind: str,
+        master: Master,
+        deadline: Optional[float],
+        build: Callable[[Learned], Pipeline],
+        until: Optional[float] = None,
+    ) -> Write:
+        """As :meth:`leasehold.Lock._alone`."""
+        pools = pools_of(self.redis)
+        learned = pools.learned(master)
+        pool = pools.pool(kind, master, BudgetedPool)
+        async with borrowed(pool, deadline, known_replicas(self.sync, learned)) as connection:
+            pipeline = build(learned)
+            await exchange(connection, pipeline, until)
+        return pipeline.writes[0]
+
+    async def _together(self, master: Master, write: Write, deadline: float) -> Write:
+        """As :meth:`leasehold.Lock._together`; a caller cancelled while its write is queued
+        withdraws it, and one cancelled after loses only its own outcome."""
+        pools = pools_of(self.redis)
+        outbox = pools.outbox(master)
+        queued = outbox.queue(write, self.sync, asyncio.Event())
+        try:
+            while not queued.done:
+                if outbox.start(queued):
+                    await self._send_queued(pools, master, outbox, queued, deadline)
+                elif not await woken(queued, None if queued.state is State.TAKEN else deadline):
+                    if outbox.withdraw(queued):
+                        raise QueuedOut(known_replicas(self.sync, outbox.learned))
+        finally:
+            outbox.withdraw(queued)
+        if queued.error is not None:
+            raise queued.error
+        return write
+
+    async def _send_queued(
+        self, pools: Pools, master: Master, outbox: Outbox, queued: Queued, deadline: float
+    ) -> None:
+        """As a sender: borrows a sync connection, queueing until ``deadline``, and sends the
+        writes queued on it in a task of its own (:func:`send_in_task`) until none is left.
+        When none could be borrowed the place goes on, and the error is raised if the own write
+        was still queued."""
+        pool = pools.pool("sync", master, BudgetedPool)
+        try:
+            connection = await borrow(pool, deadline, known_replicas(self.sync, outbox.learned))
+        except BaseException as error:
+            if outbox.give_up(queued) or not isinstance(error, Exception):
+                raise
+            return  # another sender took the write: its outcome comes
+        send_in_task(pool, connection, outbox)
 
     async def _master(self, redirect: Optional[Tuple[str, int]] = None) -> Master:
         """The server, or the master of the lock's slot in a ``RedisCluster`` (which learns its
@@ -360,14 +481,8 @@ class Lock(LockBase):
             sent = time.monotonic()
             reply = await self.redis.execute_command(*self._command("RENEW", owner, lease_ms))
             return self._whole(reply) and self._counted(lease, sent, lease_ms)
-        try:
-            pipeline = await self._exchange(
-                "sync", self._sync_deadline(until),
-                lambda learned, asking: self._renew_pipeline(owner, lease_ms, learned, asking, until),
-                until)
-        except QueuedOut as queued:
-            raise queued.not_replicated() from None
-        return self._renewal_counts(pipeline, lease, lease_ms)
+        write = await self._synced(self._renew_write(owner, lease_ms, until))
+        return self._renewal_counts(write, lease, lease_ms)
 
 
 class Keeper:

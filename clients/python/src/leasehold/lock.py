@@ -26,11 +26,13 @@ from redis.exceptions import (
     TryAgainError,
 )
 
+from ._outbox import Outbox, Queued, State
 from ._pools import (
     QUEUE_BUDGET,
     QUEUE_SLACK,
     Budgeted,
     Master,
+    Pools,
     borrow_args,
     pools_of,
     redirected,
@@ -47,11 +49,13 @@ from ._protocol import (
     Pipeline,
     QueuedOut,
     SetOf,
+    Write,
     deadline_of,
     is_cluster,
     known_replicas,
     least_lease_ms,
     new_owner,
+    time_left,
     to_ms,
 )
 
@@ -72,22 +76,26 @@ def close_pools(redis: Any) -> None:
         pool.disconnect()
 
 
-@contextmanager
-def borrowed(pool: BudgetedPool, deadline: Optional[float], wanted: int) -> Iterator[Any]:
+def borrow(pool: BudgetedPool, deadline: Optional[float], wanted: int) -> Any:
     """A connection of ``pool``, queueing for it until ``deadline`` (``time.monotonic()``
     seconds; ``None``: until one is free) — :class:`QueuedOut` (for a write waiting for
-    ``wanted`` replicas) when that passes first. Given back after the block; closed first if
-    the block raised, since a reply it was sent may then be unread."""
-    budget = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-    token = QUEUE_BUDGET.set(budget)
+    ``wanted`` replicas) when that passes first; redis-py's ``ConnectionError`` when none can
+    be opened."""
+    token = QUEUE_BUDGET.set(time_left(deadline))
     try:
-        connection = pool.get_connection(*BORROW_ARGS)
+        return pool.get_connection(*BORROW_ARGS)
     except ConnectionError:
         if deadline is not None and time.monotonic() >= deadline - QUEUE_SLACK:
             raise QueuedOut(wanted) from None
         raise
     finally:
         QUEUE_BUDGET.reset(token)
+
+
+@contextmanager
+def lent(pool: BudgetedPool, connection: Any) -> Iterator[Any]:
+    """``connection``, given back to ``pool`` after the block; closed first if the block
+    raised, since a reply it was sent may then be unread."""
     try:
         yield connection
     except BaseException:
@@ -97,16 +105,42 @@ def borrowed(pool: BudgetedPool, deadline: Optional[float], wanted: int) -> Iter
         pool.release(connection)
 
 
+@contextmanager
+def borrowed(pool: BudgetedPool, deadline: Optional[float], wanted: int) -> Iterator[Any]:
+    """A connection of ``pool`` (see :func:`borrow`), lent for the block (see :func:`lent`)."""
+    with lent(pool, borrow(pool, deadline, wanted)) as connection:
+        yield connection
+
+
 def exchange(connection: Any, pipeline: Pipeline, until: Optional[float]) -> None:
     """Sends ``pipeline`` on ``connection`` and reads every reply, then the ``WAIT`` again for
-    replicas it learned of, if any. Replies later than their time (or than ``until``) raise
-    ``TimeoutError``, a dropped connection ``ConnectionError``."""
-    sent = time.monotonic()
-    pipeline.take(sent, send(connection, pipeline.commands(), pipeline.within(), until))
+    replicas it learned of, if any; then tells its writes whether they count. Replies later
+    than their time (or than ``until``) raise ``TimeoutError``, a dropped connection
+    ``ConnectionError``."""
+    pipeline.take(send(connection, pipeline.commands(), pipeline.within(), until))
     again = pipeline.again()
     if again is not None:
         command, within = again
         pipeline.take_again(send(connection, [command], within, until)[0][0])
+    pipeline.settle()
+
+
+def send_rounds(connection: Any, outbox: Outbox, own: Optional[Queued] = None) -> None:
+    """Sends the writes queued in ``outbox`` on ``connection``, a round trip at a time, until
+    it says stop (see :meth:`Outbox.take`: ``own`` answered, or nothing queued), telling each
+    caller its outcome. A round trip that raised is told to its writes as a lost reply, the
+    sender's place goes on, and the error is raised again."""
+    while True:
+        batch = outbox.take(own)
+        if not batch:
+            return
+        try:
+            exchange(connection, outbox.pipeline(batch), None)
+        except BaseException as error:
+            outbox.deliver(batch, error)
+            outbox.stop()
+            raise
+        outbox.deliver(batch)
 
 
 def send(
@@ -281,13 +315,7 @@ class Lock(LockBase):
                 sent = time.monotonic()
                 reply = self.redis.execute_command(*self._acquire_command(owner))
                 return None if reply is None else Grant(reply, sent)
-            try:
-                pipeline = self._exchange(
-                    "sync", self._sync_deadline(None),
-                    lambda learned, asking: self._try_pipeline(owner, learned, asking))
-            except QueuedOut as queued:
-                raise queued.not_replicated() from None
-            return self._kept(owner, pipeline)
+            return self._kept(owner, self._synced(self._grant_write(owner)))
         except TryAgainError:
             return None
 
@@ -297,9 +325,7 @@ class Lock(LockBase):
             if deadline is not None and time.monotonic() >= deadline:
                 return self._try(owner)
             try:
-                return self._kept(owner, self._exchange(
-                    "wait", deadline,
-                    lambda learned, asking: self._wait_pipeline(owner, learned, asking, deadline)))
+                return self._kept(owner, self._waited(owner, deadline))
             except QueuedOut:
                 return None  # the wait ran out while queued for a connection
             except TryAgainError:
@@ -312,46 +338,119 @@ class Lock(LockBase):
                 if granted is not None:
                     return granted
 
-    def _kept(self, owner: Any, pipeline: Pipeline) -> Optional[Grant]:
-        """The grant a pipeline made, once synced; ``None`` when there was none. A grant too
-        few replicas acknowledged is released (owner-checked), and the reason raised."""
-        reply = pipeline.outcome()
+    def _kept(self, owner: Any, write: Write) -> Optional[Grant]:
+        """The grant a write made, once synced; ``None`` when there was none. A grant too few
+        replicas acknowledged is released (owner-checked), and the reason raised."""
+        reply = write.outcome()
         if reply is None:
             return None
-        problem = pipeline.not_synced()
-        if problem is not None:
+        if write.problem is not None:
             self.redis.execute_command(*self._command("RELEASE", owner))
-            raise problem
-        return Grant(reply, pipeline.started)
+            raise write.problem
+        return Grant(reply, write.started)
 
-    def _exchange(
-        self,
-        kind: str,
-        deadline: Optional[float],
-        build: Callable[[Learned, bool], Pipeline],
-        until: Optional[float] = None,
-    ) -> Pipeline:
-        """Sends the pipeline ``build(learned, asking)`` makes on a connection of the lock's
-        master's ``kind`` pool (``"wait"`` or ``"sync"``), queueing for one until ``deadline``
-        (:class:`QueuedOut` after), every reply by ``until``; follows ``MOVED`` (the client
-        relearns the slots) and ``ASK`` (``ASKING`` first, on the importing master)."""
-        pools = pools_of(self.redis)
+    def _waited(self, owner: Any, deadline: Optional[float]) -> Write:
+        """A blocking acquire on a connection of the wait pool, queueing for one until
+        ``deadline`` (:class:`QueuedOut` after), waiting in the server until then, and
+        synced."""
+        return self._routed(lambda master, asking: self._alone(
+            "wait", master, deadline,
+            lambda learned: self._wait_pipeline(owner, learned, asking, deadline)))
+
+    def _synced(self, write: Write) -> Write:
+        """``write`` (a grant without waiting, or a renewal) sent with the synced writes queued
+        for its master meanwhile (:meth:`_together`) — alone, on the master an ``ASK`` named.
+        :class:`NotReplicatedError` when no sync connection came free within the sync timeout
+        (nothing was sent)."""
+        deadline = self._sync_deadline(write.until)
+        try:
+            return self._routed(lambda master, asking: self._synced_to(master, asking, write, deadline))
+        except QueuedOut as queued:
+            raise queued.not_replicated() from None
+
+    def _synced_to(self, master: Master, asking: bool, write: Write, deadline: float) -> Write:
+        """``write`` sent to ``master`` (see :meth:`_synced`), queueing until ``deadline``."""
+        if not asking:
+            return self._together(master, write, deadline)
+        return self._alone(
+            "sync", master, deadline,
+            lambda learned: Pipeline([write], sync=self.sync, learned=learned, asking=True),
+            write.until)
+
+    def _routed(self, send: Callable[[Master, bool], Write]) -> Write:
+        """The write ``send(master, asking)`` sends to the lock's master; follows ``MOVED``
+        (the client relearns the slots) and ``ASK`` (``asking`` then: ``ASKING`` first, on the
+        importing master)."""
         redirect = None
         for _ in range(REDIRECTS):
-            master = self._master(redirect)
-            learned = pools.learned(master)
-            pool = pools.pool(kind, master, BudgetedPool)
-            with borrowed(pool, deadline, known_replicas(self.sync, learned)) as connection:
-                pipeline = build(learned, redirect is not None)
-                exchange(connection, pipeline, until)
-            if isinstance(pipeline.reply, MovedError):
+            write = send(self._master(redirect), redirect is not None)
+            if isinstance(write.reply, MovedError):
                 redirect = None
                 self.redis.nodes_manager.initialize()
-            elif isinstance(pipeline.reply, AskError):
-                redirect = (pipeline.reply.host, int(pipeline.reply.port))
+            elif isinstance(write.reply, AskError):
+                redirect = (write.reply.host, int(write.reply.port))
             else:
-                return pipeline
+                return write
         raise TryAgainError("the lock's slot kept moving")
+
+    def _alone(
+        self,
+        kind: str,
+        master: Master,
+        deadline: Optional[float],
+        build: Callable[[Learned], Pipeline],
+        until: Optional[float] = None,
+    ) -> Write:
+        """The one write of the pipeline ``build(learned)`` makes, sent on a connection of
+        ``master``'s ``kind`` pool (``"wait"`` or ``"sync"``), queueing for one until
+        ``deadline`` (:class:`QueuedOut` after), every reply by ``until``."""
+        pools = pools_of(self.redis)
+        learned = pools.learned(master)
+        pool = pools.pool(kind, master, BudgetedPool)
+        with borrowed(pool, deadline, known_replicas(self.sync, learned)) as connection:
+            pipeline = build(learned)
+            exchange(connection, pipeline, until)
+        return pipeline.writes[0]
+
+    def _together(self, master: Master, write: Write, deadline: float) -> Write:
+        """``write`` in a round trip with the other synced writes queued for ``master`` (see
+        :mod:`leasehold._outbox`): sent by this caller if it holds a sender's place, else by
+        the sender that takes it. :class:`QueuedOut` when it was still queued at ``deadline``
+        (withdrawn, nothing sent); the round trip's lost reply raises here."""
+        pools = pools_of(self.redis)
+        outbox = pools.outbox(master)
+        queued = outbox.queue(write, self.sync, threading.Event())
+        try:
+            while not queued.done:
+                if outbox.start(queued):
+                    self._send_queued(pools, master, outbox, queued, deadline)
+                elif not queued.woken.wait(None if queued.state is State.TAKEN else time_left(deadline)):
+                    if outbox.withdraw(queued):
+                        raise QueuedOut(known_replicas(self.sync, outbox.learned))
+        finally:
+            outbox.withdraw(queued)  # when leaving early: not sent, a place handed over goes on
+        if queued.error is not None:
+            raise queued.error
+        return write
+
+    def _send_queued(
+        self, pools: Pools, master: Master, outbox: Outbox, queued: Queued, deadline: float
+    ) -> None:
+        """As a sender: borrows a sync connection, queueing until ``deadline``, and sends the
+        writes queued on it until this caller's own is answered. When none could be borrowed
+        the place goes on, and the error is raised if the own write was still queued."""
+        pool = pools.pool("sync", master, BudgetedPool)
+        try:
+            connection = borrow(pool, deadline, known_replicas(self.sync, outbox.learned))
+        except BaseException as error:
+            if outbox.give_up(queued) or not isinstance(error, Exception):
+                raise
+            return  # another sender took the write: its outcome comes
+        try:
+            with lent(pool, connection):
+                send_rounds(connection, outbox, queued)
+        except Exception:
+            pass  # told to the writes of the round trip as their lost reply; connection closed
 
     def _master(self, redirect: Optional[Tuple[str, int]] = None) -> Master:
         """The server, or the master of the lock's slot in a ``RedisCluster`` (or the one an
@@ -383,20 +482,14 @@ class Lock(LockBase):
 
     def _renew(self, owner: Any, lease_ms: int, lease: Lease, until: Optional[float] = None) -> bool:
         """Renews to ``lease_ms``; ``True`` once the renewal counts (synced), ``False`` when
-        the lease had run out. :class:`NotReplicatedError` when not synced in time; replies
-        and the ``WAIT`` end by ``until`` (the watchdog's: the lease's end)."""
+        the lease had run out. :class:`NotReplicatedError` when not synced in time; the
+        ``WAIT`` ends by ``until`` (the watchdog's: the lease's end)."""
         if self.sync.off:
             sent = time.monotonic()
             renewed = self._whole(self.redis.execute_command(*self._command("RENEW", owner, lease_ms)))
             return renewed and self._counted(lease, sent, lease_ms)
-        try:
-            pipeline = self._exchange(
-                "sync", self._sync_deadline(until),
-                lambda learned, asking: self._renew_pipeline(owner, lease_ms, learned, asking, until),
-                until)
-        except QueuedOut as queued:
-            raise queued.not_replicated() from None
-        return self._renewal_counts(pipeline, lease, lease_ms)
+        write = self._synced(self._renew_write(owner, lease_ms, until))
+        return self._renewal_counts(write, lease, lease_ms)
 
 
 class Keeper:
