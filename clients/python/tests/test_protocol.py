@@ -125,6 +125,19 @@ def test_the_count_is_never_lowered_for_one_master_and_a_new_master_starts_one_b
     assert learned.heard("role:master\r\nmaster_replid:" + "c" * 40 + "\r\n") == 1, "text too"
 
 
+def test_a_master_seen_replaced_counts_no_write():
+    learned = Learned()
+    assert learned.heard(info(2)) == 2
+    promoted = info(1, replid="b" * 40).replace(b"master_replid2:" + b"0" * 40, b"master_replid2:" + b"a" * 40)
+    assert learned.heard(promoted) == 1
+    assert learned.heard(info(1)) is None, "the old master, with a replica that has not moved yet"
+    replaced = pipeline(learned)
+    replaced.take([(info(1), 1.1), (1234, 1.2), (1, 1.3)])
+    replaced.settle()
+    assert replaced.again() is None
+    assert isinstance(replaced.writes[0].problem, leasehold.NotReplicatedError)
+
+
 def test_a_sync_timeout_under_a_millisecond_is_refused():
     with pytest.raises(leasehold.LockError):
         leasehold.Sync(timeout=0)

@@ -138,19 +138,30 @@ class Learned:
         self._replication_id: Optional[str] = None
         self._replicas = 0
         self._most = 0  # the most replicas any master here had
+        # Replication IDs of masters that were replaced: a promoted replica reports its old
+        # master's as master_replid2.
+        self._replaced: set = set()
 
     def known(self) -> int:
         """The count learned so far (0 before anything was heard)."""
         with self._lock:
             return self._replicas
 
-    def heard(self, info: Any) -> int:
-        """Takes note of an ``INFO replication`` reply (its text) and returns the count."""
+    def heard(self, info: Any) -> Optional[int]:
+        """Takes note of an ``INFO replication`` reply (its text) and returns the count;
+        ``None`` for a master this client saw replaced — an old master still taking writes after
+        a failover (a split brain), whose replica count says nothing: none of its writes
+        count."""
         info = text(info)
         found = _MASTER_REPLID.search(info)
         replication_id = None if found is None else found.group(1)
+        previous = _MASTER_REPLID2.search(info)
         online = len(_ONLINE_REPLICA.findall(info)) if _ROLE_MASTER.search(info) else 0
         with self._lock:
+            if previous is not None and previous.group(1).strip("0"):
+                self._replaced.add(previous.group(1))
+            if replication_id in self._replaced:
+                return None
             if replication_id != self._replication_id:
                 # A new master here starts from one fewer than the most (see Sync).
                 self._replication_id = replication_id
@@ -160,9 +171,11 @@ class Learned:
             return self._replicas
 
 
-#: In ``INFO replication``: the server is a master; its replication ID; a replica online.
+#: In ``INFO replication``: the server is a master; its replication ID; the one of the master
+#: it took over from; a replica online.
 _ROLE_MASTER = re.compile(r"^role:master\r?$", re.M)
 _MASTER_REPLID = re.compile(r"^master_replid:(\w+)", re.M)
+_MASTER_REPLID2 = re.compile(r"^master_replid2:(\w+)", re.M)
 _ONLINE_REPLICA = re.compile(r"^slave\d+:[^\r\n]*\bstate=online\b", re.M)
 
 
@@ -336,8 +349,13 @@ class Pipeline:
     def _take_info(self, reply: Any) -> None:
         if isinstance(reply, Exception):
             self.error = reply
+            return
+        wanted = self.learned.heard(reply)  # type: ignore[union-attr]
+        if wanted is None:
+            self.error = NotReplicatedError(
+                0, max(self.first, 1), "this master was replaced by a failover: its writes do not count")
         else:
-            self.wanted = self.learned.heard(reply)  # type: ignore[union-attr]
+            self.wanted = wanted
 
     def _take_wait(self, reply: Any) -> None:
         if isinstance(reply, Exception):
@@ -617,6 +635,12 @@ class LockBase:
         lease.end = started + lease_ms / 1000
         return True
 
+    def _unsure(self, lease: Lease, started: float, lease_ms: int) -> None:
+        """A renewal sent at ``started`` did not count, but the master may have made it: a
+        ``lease_ms`` shorter than what was left shortened the lease there, so the lease
+        believed ends no later than that either."""
+        lease.end = min(lease.end, started + lease_ms / 1000)
+
     def _renewal_counts(self, write: Write, lease: Lease, lease_ms: int) -> bool:
         """What a synced renewal's replies mean: ``True`` once it counts, ``False`` when the
         lease had run out; raises :class:`NotReplicatedError` (or the error ``WAIT`` got) when
@@ -624,6 +648,7 @@ class LockBase:
         if write.outcome() is None:
             return False
         if write.problem is not None:
+            self._unsure(lease, write.started, lease_ms)
             raise write.problem
         return self._counted(lease, write.started, lease_ms)
 

@@ -477,11 +477,15 @@ class Lock(LockBase):
         self, owner: Any, lease_ms: int, lease: Lease, until: Optional[float] = None
     ) -> bool:
         """As :meth:`leasehold.Lock._renew`."""
-        if self.sync.off:
-            sent = time.monotonic()
-            reply = await self.redis.execute_command(*self._command("RENEW", owner, lease_ms))
-            return self._whole(reply) and self._counted(lease, sent, lease_ms)
-        write = await self._synced(self._renew_write(owner, lease_ms, until))
+        write = self._renew_write(owner, lease_ms, until)
+        try:
+            if self.sync.off:
+                reply = await self.redis.execute_command(*self._command("RENEW", owner, lease_ms))
+                return self._whole(reply) and self._counted(lease, write.started, lease_ms)
+            write = await self._synced(write)
+        except Exception:
+            self._unsure(lease, write.started, lease_ms)
+            raise
         return self._renewal_counts(write, lease, lease_ms)
 
 

@@ -484,11 +484,15 @@ class Lock(LockBase):
         """Renews to ``lease_ms``; ``True`` once the renewal counts (synced), ``False`` when
         the lease had run out. :class:`NotReplicatedError` when not synced in time; the
         ``WAIT`` ends by ``until`` (the watchdog's: the lease's end)."""
-        if self.sync.off:
-            sent = time.monotonic()
-            renewed = self._whole(self.redis.execute_command(*self._command("RENEW", owner, lease_ms)))
-            return renewed and self._counted(lease, sent, lease_ms)
-        write = self._synced(self._renew_write(owner, lease_ms, until))
+        write = self._renew_write(owner, lease_ms, until)
+        try:
+            if self.sync.off:
+                renewed = self._whole(self.redis.execute_command(*self._command("RENEW", owner, lease_ms)))
+                return renewed and self._counted(lease, write.started, lease_ms)
+            write = self._synced(write)
+        except Exception:
+            self._unsure(lease, write.started, lease_ms)
+            raise
         return self._renewal_counts(write, lease, lease_ms)
 
 
