@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::held::{Held, Mode};
+use crate::lease;
 use crate::quorum::Quorum;
 
 /// What a guard holds.
@@ -92,9 +93,9 @@ impl Lease {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A renewal sent at `sent` for `ttl` counts.
+    /// A renewal sent at `sent` for `ttl` counts (less the drift allowance, [`lease`]).
     fn renewed(&self, sent: Instant, ttl: Duration) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = sent + ttl;
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = sent + lease::counted(ttl);
     }
 
     /// A renewal sent at `sent` for `ttl` did not count, but the master may have made it: a
@@ -102,7 +103,7 @@ impl Lease {
     /// more than that either.
     fn unsure(&self, sent: Instant, ttl: Duration) {
         let mut end = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        *end = (*end).min(sent + ttl);
+        *end = (*end).min(sent + lease::counted(ttl));
     }
 }
 
@@ -138,7 +139,7 @@ impl Guard {
         keeping: Keeping,
     ) -> Self {
         let holding = Arc::new(holding);
-        let lease = Arc::new(Lease(Mutex::new(granted + ttl)));
+        let lease = Arc::new(Lease(Mutex::new(granted + lease::counted(ttl))));
         let (ended, lost) = watch::channel(false);
         let ended = Arc::new(ended);
         let watchdog = keeping.watchdog.then(|| {
@@ -192,8 +193,9 @@ impl Guard {
 
     /// When the lease this holder counts on ends, on the client's clock: the grant's (its lease
     /// began when the acquire was sent), or the last renewal's that counted — one the replicas
-    /// acknowledged as the lock's [`crate::Sync`] asks. A renewal that did not count leaves it
-    /// as it was.
+    /// acknowledged as the lock's [`crate::Sync`] asks — less a clock drift allowance of 1% of
+    /// the TTL and 2 ms ([`crate::redlock::DRIFT_FACTOR`]). A renewal that did not count leaves
+    /// it as it was, or earlier.
     #[must_use]
     pub fn lease_end(&self) -> Instant {
         self.lease.end()
@@ -384,7 +386,8 @@ async fn watchdog(
                 next = Instant::now() + ttl / 10;
             }
         }
-        if stop_at.is_some_and(|stop| lease.end() >= stop) {
+        if stop_at.is_some_and(|stop| sent + term >= stop) {
+            // The last renewal reached the cap: the holding ends with its lease.
             tokio::time::sleep_until(lease.end()).await;
             break;
         }

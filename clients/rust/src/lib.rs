@@ -40,6 +40,7 @@ mod client;
 mod error;
 mod guard;
 mod held;
+mod lease;
 mod lock;
 mod masters;
 mod owner;

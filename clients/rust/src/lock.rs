@@ -12,6 +12,7 @@ use crate::client::{Client, Synced};
 use crate::error::{Error, Result};
 use crate::guard::{Guard, Holding, Keeping};
 use crate::held::{Held, Mode, Tokens, acquire_command, is_try_again};
+use crate::lease;
 use crate::owner::new_owner;
 use crate::pool::is_lost_reply;
 use crate::sync::Sync;
@@ -237,24 +238,31 @@ impl Lock {
             Err(Error::Redis(error)) if is_try_again(&error) => return Ok(None),
             other => other?,
         };
-        let tokens = self.acknowledged(owner, synced).await?;
-        Ok(tokens.map(|(tokens, _)| self.guard(owner, tokens, ttl, granted)))
+        let tokens = self.acknowledged(owner, synced, (granted, ttl)).await?;
+        Ok(tokens.map(|tokens| self.guard(owner, tokens, ttl, granted)))
     }
 
     /// The tokens of a grant once its replicas acknowledged it (`None`: nothing was granted).
-    /// When fewer did in time, releases it (owner-checked) and fails with
-    /// [`Error::NotReplicated`].
+    /// When fewer did in time, or only after the lease it `began` with (for `ttl`) had ended,
+    /// releases it (owner-checked) and fails with [`Error::NotReplicated`].
     async fn acknowledged(
         &self,
         owner: &str,
         synced: Synced<Tokens>,
-    ) -> Result<Option<(Vec<u64>, Instant)>> {
-        if synced.reply.any() && !synced.acknowledged() {
+        (began, ttl): (Instant, Duration),
+    ) -> Result<Option<Vec<u64>>> {
+        // A grant acknowledged only after the lease it began with ended is one nobody can
+        // count on: the lock may have been handed on meanwhile.
+        let ended = began + lease::counted(ttl) <= Instant::now();
+        if synced.reply.any() && (!synced.acknowledged() || ended) {
             let _ = self.held(owner).release().await;
-            return Err(synced.not_replicated());
+            let acked = if ended { 0 } else { synced.acked };
+            return Err(Error::NotReplicated {
+                acked,
+                wanted: synced.wanted.max(1),
+            });
         }
-        let answered = synced.answered;
-        Ok(synced.reply.granted().map(|tokens| (tokens, answered)))
+        Ok(synced.reply.granted())
     }
 
     /// Takes the lock, waiting for it up to `wait`; `None` when it stayed busy. With
@@ -348,12 +356,13 @@ impl Lock {
         match synced {
             // The server replies the moment it hands the lock over: the lease began then (the
             // `WAIT` behind the grant comes later).
-            Ok(synced) => match self.acknowledged(owner, synced).await? {
-                Some((tokens, granted)) => {
-                    Ok(Attempt::Granted(self.guard(owner, tokens, ttl, granted)))
+            Ok(synced) => {
+                let granted = synced.answered;
+                match self.acknowledged(owner, synced, (granted, ttl)).await? {
+                    Some(tokens) => Ok(Attempt::Granted(self.guard(owner, tokens, ttl, granted))),
+                    None => Ok(Attempt::TimedOut),
                 }
-                None => Ok(Attempt::TimedOut),
-            },
+            }
             Err(error) if is_try_again(&error) => {
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 Ok(Attempt::Again)

@@ -10,9 +10,7 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::held::millis;
-
-/// Redlock's clock drift factor: the lease counts as `ttl × 0.01 + 2 ms` shorter.
-pub const DRIFT_FACTOR: f64 = 0.01;
+use crate::lease::drift;
 
 /// One owner's holding of one name on a set of nodes.
 #[derive(Clone)]
@@ -120,9 +118,4 @@ impl Quorum {
             .count()
             >= self.majority()
     }
-}
-
-/// Redlock's drift allowance for a lease of `ttl`.
-fn drift(ttl: Duration) -> Duration {
-    ttl.mul_f64(DRIFT_FACTOR) + Duration::from_millis(2)
 }

@@ -49,8 +49,8 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{Guard, Holding, Keeping};
 use crate::held::Mode;
+pub use crate::lease::DRIFT_FACTOR;
 use crate::owner::new_owner;
-pub use crate::quorum::DRIFT_FACTOR;
 use crate::quorum::Quorum;
 
 /// Independent masters (not replicas of each other) with the leasehold module.
