@@ -253,3 +253,28 @@ async fn a_renewal_the_replica_does_not_get_does_not_count_and_a_watched_holding
     );
     replica.signal("CONT");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grant_acknowledged_only_after_its_lease_ended_is_not_returned() {
+    let (master, replica) = pair();
+    let client = client(&master).await;
+    learned_one_replica(&client).await;
+    let lock = Lock::new(&client, "late").with_sync(Sync::to_replicas().timeout(TTL));
+    replica.signal("STOP");
+    let resumed = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(400));
+        replica.signal("CONT");
+        replica
+    });
+    // The replica acknowledges after 400 ms, within the sync timeout but past the 200 ms lease:
+    // the lock may already have gone to another holder.
+    let late = lock.try_acquire(Duration::from_millis(200)).await;
+    assert!(
+        matches!(late, Err(Error::NotReplicated { acked: 0, .. })),
+        "{:?}",
+        late.map(|guard| guard.map(|guard| guard.token()))
+    );
+    let _replica = resumed.join().expect("resumed");
+    let next = Lock::new(&client, "late").try_acquire(TTL).await;
+    assert!(next.expect("acquire").is_some(), "it was released");
+}
