@@ -97,10 +97,16 @@ export interface Own {
     readonly learned: Learned;
     /**
      * Sends `commands` as one pipeline (never `MULTI`), and resolves to their replies in order,
-     * an error reply as an `Error` value. Rejects with {@link LostReply} when not every reply came
-     * within `timeoutMs`, or the connection failed: the connection is then closed, not reused.
+     * an error reply as an `Error` value, with when each came (ms since the epoch). Rejects with
+     * {@link LostReply} when not every reply came within `timeoutMs`, or the connection failed:
+     * the connection is then closed, not reused.
      */
-    pipeline(commands: string[][], timeoutMs: number | undefined): Promise<unknown[]>;
+    pipeline(commands: string[][], timeoutMs: number | undefined): Promise<Replies>;
+}
+/** The replies of a pipeline, in order, and when each came (ms since the epoch). */
+export interface Replies {
+    replies: unknown[];
+    arrived: number[];
 }
 /** The client as the locks use it: commands on a lock go to the master serving it (in a
  * cluster, the master of its slot). */

@@ -225,12 +225,13 @@ class Lent {
         // Replies that come after the connection was given up on are dropped with it.
         replying.catch(() => { });
         try {
-            const replies = await Promise.race([replying, expiry]);
+            const replied = (await Promise.race([replying, expiry])).filter((_, at) => sent[at][0] !== 'ASKING');
+            const replies = replied.map(([reply]) => reply);
             const failure = replies.find((reply) => reply instanceof Error && !isServerError(reply));
             if (failure)
                 throw new LostReply(String(failure));
             this.spent ||= replies.some((reply) => reply instanceof Error && reply.message.startsWith('READONLY'));
-            return replies.filter((_, at) => sent[at][0] !== 'ASKING');
+            return { replies, arrived: replied.map(([, at]) => at) };
         }
         catch (error) {
             this.spent = true;
@@ -261,15 +262,9 @@ async function openIORedis(origin) {
     own.on('error', () => { });
     await own.connect();
     return {
-        pipeline: async (commands) => {
-            const pipeline = own.pipeline();
-            for (const [command, ...args] of commands)
-                pipeline.call(command, ...args);
-            const replies = await pipeline.exec();
-            if (!replies)
-                throw new Error('the pipeline was not run');
-            return replies.map(([error, reply]) => error ?? reply);
-        },
+        // Commands sent one after another without waiting go out in order, and each reply is
+        // seen as it comes: a pipeline.
+        pipeline: (commands) => Promise.all(commands.map(([command, ...args]) => replied(own.call(command, ...args)))),
         alive: () => own.status === 'ready',
         close: () => own.disconnect(),
     };
@@ -281,7 +276,7 @@ async function openNodeRedis(origin) {
     await own.connect();
     return {
         // Commands sent in one tick go out in one write: a pipeline.
-        pipeline: (commands) => Promise.all(commands.map((args) => own.sendCommand(args).catch((error) => error))),
+        pipeline: (commands) => Promise.all(commands.map((args) => replied(own.sendCommand(args)))),
         alive: () => own.isReady,
         close: () => {
             if (own.destroy)
@@ -290,6 +285,9 @@ async function openNodeRedis(origin) {
                 own.disconnect?.().catch(() => { });
         },
     };
+}
+function replied(reply) {
+    return reply.then((value) => [value, Date.now()], (error) => [error, Date.now()]);
 }
 /** How many `MOVED` / `ASK` redirections a command on a connection of its own follows. */
 const REDIRECTS = 5;

@@ -141,8 +141,10 @@ class LeaseholdLock {
     /** A grant without waiting, synced; a reply lost on its way back is released in the
      * background (the server may have granted it). */
     async tryAs(owner, watchdog) {
+        const began = Date.now();
         try {
-            return this.held(owner, await grantTokens(this.writes, this.command(owner), this.release(owner)), watchdog);
+            const tokens = await grantTokens(this.writes, this.command(owner), this.release(owner));
+            return await this.held(owner, tokens, watchdog, began);
         }
         catch (error) {
             if (error instanceof LostReply)
@@ -162,8 +164,9 @@ class LeaseholdLock {
             // WAIT takes whole ms; 0 would mean "no limit".
             const waitMs = left === undefined ? 0 : Math.max(Math.ceil(left), 1);
             try {
-                const reply = await this.writes.wait(this.command(owner, waitMs), waitMs, deadline, this.release(owner));
-                return this.held(owner, tokensOf(reply), watchdog);
+                const granted = await this.writes.wait(this.command(owner, waitMs), waitMs, deadline, this.release(owner));
+                // The server replies the moment it hands the lock over: the lease began just before.
+                return await this.held(owner, tokensOf(granted.reply), watchdog, granted.answered);
             }
             catch (error) {
                 if (isTryAgain(error)) {
@@ -219,9 +222,18 @@ class LeaseholdLock {
             await holding.release().catch(() => false);
         }
     }
-    /** The holding a grant's tokens give, or null when it was no grant. */
-    held(owner, tokens, watchdog) {
-        return tokens === null ? null : new Held(this.writes, this.keys, owner, tokens, this.ttl, this.mode, watchdog);
+    /** The holding a grant's tokens give, its lease begun at `began` (ms since the epoch), or
+     * null when it was no grant. A grant acknowledged only after that lease ended is one nobody
+     * can count on (the lock may have been handed on meanwhile): it is released and rejected
+     * with {@link NotReplicatedError}. */
+    async held(owner, tokens, watchdog, began) {
+        if (tokens === null)
+            return null;
+        if (began + countedLease(this.ttl) <= Date.now()) {
+            await this.writes.connection.send(this.release(owner), this.keys.first);
+            throw new NotReplicatedError(0, Math.max(this.writes.connection.replicasKnown(this.keys.first), 1));
+        }
+        return new Held(this.writes, this.keys, owner, tokens, this.ttl, this.mode, watchdog, began);
     }
 }
 class Held {
@@ -240,7 +252,7 @@ class Held {
     /** When the lease the holder counts on ends, ms since the epoch. */
     leaseEnd = 0;
     released = false;
-    constructor(writes, keys, owner, tokens, ttl, mode, watched) {
+    constructor(writes, keys, owner, tokens, ttl, mode, watched, began) {
         this.writes = writes;
         this.keys = keys;
         this.owner = owner;
@@ -248,7 +260,7 @@ class Held {
         this.ttl = ttl;
         this.mode = mode;
         this.watched = watched;
-        this.leaseEndsAt(Date.now() + ttl);
+        this.leaseEndsAt(began + countedLease(ttl));
         if (watched)
             this.schedule();
     }
@@ -267,7 +279,7 @@ class Held {
             this.lose();
             return false;
         }
-        this.leaseEndsAt(sent + ttl);
+        this.leaseEndsAt(sent + countedLease(ttl));
         return true;
     }
     async release() {
@@ -280,8 +292,8 @@ class Held {
         const tokens = await this.counted(sent, ttl, this.acquire('reenter', ttl, this.mode, true));
         if (tokens === null)
             return null;
-        this.leaseEndsAt(sent + ttl);
-        return new Held(this.writes, this.keys, this.owner, tokens, ttl, this.mode, false);
+        this.leaseEndsAt(sent + countedLease(ttl));
+        return new Held(this.writes, this.keys, this.owner, tokens, ttl, this.mode, false, sent);
     }
     downgrade(ttl = this.ttl) {
         return this.changeMode(ttl, SHARED);
@@ -299,7 +311,7 @@ class Held {
             return false;
         this.mode = mode;
         this.tokens = tokens;
-        this.leaseEndsAt(sent + ttl);
+        this.leaseEndsAt(sent + countedLease(ttl));
         return true;
     }
     /** `LOCK.ACQUIRE` as this holding's owner for `what` (a single lock's), synced like a grant:
@@ -321,8 +333,9 @@ class Held {
             return await write;
         }
         catch (error) {
-            if (sent + ttl < this.leaseEnd)
-                this.leaseEndsAt(sent + ttl);
+            const end = sent + countedLease(ttl);
+            if (end < this.leaseEnd)
+                this.leaseEndsAt(end);
             throw error;
         }
     }
@@ -384,6 +397,13 @@ async function grantTokens(writes, command, release) {
             return null;
         throw error;
     }
+}
+/** How long a lease of `ttl` ms counts for its holder, from when it began: `ttl` less a clock
+ * drift allowance of 1% and 2 ms, the drift factor of the Redlock algorithm (the server's clock
+ * may run a little fast, and a grant handed over after a wait was made a little before its
+ * reply came). */
+function countedLease(ttl) {
+    return Math.max(ttl - (ttl / 100 + 2), 0);
 }
 function sleep(ms) {
     return new Promise((resolve) => setTimeout(resolve, ms));

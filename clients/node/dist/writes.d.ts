@@ -41,7 +41,10 @@ export declare class Writes {
      * rejected with {@link Exhausted}. A grant too few replicas had is released with `release`
      * and rejected with {@link NotReplicatedError}.
      */
-    wait(command: string[], waitMs: number, deadline: number | undefined, release: string[]): Promise<unknown>;
+    wait(command: string[], waitMs: number, deadline: number | undefined, release: string[]): Promise<{
+        reply: unknown;
+        answered: number;
+    }>;
     /** A renewal: the reply. One `applied` but too few replicas had in time — or that found no
      * sync connection free within the sync timeout — rejects with {@link NotReplicatedError}. */
     renew(command: string[], applied: (reply: unknown) => boolean): Promise<unknown>;

@@ -57,7 +57,8 @@ export class Writes {
      */
     async wait(command, waitMs, deadline, release) {
         const [outcome] = await this.exchange('wait', this.key, [command], deadline, waitMs);
-        return this.counted(outcome, outcome.reply !== null, 'grant', release);
+        const reply = await this.counted(outcome, outcome.reply !== null, 'grant', release);
+        return { reply, answered: outcome.answered };
     }
     /** A renewal: the reply. One `applied` but too few replicas had in time — or that found no
      * sync connection free within the sync timeout — rejects with {@link NotReplicatedError}. */
@@ -114,13 +115,14 @@ export class Writes {
             const info = this.synced && fixed === undefined ? [INFO_REPLICATION] : [];
             const wait = this.synced ? [waitCommand(this.sync, known, syncMs)] : [];
             const sent = kind === 'wait' ? [...commands, ...info, ...wait] : [...info, ...commands, ...wait];
-            const replies = await own.pipeline(sent, timeout);
-            const written = replies.slice(sent.indexOf(commands[0]), sent.indexOf(commands[0]) + commands.length);
+            const { replies, arrived } = await own.pipeline(sent, timeout);
+            const first = sent.indexOf(commands[0]);
+            const written = replies.slice(first, first + commands.length);
             if (commands.length === 1 && written[0] instanceof Error)
                 throw written[0];
             const wrote = written.some((reply) => reply !== null && !(reply instanceof Error));
             const synced = this.synced ? await this.replicated(own, replies, sent, known, syncMs, wrote) : { acked: 0, wanted: 0 };
-            return written.map((reply) => ({ reply, ...synced }));
+            return written.map((reply, at) => ({ reply, answered: arrived[first + at], ...synced }));
         });
     }
     /** How many replicas the writes reached, of how many wanted: from the `INFO` and `WAIT`
@@ -138,7 +140,7 @@ export class Writes {
         const acked = ackedBy(this.sync, replies[replies.length - 1]);
         if (!wrote || acked >= wanted || wanted <= known)
             return { acked, wanted };
-        const [again] = await own.pipeline([waitCommand(this.sync, wanted, syncMs)], syncMs + this.margin);
+        const { replies: [again], } = await own.pipeline([waitCommand(this.sync, wanted, syncMs)], syncMs + this.margin);
         if (again instanceof Error)
             return { acked: 0, wanted, refused: again };
         return { acked: ackedBy(this.sync, again), wanted };

@@ -104,16 +104,24 @@ export interface Own {
   readonly learned: Learned;
   /**
    * Sends `commands` as one pipeline (never `MULTI`), and resolves to their replies in order,
-   * an error reply as an `Error` value. Rejects with {@link LostReply} when not every reply came
-   * within `timeoutMs`, or the connection failed: the connection is then closed, not reused.
+   * an error reply as an `Error` value, with when each came (ms since the epoch). Rejects with
+   * {@link LostReply} when not every reply came within `timeoutMs`, or the connection failed:
+   * the connection is then closed, not reused.
    */
-  pipeline(commands: string[][], timeoutMs: number | undefined): Promise<unknown[]>;
+  pipeline(commands: string[][], timeoutMs: number | undefined): Promise<Replies>;
+}
+
+/** The replies of a pipeline, in order, and when each came (ms since the epoch). */
+export interface Replies {
+  replies: unknown[];
+  arrived: number[];
 }
 
 /** A dedicated connection, as the pools keep it. */
 interface Dedicated {
-  /** Sends the commands together; each reply or error, a connection failure as an error too. */
-  pipeline(commands: string[][]): Promise<unknown[]>;
+  /** Sends the commands together; each reply or error, a connection failure as an error too,
+   * with when it came. */
+  pipeline(commands: string[][]): Promise<Replied[]>;
   alive(): boolean;
   close(): void;
 }
@@ -327,7 +335,7 @@ class Lent implements Own {
     private readonly asking: boolean,
   ) {}
 
-  async pipeline(commands: string[][], timeoutMs: number | undefined): Promise<unknown[]> {
+  async pipeline(commands: string[][], timeoutMs: number | undefined): Promise<Replies> {
     // After ASK, `ASKING` goes right before each command on a key (it covers the next command).
     const sent = commands.flatMap((command) => (this.asking && command[0].startsWith('LOCK.') ? [['ASKING'], command] : [command]));
     let timer: NodeJS.Timeout | undefined;
@@ -338,11 +346,12 @@ class Lent implements Own {
     // Replies that come after the connection was given up on are dropped with it.
     replying.catch(() => {});
     try {
-      const replies = await Promise.race([replying, expiry]);
+      const replied = (await Promise.race([replying, expiry])).filter((_, at) => sent[at][0] !== 'ASKING');
+      const replies = replied.map(([reply]) => reply);
       const failure = replies.find((reply) => reply instanceof Error && !isServerError(reply));
       if (failure) throw new LostReply(String(failure));
       this.spent ||= replies.some((reply) => reply instanceof Error && reply.message.startsWith('READONLY'));
-      return replies.filter((_, at) => sent[at][0] !== 'ASKING');
+      return { replies, arrived: replied.map(([, at]) => at) };
     } catch (error) {
       this.spent = true;
       throw error instanceof LostReply ? error : new LostReply(String(error));
@@ -373,13 +382,9 @@ async function openIORedis(origin: IORedisClient): Promise<Dedicated> {
   own.on('error', () => {});
   await own.connect();
   return {
-    pipeline: async (commands) => {
-      const pipeline = own.pipeline();
-      for (const [command, ...args] of commands) pipeline.call(command, ...args);
-      const replies = await pipeline.exec();
-      if (!replies) throw new Error('the pipeline was not run');
-      return replies.map(([error, reply]) => error ?? reply);
-    },
+    // Commands sent one after another without waiting go out in order, and each reply is
+    // seen as it comes: a pipeline.
+    pipeline: (commands) => Promise.all(commands.map(([command, ...args]) => replied(own.call(command, ...args)))),
     alive: () => own.status === 'ready',
     close: () => own.disconnect(),
   };
@@ -392,13 +397,23 @@ async function openNodeRedis(origin: NodeRedisClient): Promise<Dedicated> {
   await own.connect();
   return {
     // Commands sent in one tick go out in one write: a pipeline.
-    pipeline: (commands) => Promise.all(commands.map((args) => own.sendCommand(args).catch((error: unknown) => error))),
+    pipeline: (commands) => Promise.all(commands.map((args) => replied(own.sendCommand(args)))),
     alive: () => own.isReady,
     close: () => {
       if (own.destroy) own.destroy();
       else own.disconnect?.().catch(() => {});
     },
   };
+}
+
+/** A command's reply (an error as an `Error` value) and when it came, ms since the epoch. */
+type Replied = [unknown, number];
+
+function replied(reply: Promise<unknown>): Promise<Replied> {
+  return reply.then(
+    (value) => [value, Date.now()],
+    (error: unknown) => [error, Date.now()],
+  );
 }
 
 /** How many `MOVED` / `ASK` redirections a command on a connection of its own follows. */

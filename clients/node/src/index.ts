@@ -301,8 +301,10 @@ class LeaseholdLock implements Lock {
   /** A grant without waiting, synced; a reply lost on its way back is released in the
    * background (the server may have granted it). */
   private async tryAs(owner: string, watchdog: boolean): Promise<Holding | null> {
+    const began = Date.now();
     try {
-      return this.held(owner, await grantTokens(this.writes, this.command(owner), this.release(owner)), watchdog);
+      const tokens = await grantTokens(this.writes, this.command(owner), this.release(owner));
+      return await this.held(owner, tokens, watchdog, began);
     } catch (error) {
       if (error instanceof LostReply) void this.releaseEventually(owner);
       throw error;
@@ -321,8 +323,9 @@ class LeaseholdLock implements Lock {
       // WAIT takes whole ms; 0 would mean "no limit".
       const waitMs = left === undefined ? 0 : Math.max(Math.ceil(left), 1);
       try {
-        const reply = await this.writes.wait(this.command(owner, waitMs), waitMs, deadline, this.release(owner));
-        return this.held(owner, tokensOf(reply), watchdog);
+        const granted = await this.writes.wait(this.command(owner, waitMs), waitMs, deadline, this.release(owner));
+        // The server replies the moment it hands the lock over: the lease began just before.
+        return await this.held(owner, tokensOf(granted.reply), watchdog, granted.answered);
       } catch (error) {
         if (isTryAgain(error)) {
           await sleep(10);
@@ -375,9 +378,17 @@ class LeaseholdLock implements Lock {
     }
   }
 
-  /** The holding a grant's tokens give, or null when it was no grant. */
-  private held(owner: string, tokens: number[] | null, watchdog: boolean): Holding | null {
-    return tokens === null ? null : new Held(this.writes, this.keys, owner, tokens, this.ttl, this.mode, watchdog);
+  /** The holding a grant's tokens give, its lease begun at `began` (ms since the epoch), or
+   * null when it was no grant. A grant acknowledged only after that lease ended is one nobody
+   * can count on (the lock may have been handed on meanwhile): it is released and rejected
+   * with {@link NotReplicatedError}. */
+  private async held(owner: string, tokens: number[] | null, watchdog: boolean, began: number): Promise<Holding | null> {
+    if (tokens === null) return null;
+    if (began + countedLease(this.ttl) <= Date.now()) {
+      await this.writes.connection.send(this.release(owner), this.keys.first);
+      throw new NotReplicatedError(0, Math.max(this.writes.connection.replicasKnown(this.keys.first), 1));
+    }
+    return new Held(this.writes, this.keys, owner, tokens, this.ttl, this.mode, watchdog, began);
   }
 }
 
@@ -399,8 +410,9 @@ class Held implements Holding {
     private readonly ttl: number,
     private mode: Mode,
     private readonly watched: boolean,
+    began: number,
   ) {
-    this.leaseEndsAt(Date.now() + ttl);
+    this.leaseEndsAt(began + countedLease(ttl));
     if (watched) this.schedule();
   }
 
@@ -421,7 +433,7 @@ class Held implements Holding {
       this.lose();
       return false;
     }
-    this.leaseEndsAt(sent + ttl);
+    this.leaseEndsAt(sent + countedLease(ttl));
     return true;
   }
 
@@ -435,8 +447,8 @@ class Held implements Holding {
     const sent = Date.now();
     const tokens = await this.counted(sent, ttl, this.acquire('reenter', ttl, this.mode, true));
     if (tokens === null) return null;
-    this.leaseEndsAt(sent + ttl);
-    return new Held(this.writes, this.keys, this.owner, tokens, ttl, this.mode, false);
+    this.leaseEndsAt(sent + countedLease(ttl));
+    return new Held(this.writes, this.keys, this.owner, tokens, ttl, this.mode, false, sent);
   }
 
   downgrade(ttl: number = this.ttl): Promise<boolean> {
@@ -456,7 +468,7 @@ class Held implements Holding {
     if (tokens === null) return false;
     this.mode = mode;
     this.tokens = tokens;
-    this.leaseEndsAt(sent + ttl);
+    this.leaseEndsAt(sent + countedLease(ttl));
     return true;
   }
 
@@ -478,7 +490,8 @@ class Held implements Holding {
     try {
       return await write;
     } catch (error) {
-      if (sent + ttl < this.leaseEnd) this.leaseEndsAt(sent + ttl);
+      const end = sent + countedLease(ttl);
+      if (end < this.leaseEnd) this.leaseEndsAt(end);
       throw error;
     }
   }
@@ -538,6 +551,14 @@ async function grantTokens(writes: Writes, command: string[], release?: string[]
     if (isTryAgain(error)) return null;
     throw error;
   }
+}
+
+/** How long a lease of `ttl` ms counts for its holder, from when it began: `ttl` less a clock
+ * drift allowance of 1% and 2 ms, the drift factor of the Redlock algorithm (the server's clock
+ * may run a little fast, and a grant handed over after a wait was made a little before its
+ * reply came). */
+function countedLease(ttl: number): number {
+  return Math.max(ttl - (ttl / 100 + 2), 0);
 }
 
 function sleep(ms: number): Promise<void> {

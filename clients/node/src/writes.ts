@@ -16,9 +16,12 @@
 import { Connection, Exhausted, Own, PoolKind } from './connection.js';
 import { DEFAULT_SYNC_TIMEOUT, INFO_REPLICATION, NotReplicatedError, SyncOptions, ackedBy, waitCommand } from './sync.js';
 
-/** A write's reply (an error reply as an `Error` value), and how far it reached the replicas. */
+/** A write's reply (an error reply as an `Error` value), when it came, and how far it reached
+ * the replicas. */
 interface Outcome {
   reply: unknown;
+  /** When the write's reply came, ms since the epoch (a wait's grant was made just before). */
+  answered: number;
   acked: number;
   wanted: number;
   /** The server's error reply to the `INFO` or `WAIT` of the sync, if any. */
@@ -68,9 +71,15 @@ export class Writes {
    * rejected with {@link Exhausted}. A grant too few replicas had is released with `release`
    * and rejected with {@link NotReplicatedError}.
    */
-  async wait(command: string[], waitMs: number, deadline: number | undefined, release: string[]): Promise<unknown> {
+  async wait(
+    command: string[],
+    waitMs: number,
+    deadline: number | undefined,
+    release: string[],
+  ): Promise<{ reply: unknown; answered: number }> {
     const [outcome] = await this.exchange('wait', this.key, [command], deadline, waitMs);
-    return this.counted(outcome, outcome.reply !== null, 'grant', release);
+    const reply = await this.counted(outcome, outcome.reply !== null, 'grant', release);
+    return { reply, answered: outcome.answered };
   }
 
   /** A renewal: the reply. One `applied` but too few replicas had in time — or that found no
@@ -126,12 +135,13 @@ export class Writes {
       const info = this.synced && fixed === undefined ? [INFO_REPLICATION] : [];
       const wait = this.synced ? [waitCommand(this.sync, known, syncMs)] : [];
       const sent = kind === 'wait' ? [...commands, ...info, ...wait] : [...info, ...commands, ...wait];
-      const replies = await own.pipeline(sent, timeout);
-      const written = replies.slice(sent.indexOf(commands[0]), sent.indexOf(commands[0]) + commands.length);
+      const { replies, arrived } = await own.pipeline(sent, timeout);
+      const first = sent.indexOf(commands[0]);
+      const written = replies.slice(first, first + commands.length);
       if (commands.length === 1 && written[0] instanceof Error) throw written[0];
       const wrote = written.some((reply) => reply !== null && !(reply instanceof Error));
       const synced = this.synced ? await this.replicated(own, replies, sent, known, syncMs, wrote) : { acked: 0, wanted: 0 };
-      return written.map((reply) => ({ reply, ...synced }));
+      return written.map((reply, at) => ({ reply, answered: arrived[first + at], ...synced }));
     });
   }
 
@@ -145,7 +155,7 @@ export class Writes {
     known: number,
     syncMs: number,
     wrote: boolean,
-  ): Promise<Omit<Outcome, 'reply'>> {
+  ): Promise<Omit<Outcome, 'reply' | 'answered'>> {
     const refused = replies.find((reply, at) => reply instanceof Error && (sent[at] === INFO_REPLICATION || at === sent.length - 1));
     if (refused) return { acked: 0, wanted: known, refused: refused as Error };
     const info = sent.indexOf(INFO_REPLICATION);
@@ -154,7 +164,9 @@ export class Writes {
     if (wanted === undefined) return { acked: 0, wanted: Math.max(known, 1) };
     const acked = ackedBy(this.sync, replies[replies.length - 1]);
     if (!wrote || acked >= wanted || wanted <= known) return { acked, wanted };
-    const [again] = await own.pipeline([waitCommand(this.sync, wanted, syncMs)], syncMs + this.margin);
+    const {
+      replies: [again],
+    } = await own.pipeline([waitCommand(this.sync, wanted, syncMs)], syncMs + this.margin);
     if (again instanceof Error) return { acked: 0, wanted, refused: again };
     return { acked: ackedBy(this.sync, again), wanted };
   }

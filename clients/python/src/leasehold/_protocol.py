@@ -198,6 +198,14 @@ class Lease:
         self.end = end
 
 
+def counted_lease(lease_ms: int) -> float:
+    """How long a lease of ``lease_ms`` counts for its holder, in seconds from when it began:
+    the lease less a clock drift allowance of 1% and 2 ms, the drift factor of the Redlock
+    algorithm (the server's clock may run a little fast, and a grant handed over after a wait
+    was made a little before its reply came)."""
+    return max(lease_ms - lease_ms / 100 - 2, 0) / 1000
+
+
 def known_replicas(sync: Sync, learned: Learned) -> int:
     """How many replicas a write waits for before ``INFO`` is heard: the fixed count, or the one
     learned for its master so far."""
@@ -628,18 +636,29 @@ class LockBase:
         self.local.token = owner
         self.local.fencing_token = max(tokens)
         self.local.fencing_tokens = tokens
-        self.local.lease = Lease(grant.started + self._lease_ms() / 1000)
+        self.local.lease = Lease(grant.started + counted_lease(self._lease_ms()))
 
     def _counted(self, lease: Lease, started: float, lease_ms: int) -> bool:
-        """A renewal sent at ``started`` counts: the lease believed ends ``lease_ms`` after."""
-        lease.end = started + lease_ms / 1000
+        """A renewal sent at ``started`` counts: the lease believed ends ``lease_ms`` after
+        (less the drift allowance, :func:`counted_lease`)."""
+        lease.end = started + counted_lease(lease_ms)
         return True
 
     def _unsure(self, lease: Lease, started: float, lease_ms: int) -> None:
         """A renewal sent at ``started`` did not count, but the master may have made it: a
         ``lease_ms`` shorter than what was left shortened the lease there, so the lease
         believed ends no later than that either."""
-        lease.end = min(lease.end, started + lease_ms / 1000)
+        lease.end = min(lease.end, started + counted_lease(lease_ms))
+
+    def _unkept(self, write: Write) -> Optional[Exception]:
+        """Why a grant cannot be kept: too few replicas acknowledged it (or ``INFO``/``WAIT``
+        failed), or they did only after its lease ended — nobody can count on it then, the lock
+        may have been handed on meanwhile. ``None`` when it can."""
+        if write.problem is not None:
+            return write.problem
+        if write.started + counted_lease(self._lease_ms()) <= time.monotonic():
+            return NotReplicatedError(0, 1, "the grant was acknowledged only after its lease ended")
+        return None
 
     def _renewal_counts(self, write: Write, lease: Lease, lease_ms: int) -> bool:
         """What a synced renewal's replies mean: ``True`` once it counts, ``False`` when the

@@ -352,9 +352,10 @@ class Lock(LockBase):
         reply = write.outcome()
         if reply is None:
             return None
-        if write.problem is not None:
+        unkept = self._unkept(write)
+        if unkept is not None:
             await self.redis.execute_command(*self._command("RELEASE", owner))
-            raise write.problem
+            raise unkept
         return Grant(reply, write.started)
 
     async def _waited(self, owner: Any, deadline: Optional[float]) -> Write:

@@ -339,14 +339,15 @@ class Lock(LockBase):
                     return granted
 
     def _kept(self, owner: Any, write: Write) -> Optional[Grant]:
-        """The grant a write made, once synced; ``None`` when there was none. A grant too few
-        replicas acknowledged is released (owner-checked), and the reason raised."""
+        """The grant a write made, once synced; ``None`` when there was none. A grant that
+        cannot be kept (:meth:`_unkept`) is released (owner-checked), and the reason raised."""
         reply = write.outcome()
         if reply is None:
             return None
-        if write.problem is not None:
+        unkept = self._unkept(write)
+        if unkept is not None:
             self.redis.execute_command(*self._command("RELEASE", owner))
-            raise write.problem
+            raise unkept
         return Grant(reply, write.started)
 
     def _waited(self, owner: Any, deadline: Optional[float]) -> Write:
