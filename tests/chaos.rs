@@ -169,7 +169,22 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
     let grants = history.grants();
     let switches = group.switches();
     let designated = history::by_designated_masters(&grants, first_master, &switches);
-    let across = history::regressions_per_lock(designated.iter().copied()).len();
+    let regressed = history::regressions_per_lock(designated.iter().copied());
+    for (grant, highest) in regressed.iter().take(10) {
+        // None is expected: each is told in full, to find its cause.
+        let earlier: Vec<&Grant> = designated
+            .iter()
+            .filter(|earlier| earlier.lock == grant.lock && earlier.token == *highest)
+            .copied()
+            .collect();
+        eprintln!(
+            "chaos token regression: {grant:?} (master then {}) after {earlier:?}; switches \
+             {switches:?}; faults {:?}",
+            history::designated(first_master, &switches, grant.requested_us),
+            run.faults.lock().expect("faults"),
+        );
+    }
+    let across = regressed.len();
     let own = history::regressions_per_server(&grants).len();
     let split_brain = grants.len() - designated.len();
     let doubles = history::double_grants(&grants);
