@@ -41,9 +41,15 @@ pub struct Group {
     /// The port everyone reaches each server on: its proxy's.
     pub addresses: Vec<u16>,
     pub sentinels: Vec<Server>,
-    /// `(µs since the history began, new master's address)` for each `+switch-master`.
-    switches: Arc<Mutex<Vec<(u64, u16)>>>,
+    /// `(µs since the history began, new master's address, announced)` for each master the
+    /// Sentinels named: promoted (`+promoted-slave`), or announced at the end of a failover
+    /// (`+switch-master`, or the `FAILOVER` command's promotion).
+    switches: Named,
 }
+
+/// `(µs since the history began, new master's address, announced)` for each master the
+/// Sentinels named, shared with the threads that listen to them.
+type Named = Arc<Mutex<Vec<(u64, u16, bool)>>>;
 
 impl Group {
     /// Starts the servers (AOF master, RDB replica, replica with nothing) behind their proxies
@@ -123,9 +129,16 @@ impl Group {
         self.sentinels.iter().map(Server::url).collect()
     }
 
-    /// The switches so far, first announcement of each, in time order.
+    /// The masters the Sentinels named so far, each when first named (promoted, or announced),
+    /// in time order.
     pub fn switches(&self) -> Vec<(u64, u16)> {
-        let mut heard = self.switches.lock().expect("switches").clone();
+        let mut heard: Vec<(u64, u16)> = self
+            .switches
+            .lock()
+            .expect("switches")
+            .iter()
+            .map(|(at, port, _)| (*at, *port))
+            .collect();
         heard.sort_unstable();
         heard.dedup_by(|later, earlier| later.1 == earlier.1);
         heard
@@ -195,7 +208,15 @@ impl Group {
     pub fn wait_for_switch_to(&self, index: usize, within: Duration) -> bool {
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
-            if self.switches().last().map(|switch| switch.1) == Some(self.addresses[index]) {
+            let last = self
+                .switches
+                .lock()
+                .expect("switches")
+                .iter()
+                .copied()
+                .filter(|(_, _, announced)| *announced)
+                .max();
+            if last.map(|(_, port, _)| port) == Some(self.addresses[index]) {
                 return true;
             }
             thread::sleep(Duration::from_millis(20));
@@ -213,7 +234,10 @@ impl Group {
         while Instant::now() < deadline {
             if info_field(&mut con, "replication", "role").as_deref() == Some("master") {
                 let switch = (history.now_us(), self.addresses[index]);
-                self.switches.lock().expect("switches").push(switch);
+                self.switches
+                    .lock()
+                    .expect("switches")
+                    .push((switch.0, switch.1, true));
                 return true;
             }
             thread::sleep(Duration::from_millis(5));
@@ -251,25 +275,33 @@ impl Group {
     }
 }
 
-/// Records every `+switch-master` that `sentinel` announces, on `history`'s clock.
-fn watch_switches(
-    sentinel: &Server,
-    history: &Arc<History>,
-    switches: &Arc<Mutex<Vec<(u64, u16)>>>,
-) {
+/// Records every master that `sentinel` names, on `history`'s clock: a replica it promoted
+/// (`+promoted-slave`, when the promotion is made) and the master it switched to at the end of
+/// a failover (`+switch-master`, some time later). The promotion is what counts: from then on
+/// an old master still granting is a split brain, though Sentinel announces the switch only
+/// once it reconfigured the other replicas.
+fn watch_switches(sentinel: &Server, history: &Arc<History>, switches: &Named) {
     let mut con = sentinel.client();
     let (history, switches) = (Arc::clone(history), Arc::clone(switches));
     thread::spawn(move || {
         let mut pubsub = con.as_pubsub();
-        if pubsub.subscribe("+switch-master").is_err() {
+        if pubsub
+            .subscribe(&["+switch-master", "+promoted-slave"])
+            .is_err()
+        {
             return;
         }
-        // "<name> <old-ip> <old-port> <new-ip> <new-port>"; the thread ends with the Sentinel.
+        // `+switch-master`: "<name> <old-ip> <old-port> <new-ip> <new-port>"; `+promoted-slave`:
+        // "slave <ip>:<port> <ip> <port> @ <name> <master-ip> <master-port>". The thread ends
+        // with the Sentinel.
         while let Ok(message) = pubsub.get_message() {
             let heard_at = history.now_us();
             let payload: String = message.get_payload().unwrap_or_default();
-            if let Some(port) = payload.split(' ').nth(4).and_then(|p| p.parse().ok()) {
-                switches.lock().expect("switches").push((heard_at, port));
+            let announced = message.get_channel_name() == "+switch-master";
+            let field = if announced { 4 } else { 3 };
+            if let Some(port) = payload.split(' ').nth(field).and_then(|p| p.parse().ok()) {
+                let named = (heard_at, port, announced);
+                switches.lock().expect("switches").push(named);
             }
         }
     });
