@@ -86,15 +86,7 @@ async fn a_wait_cancelled_in_flight_closes_its_connection() {
     assert!(waiting.await.is_err(), "cancelled");
     // The server saw the connection close: its waiter left the queue.
     queued(&mut con, "k", 0);
-    let short = Duration::from_millis(100);
-    assert!(
-        lock.acquire_timeout(TTL, short)
-            .await
-            .expect("wait")
-            .is_none()
-    );
-    let opened = accepted(&mut con) - before;
-    assert_eq!(opened, 2, "the next wait needed a connection of its own");
+    next_wait_dials_anew(&lock, &mut con, before).await;
     assert!(held.release().await.expect("release"));
 }
 
@@ -118,6 +110,13 @@ async fn a_wait_whose_reply_timed_out_is_not_reused() {
     server.signal("CONT");
     let outcome = waiting.await.expect("task").expect("recovered");
     assert!(outcome.is_none(), "still held by the first holder");
+    next_wait_dials_anew(&lock, &mut con, before).await;
+    assert!(held.release().await.expect("release"));
+}
+
+/// The wait after one whose reply was lost (the lock still held) needs a connection of its
+/// own: the lost one's was closed, not lent again — two in all since `before`.
+async fn next_wait_dials_anew(lock: &Lock, con: &mut redis::Connection, before: u64) {
     let short = Duration::from_millis(100);
     assert!(
         lock.acquire_timeout(TTL, short)
@@ -125,9 +124,11 @@ async fn a_wait_whose_reply_timed_out_is_not_reused() {
             .expect("wait")
             .is_none()
     );
-    let opened = accepted(&mut con) - before;
-    assert_eq!(opened, 2, "the timed-out connection was not lent again");
-    assert!(held.release().await.expect("release"));
+    assert_eq!(
+        accepted(con) - before,
+        2,
+        "the lost reply's connection was not reused"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
