@@ -54,17 +54,18 @@ export declare const INFO_REPLICATION: string[];
 export declare function waitCommand(sync: SyncOptions, replicas: number, timeoutMs: number): string[];
 /** How many replicas a `WAIT` / `WAITAOF` reply says have the writes. */
 export declare function ackedBy(sync: SyncOptions, reply: unknown): number;
-/** What one master said of its replicas: the most it reported online under its current
- * replication ID. */
+/** What the masters of one place (a server, or a cluster master) said of their replicas: the
+ * most any reported online, never lowered — an old master still taking writes after a
+ * failover may keep a replica Sentinel has not moved yet, and a master back without its data
+ * has none at first. After a failover, writes on the new master are not synced until it has as
+ * many replicas as before (until the old master rejoins as a replica). */
 export declare class Learned {
-    private replicationId;
-    private replicas;
-    /** The most replicas any master of this client had. */
+    /** The most replicas any master here had. */
     private most;
     /** Replication IDs of masters that were replaced: a promoted replica reports its old
      * master's as `master_replid2`. */
     private readonly replaced;
-    /** The count so far (0 before the master was first heard). */
+    /** The count so far (0 before a master was first heard). */
     get count(): number;
     /** Takes note of `INFO replication` and returns the count to wait for; `undefined` for a
      * master this client saw replaced — an old master still taking writes after a failover (a

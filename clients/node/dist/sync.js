@@ -49,19 +49,20 @@ export function ackedBy(sync, reply) {
     }
     return Number(reply);
 }
-/** What one master said of its replicas: the most it reported online under its current
- * replication ID. */
+/** What the masters of one place (a server, or a cluster master) said of their replicas: the
+ * most any reported online, never lowered — an old master still taking writes after a
+ * failover may keep a replica Sentinel has not moved yet, and a master back without its data
+ * has none at first. After a failover, writes on the new master are not synced until it has as
+ * many replicas as before (until the old master rejoins as a replica). */
 export class Learned {
-    replicationId;
-    replicas = 0;
-    /** The most replicas any master of this client had. */
+    /** The most replicas any master here had. */
     most = 0;
     /** Replication IDs of masters that were replaced: a promoted replica reports its old
      * master's as `master_replid2`. */
     replaced = new Set();
-    /** The count so far (0 before the master was first heard). */
+    /** The count so far (0 before a master was first heard). */
     get count() {
-        return this.replicas;
+        return this.most;
     }
     /** Takes note of `INFO replication` and returns the count to wait for; `undefined` for a
      * master this client saw replaced — an old master still taking writes after a failover (a
@@ -77,14 +78,7 @@ export class Learned {
         const online = field('role') === 'master'
             ? info.split(/\r?\n/).filter((line) => line.startsWith('slave') && line.includes('state=online')).length
             : 0;
-        if (replicationId !== this.replicationId) {
-            // A new master here (promoted, or the old one restarted) starts from one fewer than the
-            // most any master had: its replicas reattach only some time after a failover.
-            this.replicationId = replicationId;
-            this.replicas = Math.max(this.most - 1, 0);
-        }
-        this.replicas = Math.max(this.replicas, online);
-        this.most = Math.max(this.most, this.replicas);
-        return this.replicas;
+        this.most = Math.max(this.most, online);
+        return this.most;
     }
 }

@@ -74,20 +74,21 @@ export function ackedBy(sync: SyncOptions, reply: unknown): number {
   return Number(reply);
 }
 
-/** What one master said of its replicas: the most it reported online under its current
- * replication ID. */
+/** What the masters of one place (a server, or a cluster master) said of their replicas: the
+ * most any reported online, never lowered — an old master still taking writes after a
+ * failover may keep a replica Sentinel has not moved yet, and a master back without its data
+ * has none at first. After a failover, writes on the new master are not synced until it has as
+ * many replicas as before (until the old master rejoins as a replica). */
 export class Learned {
-  private replicationId: string | undefined;
-  private replicas = 0;
-  /** The most replicas any master of this client had. */
+  /** The most replicas any master here had. */
   private most = 0;
   /** Replication IDs of masters that were replaced: a promoted replica reports its old
    * master's as `master_replid2`. */
   private readonly replaced = new Set<string>();
 
-  /** The count so far (0 before the master was first heard). */
+  /** The count so far (0 before a master was first heard). */
   get count(): number {
-    return this.replicas;
+    return this.most;
   }
 
   /** Takes note of `INFO replication` and returns the count to wait for; `undefined` for a
@@ -102,14 +103,7 @@ export class Learned {
     const online = field('role') === 'master'
       ? info.split(/\r?\n/).filter((line) => line.startsWith('slave') && line.includes('state=online')).length
       : 0;
-    if (replicationId !== this.replicationId) {
-      // A new master here (promoted, or the old one restarted) starts from one fewer than the
-      // most any master had: its replicas reattach only some time after a failover.
-      this.replicationId = replicationId;
-      this.replicas = Math.max(this.most - 1, 0);
-    }
-    this.replicas = Math.max(this.replicas, online);
-    this.most = Math.max(this.most, this.replicas);
-    return this.replicas;
+    this.most = Math.max(this.most, online);
+    return this.most;
   }
 }

@@ -158,7 +158,7 @@ impl Client {
 
     /// Connects to another server (`redis://host:port`) as the same client, with the same pool
     /// sizes, to follow a failover to a new master: what was learned of the replicas carries
-    /// over, so the new master's grants wait for one replica fewer than the old one's, not for
+    /// over, so the new master's grants wait for as many replicas as the old one had, not for
     /// none while its replicas reattach (see [`crate::sync`]).
     ///
     /// # Errors

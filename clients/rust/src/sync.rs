@@ -8,15 +8,15 @@
 //! round trip: `INFO replication` (its replicas online) goes in the same pipeline, just before
 //! the write (for a wait in the server, just after the grant), and a `WAIT` for more replicas
 //! follows on the same connection when the count grew. A replica that attached just before the
-//! write is waited for. The count is never lowered by a drop the same master sees: in a split
-//! brain an old master loses exactly the replica that was promoted, and would otherwise count a
-//! grant as synced to the one replica about to be re-pointed elsewhere. A master is known by
-//! its replication ID, which a promotion (and a restart) changes. A new master at the same place
-//! — a replica promoted, or the old master restarted — starts from one fewer than the most any
-//! master there had (the promoted replica is no longer a replica) rather than from what it
-//! reports at once: its replicas reattach only some time after a failover, and a restarted old
-//! master that Sentinel has not yet made a replica has none, yet its grants are the ones most
-//! likely lost.
+//! write is waited for. The count is the most replicas any master of the lock had, never
+//! lowered: in a split brain an old master still taking writes may keep a replica that Sentinel
+//! has not yet moved to the new master, and would otherwise count a grant as synced to it (a
+//! ten-minute `make chaos` found exactly that while a new master waited for one replica fewer
+//! than the most); and a restarted master that lost its data has none at first, yet its grants
+//! are the ones most likely lost. The price: after a failover, writes on the new master are not
+//! synced (`NotReplicated`) until it has as many replicas as before — until the old master
+//! rejoins as a replica. A master this client saw replaced (a promoted replica reports its old
+//! master's replication ID as `master_replid2`) counts none of its writes.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -145,13 +145,11 @@ impl Default for Sync {
     }
 }
 
-/// What one master (or, in a cluster, the master of one slot) said of its replicas.
+/// What the masters at one place (one server, or the master of one slot) said of their
+/// replicas.
 #[derive(Debug, Clone, Default)]
 struct Known {
-    replication_id: String,
-    /// The most replicas online it reported since it became master.
-    replicas: u32,
-    /// The most replicas any master at this place had.
+    /// The most replicas online any master at this place reported.
     most: u32,
     /// Replication IDs of masters that were replaced: a promoted replica reports its old
     /// master's as `master_replid2`.
@@ -168,30 +166,22 @@ pub(crate) struct Learned(HashMap<Place, Known>);
 impl Learned {
     /// The count learned so far at `place` (0 before the first answer), to send with a write.
     pub(crate) fn known(&self, place: Place) -> u32 {
-        self.0.get(&place).map_or(0, |known| known.replicas)
+        self.0.get(&place).map_or(0, |known| known.most)
     }
 
     /// Takes note of what the master at `place` said (`INFO replication`), and returns the count
-    /// to wait for: the highest it reported under its current replication ID. `None` for a
-    /// master this client saw replaced — an old master still taking writes after a failover
-    /// (a split brain), whose replica count says nothing: none of its writes count.
+    /// to wait for: the most replicas any master at `place` had. `None` for a master this
+    /// client saw replaced — an old master still taking writes after a failover (a split
+    /// brain), whose replica count says nothing: none of its writes count.
     pub(crate) fn heard(&mut self, place: Place, info: &str) -> Option<u32> {
         let heard = parse(info);
-        let known = self.0.entry(place).or_insert_with(|| Known {
-            replication_id: heard.replication_id.clone(),
-            ..Known::default()
-        });
+        let known = self.0.entry(place).or_default();
         known.replaced.extend(heard.replaced);
         if known.replaced.contains(&heard.replication_id) {
             return None;
         }
-        if known.replication_id != heard.replication_id {
-            known.replication_id = heard.replication_id;
-            known.replicas = known.most.saturating_sub(1);
-        }
-        known.replicas = known.replicas.max(heard.online);
-        known.most = known.most.max(known.replicas);
-        Some(known.replicas)
+        known.most = known.most.max(heard.online);
+        Some(known.most)
     }
 }
 
@@ -260,42 +250,38 @@ mod tests {
         let mut learned = Learned::default();
         assert_eq!(learned.heard(None, &info("a", 2)), Some(2));
         let promoted = info("b", 1) + "master_replid2:a\r\n";
-        assert_eq!(learned.heard(None, &promoted), Some(1));
+        assert_eq!(learned.heard(None, &promoted), Some(2));
         assert_eq!(
             learned.heard(None, &info("a", 1)),
             None,
             "the old master, back with a replica that has not moved yet"
         );
-        assert_eq!(learned.heard(None, &info("b", 1)), Some(1));
+        assert_eq!(learned.heard(None, &info("b", 2)), Some(2));
     }
 
     #[test]
-    fn a_drop_on_the_same_master_does_not_lower_it_and_a_new_master_is_learned_anew() {
+    fn the_count_is_the_most_any_master_had_and_never_lowered() {
         let mut learned = Learned::default();
+        assert_eq!(learned.known(None), 0, "nothing learned yet");
         assert_eq!(learned.heard(None, &info("a", 2)), Some(2));
         let dropped = learned.heard(None, &info("a", 1));
         assert_eq!(dropped, Some(2), "the same master lost one");
         assert_eq!(learned.known(None), 2);
-        let promoted = learned.heard(None, &info("b", 0));
+        let promoted = learned.heard(None, &info("b", 1));
         assert_eq!(
             promoted,
-            Some(1),
-            "a new master: one fewer than the most before"
-        );
-        assert_eq!(
-            learned.heard(None, &info("b", 2)),
             Some(2),
-            "its replicas came back"
+            "a new master: as many as the most before"
         );
-        let cluster = learned.heard(Slot::new(7), &info("c", 0));
+        let restarted = learned.heard(None, &info("c", 0));
+        assert_eq!(
+            restarted,
+            Some(2),
+            "a master back without replicas: still 2"
+        );
+        let cluster = learned.heard(Slot::new(7), &info("d", 0));
         assert_eq!(cluster, Some(0), "per slot in a cluster");
-        let again = learned.heard(None, &info("b", 0));
-        assert_eq!(again, Some(2), "asked again: still not lowered");
-        assert_eq!(learned.heard(None, &info("d", 0)), Some(1));
-        let worn = learned.heard(None, &info("e", 0));
-        assert_eq!(worn, Some(1), "new masters do not wear it down");
         let lone = Learned::default().heard(None, &info("f", 0));
         assert_eq!(lone, Some(0), "a lone server");
-        assert_eq!(Learned::default().known(None), 0, "nothing learned yet");
     }
 }

@@ -130,7 +130,7 @@ async fn a_grant_the_replica_does_not_get_is_released_and_reported() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_replica_the_same_master_lost_still_counts_and_a_new_master_is_learned_anew() {
+async fn a_replica_a_master_lost_still_counts_even_for_a_new_master() {
     let (mut master, replica) = pair();
     let client = client(&master).await;
     let lock = learned_one_replica(&client).await;
@@ -151,18 +151,24 @@ async fn a_replica_the_same_master_lost_still_counts_and_a_new_master_is_learned
         exactly.try_acquire(TTL).await.expect("acquire").is_some(),
         "set to 0"
     );
-    // A restarted master has a new replication ID and no replicas: learned anew.
+    // A restarted master (a new replication ID) with no replica waits for as many as the
+    // master before had, until one attaches.
     master.kill();
     master.restart();
-    let mut granted = None;
+    let mut refused = None;
     for _ in 0..50 {
-        if let Ok(Some(guard)) = lock.try_acquire(TTL).await {
-            granted = Some(guard);
-            break;
+        match lock.try_acquire(TTL).await {
+            Err(Error::NotReplicated { acked, wanted }) => {
+                refused = Some((acked, wanted));
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(granted.is_some(), "a new master with no replicas");
+    assert_eq!(refused, Some((0, 1)), "a new master without its replica");
+    replica.replicate(&master);
+    let granted = lock.try_acquire(TTL).await.expect("acquire");
+    assert!(granted.is_some(), "synced once a replica attached");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -58,12 +58,14 @@ class Sync:
     ``replicas=None`` (the default) waits for every replica the lock's master has online,
     learned from the ``INFO replication`` in that same pipeline (a ``WAIT`` for more follows
     on the same connection when it tells of more than were known), so a replica that attached
-    just before the grant is waited for. The count is never lowered for the same master (known
-    by its replication ID, which a promotion changes): in a split brain an old master loses
-    exactly the replica that was promoted, and must not count a grant as synced to the one
-    left. A new master behind the same client — promoted, or the old one restarted — starts
-    from one fewer than the most any master had rather than from what it reports at once (its
-    replicas reattach some time later). A lone server waits for nothing.
+    just before the grant is waited for. The count is the most replicas any master of the lock
+    had, never lowered: in a split brain an old master still taking writes may keep a replica
+    Sentinel has not moved yet, and must not count a grant as synced to it; a master back
+    without its data has none at first, yet its grants are the ones most likely lost. So after
+    a failover, writes on the new master are not synced until it has as many replicas as
+    before (until the old master rejoins as a replica). A master this client saw replaced (a
+    promoted replica reports its old master's replication ID as ``master_replid2``) counts
+    none of its writes. A lone server waits for nothing.
 
     ``replicas=n`` waits for exactly ``n``. **Not safe when the master has more than ``n``
     replicas**: a failover may promote a replica that did not acknowledge — a ten-minute ``make
@@ -130,14 +132,15 @@ class NotReplicatedError(LockError):
 
 
 class Learned:
-    """How many replicas one master has: the most it reported online under its current
-    replication ID (see :class:`Sync`)."""
+    """How many replicas the masters of one place (a server, or a cluster master) had: the most
+    any reported online, never lowered — an old master still taking writes after a failover may
+    keep a replica Sentinel has not moved yet, and a master back without its data has none at
+    first. After a failover, writes on the new master are not synced until it has as many
+    replicas as before (until the old master rejoins as a replica). See :class:`Sync`."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._replication_id: Optional[str] = None
-        self._replicas = 0
-        self._most = 0  # the most replicas any master here had
+        self._most = 0
         # Replication IDs of masters that were replaced: a promoted replica reports its old
         # master's as master_replid2.
         self._replaced: set = set()
@@ -145,7 +148,7 @@ class Learned:
     def known(self) -> int:
         """The count learned so far (0 before anything was heard)."""
         with self._lock:
-            return self._replicas
+            return self._most
 
     def heard(self, info: Any) -> Optional[int]:
         """Takes note of an ``INFO replication`` reply (its text) and returns the count;
@@ -162,13 +165,8 @@ class Learned:
                 self._replaced.add(previous.group(1))
             if replication_id in self._replaced:
                 return None
-            if replication_id != self._replication_id:
-                # A new master here starts from one fewer than the most (see Sync).
-                self._replication_id = replication_id
-                self._replicas = max(self._most - 1, 0)
-            self._replicas = max(self._replicas, online)
-            self._most = max(self._most, self._replicas)
-            return self._replicas
+            self._most = max(self._most, online)
+            return self._most
 
 
 #: In ``INFO replication``: the server is a master; its replication ID; the one of the master
