@@ -53,7 +53,8 @@ export function ackedBy(sync, reply) {
  * most any reported online, never lowered — an old master still taking writes after a
  * failover may keep a replica Sentinel has not moved yet, and a master back without its data
  * has none at first. After a failover, writes on the new master are not synced until it has as
- * many replicas as before (until the old master rejoins as a replica). */
+ * many replicas as before (until the old master rejoins as a replica); a replica removed for
+ * good keeps counting: set `replicas`, or make a new client. */
 export class Learned {
     /** The most replicas any master here had. */
     most = 0;

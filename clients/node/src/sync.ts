@@ -21,8 +21,9 @@ export interface SyncOptions {
    *
    * Fewer than the master has is not safe: a failover may promote a replica that did not
    * acknowledge, which then grants the lock again. A ten-minute `make chaos` run (888e1d5) found
-   * 0 double grants among grants synced to every replica, and 16 among grants synced to one,
-   * all after `SENTINEL FAILOVER` with two replicas.
+   * 16 double grants among grants synced to one of two replicas, all after `SENTINEL
+   * FAILOVER`; three on 239b3f1 found 0 among grants synced to every replica (and 0 among
+   * those synced to one: Sentinel's choice of replica decides).
    */
   replicas?: number;
   /** How long to wait for them, ms (default 1 000: a replica that is up acknowledges within a
@@ -78,7 +79,8 @@ export function ackedBy(sync: SyncOptions, reply: unknown): number {
  * most any reported online, never lowered — an old master still taking writes after a
  * failover may keep a replica Sentinel has not moved yet, and a master back without its data
  * has none at first. After a failover, writes on the new master are not synced until it has as
- * many replicas as before (until the old master rejoins as a replica). */
+ * many replicas as before (until the old master rejoins as a replica); a replica removed for
+ * good keeps counting: set `replicas`, or make a new client. */
 export class Learned {
   /** The most replicas any master here had. */
   private most = 0;
