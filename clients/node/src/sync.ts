@@ -22,8 +22,7 @@ export interface SyncOptions {
    * Fewer than the master has is not safe: a failover may promote a replica that did not
    * acknowledge, which then grants the lock again. A ten-minute `make chaos` run (888e1d5) found
    * 16 double grants among grants synced to one of two replicas, all after `SENTINEL
-   * FAILOVER`; three on 239b3f1 found 0 among grants synced to every replica (and 0 among
-   * those synced to one: Sentinel's choice of replica decides).
+   * FAILOVER` (later runs: docs/guarantees.md).
    */
   replicas?: number;
   /** How long to wait for them, ms (default 1 000: a replica that is up acknowledges within a

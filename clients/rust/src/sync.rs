@@ -71,8 +71,7 @@ impl Sync {
     /// **Fewer than the master has is not safe**: a failover may promote a replica that did
     /// not acknowledge the grant, and the new master grants the lock again. A ten-minute
     /// `make chaos` run (commit 888e1d5) found 16 double grants among grants synced to one of
-    /// two replicas (all after `SENTINEL FAILOVER`); three on 239b3f1 found 0 among grants
-    /// synced to every replica (and 0 among those synced to one: Sentinel's choice decides). Use it
+    /// two replicas, all after `SENTINEL FAILOVER` (later runs: docs/guarantees.md). Use it
     /// to pin the count for a master whose replicas you know, or with 0 ([`Sync::off`]).
     #[must_use]
     pub const fn exactly(replicas: u32) -> Self {

@@ -70,8 +70,7 @@ class Sync:
     ``replicas=n`` waits for exactly ``n``. **Not safe when the master has more than ``n``
     replicas**: a failover may promote a replica that did not acknowledge — a ten-minute ``make
     chaos`` run (888e1d5, two replicas) found 16 double grants among grants synced to one
-    replica, all after ``SENTINEL FAILOVER``; three on 239b3f1 found 0 among grants synced to
-    every replica (and 0 among those synced to one: Sentinel's choice of replica decides).
+    replica, all after ``SENTINEL FAILOVER`` (later runs: docs/guarantees.md).
     ``replicas=0`` (:data:`SYNC_OFF`) turns syncing off: grants and renewals go on the
     client's own connection and count at once.
 
