@@ -1,11 +1,12 @@
 //! A Sentinel-managed group on loopback: a master and two replicas with the module, watched
-//! by three Sentinels, and the record of every `+switch-master` they announce.
+//! by three Sentinels, and the record of every master they promote or announce.
 //!
 //! Everyone — Sentinels, replicas, clients — reaches a data server through a TCP proxy of its
 //! own (the server announces the proxy's port with `replica-announce-port`), so cutting the
 //! proxy cuts the server off from all of them, as a network partition would, while it keeps
 //! running.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -42,8 +43,8 @@ pub struct Group {
     pub addresses: Vec<u16>,
     pub sentinels: Vec<Server>,
     /// `(µs since the history began, new master's address, announced)` for each master the
-    /// Sentinels named: promoted (`+promoted-slave`), or announced at the end of a failover
-    /// (`+switch-master`, or the `FAILOVER` command's promotion).
+    /// Sentinels named: promoted (timed when they sent it `REPLICAOF NO ONE`), or announced at
+    /// the end of a failover (`+switch-master`, or the `FAILOVER` command's promotion).
     switches: Named,
 }
 
@@ -276,33 +277,52 @@ impl Group {
 }
 
 /// Records every master that `sentinel` names, on `history`'s clock: a replica it promoted
-/// (`+promoted-slave`, when the promotion is made) and the master it switched to at the end of
-/// a failover (`+switch-master`, some time later). The promotion is what counts: from then on
-/// an old master still granting is a split brain, though Sentinel announces the switch only
-/// once it reconfigured the other replicas.
+/// and the master it switched to at the end of a failover (`+switch-master`, some time later).
+/// The promotion is what counts: from then on an old master still granting is a split brain,
+/// though Sentinel announces the switch only once it reconfigured the other replicas. It is
+/// timed when Sentinel sends the replica `REPLICAOF NO ONE`
+/// (`+failover-state-send-slaveof-noone`), and recorded once Sentinel sees it done
+/// (`+promoted-slave`, on its next `INFO` of the replica, up to a second later — in which the
+/// new master already grants, and an old master back at once with its own configuration may
+/// too).
 fn watch_switches(sentinel: &Server, history: &Arc<History>, switches: &Named) {
+    const SENT: &str = "+failover-state-send-slaveof-noone";
     let mut con = sentinel.client();
     let (history, switches) = (Arc::clone(history), Arc::clone(switches));
     thread::spawn(move || {
         let mut pubsub = con.as_pubsub();
         if pubsub
-            .subscribe(&["+switch-master", "+promoted-slave"])
+            .subscribe(&["+switch-master", "+promoted-slave", SENT])
             .is_err()
         {
             return;
         }
-        // `+switch-master`: "<name> <old-ip> <old-port> <new-ip> <new-port>"; `+promoted-slave`:
+        // `+switch-master`: "<name> <old-ip> <old-port> <new-ip> <new-port>"; the other two:
         // "slave <ip>:<port> <ip> <port> @ <name> <master-ip> <master-port>". The thread ends
         // with the Sentinel.
+        let mut sent_at: HashMap<u16, u64> = HashMap::new();
         while let Ok(message) = pubsub.get_message() {
             let heard_at = history.now_us();
             let payload: String = message.get_payload().unwrap_or_default();
-            let announced = message.get_channel_name() == "+switch-master";
+            let channel = message.get_channel_name();
+            let announced = channel == "+switch-master";
             let field = if announced { 4 } else { 3 };
-            if let Some(port) = payload.split(' ').nth(field).and_then(|p| p.parse().ok()) {
-                let named = (heard_at, port, announced);
-                switches.lock().expect("switches").push(named);
+            let Some(port) = payload.split(' ').nth(field).and_then(|p| p.parse().ok()) else {
+                continue;
+            };
+            if channel == SENT {
+                sent_at.insert(port, heard_at);
+                continue;
             }
+            let at = if announced {
+                heard_at
+            } else {
+                sent_at.remove(&port).unwrap_or(heard_at)
+            };
+            switches
+                .lock()
+                .expect("switches")
+                .push((at, port, announced));
         }
     });
 }
