@@ -34,7 +34,17 @@ impl LinkProxy {
     /// A proxy on 127.0.0.1:`port` (0: a free one) to 127.0.0.1:`target`; the same port again
     /// brings back a link that was cut.
     pub fn at(port: u16, target: u16) -> Self {
-        let listener = TcpListener::bind(("127.0.0.1", port)).expect("proxy port");
+        Self::on(Self::listen(port), target)
+    }
+
+    /// Binds 127.0.0.1:`port` (0: a free one) for a proxy that [`LinkProxy::on`] starts later:
+    /// the port is held from now on, so nothing else takes it in between.
+    pub fn listen(port: u16) -> TcpListener {
+        TcpListener::bind(("127.0.0.1", port)).expect("proxy port")
+    }
+
+    /// A proxy on `listener` (from [`LinkProxy::listen`]) to 127.0.0.1:`target`.
+    pub fn on(listener: TcpListener, target: u16) -> Self {
         let port = listener.local_addr().expect("proxy address").port();
         let state = Arc::new(State {
             cut: AtomicBool::new(false),

@@ -7,13 +7,14 @@
 //! running.
 
 use std::collections::HashMap;
+use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use super::history::History;
 use super::proxy::LinkProxy;
-use super::{Server, call, free_port, info_field, wait_until};
+use super::{Server, call, info_field, wait_until};
 
 /// The name the Sentinels monitor the master under.
 pub const MASTER_NAME: &str = "leasehold";
@@ -64,7 +65,14 @@ impl Group {
     /// (`["restart-delay-ms", "1000"]`).
     pub fn with_module_args(history: &Arc<History>, module_args: &[&str]) -> Self {
         let persistence = vec![Persistence::Aof, Persistence::Rdb, Persistence::Nothing];
-        let addresses: Vec<u16> = persistence.iter().map(|_| free_port()).collect();
+        // The proxies' ports are bound before the servers start, so that no server or
+        // connection takes one of them before its proxy does.
+        let listeners: Vec<TcpListener> =
+            persistence.iter().map(|_| LinkProxy::listen(0)).collect();
+        let addresses: Vec<u16> = listeners
+            .iter()
+            .map(|listener| listener.local_addr().expect("proxy address").port())
+            .collect();
         let servers: Vec<Server> = persistence
             .iter()
             .zip(&addresses)
@@ -86,8 +94,8 @@ impl Group {
             .collect();
         let proxies: Vec<LinkProxy> = servers
             .iter()
-            .zip(&addresses)
-            .map(|(server, address)| LinkProxy::at(*address, server.port))
+            .zip(listeners)
+            .map(|(server, listener)| LinkProxy::on(listener, server.port))
             .collect();
         for replica in &servers[1..] {
             replica.replicate_through(addresses[0]);
