@@ -1,6 +1,6 @@
 """What syncing grants to the replicas costs the Python client, on a master with one replica,
-with grants synced (the default: ``INFO replication`` + the grant + ``WAIT 1`` in one round
-trip on a pooled connection, concurrent grants sharing it) and not (``SYNC_OFF``):
+with grants synced (the default: the grant + ``LOCK.INSYNC`` + ``WAIT 1`` + ``LOCK.INSYNC`` in
+one round trip on a pooled connection, concurrent grants sharing it) and not (``SYNC_OFF``):
 
 - ``acquire+release``: one thread loops ``leasehold.Lock`` ``acquire(blocking=False)`` →
   ``release()`` for 3 s; the latency of acquire + release;

@@ -1,141 +1,202 @@
-"""The pipeline that syncs writes and the replica count it learns, without a server: what is
-sent in which order, what the replies mean, and when a second ``WAIT`` follows."""
+"""The pipeline that syncs writes, without a server: what is sent in which order, what the
+replies mean — when a write counts, and why not — and when one more ``WAIT`` follows."""
 
 import time
 
 import pytest
 
 import leasehold
-from leasehold._protocol import Learned, Pipeline, Write
+from leasehold._protocol import InSync, Pipeline, Seen, Write
 
 ACQUIRE = ["LOCK.ACQUIRE", "k", "owner", 10_000]
+INSYNC = ["LOCK.INSYNC"]
+REPLID = "a" * 40
+NONE = "0" * 40
 
 
-def info(online: int, replid: str = "a" * 40, role: str = "master") -> bytes:
-    replicas = "".join(f"slave{n}:ip=127.0.0.1,port={7000 + n},state=online,offset=1,lag=0\r\n"
-                       for n in range(online))
-    lagging = "slave9:ip=127.0.0.1,port=7009,state=wait_bgsave,offset=0,lag=0\r\n"
-    return (f"# Replication\r\nrole:{role}\r\nconnected_slaves:{online + 1}\r\n{replicas}{lagging}"
-            f"master_failover_state:no-failover\r\nmaster_replid:{replid}\r\n"
-            f"master_replid2:{'0' * 40}\r\n").encode()
+def insync(offset=100, acked=100, members=1, required=1, replid=REPLID, replid2=NONE) -> list:
+    """A ``LOCK.INSYNC`` reply, as redis-py reads it without ``decode_responses``."""
+    return [offset, acked, members, required, replid.encode(), replid2.encode()]
 
 
 def granted(reply) -> bool:
     return reply is not None and not isinstance(reply, Exception)
 
 
-def pipeline(learned, sync=leasehold.Sync(), **kwargs) -> Pipeline:
-    return Pipeline([Write(ACQUIRE, granted)], sync=sync, learned=learned, **kwargs)
+def pipeline(seen, sync=leasehold.Sync(), **kwargs) -> Pipeline:
+    return Pipeline([Write(ACQUIRE, granted)], sync=sync, seen=seen, **kwargs)
 
 
-def test_a_first_grant_asks_the_count_and_waits_for_it_on_the_same_connection():
-    learned = Learned()
+def synced(pipeline, write_reply, before, waited, after, at=None):
+    """``pipeline`` given its replies (the write's, ``LOCK.INSYNC``, ``WAIT``, ``LOCK.INSYNC``)."""
+    at = time.monotonic() if at is None else at
+    pipeline.take([(write_reply, at), (before, at), (waited, at), (after, at)])
+    return pipeline
+
+
+def test_a_grant_sends_insync_wait_insync_behind_it_and_counts_once_every_member_acked():
+    seen = Seen()
     before = time.monotonic()
-    first = pipeline(learned)
-    assert first.commands() == [["INFO", "replication"], ACQUIRE], "no WAIT 0"
-    first.take([(info(2), 1.1), (1234, 1.2)])
+    first = pipeline(seen)
+    assert first.commands() == [ACQUIRE, INSYNC, ["WAIT", 0, 1000], INSYNC], "h: none seen yet"
+    assert first.within() == 1.0 + 1.0 + 2.0 + 1.0
+    synced(first, 1234, insync(offset=100, acked=90, members=2), 0, insync(offset=100, acked=90, members=2))
     write = first.writes[0]
-    assert first.wanted == 2 and before <= write.started <= time.monotonic(), "from when sent"
-    assert first.again() == (["WAIT", 2, 1000], 2.0)
-    first.take_again(1)
+    assert before <= write.started <= time.monotonic(), "the lease counts from when it was sent"
+    commands, within = first.again()
+    assert commands[0][:2] == ["WAIT", 2] and 900 <= commands[0][2] <= 1000 and commands[1] == INSYNC
+    assert 2.9 <= within <= 3.0
+    first.take_again([(2, 1.0), (insync(offset=120, acked=110, members=2), 1.0)])
     first.settle()
-    assert write.outcome() == 1234
-    assert isinstance(write.problem, leasehold.NotReplicatedError)
+    assert write.outcome() == 1234 and write.problem is None, "acked 110 covers offset 100"
 
-    known = pipeline(learned)
-    assert known.commands() == [["INFO", "replication"], ACQUIRE, ["WAIT", 2, 1000]]
-    known.take([(info(2), 2.1), (1235, 2.2), (2, 2.3)])
-    known.settle()
-    assert known.again() is None and known.writes[0].problem is None
+    assert pipeline(seen).commands()[2] == ["WAIT", 2, 1000], "h: the members last seen"
 
 
-def test_writes_with_one_sync_share_one_info_and_one_wait_and_each_gets_its_own_reply():
-    learned = Learned()
-    learned.heard(info(1))
+def test_a_write_counts_only_when_the_members_acked_the_offset_before_the_wait():
+    late = synced(pipeline(Seen()), 77, insync(offset=100), 1, insync(offset=130, acked=99))
+    assert late.again() is None, "the WAIT counted every member: waiting more would not help"
+    late.settle()
+    problem = late.writes[0].problem
+    assert isinstance(problem, leasehold.NotReplicatedError) and (problem.acked, problem.wanted) == (1, 1)
+    assert str(problem) == "not every in-sync replica acknowledged within 1000 ms"
+    on_time = synced(pipeline(Seen()), 77, insync(offset=100), 1, insync(offset=130, acked=100))
+    on_time.settle()
+    assert on_time.writes[0].problem is None
+
+
+def test_fewer_members_than_required_refuse_the_write_naming_the_setting():
+    short = synced(pipeline(Seen()), 77, insync(members=1, required=2), 1,
+                   insync(acked=100, members=1, required=2))
+    assert short.again() is None, "waiting does not add members"
+    short.settle()
+    problem = short.writes[0].problem
+    assert str(problem) == "the master has 1 in-sync replicas, fewer than lock.min-insync-replicas (2)"
+    assert (problem.acked, problem.wanted) == (1, 2)
+
+
+def test_a_lone_server_requires_no_replica_and_an_empty_set_counts():
+    lone = synced(pipeline(Seen()), 77, insync(members=0, required=0), 0, insync(members=0, required=0))
+    lone.settle()
+    assert lone.writes[0].problem is None
+    dropped = synced(pipeline(Seen()), 77, insync(members=0), 0, insync(members=0))
+    dropped.settle()
+    assert "lock.min-insync-replicas (1)" in str(dropped.writes[0].problem), "a master that had some"
+
+
+def test_the_hint_follows_the_set_up_and_down():
+    seen = Seen()
+    synced(pipeline(seen), 77, insync(members=2), 2, insync(members=2))
+    assert seen.hint() == 2
+    synced(pipeline(seen), 77, insync(members=2), 1, insync(members=1))
+    assert seen.hint() == 1, "a member dropped: the next WAIT waits for one"
+    assert pipeline(seen).commands()[2] == ["WAIT", 1, 1000]
+
+
+def test_one_more_wait_only_with_time_left_for_a_write_applied():
+    stale = synced(pipeline(Seen()), 77, insync(members=2), 0, insync(acked=0, members=2),
+                   at=time.monotonic() - 1.0)
+    assert stale.again() is None, "the sync timeout, counted from the first LOCK.INSYNC, ran out"
+    busy = synced(pipeline(Seen()), None, insync(members=2), 0, insync(acked=0, members=2))
+    assert busy.again() is None and busy.writes[0].outcome() is None, "nothing to sync"
+    refused = synced(pipeline(Seen()), leasehold.LockError("TRYAGAIN"), insync(members=2), 0,
+                     insync(acked=0, members=2))
+    assert refused.again() is None
+    with pytest.raises(leasehold.LockError):
+        refused.writes[0].outcome()
+    short = synced(pipeline(Seen()), 77, insync(members=2), 1, insync(acked=0, members=2))
+    assert short.again()[0][0][:2] == ["WAIT", 2], "WAIT 1 counted fewer than the two members"
+    short.take_again([(1, 1.0), (insync(acked=0, members=2), 1.0)])
+    short.settle()
+    assert "not every in-sync replica acknowledged" in str(short.writes[0].problem)
+
+
+def test_writes_with_one_sync_share_one_round_trip_and_each_gets_its_own_reply():
     renew = ["LOCK.RENEW", "k3", "owner", 10_000]
     writes = [Write(ACQUIRE, granted), Write(["LOCK.ACQUIRE", "k2", "o", 10_000], granted),
               Write(renew, lambda reply: reply == 1)]
-    batch = Pipeline(writes, sync=leasehold.Sync(), learned=learned)
-    assert batch.commands() == [["INFO", "replication"], ACQUIRE, writes[1].command, renew,
-                                ["WAIT", 1, 1000]]
-    assert batch.within() == 1.0 + 1.0 + 2.0, "the writes count as one command"
-    batch.take([(info(2), 1.1), (77, 1.2), (None, 1.3), (leasehold.LockError("WRONGTYPE"), 1.4),
-                (1, 1.5)])
-    assert batch.again() == (["WAIT", 2, 1000], 2.0), "a write was applied: wait for the new one"
-    batch.take_again(2)
+    seen = Seen()
+    seen.heard(InSync.of(insync(members=1)))
+    batch = Pipeline(writes, sync=leasehold.Sync(), seen=seen)
+    assert batch.commands() == [ACQUIRE, writes[1].command, renew, INSYNC, ["WAIT", 1, 1000], INSYNC]
+    assert batch.within() == 1.0 + 1.0 + 2.0 + 1.0, "the writes count as one command"
+    now = time.monotonic()
+    batch.take([(77, now), (None, now), (leasehold.LockError("WRONGTYPE"), now), (insync(), now),
+                (1, now), (insync(offset=101), now)])
     batch.settle()
     assert writes[0].outcome() == 77 and writes[0].problem is None
     assert writes[1].outcome() is None, "busy"
     with pytest.raises(leasehold.LockError):
         writes[2].outcome()
-    busy = Pipeline([Write(ACQUIRE, granted)], sync=leasehold.Sync(), learned=learned)
-    busy.take([(info(3), 1.1), (None, 1.2), (2, 1.3)])
-    assert busy.again() is None, "nothing applied: no second WAIT"
 
 
 def test_the_wait_of_a_round_trip_ends_by_the_earliest_until_of_its_writes():
     soon = time.monotonic() + 0.25
     writes = [Write(ACQUIRE, granted), Write(ACQUIRE, granted, until=soon),
               Write(ACQUIRE, granted, until=soon + 10)]
-    learned = Learned()
-    learned.heard(info(1))
-    command = Pipeline(writes, sync=leasehold.Sync(), learned=learned).commands()[-1]
-    assert command[0] == "WAIT" and 200 <= command[2] <= 250
-    gone = Pipeline([Write(ACQUIRE, granted, until=soon - 5)], sync=leasehold.Sync(), learned=learned)
-    assert gone.commands()[-1] == ["WAIT", 1, 1], "at least a millisecond"
+    wait = Pipeline(writes, sync=leasehold.Sync(), seen=Seen()).commands()[-2]
+    assert wait[0] == "WAIT" and 200 <= wait[2] <= 250
+    gone = Pipeline([Write(ACQUIRE, granted, until=soon - 5)], sync=leasehold.Sync(), seen=Seen())
+    assert gone.commands()[-2] == ["WAIT", 0, 1], "at least a millisecond"
 
 
-def test_a_wait_sends_the_count_and_wait_behind_its_grant_and_counts_its_lease_from_the_answer():
-    learned = Learned()
-    learned.heard(info(1))
-    wait = pipeline(learned, waiting=True, wait_left=5.0)
-    assert wait.commands() == [ACQUIRE, ["INFO", "replication"], ["WAIT", 1, 1000]]
-    assert wait.within() == 5.0 + 1.0 + 1.0 + 1.0 + 1.0
-    wait.take([(77, 4.0), (info(1), 4.1), (1, 4.2)])
+def test_a_wait_in_the_server_has_the_same_tail_and_counts_its_lease_from_the_answer():
+    wait = pipeline(Seen(), waiting=True, wait_left=5.0)
+    assert wait.commands() == [ACQUIRE, INSYNC, ["WAIT", 0, 1000], INSYNC]
+    assert wait.within() == 5.0 + 1.0 + 1.0 + 2.0 + 1.0
+    wait.take([(77, 4.0), (insync(members=0, required=0), 4.1), (0, 4.2),
+               (insync(members=0, required=0), 4.3)])
     wait.settle()
     assert wait.writes[0].started == 4.0 and wait.writes[0].problem is None
-    assert pipeline(learned, waiting=True).within() is None, "a wait without a limit"
+    assert pipeline(Seen(), waiting=True).within() is None, "a wait without a limit"
 
 
-def test_asking_comes_right_before_the_write_and_a_fixed_count_asks_nothing():
-    learned = Learned()
-    asked = pipeline(learned, asking=True)
-    assert asked.commands() == [["INFO", "replication"], ["ASKING"], ACQUIRE]
-    fixed = pipeline(learned, sync=leasehold.Sync(replicas=1, timeout=0.25, aof=True))
-    assert fixed.commands() == [ACQUIRE, ["WAITAOF", 1, 1, 250]]
-    assert pipeline(learned, sync=leasehold.SYNC_OFF, waiting=True).commands() == [ACQUIRE]
+def test_asking_comes_right_before_the_write_a_fixed_count_asks_nothing_and_off_sends_the_write():
+    assert pipeline(Seen(), asking=True).commands() == [["ASKING"], ACQUIRE, INSYNC,
+                                                        ["WAIT", 0, 1000], INSYNC]
+    fixed = pipeline(Seen(), sync=leasehold.Sync(replicas=2, timeout=0.25))
+    assert fixed.commands() == [ACQUIRE, ["WAIT", 2, 250]]
+    fixed.take([(77, 1.0), (1, 1.1)])
+    assert fixed.again() is None
+    fixed.settle()
+    assert (fixed.writes[0].problem.acked, fixed.writes[0].problem.wanted) == (1, 2)
+    assert pipeline(Seen(), sync=leasehold.SYNC_OFF, waiting=True).commands() == [ACQUIRE]
 
 
-def test_a_busy_lock_or_an_error_is_not_waited_for_again():
-    busy = pipeline(Learned())
-    busy.take([(info(1), 1.1), (None, 1.2)])
-    assert busy.writes[0].outcome() is None and busy.again() is None
-    refused = pipeline(Learned())
-    refused.take([(info(1), 1.1), (leasehold.LockError("TRYAGAIN"), 1.2)])
-    with pytest.raises(leasehold.LockError):
-        refused.writes[0].outcome()
+def test_with_aof_the_master_must_have_fsynced_the_write():
+    aof = leasehold.Sync(aof=True)
+    unsynced = pipeline(Seen(), sync=aof)
+    assert unsynced.commands()[2] == ["WAITAOF", 1, 0, 1000]
+    synced(unsynced, 77, insync(), [0, 1], insync()).settle()
+    assert str(unsynced.writes[0].problem) == "the master did not fsync its AOF within 1000 ms"
+    fsynced = synced(pipeline(Seen(), sync=aof), 77, insync(), [1, 1], insync())
+    fsynced.settle()
+    assert fsynced.writes[0].problem is None
 
 
-def test_the_count_is_the_most_any_master_had_and_never_lowered():
-    learned = Learned()
-    assert learned.heard(info(2)) == 2
-    assert learned.heard(info(0)) == 2, "the same master lost a replica: still 2"
-    assert learned.heard(info(1, replid="b" * 40)) == 2, "a new master: as many as the most"
-    assert learned.heard(info(0, replid="c" * 40, role="slave")) == 2
-    assert learned.heard("role:master\r\nmaster_replid:" + "c" * 40 + "\r\n") == 2, "text too"
+def test_an_error_reply_to_insync_is_why_the_write_does_not_count():
+    replica = leasehold.LockError("ERR LOCK.INSYNC is answered by the master; this server is a replica")
+    failed = synced(pipeline(Seen()), 77, replica, 1, replica)
+    assert failed.again() is None
+    failed.settle()
+    assert failed.writes[0].problem is replica
 
 
 def test_a_master_seen_replaced_counts_no_write():
-    learned = Learned()
-    assert learned.heard(info(2)) == 2
-    promoted = info(1, replid="b" * 40).replace(b"master_replid2:" + b"0" * 40, b"master_replid2:" + b"a" * 40)
-    assert learned.heard(promoted) == 2
-    assert learned.heard(info(1)) is None, "the old master, with a replica that has not moved yet"
-    replaced = pipeline(learned)
-    replaced.take([(info(1), 1.1), (1234, 1.2), (1, 1.3)])
-    replaced.settle()
-    assert replaced.again() is None
-    assert isinstance(replaced.writes[0].problem, leasehold.NotReplicatedError)
+    seen = Seen()
+    synced(pipeline(seen), 77, insync(), 1, insync())
+    promoted = insync(replid="b" * 40, replid2=REPLID)
+    synced(pipeline(seen), 77, promoted, 1, promoted).settle()
+    old = synced(pipeline(seen), 77, insync(), 1, insync(acked=200))
+    assert old.again() is None
+    old.settle()
+    assert "replaced by a failover" in str(old.writes[0].problem), "a split brain's old master"
+    new = synced(pipeline(seen), 77, insync(replid="b" * 40, replid2=REPLID), 1,
+                 insync(replid="b" * 40, replid2=REPLID))
+    new.settle()
+    assert new.writes[0].problem is None
+    text = InSync.of([1, 1, 0, 0, "c" * 40, NONE])
+    assert text.replid == "c" * 40, "decode_responses too"
 
 
 def test_a_sync_timeout_under_a_millisecond_is_refused():

@@ -1,7 +1,8 @@
 """Group commit: the synced writes (grants made without waiting, renewals) waiting to go to one
 master, and who sends them. Whoever sends takes every write queued with the same sync settings
-— up to :data:`MOST_PER_ROUND_TRIP` — into one round trip on one sync connection: one ``INFO
-replication``, the writes, one ``WAIT`` (which covers every write before it on its connection).
+— up to :data:`MOST_PER_ROUND_TRIP` — into one round trip on one sync connection: the writes,
+then one ``LOCK.INSYNC``, ``WAIT``, ``LOCK.INSYNC`` (a ``WAIT`` covers every write before it on
+its connection).
 So concurrent writes share a round trip instead of each paying its own.
 
 At most as many callers send at once as the sync pool has connections (a sender's *place*),
@@ -19,7 +20,7 @@ from typing import Any, List, Optional
 
 from redis.exceptions import ConnectionError, RedisError, TimeoutError
 
-from ._protocol import Learned, Pipeline, Sync, Write
+from ._protocol import Pipeline, Seen, Sync, Write
 
 #: The most writes sent in one round trip.
 MOST_PER_ROUND_TRIP = 64
@@ -57,10 +58,10 @@ class Queued:
 class Outbox:
     """The synced writes queued for one master, oldest first, and its free sender places."""
 
-    def __init__(self, learned: Learned, places: int) -> None:
-        """``learned``: what was learned of the master's replicas; ``places``: how many callers
-        may send at once (the sync pool's size)."""
-        self.learned = learned
+    def __init__(self, seen: Seen, places: int) -> None:
+        """``seen``: what was seen of the master; ``places``: how many callers may send at once
+        (the sync pool's size)."""
+        self.seen = seen
         self._lock = threading.Lock()
         self._queued: List[Queued] = []
         self._places = places
@@ -109,7 +110,7 @@ class Outbox:
 
     def pipeline(self, batch: List[Queued]) -> Pipeline:
         """The round trip that carries ``batch`` (from :meth:`take`)."""
-        return Pipeline([queued.write for queued in batch], sync=batch[0].sync, learned=self.learned)
+        return Pipeline([queued.write for queued in batch], sync=batch[0].sync, seen=self.seen)
 
     def stop(self) -> None:
         """A sender stops before the queue is empty (no connection, or its round trip was

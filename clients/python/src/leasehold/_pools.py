@@ -1,10 +1,10 @@
 """The dedicated connections of the sync and asyncio lock classes: per user client, per master,
 a bounded **wait pool** (blocking acquires, which hold a connection while they wait in the
-server) and a bounded **sync pool** (grants and renewals sent with the ``WAIT`` that syncs
-them) — two, so that waiters can never starve a holder's renewal. Both are redis-py's
+server) and a bounded **sync pool** (grants and renewals sent with what syncs them) — two, so
+that waiters can never starve a holder's renewal. Both are redis-py's
 ``BlockingConnectionPool`` (``redis.asyncio``'s for the asyncio classes), made from the user's
 own connection settings; kept beside them are each master's outbox of synced writes (see
-:mod:`leasehold._outbox`) and what was learned of its replicas."""
+:mod:`leasehold._outbox`) and what was seen of it (:class:`leasehold._protocol.Seen`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from redis.exceptions import LockError
 from redis.retry import Retry
 
 from ._outbox import Outbox
-from ._protocol import Learned, is_cluster
+from ._protocol import Seen, is_cluster
 
 #: Connections in a client's wait pool, per master, unless :func:`configure_pools` says
 #: otherwise: how many blocking acquires wait in the server at once; more queue for one.
@@ -89,14 +89,13 @@ class Master(NamedTuple):
 
 class Pools:
     """What the lock classes keep beside one user client: per master, its wait pool and sync
-    pool and the outbox of its synced writes (made on first use), and what was learned of its
-    replicas."""
+    pool and the outbox of its synced writes (made on first use), and what was seen of it."""
 
     def __init__(self) -> None:
         self.sizes = {"wait": WAIT_POOL_SIZE, "sync": SYNC_POOL_SIZE}
         self._pools: Dict[Tuple[str, Optional[str]], Any] = {}
         self._outboxes: Dict[Optional[str], Outbox] = {}
-        self._learned: Dict[Optional[str], Learned] = {}
+        self._seen: Dict[Optional[str], Seen] = {}
         self._lock = threading.Lock()
 
     def resize(self, wait: int, sync: int) -> None:
@@ -120,10 +119,10 @@ class Pools:
                 self._pools[(kind, master.node)] = pool
             return pool
 
-    def learned(self, master: Master) -> Learned:
-        """What was learned of ``master``'s replicas."""
+    def seen(self, master: Master) -> Seen:
+        """What was seen of ``master``: its in-sync members last, masters replaced."""
         with self._lock:
-            return self._learned_of(master)
+            return self._seen_of(master)
 
     def outbox(self, master: Master) -> Outbox:
         """The synced writes queued for ``master``, with as many sender places as its sync pool
@@ -131,16 +130,16 @@ class Pools:
         with self._lock:
             outbox = self._outboxes.get(master.node)
             if outbox is None:
-                outbox = Outbox(self._learned_of(master), self.sizes["sync"])
+                outbox = Outbox(self._seen_of(master), self.sizes["sync"])
                 self._outboxes[master.node] = outbox
             return outbox
 
-    def _learned_of(self, master: Master) -> Learned:
-        return self._learned.setdefault(master.node, Learned())
+    def _seen_of(self, master: Master) -> Seen:
+        return self._seen.setdefault(master.node, Seen())
 
     def drain(self) -> List[Any]:
         """Forgets the pools and outboxes made so far (the next lock makes new ones, what was
-        learned of the replicas stays) and returns the pools, to be disconnected."""
+        seen of the masters stays) and returns the pools, to be disconnected."""
         with self._lock:
             pools = list(self._pools.values())
             self._pools.clear()

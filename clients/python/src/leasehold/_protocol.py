@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import re
 import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from redis.exceptions import LockError
 
@@ -45,44 +44,47 @@ def to_ms(seconds: Number, what: str = "timeout") -> int:
 
 @dataclass(frozen=True)
 class Sync:
-    """Whether and how grants and renewals reach the replicas before they count. A grant made
-    without waiting, or a renewal, goes on a connection of the client's sync pool as one plain
-    pipeline — ``INFO replication``; the write; ``WAIT replicas timeout`` (``WAITAOF 1
-    replicas timeout`` with ``aof``) — and a blocking acquire on one of its wait pool as the
-    write; ``INFO replication``; ``WAIT``, run by the server once the wait is answered: one
-    round trip (see :func:`leasehold.configure_pools`). Grants and renewals with the same
-    ``Sync`` that wait for a sync connection at the same time, to the same master, share one
-    such pipeline — one ``INFO``, up to 64 writes, one ``WAIT`` — each getting its own reply
-    and the shared acknowledgement (group commit).
+    """Whether and how grants and renewals reach the replicas before they count.
 
-    ``replicas=None`` (the default) waits for every replica the lock's master has online,
-    learned from the ``INFO replication`` in that same pipeline (a ``WAIT`` for more follows
-    on the same connection when it tells of more than were known), so a replica that attached
-    just before the grant is waited for. The count is the most replicas any master of the lock
-    had, never lowered: in a split brain an old master still taking writes may keep a replica
-    Sentinel has not moved yet, and must not count a grant as synced to it; a master back
-    without its data has none at first, yet its grants are the ones most likely lost. So after
-    a failover, writes on the new master are not synced until it has as many replicas as
-    before (until the old master rejoins as a replica). A master this client saw replaced (a
-    promoted replica reports its old master's replication ID as ``master_replid2``) counts
-    none of its writes. A lone server waits for nothing.
+    ``replicas=None`` (the default) asks the lock's master, in the write's own round trip,
+    which replicas must have it: its **in-sync replica set** (the module's ``LOCK.INSYNC``),
+    the replicas that have every write the master counted — the others make themselves
+    unpromotable. A grant made without waiting, or a renewal, goes on a connection of the
+    client's sync pool as one plain pipeline — the write; ``LOCK.INSYNC``; ``WAIT h timeout``
+    (``WAITAOF 1 h timeout`` with ``aof``); ``LOCK.INSYNC`` — and a blocking acquire the same
+    on one of its wait pool, the server running the rest once the wait is answered: one round
+    trip (see :func:`leasehold.configure_pools`). The write counts when the second
+    ``LOCK.INSYNC`` says the set has at least the members the master requires
+    (``lock.min-insync-replicas``, default 1) and every member acknowledged the offset the first
+    one gave (with ``aof``, the master fsynced it too), and the master is not one this client
+    saw replaced (a promoted replica reports its old master's replication ID as
+    ``master_replid2``): an old master still taking writes in a split brain counts none of
+    them. ``h``, the members the last ``LOCK.INSYNC`` of that master showed, only says how long
+    the ``WAIT`` waits: when the set has more members than the ``WAIT`` counted and the timeout
+    has time left, one more ``WAIT`` for all of them and ``LOCK.INSYNC`` follow on the same
+    connection. A server never part of a replication group requires no replica. Grants and
+    renewals with the same ``Sync`` that wait for a sync connection at the same time, to the
+    same master, share one such pipeline — up to 64 writes behind one ``LOCK.INSYNC``,
+    ``WAIT``, ``LOCK.INSYNC`` — each getting its own reply and the shared acknowledgement
+    (group commit).
 
-    ``replicas=n`` waits for exactly ``n``. **Not safe when the master has more than ``n``
-    replicas**: a failover may promote a replica that did not acknowledge — a ten-minute ``make
-    chaos`` run (888e1d5, two replicas) found 16 double grants among grants synced to one
-    replica, all after ``SENTINEL FAILOVER`` (later runs: docs/guarantees.md).
-    ``replicas=0`` (:data:`SYNC_OFF`) turns syncing off: grants and renewals go on the
-    client's own connection and count at once.
+    ``replicas=n`` waits for exactly ``n`` (the writes; ``WAIT n timeout``; no
+    ``LOCK.INSYNC``). **Not safe when the master has more than ``n`` replicas**: a failover
+    may promote a replica that did not acknowledge — a ten-minute ``make chaos`` run (888e1d5,
+    two replicas) found 16 double grants among grants synced to one replica, all after
+    ``SENTINEL FAILOVER`` (later runs: docs/guarantees.md). ``replicas=0``
+    (:data:`SYNC_OFF`) turns syncing off: grants and renewals go on the client's own connection
+    and count at once.
 
-    A grant too few replicas acknowledged within ``timeout`` is released and
-    :class:`NotReplicatedError` raised. A renewal applied on the master but not acknowledged
-    does not count: ``extend`` / ``reacquire`` raise :class:`NotReplicatedError`, the lease end
-    the holding believes (``lease_end``) stays the last synced one, and the watchdog keeps
-    trying and reports the holding lost when that lease ends. So while a replica is down,
-    every grant and renewal fails after ``timeout`` and watched holdings are reported lost as
-    their leases end: bring the replica back — or, accepting the risk above, sync to fewer
-    replicas or switch syncing off for that time. A replica removed for good keeps counting
-    for its master: use ``replicas=n``, or a new client (connection pool).
+    A grant that does not count within ``timeout`` is released and :class:`NotReplicatedError`
+    raised, saying why. For a renewal that does not count (the master may have made it),
+    ``extend`` / ``reacquire`` raise :class:`NotReplicatedError`, the lease end the holding
+    believes (``lease_end``) stays the last synced one, and the watchdog keeps trying and
+    reports the holding lost when that lease ends. So while a member of the set is down,
+    every grant and renewal fails after ``timeout``, until the master drops it from the set
+    (``lock.insync-timeout-ms`` + ``lock.insync-drop-delay-ms`` + 2 s after it went silent,
+    about 25 s with the defaults); then they count again without it — unless fewer members
+    than ``lock.min-insync-replicas`` are left, which refuses every one.
 
     ``timeout`` is in seconds (default 1 s: a replica that is up acknowledges within a round
     trip plus its lag; a second runs out only when one is down or far behind). ``LockError``
@@ -106,12 +108,13 @@ class Sync:
         ms = max(int(timeout * 1000), 1)
         return ["WAITAOF", 1, replicas, ms] if self.aof else ["WAIT", replicas, ms]
 
-    def acked(self, reply: Any) -> int:
-        """How many replicas a ``WAIT`` / ``WAITAOF`` reply says have the write."""
+    def waited(self, reply: Any) -> Tuple[int, bool]:
+        """What a ``WAIT`` / ``WAITAOF`` reply says: how many replicas have the write, and
+        whether the master fsynced it to its AOF (always ``True`` without ``aof``)."""
         if self.aof:
             local, replicas = (int(n) for n in reply)
-            return replicas if local >= 1 else 0
-        return int(reply)
+            return replicas, local >= 1
+        return int(reply), True
 
 
 #: No syncing: a grant or renewal counts as soon as the master made it.
@@ -119,62 +122,73 @@ SYNC_OFF = Sync(replicas=0)
 
 
 class NotReplicatedError(LockError):
-    """A grant or renewal the replicas did not acknowledge in time: the master made it, but
-    fewer replicas than wanted had it within the sync timeout (or no dedicated connection was
-    free within it). A grant is released (owner-checked); a renewal does not count (the lease
-    end believed stays the last synced one). Not "busy": the lock was there, the replicas were
-    not."""
+    """A grant or renewal that did not count in time: the master made it, but its replicas did
+    not all have it within the sync timeout — its message says why: the in-sync set was
+    smaller than ``lock.min-insync-replicas``, a member did not acknowledge, the master was
+    replaced — or no dedicated connection was free within it. A grant is released
+    (owner-checked); a renewal does not count (the lease end believed stays the last synced
+    one). Not "busy": the lock was there, the replicas were not."""
 
     def __init__(self, acked: int, wanted: int, reason: Optional[str] = None) -> None:
         super().__init__(reason or f"reached {acked} of the {wanted} replicas wanted in time")
+        #: How many replicas the ``WAIT`` counted (in the in-sync set or not).
         self.acked = acked
+        #: How many had to have the write: the in-sync set's members (at least
+        #: ``lock.min-insync-replicas``), or the fixed count.
         self.wanted = wanted
 
 
-class Learned:
-    """How many replicas the masters of one place (a server, or a cluster master) had: the most
-    any reported online, never lowered — an old master still taking writes after a failover may
-    keep a replica Sentinel has not moved yet, and a master back without its data has none at
-    first. After a failover, writes on the new master are not synced until it has as many
-    replicas as before (until the old master rejoins as a replica). See :class:`Sync`."""
+class InSync(NamedTuple):
+    """A ``LOCK.INSYNC`` reply: the master's in-sync replica set as it answered."""
+
+    #: The master's replication offset: it covers every write sent before on the connection.
+    offset: int
+    #: The lowest offset every member acknowledged (``offset`` when the set is empty, 0 while a
+    #: member is not connected).
+    acked: int
+    #: How many replicas are in the set.
+    members: int
+    #: How many the master requires (``lock.min-insync-replicas``; 0 on a server never part of
+    #: a replication group).
+    required: int
+    #: The master's replication ID (``master_replid``).
+    replid: str
+    #: The ID of the master it took over from (``master_replid2``; forty ``0`` when none).
+    replid2: str
+
+    @classmethod
+    def of(cls, reply: Sequence[Any]) -> "InSync":
+        """The fields of a reply (an array of 6; bytes or str)."""
+        offset, acked, members, required, replid, replid2 = reply
+        return cls(int(offset), int(acked), int(members), int(required), str(text(replid)),
+                   str(text(replid2)))
+
+
+class Seen:
+    """What this client saw of one master (a server, or a cluster master) in its ``LOCK.INSYNC``
+    replies: the members of its in-sync set in the last one — how long a ``WAIT`` waits, which
+    correctness never depends on — and the replication IDs of masters replaced by a failover
+    (a promoted replica reports its old master's as ``master_replid2``)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._most = 0
-        # Replication IDs of masters that were replaced: a promoted replica reports its old
-        # master's as master_replid2.
-        self._replaced: set = set()
+        self._members = 0
+        self._replaced: Set[str] = set()
 
-    def known(self) -> int:
-        """The count learned so far (0 before anything was heard)."""
+    def hint(self) -> int:
+        """The members of the last reply (0 before any)."""
         with self._lock:
-            return self._most
+            return self._members
 
-    def heard(self, info: Any) -> Optional[int]:
-        """Takes note of an ``INFO replication`` reply (its text) and returns the count;
-        ``None`` for a master this client saw replaced — an old master still taking writes after
-        a failover (a split brain), whose replica count says nothing: none of its writes
+    def heard(self, insync: InSync) -> bool:
+        """Takes note of a reply; whether it came from a master this client saw replaced — an
+        old master still taking writes after a failover (a split brain): none of its writes
         count."""
-        info = text(info)
-        found = _MASTER_REPLID.search(info)
-        replication_id = None if found is None else found.group(1)
-        previous = _MASTER_REPLID2.search(info)
-        online = len(_ONLINE_REPLICA.findall(info)) if _ROLE_MASTER.search(info) else 0
         with self._lock:
-            if previous is not None and previous.group(1).strip("0"):
-                self._replaced.add(previous.group(1))
-            if replication_id in self._replaced:
-                return None
-            self._most = max(self._most, online)
-            return self._most
-
-
-#: In ``INFO replication``: the server is a master; its replication ID; the one of the master
-#: it took over from; a replica online.
-_ROLE_MASTER = re.compile(r"^role:master\r?$", re.M)
-_MASTER_REPLID = re.compile(r"^master_replid:(\w+)", re.M)
-_MASTER_REPLID2 = re.compile(r"^master_replid2:(\w+)", re.M)
-_ONLINE_REPLICA = re.compile(r"^slave\d+:[^\r\n]*\bstate=online\b", re.M)
+            self._members = insync.members
+            if insync.replid2.strip("0"):
+                self._replaced.add(insync.replid2)
+            return insync.replid in self._replaced
 
 
 class Grant(NamedTuple):
@@ -204,10 +218,10 @@ def counted_lease(lease_ms: int) -> float:
     return max(lease_ms - lease_ms / 100 - 2, 0) / 1000
 
 
-def known_replicas(sync: Sync, learned: Learned) -> int:
-    """How many replicas a write waits for before ``INFO`` is heard: the fixed count, or the one
-    learned for its master so far."""
-    return learned.known() if sync.replicas is None else sync.replicas
+def hinted(sync: Sync, seen: Seen) -> int:
+    """How many replicas a write is expected to wait for before it is sent: the fixed count, or
+    the in-sync members last seen for its master."""
+    return seen.hint() if sync.replicas is None else sync.replicas
 
 
 class QueuedOut(Exception):
@@ -252,49 +266,67 @@ class Write:
         return self.reply if self.applied(self.reply) else None
 
 
+#: A command of a :class:`Pipeline` with what it is for (a name, or its :class:`Write`) and how
+#: long its reply may take, in seconds.
+Part = Tuple[Any, List[Any], float]
+
+#: The module's command that answers the master's in-sync replica set (:class:`InSync`).
+INSYNC = ["LOCK.INSYNC"]
+
+
 class Pipeline:
     """Writes to one master on a dedicated connection with what syncs them, as one plain
     pipeline (never ``MULTI``/``EXEC``: a ``WAIT`` in a transaction does not wait) — what is
-    sent, and what the replies mean; the I/O is the lock's:
+    sent, and what the replies mean; the I/O is the lock's::
 
-    - grants and renewals sent without waiting: ``INFO replication``; the writes; ``WAIT k t``
-      — one ``WAIT`` covers every write before it on its connection, so concurrent writes with
-      the same :class:`Sync` share the round trip (group commit);
-    - a blocking acquire: the write (``... WAIT``); ``INFO replication``; ``WAIT k t`` — the
-      server runs one connection's commands in order, so these run once the wait is answered;
+        [ASKING]; the writes; LOCK.INSYNC; WAIT h t; LOCK.INSYNC
 
-    a lone write right after ``ASKING`` when an ``ASK`` redirection sent it to another cluster
-    master. ``k`` is the count already learned for the master (no ``WAIT`` for 0; with
-    ``Sync(replicas=n)`` ``n`` and no ``INFO``; with the sync off neither); ``t`` the sync
-    timeout, ending no later than the earliest ``until`` of the writes. When a write was applied
-    and ``INFO`` tells of more replicas than ``k``, :meth:`again` is the ``WAIT`` for them, sent
-    on the same connection."""
+    The writes are grants and renewals sent without waiting — one ``WAIT`` covers every write
+    before it on its connection, so concurrent writes with the same :class:`Sync` share the
+    round trip (group commit) — or one blocking acquire (``... WAIT``), the server running the
+    rest once the wait is answered; ``ASKING`` comes before a lone write an ``ASK``
+    redirection sent to another cluster master. ``h`` is the in-sync members last seen
+    (:meth:`Seen.hint`), ``t`` the sync timeout, ending no later than the earliest ``until``
+    of the writes. With ``Sync(replicas=n)``: the writes; ``WAIT n t``. With the sync off, the
+    writes alone. When the writes do not count and the in-sync set has more members than the
+    ``WAIT`` counted, :meth:`again` is one more ``WAIT`` for them and ``LOCK.INSYNC``, sent on
+    the same connection within what is left of ``t``."""
 
     def __init__(
         self,
         writes: List[Write],
         *,
         sync: Sync,
-        learned: Learned,
+        seen: Seen,
         waiting: bool = False,
         wait_left: Optional[Number] = None,
         asking: bool = False,
     ) -> None:
-        """``waiting`` for a blocking acquire (one write) that may wait ``wait_left`` seconds in
-        the server (``None``: no limit); ``asking`` after an ``ASK`` (one write)."""
+        """``seen``: what was seen of the master; ``waiting`` for a blocking acquire (one write)
+        that may wait ``wait_left`` seconds in the server (``None``: no limit); ``asking``
+        after an ``ASK`` (one write)."""
         self.writes = writes
         self.sync = sync
-        self.learned = learned if sync.replicas is None else None
+        self.seen = seen
         self.waiting = waiting
         self.wait_left = wait_left
-        self.sync_timeout = sync_timeout(sync, writes)
         self.asking = asking
-        self.first = known_replicas(sync, learned)
+        self.sync_timeout = sync_timeout(sync, writes)
         self._sent = self._parts()
-        #: The replicas wanted and how many acknowledged, once taken; and an error replied to
-        #: ``INFO`` or ``WAIT``.
-        self.wanted = self.first
-        self.acked = 0
+        self._again: List[Part] = []
+        #: How many replicas the last ``WAIT`` counted, and whether the master fsynced the
+        #: writes to its AOF (``True`` with ``aof`` off).
+        self.waited = 0
+        self.fsynced = True
+        #: The ``LOCK.INSYNC`` replies before and after the ``WAIT`` (the last one after), and
+        #: whether the latter came from a master this client saw replaced.
+        self.before: Optional[InSync] = None
+        self.after: Optional[InSync] = None
+        self.replaced = False
+        #: When the sync timeout ends (``time.monotonic()`` seconds): from the first
+        #: ``LOCK.INSYNC``'s reply, when the ``WAIT`` began.
+        self.sync_end: Optional[float] = None
+        #: An error replied to ``LOCK.INSYNC`` or ``WAIT``.
         self.error: Optional[Exception] = None
 
     def commands(self) -> List[List[Any]]:
@@ -310,41 +342,47 @@ class Pipeline:
         writes = (self.wait_left if self.waiting else 0.0) + WAIT_MARGIN
         return writes + sum(within for part, _, within in self._sent if not isinstance(part, Write))
 
-    def _parts(self) -> List[Tuple[Any, List[Any], float]]:
-        """Each command with what it is for (a name, or its :class:`Write`) and how long its
-        reply may take, in seconds (the writes' own count once, in :meth:`within`)."""
+    def _parts(self) -> List[Part]:
+        """What to send (the writes' own time counts once, in :meth:`within`)."""
         asking = [("asking", ["ASKING"], WAIT_MARGIN)] if self.asking else []
-        info = [("info", ["INFO", "replication"], WAIT_MARGIN)] if self.learned is not None else []
-        wait = [("wait", self.sync.wait_command(self.first, self.sync_timeout),
-                 self.sync_timeout + WAIT_MARGIN)] if self.first else []
-        writes = [(write, write.command, 0.0) for write in self.writes]
-        if not self.waiting:  # ASKING holds for the next command only
-            return info + asking + writes + wait
-        return asking + writes + info + wait
+        writes: List[Part] = [(write, write.command, 0.0) for write in self.writes]
+        if self.sync.off:
+            return asking + writes
+        wait = self._wait(hinted(self.sync, self.seen), self.sync_timeout)
+        if self.sync.replicas is not None:
+            return asking + writes + [wait]
+        insync = ("before", INSYNC, WAIT_MARGIN), wait, ("after", INSYNC, WAIT_MARGIN)
+        return asking + writes + list(insync)
+
+    def _wait(self, replicas: int, timeout: float) -> Part:
+        return "wait", self.sync.wait_command(replicas, timeout), timeout + WAIT_MARGIN
 
     def take(self, replies: Sequence[Tuple[Any, float]]) -> None:
         """Takes the replies, each with when it was read (``time.monotonic()`` seconds)."""
-        for (part, _, _), (reply, answered) in zip(self._sent, replies):
-            if isinstance(part, Write):
-                part.reply = reply
-                if self.waiting:
-                    part.started = answered
-            elif part == "info":
-                self._take_info(reply)
-            elif part == "wait":
-                self._take_wait(reply)
+        self._take(self._sent, replies)
 
-    def again(self) -> Optional[Tuple[List[Any], float]]:
-        """The ``WAIT`` for the replicas ``INFO`` told of beyond ``k``, if a write was applied;
-        with how long its reply may take, in seconds."""
-        applied = any(write.applied(write.reply) for write in self.writes)
-        if not applied or self.error is not None or self.acked < self.first or self.wanted <= self.first:
+    def again(self) -> Optional[Tuple[List[List[Any]], float]]:
+        """One more ``WAIT`` for every in-sync member, and ``LOCK.INSYNC``, with how long their
+        replies may take in seconds: when a write was applied and does not count, the set has
+        the members the master requires and more than the ``WAIT`` counted (``h`` was too
+        small), and the sync timeout has time left; else ``None``."""
+        after = self.after
+        if self.error is not None or after is None or self.sync_end is None or self.replaced:
             return None
-        return self.sync.wait_command(self.wanted, self.sync_timeout), self.sync_timeout + WAIT_MARGIN
+        if after.members < after.required or after.members <= self.waited:
+            return None
+        applied = any(write.applied(write.reply) for write in self.writes)
+        if not applied or self.not_synced() is None:
+            return None
+        left = self.sync_end - time.monotonic()
+        if left < 0.001:
+            return None
+        self._again = [self._wait(after.members, left), ("after", INSYNC, WAIT_MARGIN)]
+        return [command for _, command, _ in self._again], left + 2 * WAIT_MARGIN
 
-    def take_again(self, reply: Any) -> None:
-        """Takes the reply to :meth:`again`."""
-        self._take_wait(reply)
+    def take_again(self, replies: Sequence[Tuple[Any, float]]) -> None:
+        """Takes the replies to :meth:`again`."""
+        self._take(self._again, replies)
 
     def settle(self) -> None:
         """Tells each write why it does not count, if so (:meth:`not_synced`), once every reply
@@ -352,31 +390,55 @@ class Pipeline:
         for write in self.writes:
             write.problem = self.not_synced()
 
-    def _take_info(self, reply: Any) -> None:
-        if isinstance(reply, Exception):
-            self.error = reply
-            return
-        wanted = self.learned.heard(reply)  # type: ignore[union-attr]
-        if wanted is None:
-            self.error = NotReplicatedError(
-                0, max(self.first, 1), "this master was replaced by a failover: its writes do not count")
-        else:
-            self.wanted = wanted
-
-    def _take_wait(self, reply: Any) -> None:
-        if isinstance(reply, Exception):
-            self.error = reply
-        else:
-            self.acked = self.sync.acked(reply)
-
     def not_synced(self) -> Optional[Exception]:
-        """For an applied write, why it does not count yet (an error replied to ``INFO`` or
-        ``WAIT``, or :class:`NotReplicatedError`); else ``None``."""
-        if self.error is not None:
+        """For an applied write, why it does not count (an error replied to ``LOCK.INSYNC`` or
+        ``WAIT``, or :class:`NotReplicatedError` with the reason); else ``None``."""
+        if self.error is not None or self.sync.off:
             return self.error
-        if self.acked < self.wanted:
-            return NotReplicatedError(self.acked, self.wanted)
+        ms = int(self.sync_timeout * 1000)
+        if self.sync.replicas is not None:
+            wanted = self.sync.replicas
+            if self.waited < wanted:
+                return NotReplicatedError(self.waited, wanted)
+        else:
+            before, after = self.before, self.after
+            assert before is not None and after is not None, "every reply taken, none an error"
+            wanted = max(after.members, after.required)
+            if self.replaced:
+                return NotReplicatedError(self.waited, wanted, "this master was replaced by a "
+                                          "failover: its writes do not count")
+            if after.members < after.required:
+                return NotReplicatedError(
+                    self.waited, wanted, f"the master has {after.members} in-sync replicas, fewer "
+                    f"than lock.min-insync-replicas ({after.required})")
+            if after.acked < before.offset:
+                return NotReplicatedError(
+                    self.waited, wanted, f"not every in-sync replica acknowledged within {ms} ms")
+        if not self.fsynced:
+            return NotReplicatedError(
+                self.waited, wanted, f"the master did not fsync its AOF within {ms} ms")
         return None
+
+    def _take(self, parts: Sequence[Part], replies: Sequence[Tuple[Any, float]]) -> None:
+        for (part, _, _), (reply, answered) in zip(parts, replies):
+            if isinstance(part, Write):
+                part.reply = reply
+                if self.waiting:
+                    part.started = answered
+            elif part == "asking":
+                continue
+            elif isinstance(reply, Exception):
+                self.error = reply
+            elif part == "wait":
+                self.waited, self.fsynced = self.sync.waited(reply)
+            elif part == "before":
+                self.before = InSync.of(reply)
+                self.seen.heard(self.before)
+                self.sync_end = answered + self.sync_timeout
+            else:
+                self.after = InSync.of(reply)
+                self.replaced = self.seen.heard(self.after)
+
 
 
 def sync_timeout(sync: Sync, writes: Sequence[Write]) -> float:
@@ -606,13 +668,13 @@ class LockBase:
         return Write(self._acquire_command(owner), self._granted)
 
     def _wait_pipeline(
-        self, owner: Any, learned: Learned, asking: bool, deadline: Optional[float]
+        self, owner: Any, seen: Seen, asking: bool, deadline: Optional[float]
     ) -> Pipeline:
         """A blocking acquire waiting in the server until ``deadline`` (``time.monotonic()``
         seconds; ``None``: as long as it takes), then synced."""
         left = None if deadline is None else deadline - time.monotonic()
         write = Write(self._acquire_command(owner, wait_ms(left)), self._granted)
-        return Pipeline([write], sync=self.sync, learned=learned, waiting=True, wait_left=left,
+        return Pipeline([write], sync=self.sync, seen=seen, waiting=True, wait_left=left,
                         asking=asking)
 
     def _renew_write(self, owner: Any, lease_ms: int, until: Optional[float]) -> Write:
@@ -649,8 +711,8 @@ class LockBase:
         lease.end = min(lease.end, started + counted_lease(lease_ms))
 
     def _unkept(self, write: Write) -> Optional[Exception]:
-        """Why a grant cannot be kept: too few replicas acknowledged it (or ``INFO``/``WAIT``
-        failed), or they did only after its lease ended — nobody can count on it then, the lock
+        """Why a grant cannot be kept: it did not count (:meth:`Pipeline.not_synced`), or it
+        counted only after its lease ended — nobody can count on it then, the lock
         may have been handed on meanwhile. ``None`` when it can."""
         if write.problem is not None:
             return write.problem
@@ -660,8 +722,8 @@ class LockBase:
 
     def _renewal_counts(self, write: Write, lease: Lease, lease_ms: int) -> bool:
         """What a synced renewal's replies mean: ``True`` once it counts, ``False`` when the
-        lease had run out; raises :class:`NotReplicatedError` (or the error ``WAIT`` got) when
-        the master applied it and the replicas did not acknowledge it."""
+        lease had run out; raises :class:`NotReplicatedError` (or the error ``LOCK.INSYNC`` or
+        ``WAIT`` got) when the master applied it and it did not count."""
         if write.outcome() is None:
             return False
         if write.problem is not None:

@@ -43,19 +43,19 @@ from ._protocol import (
     REDIRECTS,
     TRY_AGAIN_DELAY,
     Grant,
-    Learned,
     Lease,
     LockBase,
     NotReplicatedError,
     Number,
     Pipeline,
     QueuedOut,
+    Seen,
     SetOf,
     TaskLocal,
     Write,
     deadline_of,
+    hinted,
     is_cluster,
-    known_replicas,
     least_lease_ms,
     new_owner,
     time_left,
@@ -85,7 +85,7 @@ async def close_pools(redis: Any) -> None:
     """Closes the dedicated connections the lock classes keep beside ``redis`` (its wait and
     sync pools, see :func:`leasehold.configure_pools`): call it with ``await
     redis.aclose()``, before the event loop ends. A lock used on ``redis`` afterwards makes
-    new pools; the replica counts learned are kept."""
+    new pools; what was seen of the masters is kept."""
     for pool in pools_of(redis).drain():
         await pool.disconnect()
 
@@ -128,8 +128,8 @@ async def exchange(connection: Any, pipeline: Pipeline, until: Optional[float]) 
     pipeline.take(await send(connection, pipeline.commands(), pipeline.within(), until))
     again = pipeline.again()
     if again is not None:
-        command, within = again
-        pipeline.take_again((await send(connection, [command], within, until))[0][0])
+        commands, within = again
+        pipeline.take_again(await send(connection, commands, within, until))
     pipeline.settle()
 
 
@@ -362,7 +362,7 @@ class Lock(LockBase):
         """As :meth:`leasehold.Lock._waited`."""
         return await self._routed(lambda master, asking: self._alone(
             "wait", master, deadline,
-            lambda learned: self._wait_pipeline(owner, learned, asking, deadline)))
+            lambda seen: self._wait_pipeline(owner, seen, asking, deadline)))
 
     async def _synced(self, write: Write) -> Write:
         """As :meth:`leasehold.Lock._synced`."""
@@ -379,7 +379,7 @@ class Lock(LockBase):
             return await self._together(master, write, deadline)
         return await self._alone(
             "sync", master, deadline,
-            lambda learned: Pipeline([write], sync=self.sync, learned=learned, asking=True),
+            lambda seen: Pipeline([write], sync=self.sync, seen=seen, asking=True),
             write.until)
 
     async def _routed(self, send: Callable[[Master, bool], Awaitable[Write]]) -> Write:
@@ -401,15 +401,15 @@ class Lock(LockBase):
         kind: str,
         master: Master,
         deadline: Optional[float],
-        build: Callable[[Learned], Pipeline],
+        build: Callable[[Seen], Pipeline],
         until: Optional[float] = None,
     ) -> Write:
         """As :meth:`leasehold.Lock._alone`."""
         pools = pools_of(self.redis)
-        learned = pools.learned(master)
+        seen = pools.seen(master)
         pool = pools.pool(kind, master, BudgetedPool)
-        async with borrowed(pool, deadline, known_replicas(self.sync, learned)) as connection:
-            pipeline = build(learned)
+        async with borrowed(pool, deadline, hinted(self.sync, seen)) as connection:
+            pipeline = build(seen)
             await exchange(connection, pipeline, until)
         return pipeline.writes[0]
 
@@ -425,7 +425,7 @@ class Lock(LockBase):
                     await self._send_queued(pools, master, outbox, queued, deadline)
                 elif not await woken(queued, None if queued.state is State.TAKEN else deadline):
                     if outbox.withdraw(queued):
-                        raise QueuedOut(known_replicas(self.sync, outbox.learned))
+                        raise QueuedOut(hinted(self.sync, outbox.seen))
         finally:
             outbox.withdraw(queued)
         if queued.error is not None:
@@ -441,7 +441,7 @@ class Lock(LockBase):
         was still queued."""
         pool = pools.pool("sync", master, BudgetedPool)
         try:
-            connection = await borrow(pool, deadline, known_replicas(self.sync, outbox.learned))
+            connection = await borrow(pool, deadline, hinted(self.sync, outbox.seen))
         except BaseException as error:
             if outbox.give_up(queued) or not isinstance(error, Exception):
                 raise

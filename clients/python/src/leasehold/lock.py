@@ -41,18 +41,18 @@ from ._protocol import (
     REDIRECTS,
     TRY_AGAIN_DELAY,
     Grant,
-    Learned,
     Lease,
     LockBase,
     NotReplicatedError,
     Number,
     Pipeline,
     QueuedOut,
+    Seen,
     SetOf,
     Write,
     deadline_of,
+    hinted,
     is_cluster,
-    known_replicas,
     least_lease_ms,
     new_owner,
     time_left,
@@ -71,7 +71,7 @@ BORROW_ARGS = borrow_args(redis.BlockingConnectionPool)
 def close_pools(redis: Any) -> None:
     """Closes the dedicated connections the lock classes keep beside ``redis`` (its wait and
     sync pools, see :func:`leasehold.configure_pools`) — with ``redis.close()``, say. A lock
-    used on ``redis`` afterwards makes new pools; the replica counts learned are kept."""
+    used on ``redis`` afterwards makes new pools; what was seen of the masters is kept."""
     for pool in pools_of(redis).drain():
         pool.disconnect()
 
@@ -113,15 +113,15 @@ def borrowed(pool: BudgetedPool, deadline: Optional[float], wanted: int) -> Iter
 
 
 def exchange(connection: Any, pipeline: Pipeline, until: Optional[float]) -> None:
-    """Sends ``pipeline`` on ``connection`` and reads every reply, then the ``WAIT`` again for
-    replicas it learned of, if any; then tells its writes whether they count. Replies later
-    than their time (or than ``until``) raise ``TimeoutError``, a dropped connection
+    """Sends ``pipeline`` on ``connection`` and reads every reply, then those of
+    :meth:`Pipeline.again` if it says so; then tells its writes whether they count. Replies
+    later than their time (or than ``until``) raise ``TimeoutError``, a dropped connection
     ``ConnectionError``."""
     pipeline.take(send(connection, pipeline.commands(), pipeline.within(), until))
     again = pipeline.again()
     if again is not None:
-        command, within = again
-        pipeline.take_again(send(connection, [command], within, until)[0][0])
+        commands, within = again
+        pipeline.take_again(send(connection, commands, within, until))
     pipeline.settle()
 
 
@@ -187,7 +187,7 @@ class Lock(LockBase):
       is refused (it never takes the lock back), and then sets :attr:`lost`.
     - ``locked()`` and ``owned()`` ask the module (``GET`` on a module lock is ``WRONGTYPE``).
     - Every grant and every renewal reaches the master's replicas before it counts (``sync``,
-      see :class:`leasehold.Sync`): a grant fewer acknowledge in time is released and
+      see :class:`leasehold.Sync`): a grant that does not count in time is released and
       :class:`leasehold.NotReplicatedError` raised (or with time left in
       ``blocking_timeout`` the lock tries again within it); such a renewal raises it from
       ``extend`` / ``reacquire`` and leaves :attr:`lease_end` where it was; the watchdog keeps
@@ -356,7 +356,7 @@ class Lock(LockBase):
         synced."""
         return self._routed(lambda master, asking: self._alone(
             "wait", master, deadline,
-            lambda learned: self._wait_pipeline(owner, learned, asking, deadline)))
+            lambda seen: self._wait_pipeline(owner, seen, asking, deadline)))
 
     def _synced(self, write: Write) -> Write:
         """``write`` (a grant without waiting, or a renewal) sent with the synced writes queued
@@ -375,7 +375,7 @@ class Lock(LockBase):
             return self._together(master, write, deadline)
         return self._alone(
             "sync", master, deadline,
-            lambda learned: Pipeline([write], sync=self.sync, learned=learned, asking=True),
+            lambda seen: Pipeline([write], sync=self.sync, seen=seen, asking=True),
             write.until)
 
     def _routed(self, send: Callable[[Master, bool], Write]) -> Write:
@@ -399,17 +399,17 @@ class Lock(LockBase):
         kind: str,
         master: Master,
         deadline: Optional[float],
-        build: Callable[[Learned], Pipeline],
+        build: Callable[[Seen], Pipeline],
         until: Optional[float] = None,
     ) -> Write:
-        """The one write of the pipeline ``build(learned)`` makes, sent on a connection of
+        """The one write of the pipeline ``build(seen)`` makes, sent on a connection of
         ``master``'s ``kind`` pool (``"wait"`` or ``"sync"``), queueing for one until
         ``deadline`` (:class:`QueuedOut` after), every reply by ``until``."""
         pools = pools_of(self.redis)
-        learned = pools.learned(master)
+        seen = pools.seen(master)
         pool = pools.pool(kind, master, BudgetedPool)
-        with borrowed(pool, deadline, known_replicas(self.sync, learned)) as connection:
-            pipeline = build(learned)
+        with borrowed(pool, deadline, hinted(self.sync, seen)) as connection:
+            pipeline = build(seen)
             exchange(connection, pipeline, until)
         return pipeline.writes[0]
 
@@ -427,7 +427,7 @@ class Lock(LockBase):
                     self._send_queued(pools, master, outbox, queued, deadline)
                 elif not queued.woken.wait(None if queued.state is State.TAKEN else time_left(deadline)):
                     if outbox.withdraw(queued):
-                        raise QueuedOut(known_replicas(self.sync, outbox.learned))
+                        raise QueuedOut(hinted(self.sync, outbox.seen))
         finally:
             outbox.withdraw(queued)  # when leaving early: not sent, a place handed over goes on
         if queued.error is not None:
@@ -442,7 +442,7 @@ class Lock(LockBase):
         the place goes on, and the error is raised if the own write was still queued."""
         pool = pools.pool("sync", master, BudgetedPool)
         try:
-            connection = borrow(pool, deadline, known_replicas(self.sync, outbox.learned))
+            connection = borrow(pool, deadline, hinted(self.sync, outbox.seen))
         except BaseException as error:
             if outbox.give_up(queued) or not isinstance(error, Exception):
                 raise
