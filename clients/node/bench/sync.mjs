@@ -1,5 +1,5 @@
 // What syncing grants to the replicas costs the Node package, with node-redis, on a master
-// with one replica, grants synced (the default: INFO replication + grant + WAIT in one
+// with one replica, grants synced (the default: grant + LOCK.INSYNC + WAIT + LOCK.INSYNC in one
 // pipeline on a pooled connection) and not (sync: false). Prints one JSON object per line:
 //
 // - {"case": "acquire+release", "mode", "ops_per_s", "p50_ms", "p99_ms"}: one loop of
@@ -20,6 +20,10 @@ import { createLock } from '../dist/index.js';
 const RUN_FOR = 3_000;
 const MODES = [['synced', undefined], ['not synced', false]];
 const client = await createClient({ url: process.argv[2] }).connect();
+// Synced grants count once the replica is in the master's in-sync set, a moment after it is online.
+while (!/^insync_replicas:[1-9]/m.test(String(await client.sendCommand(['INFO', 'lock'])))) {
+  await new Promise((r) => setTimeout(r, 50));
+}
 
 /** `tasks` concurrent promises looping tryAcquire() → release() on `lockOf(task)` for RUN_FOR ms:
  * the latency of each acquire + release, and the seconds it all took. */

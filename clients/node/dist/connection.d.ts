@@ -13,7 +13,7 @@
  * grants the lock) or the connection failed. Closing the program's client closes its pools (a
  * connection lent to a wait once the wait ends).
  */
-import { Learned } from './sync.js';
+import { Seen } from './sync.js';
 export { Exhausted, PoolClosed } from './pool.js';
 /** What the locks use of a node-redis client (`createClient()`, v4 and later). */
 export interface NodeRedisClient {
@@ -93,8 +93,10 @@ export type PoolKind = keyof PoolSizes;
 export declare const DEFAULT_POOL_SIZES: Required<PoolSizes>;
 /** A pooled connection lent to one caller, to the master serving its key. */
 export interface Own {
-    /** What was learned of that master's replicas. */
-    readonly learned: Learned;
+    /** The address of that master (`''` for one server). */
+    readonly master: string;
+    /** What this client saw of its masters' in-sync sets. */
+    readonly seen: Seen;
     /**
      * Sends `commands` as one pipeline (never `MULTI`), and resolves to their replies in order,
      * an error reply as an `Error` value, with when each came (ms since the epoch). Rejects with
@@ -134,11 +136,11 @@ export declare class Connection {
      * the result at its item's place, or the rejection.
      */
     together<I, R>(key: string, group: string, item: I, run: (key: string, items: I[]) => Promise<R[]>): Promise<R>;
-    /** The replica count learned so far for the master serving `key`. */
-    replicasKnown(key: string): number;
-    /** What was learned of the master at `address` (`''` for one server), shared by every lock
-     * of this client. */
-    private learned;
+    /** The members of the in-sync set of the master serving `key`, in its last `LOCK.INSYNC`
+     * reply this client saw (0 before any). */
+    membersSeen(key: string): number;
+    /** What this client saw of its masters' in-sync sets, shared by every lock of the client. */
+    private get seen();
     /** The pools to the master at `address`, made on first use (and again when the cluster
      * client replaced its client for that node); closed when that client closes. */
     private place;

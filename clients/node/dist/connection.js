@@ -15,7 +15,7 @@
  */
 import keySlot from 'cluster-key-slot';
 import { Pool } from './pool.js';
-import { Learned } from './sync.js';
+import { Seen } from './sync.js';
 export { Exhausted, PoolClosed } from './pool.js';
 export const DEFAULT_POOL_SIZES = { wait: 32, sync: 16 };
 /** The client as the locks use it: commands on a lock go to the master serving it (in a
@@ -68,7 +68,7 @@ export class Connection {
         const address = asking ?? this.masterAddress(key);
         const pool = this.place(address, await this.origin(key, asking)).pools[kind];
         const dedicated = await pool.borrow(deadline);
-        const lent = new Lent(dedicated, this.learned(address), asking !== undefined);
+        const lent = new Lent(dedicated, address, this.seen, asking !== undefined);
         try {
             return await use(lent);
         }
@@ -103,20 +103,19 @@ export class Connection {
             joined.callers.push({ resolve, reject });
         });
     }
-    /** The replica count learned so far for the master serving `key`. */
-    replicasKnown(key) {
-        return this.learned(this.masterAddress(key)).count;
+    /** The members of the in-sync set of the master serving `key`, in its last `LOCK.INSYNC`
+     * reply this client saw (0 before any). */
+    membersSeen(key) {
+        return this.seen.hint(this.masterAddress(key));
     }
-    /** What was learned of the master at `address` (`''` for one server), shared by every lock
-     * of this client. */
-    learned(address) {
-        const known = perClient(LEARNED, this.client);
-        let learned = known.get(address);
-        if (!learned) {
-            learned = new Learned();
-            known.set(address, learned);
+    /** What this client saw of its masters' in-sync sets, shared by every lock of the client. */
+    get seen() {
+        let seen = SEEN.get(this.client);
+        if (!seen) {
+            seen = new Seen();
+            SEEN.set(this.client, seen);
         }
-        return learned;
+        return seen;
     }
     /** The pools to the master at `address`, made on first use (and again when the cluster
      * client replaced its client for that node); closed when that client closes. */
@@ -203,18 +202,21 @@ export function setPoolSizes(client, sizes) {
 /** A pooled connection while it is lent: it knows whether it may be reused. */
 class Lent {
     dedicated;
-    learned;
+    master;
+    seen;
     asking;
     /** A reply did not come (or the connection failed), or the server is no longer a master
      * (`READONLY`: a failover demoted it; a new connection finds the new one): close it. */
     spent = false;
-    constructor(dedicated, learned, asking) {
+    constructor(dedicated, master, seen, asking) {
         this.dedicated = dedicated;
-        this.learned = learned;
+        this.master = master;
+        this.seen = seen;
         this.asking = asking;
     }
     async pipeline(commands, timeoutMs) {
-        // After ASK, `ASKING` goes right before each command on a key (it covers the next command).
+        // After ASK, `ASKING` goes right before each command on a key (it covers the next command;
+        // before the keyless `LOCK.INSYNC` it does nothing).
         const sent = commands.flatMap((command) => (this.asking && command[0].startsWith('LOCK.') ? [['ASKING'], command] : [command]));
         let timer;
         const expiry = new Promise((_, reject) => {
@@ -291,8 +293,8 @@ function replied(reply) {
 }
 /** How many `MOVED` / `ASK` redirections a command on a connection of its own follows. */
 const REDIRECTS = 5;
-/** What was learned per client, by master address (`''` for one server). */
-const LEARNED = new WeakMap();
+/** What each client saw of its masters' in-sync sets. */
+const SEEN = new WeakMap();
 /** The pools per client, by master address. */
 const PLACES = new WeakMap();
 /** The gatherings open per client, by master address and group. */

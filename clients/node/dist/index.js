@@ -9,8 +9,9 @@
  *   borrowed from a pool of duplicates of the client ({@link setPoolSizes}), with no timeout
  *   shorter than the wait; a lost reply is followed up by asking again as the same owner, so a
  *   caller never holds a lock it was told it did not get, and the connection is closed.
- * - Grants (a holder's re-entry, downgrade and upgrade too) and renewals count only once the
- *   master's replicas have them (`sync`), learned and waited for in the write's own round trip.
+ * - Grants (a holder's re-entry, downgrade and upgrade too) and renewals count only once every
+ *   replica of the master's in-sync set has them (`sync`), asked and waited for in the write's
+ *   own round trip.
  * - Every holding has a fencing token, a JS `number` (tokens stay below 2^53).
  * - `using(routine)` renews the lease every third of it and hands the routine an `AbortSignal`
  *   that fires when the lease is lost; renewal failures never throw into nowhere.
@@ -231,7 +232,8 @@ class LeaseholdLock {
             return null;
         if (began + countedLease(this.ttl) <= Date.now()) {
             await this.writes.connection.send(this.release(owner), this.keys.first);
-            throw new NotReplicatedError(0, Math.max(this.writes.connection.replicasKnown(this.keys.first), 1));
+            const wanted = this.writes.connection.membersSeen(this.keys.first);
+            throw new NotReplicatedError(0, wanted, 'grant', 'the replicas acknowledged it only after its lease had ended');
         }
         return new Held(this.writes, this.keys, owner, tokens, this.ttl, this.mode, watchdog, began);
     }

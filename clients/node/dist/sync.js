@@ -1,85 +1,124 @@
 /**
- * Writes synced to replicas before they count: a grant or a renewal is followed, on the
- * connection that carried it, by `WAIT replicas timeout` (or `WAITAOF 1 replicas timeout`),
- * and counts only once enough replicas have it. Replication is asynchronous: without this, a
+ * Writes synced to replicas before they count. Replication is asynchronous: without this, a
  * master can acknowledge a grant (or a renewal) and fail before any replica has it, and the
  * promoted replica grants the same lock again (or ends the lease earlier than the holder
  * believes).
  *
- * How many replicas to wait for, by default, is learned from the master in the write's own
- * round trip (`INFO replication`, pipelined with it: its replicas online) and never lowered by
- * a drop the same master sees: in a split brain an old master loses exactly the replica that was
- * promoted, and would otherwise count a grant as synced to the one replica about to be
- * re-pointed elsewhere. A master is known by its replication ID, which a promotion changes, so
- * a new master is learned anew.
+ * Which replicas must have a write is the master's to say: its module keeps the **in-sync
+ * replica set** (the replicas that have every write it counted; a replica outside it makes
+ * itself unpromotable), and `LOCK.INSYNC` reports it. A synced write is followed, on the
+ * connection that carried it, by `LOCK.INSYNC` (its offset covers the write), `WAIT h timeout`
+ * (or `WAITAOF 1 h timeout`) and `LOCK.INSYNC` again: the write counts when the second reply
+ * says the set has the members the master requires and every member acknowledged the first
+ * reply's offset ({@link shortfall}). `h` is only a hint for how long `WAIT` waits: the members
+ * the last reply of that master showed ({@link Seen}). When it was too small, one more
+ * `WAIT` for every member, and `LOCK.INSYNC`, follow within the sync timeout.
  */
-/** A grant or renewal was made on the master but fewer replicas than wanted had it in time
- * (or no connection came free for it within the sync timeout: `acked` 0, nothing sent). It
- * does not count: an acquire's grant, or a re-entry's new hold, is released (owner-checked); a
- * downgrade or upgrade stays made on the master while the holding keeps its mode, token and
- * lease; a renewal leaves the holding's lease the last synced one. Not "busy": the lock was
- * free, the replicas were not there. */
+/** A grant or renewal was made on the master but does not count: `reason` says why — the
+ * in-sync set was smaller than `lock.min-insync-replicas`, not every member acknowledged it
+ * within the sync timeout, the master was replaced by a failover — or no connection came free
+ * for it within the sync timeout (nothing was sent). An acquire's grant, or a re-entry's new
+ * hold, is released (owner-checked); a downgrade or upgrade stays made on the master while the
+ * holding keeps its mode, token and lease; a renewal leaves the holding's lease the last synced
+ * one. Not "busy": the lock was free, the replicas were not there. */
 export class NotReplicatedError extends Error {
     acked;
     wanted;
     write;
+    reason;
     name = 'NotReplicatedError';
-    /** `acked`: replicas that had it in time; `wanted`: replicas waited for; `write`: what was
-     * not synced (`'grant'` for an acquire, a re-entry, a downgrade and an upgrade). */
-    constructor(acked, wanted, write = 'grant') {
-        super(`the ${write} reached ${acked} of the ${wanted} replicas wanted in time: it does not count`);
+    /** `acked`: replicas the `WAIT` counted (in the in-sync set or not); `wanted`: replicas that
+     * had to have it (the in-sync set's members, at least `lock.min-insync-replicas`; or the
+     * fixed count); `write`: what was not synced (`'grant'` for an acquire, a re-entry, a
+     * downgrade and an upgrade); `reason`: why it does not count. */
+    constructor(acked, wanted, write = 'grant', reason = `${acked} of the ${wanted} replicas wanted acknowledged in time`) {
+        super(`the ${write} does not count: ${reason}`);
         this.acked = acked;
         this.wanted = wanted;
         this.write = write;
+        this.reason = reason;
     }
 }
 export const DEFAULT_SYNC_TIMEOUT = 1_000;
-/** `INFO replication`: how many replicas the master has, read in the write's round trip. */
-export const INFO_REPLICATION = ['INFO', 'replication'];
+/** `LOCK.INSYNC`: the master's in-sync replica set ({@link InSync}). */
+export const INSYNC = ['LOCK.INSYNC'];
+/** The fields of a `LOCK.INSYNC` reply; an error reply as it is, and an error for a reply
+ * that is not an array of 6. */
+export function inSyncOf(reply) {
+    if (reply instanceof Error)
+        return reply;
+    if (!Array.isArray(reply) || reply.length !== 6)
+        return new Error(`LOCK.INSYNC replied ${String(reply)}: not an in-sync set`);
+    const [offset, acked, members, required, replid, replid2] = reply;
+    return {
+        offset: Number(offset),
+        acked: Number(acked),
+        members: Number(members),
+        required: Number(required),
+        replid: String(replid),
+        replid2: String(replid2),
+    };
+}
 /** `WAIT n timeout` or `WAITAOF 1 n timeout`, `timeoutMs` at least 1 (0 would be no limit). */
 export function waitCommand(sync, replicas, timeoutMs) {
     const timeout = String(Math.max(Math.ceil(timeoutMs), 1));
     return sync.aof ? ['WAITAOF', '1', String(replicas), timeout] : ['WAIT', String(replicas), timeout];
 }
-/** How many replicas a `WAIT` / `WAITAOF` reply says have the writes. */
-export function ackedBy(sync, reply) {
-    if (sync.aof) {
-        const [local, replicas] = reply;
-        return Number(local) >= 1 ? Number(replicas) : 0;
-    }
-    return Number(reply);
+/** The acknowledgements a `WAIT` / `WAITAOF` reply reports. */
+export function acksOf(sync, reply) {
+    if (!sync.aof)
+        return { replicas: Number(reply), local: true };
+    const [local, replicas] = reply;
+    return { replicas: Number(replicas), local: Number(local) >= 1 };
 }
-/** What the masters of one place (a server, or a cluster master) said of their replicas: the
- * most any reported online, never lowered — an old master still taking writes after a
- * failover may keep a replica Sentinel has not moved yet, and a master back without its data
- * has none at first. After a failover, writes on the new master are not synced until it has as
- * many replicas as before (until the old master rejoins as a replica); a replica removed for
- * good keeps counting: set `replicas`, or make a new client. */
-export class Learned {
-    /** The most replicas any master here had. */
-    most = 0;
-    /** Replication IDs of masters that were replaced: a promoted replica reports its old
-     * master's as `master_replid2`. */
-    replaced = new Set();
-    /** The count so far (0 before a master was first heard). */
-    get count() {
-        return this.most;
+/**
+ * Why writes synced in `trip` do not count, or `undefined` when they count: when `after` says
+ * the set has at least the members the master requires and every member acknowledged
+ * `before.offset`, `after` came from the master `before` came from, not one this client saw
+ * `replaced`, and (AOF) the master has them on disk. `timeoutMs`, the sync timeout, is for the
+ * reason.
+ */
+export function shortfall(trip, replaced, timeoutMs) {
+    const { before, hint, waited, after } = trip;
+    const missing = (reason, again = false) => ({
+        acked: waited.replicas,
+        wanted: Math.max(after.members, after.required),
+        reason,
+        again,
+    });
+    if (replaced || after.replid !== before.replid) {
+        return missing('this master was replaced by a failover: its writes do not count');
     }
-    /** Takes note of `INFO replication` and returns the count to wait for; `undefined` for a
-     * master this client saw replaced — an old master still taking writes after a failover (a
-     * split brain), whose replica count says nothing: none of its writes count. */
-    heard(info) {
-        const field = (name) => info.split(/\r?\n/).find((line) => line.startsWith(`${name}:`))?.slice(name.length + 1).trim();
-        const replicationId = field('master_replid');
-        const previous = field('master_replid2');
-        if (previous !== undefined && /[^0]/.test(previous))
-            this.replaced.add(previous);
-        if (replicationId !== undefined && this.replaced.has(replicationId))
-            return undefined;
-        const online = field('role') === 'master'
-            ? info.split(/\r?\n/).filter((line) => line.startsWith('slave') && line.includes('state=online')).length
-            : 0;
-        this.most = Math.max(this.most, online);
-        return this.most;
+    if (after.members < after.required) {
+        return missing(`the master has ${after.members} in-sync replicas, fewer than lock.min-insync-replicas (${after.required})`);
+    }
+    if (after.acked < before.offset) {
+        const again = after.members > Math.min(waited.replicas, hint);
+        return missing(`not every in-sync replica acknowledged within ${timeoutMs} ms`, again);
+    }
+    if (!waited.local)
+        return missing(`the master did not fsync its AOF within ${timeoutMs} ms`);
+    return undefined;
+}
+/** What one client saw in the `LOCK.INSYNC` replies of its masters: the members of each
+ * master's set in its last reply — how many replicas the next `WAIT` waits for, a hint
+ * correctness never depends on — and the replication IDs of masters replaced by a failover
+ * (a promoted replica reports its old master's as `replid2`). */
+export class Seen {
+    /** The members of the last reply, by master address (`''` for one server). */
+    members = new Map();
+    replaced = new Set();
+    /** The members of the last reply of the master at `address` (0 before any). */
+    hint(address) {
+        return this.members.get(address) ?? 0;
+    }
+    /** Takes note of a reply of the master at `address`; whether that master is one this client
+     * saw replaced — an old master still taking writes after a failover (a split brain): none
+     * of its writes count. */
+    heard(address, inSync) {
+        this.members.set(address, inSync.members);
+        if (/[^0]/.test(inSync.replid2))
+            this.replaced.add(inSync.replid2);
+        return this.replaced.has(inSync.replid);
     }
 }

@@ -3,14 +3,15 @@
  *
  * - Sync off: a grant without waiting and a renewal go over the program's own connection.
  * - A grant without waiting, or a renewal, synced: one pipeline on a connection of the sync
- *   pool — `INFO replication` (when the count is learned), the write, `WAIT k` — where `k` is
- *   the count learned so far; the `INFO` reply is learned, and if it raised the count past `k`,
- *   one more `WAIT` on the same connection (a `WAIT` covers every earlier write on its
- *   connection). One round trip, and the count as fresh as the write. Synced writes made in the
- *   same tick to the same master share that pipeline: one `INFO`, the writes, one `WAIT`.
- * - A wait in the server: on a connection of the wait pool, the acquire with `INFO` and `WAIT`
- *   pipelined behind it — the server runs them only once the acquire is answered, so the count
- *   is read at the grant, not before the wait.
+ *   pool, never `MULTI` — the write, `LOCK.INSYNC`, `WAIT h`, `LOCK.INSYNC` — where `h` is the
+ *   members the master's last `LOCK.INSYNC` showed; if the write does not count because `h`
+ *   was too small, one more `WAIT` for every member and `LOCK.INSYNC` on the same connection (a
+ *   `WAIT` covers every earlier write on its connection), within the sync timeout. Synced
+ *   writes made in the same tick to the same master share that pipeline: the writes, then one
+ *   `LOCK.INSYNC`, `WAIT`, `LOCK.INSYNC`.
+ * - A wait in the server: on a connection of the wait pool, the acquire with the same tail
+ *   pipelined behind it — the server runs it only once the acquire is answered.
+ * - A fixed replica count (`sync.replicas`): `WAIT n` alone after the writes.
  */
 import { Connection } from './connection.js';
 import { SyncOptions } from './sync.js';
@@ -48,8 +49,8 @@ export declare class Writes {
     /** A renewal: the reply. One `applied` but too few replicas had in time — or that found no
      * sync connection free within the sync timeout — rejects with {@link NotReplicatedError}. */
     renew(command: string[], applied: (reply: unknown) => boolean): Promise<unknown>;
-    /** The reply of a write that reached enough replicas; otherwise the grant given back with
-     * `release` (if any) and the rejection. */
+    /** The reply of a write that counts (or was not `applied`); otherwise the grant given back
+     * with `release` (if any) and the rejection. */
     private counted;
     /**
      * A write that does not wait, synced, in the pipeline of the synced writes made in this tick
@@ -60,14 +61,17 @@ export declare class Writes {
     private syncedWrite;
     /**
      * `commands` on a connection of the `kind` pool to the master serving `key`, with the sync
-     * around them (for writes that do not wait, `INFO` before them; for a wait, behind it), and
-     * one more `WAIT` if the count grew: each command's outcome. A lone command's error reply
-     * rejects (so that a redirection is followed); with several, each is its outcome's `reply`.
-     * Rejects with {@link LostReply} or {@link Exhausted} too.
+     * behind them: each command's outcome. A lone command's error reply rejects (so that a
+     * redirection is followed); with several, each is its outcome's `reply`. Rejects with
+     * {@link LostReply} or {@link Exhausted} too.
      */
     private exchange;
-    /** How many replicas the writes reached, of how many wanted: from the `INFO` and `WAIT`
-     * replies, and — when something was written — after one more `WAIT` if the count grew past
-     * the `known` one waited for. */
-    private replicated;
+    /**
+     * Why writes do not count, from the `replies` to their sync — `WAIT n` for a fixed count, else
+     * `LOCK.INSYNC`, `WAIT hint`, `LOCK.INSYNC` — or `undefined` when they count. When something
+     * was `written` and one more `WAIT` for every in-sync member may yet make it count, that
+     * `WAIT` and a `LOCK.INSYNC` follow on the same connection if there is time left before
+     * `syncEnd` (ms since the epoch), and their replies decide instead.
+     */
+    private unsynced;
 }

@@ -17,7 +17,7 @@
 import keySlot from 'cluster-key-slot';
 
 import { Exhausted, Factory, Pool } from './pool.js';
-import { Learned } from './sync.js';
+import { Seen } from './sync.js';
 
 export { Exhausted, PoolClosed } from './pool.js';
 
@@ -100,8 +100,10 @@ export const DEFAULT_POOL_SIZES: Required<PoolSizes> = { wait: 32, sync: 16 };
 
 /** A pooled connection lent to one caller, to the master serving its key. */
 export interface Own {
-  /** What was learned of that master's replicas. */
-  readonly learned: Learned;
+  /** The address of that master (`''` for one server). */
+  readonly master: string;
+  /** What this client saw of its masters' in-sync sets. */
+  readonly seen: Seen;
   /**
    * Sends `commands` as one pipeline (never `MULTI`), and resolves to their replies in order,
    * an error reply as an `Error` value, with when each came (ms since the epoch). Rejects with
@@ -189,7 +191,7 @@ export class Connection {
     const address = asking ?? this.masterAddress(key);
     const pool = this.place(address, await this.origin(key, asking)).pools[kind];
     const dedicated = await pool.borrow(deadline);
-    const lent = new Lent(dedicated, this.learned(address), asking !== undefined);
+    const lent = new Lent(dedicated, address, this.seen, asking !== undefined);
     try {
       return await use(lent);
     } finally {
@@ -226,21 +228,20 @@ export class Connection {
     });
   }
 
-  /** The replica count learned so far for the master serving `key`. */
-  replicasKnown(key: string): number {
-    return this.learned(this.masterAddress(key)).count;
+  /** The members of the in-sync set of the master serving `key`, in its last `LOCK.INSYNC`
+   * reply this client saw (0 before any). */
+  membersSeen(key: string): number {
+    return this.seen.hint(this.masterAddress(key));
   }
 
-  /** What was learned of the master at `address` (`''` for one server), shared by every lock
-   * of this client. */
-  private learned(address: string): Learned {
-    const known = perClient(LEARNED, this.client);
-    let learned = known.get(address);
-    if (!learned) {
-      learned = new Learned();
-      known.set(address, learned);
+  /** What this client saw of its masters' in-sync sets, shared by every lock of the client. */
+  private get seen(): Seen {
+    let seen = SEEN.get(this.client);
+    if (!seen) {
+      seen = new Seen();
+      SEEN.set(this.client, seen);
     }
-    return learned;
+    return seen;
   }
 
   /** The pools to the master at `address`, made on first use (and again when the cluster
@@ -331,12 +332,14 @@ class Lent implements Own {
 
   constructor(
     private readonly dedicated: Dedicated,
-    readonly learned: Learned,
+    readonly master: string,
+    readonly seen: Seen,
     private readonly asking: boolean,
   ) {}
 
   async pipeline(commands: string[][], timeoutMs: number | undefined): Promise<Replies> {
-    // After ASK, `ASKING` goes right before each command on a key (it covers the next command).
+    // After ASK, `ASKING` goes right before each command on a key (it covers the next command;
+    // before the keyless `LOCK.INSYNC` it does nothing).
     const sent = commands.flatMap((command) => (this.asking && command[0].startsWith('LOCK.') ? [['ASKING'], command] : [command]));
     let timer: NodeJS.Timeout | undefined;
     const expiry = new Promise<never>((_, reject) => {
@@ -425,8 +428,8 @@ interface Gathering<I, R> {
   callers: { resolve(result: R): void; reject(error: unknown): void }[];
 }
 
-/** What was learned per client, by master address (`''` for one server). */
-const LEARNED = new WeakMap<Client, Map<string, Learned>>();
+/** What each client saw of its masters' in-sync sets. */
+const SEEN = new WeakMap<Client, Seen>();
 /** The pools per client, by master address. */
 const PLACES = new WeakMap<Client, Map<string, Place>>();
 /** The gatherings open per client, by master address and group. */

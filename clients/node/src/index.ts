@@ -9,8 +9,9 @@
  *   borrowed from a pool of duplicates of the client ({@link setPoolSizes}), with no timeout
  *   shorter than the wait; a lost reply is followed up by asking again as the same owner, so a
  *   caller never holds a lock it was told it did not get, and the connection is closed.
- * - Grants (a holder's re-entry, downgrade and upgrade too) and renewals count only once the
- *   master's replicas have them (`sync`), learned and waited for in the write's own round trip.
+ * - Grants (a holder's re-entry, downgrade and upgrade too) and renewals count only once every
+ *   replica of the master's in-sync set has them (`sync`), asked and waited for in the write's
+ *   own round trip.
  * - Every holding has a fencing token, a JS `number` (tokens stay below 2^53).
  * - `using(routine)` renews the lease every third of it and hands the routine an `AbortSignal`
  *   that fires when the lease is lost; renewal failures never throw into nowhere.
@@ -61,19 +62,21 @@ export interface LockOptions {
   timeoutMargin?: number;
   /**
    * How grants and renewals reach the master's replicas before they count (default: every
-   * replica it has online, within 1 s; `false`: not at all). When fewer acknowledge in time, a
-   * grant is released and the acquire rejects with {@link NotReplicatedError}, or with a `wait`
-   * budget left, tries again within it; a holding's `reenter`, `downgrade` and `upgrade` are
-   * grants too and reject with it, the holding left as it was; a renewal rejects with it and
-   * does not count (the lease the holding believes stays the last synced one — or, when its
-   * ttl is shorter than what was left, ends that ttl after it was sent, since the master may
-   * have made it; a watched holding keeps renewing and aborts its `signal` when that lease
-   * ends). Releases never wait.
+   * replica of the master's in-sync set, as `LOCK.INSYNC` tells it in the write's round trip,
+   * within 1 s; `false`: not at all). When one does not count — not every member acknowledged
+   * in time, the set has fewer than `lock.min-insync-replicas` members, or the master was
+   * replaced by a failover — a grant is released and the acquire rejects with
+   * {@link NotReplicatedError} (its `reason` says which), or with a `wait` budget left, tries
+   * again within it; a holding's `reenter`, `downgrade` and `upgrade` are grants too and reject
+   * with it, the holding left as it was; a renewal rejects with it and does not count (the
+   * lease the holding believes stays the last synced one — or, when its ttl is shorter than what
+   * was left, ends that ttl after it was sent, since the master may have made it; a watched
+   * holding keeps renewing and aborts its `signal` when that lease ends). Releases never wait.
    *
-   * While a replica is down, every grant and renewal fails after the sync timeout, and watched
-   * holdings are lost when their last synced lease ends: bring the replica back, or — accepting
-   * that a failover may then lose grants — lower `replicas` or set `sync: false` for that time.
-   * `replicas` below the master's count is not safe (see {@link SyncOptions.replicas}).
+   * While a member of the set is down, every grant and renewal fails after the sync timeout
+   * until the master drops it from the set (with the module's defaults about 25 s after it
+   * died), and watched holdings are lost when their last synced lease ends meanwhile; then they
+   * count again while the set keeps `lock.min-insync-replicas` members.
    */
   sync?: SyncOptions | false;
 }
@@ -386,7 +389,8 @@ class LeaseholdLock implements Lock {
     if (tokens === null) return null;
     if (began + countedLease(this.ttl) <= Date.now()) {
       await this.writes.connection.send(this.release(owner), this.keys.first);
-      throw new NotReplicatedError(0, Math.max(this.writes.connection.replicasKnown(this.keys.first), 1));
+      const wanted = this.writes.connection.membersSeen(this.keys.first);
+      throw new NotReplicatedError(0, wanted, 'grant', 'the replicas acknowledged it only after its lease had ended');
     }
     return new Held(this.writes, this.keys, owner, tokens, this.ttl, this.mode, watchdog, began);
   }

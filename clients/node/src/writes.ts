@@ -3,18 +3,21 @@
  *
  * - Sync off: a grant without waiting and a renewal go over the program's own connection.
  * - A grant without waiting, or a renewal, synced: one pipeline on a connection of the sync
- *   pool — `INFO replication` (when the count is learned), the write, `WAIT k` — where `k` is
- *   the count learned so far; the `INFO` reply is learned, and if it raised the count past `k`,
- *   one more `WAIT` on the same connection (a `WAIT` covers every earlier write on its
- *   connection). One round trip, and the count as fresh as the write. Synced writes made in the
- *   same tick to the same master share that pipeline: one `INFO`, the writes, one `WAIT`.
- * - A wait in the server: on a connection of the wait pool, the acquire with `INFO` and `WAIT`
- *   pipelined behind it — the server runs them only once the acquire is answered, so the count
- *   is read at the grant, not before the wait.
+ *   pool, never `MULTI` — the write, `LOCK.INSYNC`, `WAIT h`, `LOCK.INSYNC` — where `h` is the
+ *   members the master's last `LOCK.INSYNC` showed; if the write does not count because `h`
+ *   was too small, one more `WAIT` for every member and `LOCK.INSYNC` on the same connection (a
+ *   `WAIT` covers every earlier write on its connection), within the sync timeout. Synced
+ *   writes made in the same tick to the same master share that pipeline: the writes, then one
+ *   `LOCK.INSYNC`, `WAIT`, `LOCK.INSYNC`.
+ * - A wait in the server: on a connection of the wait pool, the acquire with the same tail
+ *   pipelined behind it — the server runs it only once the acquire is answered.
+ * - A fixed replica count (`sync.replicas`): `WAIT n` alone after the writes.
  */
 
 import { Connection, Exhausted, Own, PoolKind } from './connection.js';
-import { DEFAULT_SYNC_TIMEOUT, INFO_REPLICATION, NotReplicatedError, SyncOptions, ackedBy, waitCommand } from './sync.js';
+import {
+  DEFAULT_SYNC_TIMEOUT, INSYNC, NotReplicatedError, Shortfall, SyncOptions, acksOf, inSyncOf, shortfall, waitCommand,
+} from './sync.js';
 
 /** A write's reply (an error reply as an `Error` value), when it came, and how far it reached
  * the replicas. */
@@ -22,10 +25,9 @@ interface Outcome {
   reply: unknown;
   /** When the write's reply came, ms since the epoch (a wait's grant was made just before). */
   answered: number;
-  acked: number;
-  wanted: number;
-  /** The server's error reply to the `INFO` or `WAIT` of the sync, if any. */
-  refused?: Error;
+  /** Why it does not count, if so: how far it got, or the server's error reply to a command of
+   * the sync. */
+  unsynced?: Shortfall | Error;
 }
 
 /** The writes of one lock (or set of locks), routed by `key`. */
@@ -90,12 +92,13 @@ export class Writes {
     return this.counted(outcome, applied(outcome.reply), 'renewal');
   }
 
-  /** The reply of a write that reached enough replicas; otherwise the grant given back with
-   * `release` (if any) and the rejection. */
+  /** The reply of a write that counts (or was not `applied`); otherwise the grant given back
+   * with `release` (if any) and the rejection. */
   private async counted(outcome: Outcome, applied: boolean, write: 'grant' | 'renewal', release?: string[]): Promise<unknown> {
-    if (!applied || (!outcome.refused && outcome.acked >= outcome.wanted)) return outcome.reply;
+    const unsynced = outcome.unsynced;
+    if (!applied || !unsynced) return outcome.reply;
     if (release) await this.connection.send(release, this.key);
-    throw outcome.refused ?? new NotReplicatedError(outcome.acked, outcome.wanted, write);
+    throw unsynced instanceof Error ? unsynced : new NotReplicatedError(unsynced.acked, unsynced.wanted, write, unsynced.reason);
   }
 
   /**
@@ -115,59 +118,65 @@ export class Writes {
       return outcome;
     } catch (error) {
       if (!(error instanceof Exhausted)) throw error;
-      throw new NotReplicatedError(0, this.sync.replicas ?? this.connection.replicasKnown(this.key), write);
+      const wanted = this.sync.replicas ?? this.connection.membersSeen(this.key);
+      throw new NotReplicatedError(0, wanted, write, `no sync connection came free within ${this.syncMs} ms: nothing was sent`);
     }
   }
 
   /**
    * `commands` on a connection of the `kind` pool to the master serving `key`, with the sync
-   * around them (for writes that do not wait, `INFO` before them; for a wait, behind it), and
-   * one more `WAIT` if the count grew: each command's outcome. A lone command's error reply
-   * rejects (so that a redirection is followed); with several, each is its outcome's `reply`.
-   * Rejects with {@link LostReply} or {@link Exhausted} too.
+   * behind them: each command's outcome. A lone command's error reply rejects (so that a
+   * redirection is followed); with several, each is its outcome's `reply`. Rejects with
+   * {@link LostReply} or {@link Exhausted} too.
    */
   private exchange(kind: PoolKind, key: string, commands: string[][], deadline: number | undefined, waitMs: number): Promise<Outcome[]> {
     return this.connection.lend(kind, key, deadline, async (own) => {
       const syncMs = kind === 'sync' ? Math.max((deadline ?? 0) - Date.now(), 1) : this.syncMs;
       const timeout = waitMs === 0 && kind === 'wait' ? undefined : waitMs + syncMs + this.margin;
-      const fixed = this.sync.replicas;
-      const known = fixed ?? own.learned.count;
-      const info = this.synced && fixed === undefined ? [INFO_REPLICATION] : [];
-      const wait = this.synced ? [waitCommand(this.sync, known, syncMs)] : [];
-      const sent = kind === 'wait' ? [...commands, ...info, ...wait] : [...info, ...commands, ...wait];
-      const { replies, arrived } = await own.pipeline(sent, timeout);
-      const first = sent.indexOf(commands[0]);
-      const written = replies.slice(first, first + commands.length);
+      const hint = this.sync.replicas ?? own.seen.hint(own.master);
+      const wait = waitCommand(this.sync, hint, syncMs);
+      const tail = !this.synced ? [] : this.sync.replicas === undefined ? [INSYNC, wait, INSYNC] : [wait];
+      const { replies, arrived } = await own.pipeline([...commands, ...tail], timeout);
+      const written = replies.slice(0, commands.length);
       if (commands.length === 1 && written[0] instanceof Error) throw written[0];
       const wrote = written.some((reply) => reply !== null && !(reply instanceof Error));
-      const synced = this.synced ? await this.replicated(own, replies, sent, known, syncMs, wrote) : { acked: 0, wanted: 0 };
-      return written.map((reply, at) => ({ reply, answered: arrived[first + at], ...synced }));
+      // The sync began when the last write was answered.
+      const syncEnd = arrived[commands.length - 1] + syncMs;
+      const unsynced = this.synced ? await this.unsynced(own, replies.slice(commands.length), hint, syncEnd, wrote) : undefined;
+      return written.map((reply, at) => ({ reply, answered: arrived[at], unsynced }));
     });
   }
 
-  /** How many replicas the writes reached, of how many wanted: from the `INFO` and `WAIT`
-   * replies, and — when something was written — after one more `WAIT` if the count grew past
-   * the `known` one waited for. */
-  private async replicated(
-    own: Own,
-    replies: unknown[],
-    sent: string[][],
-    known: number,
-    syncMs: number,
-    wrote: boolean,
-  ): Promise<Omit<Outcome, 'reply' | 'answered'>> {
-    const refused = replies.find((reply, at) => reply instanceof Error && (sent[at] === INFO_REPLICATION || at === sent.length - 1));
-    if (refused) return { acked: 0, wanted: known, refused: refused as Error };
-    const info = sent.indexOf(INFO_REPLICATION);
-    const wanted = info < 0 ? known : own.learned.heard(String(replies[info]));
-    // A master this client saw replaced: none of its writes count.
-    if (wanted === undefined) return { acked: 0, wanted: Math.max(known, 1) };
-    const acked = ackedBy(this.sync, replies[replies.length - 1]);
-    if (!wrote || acked >= wanted || wanted <= known) return { acked, wanted };
+  /**
+   * Why writes do not count, from the `replies` to their sync — `WAIT n` for a fixed count, else
+   * `LOCK.INSYNC`, `WAIT hint`, `LOCK.INSYNC` — or `undefined` when they count. When something
+   * was `written` and one more `WAIT` for every in-sync member may yet make it count, that
+   * `WAIT` and a `LOCK.INSYNC` follow on the same connection if there is time left before
+   * `syncEnd` (ms since the epoch), and their replies decide instead.
+   */
+  private async unsynced(own: Own, replies: unknown[], hint: number, syncEnd: number, written: boolean): Promise<Shortfall | Error | undefined> {
+    const refused = replies.find((reply) => reply instanceof Error);
+    if (refused) return refused as Error;
+    if (this.sync.replicas !== undefined) {
+      const { replicas, local } = acksOf(this.sync, replies[0]);
+      const acked = local ? replicas : 0;
+      if (acked >= hint) return undefined;
+      return { acked, wanted: hint, reason: `${acked} of the ${hint} replicas wanted acknowledged within ${this.syncMs} ms` };
+    }
+    const [before, after] = [inSyncOf(replies[0]), inSyncOf(replies[2])];
+    if (before instanceof Error) return before;
+    if (after instanceof Error) return after;
+    own.seen.heard(own.master, before);
+    const trip = { before, hint, waited: acksOf(this.sync, replies[1]), after };
+    const short = shortfall(trip, own.seen.heard(own.master, after), this.syncMs);
+    const left = syncEnd - Date.now();
+    if (!short?.again || !written || left < 1) return short;
     const {
-      replies: [again],
-    } = await own.pipeline([waitCommand(this.sync, wanted, syncMs)], syncMs + this.margin);
-    if (again instanceof Error) return { acked: 0, wanted, refused: again };
-    return { acked: ackedBy(this.sync, again), wanted };
+      replies: [waited, last],
+    } = await own.pipeline([waitCommand(this.sync, after.members, left), INSYNC], left + this.margin);
+    const final = inSyncOf(last);
+    if (waited instanceof Error) return waited;
+    if (final instanceof Error) return final;
+    return shortfall({ ...trip, waited: acksOf(this.sync, waited), after: final }, own.seen.heard(own.master, final), this.syncMs);
   }
 }

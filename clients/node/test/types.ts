@@ -39,5 +39,6 @@ export async function typed(): Promise<number> {
   const tokens: readonly number[] = set?.tokens ?? [];
   const refused = new NotReplicatedError(0, 1);
   const unsynced: 'grant' | 'renewal' = refused.write;
-  return unsynced.length + refused.acked + tokens.length + token + (holding?.token ?? 0) + (permit?.token ?? 0) + (fixed?.length ?? 0);
+  const reason: string = refused.reason;
+  return reason.length + unsynced.length + refused.acked + tokens.length + token + (holding?.token ?? 0) + (permit?.token ?? 0) + (fixed?.length ?? 0);
 }
