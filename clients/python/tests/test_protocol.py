@@ -195,6 +195,9 @@ def test_a_master_seen_replaced_counts_no_write():
                  insync(replid="b" * 40, replid2=REPLID))
     new.settle()
     assert new.writes[0].problem is None
+    moved = synced(pipeline(seen), 77, insync(replid="b" * 40), 1, insync(replid="c" * 40))
+    moved.settle()
+    assert "replaced by a failover" in str(moved.writes[0].problem), "another history in between"
     text = InSync.of([1, 1, 0, 0, "c" * 40, NONE])
     assert text.replid == "c" * 40, "decode_responses too"
 

@@ -319,7 +319,8 @@ class Pipeline:
         self.waited = 0
         self.fsynced = True
         #: The ``LOCK.INSYNC`` replies before and after the ``WAIT`` (the last one after), and
-        #: whether the latter came from a master this client saw replaced.
+        #: whether the latter came from a master this client saw replaced, or another
+        #: replication ID than the former.
         self.before: Optional[InSync] = None
         self.after: Optional[InSync] = None
         self.replaced = False
@@ -435,9 +436,10 @@ class Pipeline:
                 self.before = InSync.of(reply)
                 self.seen.heard(self.before)
                 self.sync_end = answered + self.sync_timeout
-            else:
+            else:  # offsets of another replication history say nothing of this one's
                 self.after = InSync.of(reply)
-                self.replaced = self.seen.heard(self.after)
+                moved = self.before is not None and self.before.replid != self.after.replid
+                self.replaced = self.seen.heard(self.after) or moved
 
 
 
