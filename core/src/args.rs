@@ -12,6 +12,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::ops::Deref;
 
+use crate::insync::Promotable;
 use crate::lock::{Holding, Mode};
 use crate::machine::Applied;
 use crate::outcome::Lease;
@@ -61,6 +62,9 @@ pub enum ArgError {
     Effect,
     /// `ERR invalid lease deadline in LOCK.APPLY`.
     EffectDeadline,
+    /// `ERR invalid replica in LOCK.PROMOTABLE`: not an `ip:port` of at most
+    /// [`MAX_REPLICA_ID`] bytes, or more than [`MAX_LISTED`] of them.
+    Replica,
 }
 
 impl fmt::Display for ArgError {
@@ -90,6 +94,7 @@ impl fmt::Display for ArgError {
                 "ERR invalid owner, fencing token or hold count in LOCK.APPLY"
             ),
             Self::EffectDeadline => write!(f, "ERR invalid lease deadline in LOCK.APPLY"),
+            Self::Replica => write!(f, "ERR invalid replica in LOCK.PROMOTABLE"),
         }
     }
 }
@@ -498,6 +503,47 @@ pub fn apply<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Apply<'_, A>, ArgErr
         deadline_ms,
     };
     Ok(Apply { key, effect })
+}
+
+/// The longest replica id (`ip:port`) `LOCK.PROMOTABLE` takes: an IPv6 address and a port with
+/// room to spare (`replica-announce-ip` may be a host name, up to 255 bytes).
+pub const MAX_REPLICA_ID: usize = 300;
+
+/// The most replicas one `LOCK.PROMOTABLE` lists.
+pub const MAX_LISTED: usize = 1_000;
+
+/// Parses `LOCK.PROMOTABLE until-ms timeout-ms [replica ...]`, the message in which a master
+/// lists the replicas that may be promoted ([`crate::insync`]): `until-ms` a positive unix time,
+/// `timeout-ms` positive, each replica an `ip:port` of at most [`MAX_REPLICA_ID`] bytes, at most
+/// [`MAX_LISTED`] of them.
+///
+/// # Errors
+/// Arity, integers, [`ArgError::Replica`].
+pub fn promotable<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Promotable, ArgError> {
+    let mut args = Args::new(args);
+    let positive = |word: &A| {
+        unsigned(word)
+            .filter(|n| *n > 0)
+            .ok_or(ArgError::NotInteger)
+    };
+    let until_ms = positive(args.required()?)?;
+    let timeout_ms = positive(args.required()?)?;
+    let mut listed = Vec::new();
+    while let Some(id) = args.next() {
+        let id = std::str::from_utf8(id)
+            .ok()
+            .filter(|id| id.len() <= MAX_REPLICA_ID && id.contains(':'))
+            .ok_or(ArgError::Replica)?;
+        if listed.len() == MAX_LISTED {
+            return Err(ArgError::Replica);
+        }
+        listed.push(id.to_owned());
+    }
+    Ok(Promotable {
+        until_ms,
+        timeout_ms,
+        listed,
+    })
 }
 
 /// The integer form's `[[PXAT] deadline-ms] [SHARED limit]`.

@@ -17,6 +17,8 @@
 //! - [`packed`]: the binary form of a holding in the effects sent to replicas and the AOF;
 //! - [`saved`]: a lock's form in an RDB file or a `DUMP` payload, and the checks a lock read
 //!   from outside passes;
+//! - [`insync`]: the in-sync replica set: which replicas a write must reach before it counts,
+//!   and which may be promoted;
 //! - [`machine`]: one entry point per event — the FIFO hand-over to waiters, lease ends,
 //!   promotions' effects on tokens — returning an [`outcome::Outcome`].
 
@@ -38,6 +40,7 @@ pub mod args;
 pub mod fence;
 pub mod heap;
 pub mod holders;
+pub mod insync;
 pub mod lock;
 pub mod machine;
 pub mod outcome;

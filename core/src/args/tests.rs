@@ -199,3 +199,33 @@ fn every_effect_form_applies() {
         assert!(apply(&words(line)).is_err(), "{line}");
     }
 }
+
+#[test]
+fn promotable_lists_replicas() {
+    let parsed = promotable(&words(
+        "LOCK.PROMOTABLE 1000 12000 127.0.0.1:6380 [::1]:7000",
+    ))
+    .unwrap();
+    assert_eq!((parsed.until_ms, parsed.timeout_ms), (1000, 12000));
+    assert_eq!(parsed.listed, ["127.0.0.1:6380", "[::1]:7000"]);
+    assert!(
+        promotable(&words("LOCK.PROMOTABLE 1 1"))
+            .unwrap()
+            .listed
+            .is_empty()
+    );
+    for line in [
+        "LOCK.PROMOTABLE",
+        "LOCK.PROMOTABLE 1",
+        "LOCK.PROMOTABLE 0 1",
+        "LOCK.PROMOTABLE 1 -1",
+        "LOCK.PROMOTABLE 1 x",
+        "LOCK.PROMOTABLE 1 1 nocolon",
+    ] {
+        assert!(promotable(&words(line)).is_err(), "{line}");
+    }
+    let long = format!("LOCK.PROMOTABLE 1 1 {}:1", "a".repeat(MAX_REPLICA_ID));
+    assert_eq!(promotable(&words(&long)).unwrap_err(), ArgError::Replica);
+    let many = format!("LOCK.PROMOTABLE 1 1{}", " a:1".repeat(MAX_LISTED + 1));
+    assert_eq!(promotable(&words(&many)).unwrap_err(), ArgError::Replica);
+}

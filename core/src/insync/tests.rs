@@ -1,0 +1,185 @@
+use super::*;
+
+const TIMING: Timing = Timing {
+    timeout_ms: 12_000,
+    drop_delay_ms: 11_000,
+    strict: false,
+};
+
+fn replica(id: &str, online: bool, acked: u64, lag_s: u64) -> Replica {
+    Replica {
+        id: id.to_owned(),
+        online,
+        acked,
+        lag_ms: lag_s * 1_000,
+    }
+}
+
+fn replication(offset: u64, replicas: Vec<Replica>) -> Replication {
+    Replication { offset, replicas }
+}
+
+#[test]
+fn info_replication_is_read() {
+    let info = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\n\
+        slave0:ip=127.0.0.1,port=6380,state=online,offset=120,lag=0\r\n\
+        slave1:ip=10.0.0.2,port=6381,state=wait_bgsave,offset=0,lag=3\r\n\
+        slaves:nonsense\r\nslave2:port=1\r\nmaster_repl_offset:130\r\n";
+    let read = parse(info);
+    assert_eq!(read.offset, 130);
+    assert_eq!(
+        read.replicas,
+        vec![
+            replica("127.0.0.1:6380", true, 120, 0),
+            replica("10.0.0.2:6381", false, 0, 3)
+        ]
+    );
+}
+
+#[test]
+fn a_replica_joins_once_it_caught_up() {
+    let mut set = Master::default();
+    let behind = replication(100, vec![replica("a:1", true, 50, 0)]);
+    assert!(!set.observe(0, &behind, TIMING));
+    assert_eq!(set.status(&behind, 1).required, 0, "not grouped yet");
+    let later = replication(200, vec![replica("a:1", true, 100, 0)]);
+    assert!(
+        set.observe(10, &later, TIMING),
+        "acknowledged what it had to"
+    );
+    assert_eq!(set.members().collect::<Vec<_>>(), ["a:1"]);
+    let status = set.status(&later, 1);
+    assert_eq!((status.acked, status.members, status.required), (100, 1, 1));
+    assert!(status.counts(100) && !status.counts(101));
+}
+
+#[test]
+fn a_replica_that_goes_offline_before_catching_up_starts_again() {
+    let mut set = Master::default();
+    set.observe(
+        0,
+        &replication(100, vec![replica("a:1", true, 0, 0)]),
+        TIMING,
+    );
+    set.observe(1, &replication(150, vec![]), TIMING);
+    set.observe(
+        2,
+        &replication(200, vec![replica("a:1", true, 120, 0)]),
+        TIMING,
+    );
+    assert_eq!(set.members().count(), 0, "it must reach 200 now");
+}
+
+#[test]
+fn a_silent_member_is_unlisted_then_dropped_after_its_lease_and_the_delay() {
+    let mut set = Master::default();
+    let up = replication(
+        10,
+        vec![replica("a:1", true, 10, 0), replica("b:2", true, 10, 0)],
+    );
+    set.observe(0, &up, TIMING);
+    assert_eq!(set.list(0, TIMING), ["a:1", "b:2"]);
+    // b dies at 500: its line disappears.
+    let down = replication(20, vec![replica("a:1", true, 20, 0)]);
+    set.observe(1_000, &down, TIMING);
+    assert_eq!(set.list(1_000, TIMING), ["a:1", "b:2"], "b acked 1 s ago");
+    set.observe(2_001, &down, TIMING);
+    assert_eq!(
+        set.list(2_001, TIMING),
+        ["a:1"],
+        "b's ack is stale: no new lease"
+    );
+    let status = set.status(&down, 1);
+    assert_eq!(
+        (status.members, status.acked),
+        (2, 0),
+        "b still counts, and lacks it"
+    );
+    let last_lease_end = 1_000 + TIMING.timeout_ms;
+    set.observe(last_lease_end + TIMING.drop_delay_ms - 1, &down, TIMING);
+    assert_eq!(set.members().count(), 2);
+    assert!(set.observe(last_lease_end + TIMING.drop_delay_ms, &down, TIMING));
+    assert_eq!(set.members().collect::<Vec<_>>(), ["a:1"]);
+    assert!(set.status(&down, 1).counts(20));
+}
+
+#[test]
+fn strict_never_drops() {
+    let strict = Timing {
+        strict: true,
+        ..TIMING
+    };
+    let mut set = Master::default();
+    set.observe(0, &replication(1, vec![replica("a:1", true, 1, 0)]), strict);
+    set.observe(u64::MAX / 2, &replication(1, vec![]), strict);
+    assert_eq!(set.members().count(), 1);
+}
+
+#[test]
+fn a_lagging_but_connected_member_is_unlisted_by_its_lag() {
+    let mut set = Master::default();
+    set.observe(0, &replication(1, vec![replica("a:1", true, 1, 0)]), TIMING);
+    let lagging = replication(9, vec![replica("a:1", true, 1, 5)]);
+    set.observe(10_000, &lagging, TIMING);
+    assert!(set.list(10_000, TIMING).is_empty());
+    set.observe(
+        10_500,
+        &replication(9, vec![replica("a:1", true, 9, 0)]),
+        TIMING,
+    );
+    assert_eq!(
+        set.list(10_500, TIMING),
+        ["a:1"],
+        "it caught up: listed again"
+    );
+}
+
+#[test]
+fn a_promoted_replica_inherits_the_others() {
+    let listed = vec!["me:1".to_owned(), "b:2".to_owned()];
+    let mut set = Master::inherit(&listed, |id| id == "me:1", 5_000, TIMING);
+    assert_eq!(set.members().collect::<Vec<_>>(), ["b:2"]);
+    assert!(set.grouped());
+    let nobody = replication(7, vec![]);
+    assert_eq!(set.status(&nobody, 1).acked, 0, "b must re-attach");
+    let drop_at = 5_000 + TIMING.timeout_ms + TIMING.drop_delay_ms;
+    set.observe(drop_at - 1, &nobody, TIMING);
+    assert_eq!(set.members().count(), 1);
+    set.observe(drop_at, &nobody, TIMING);
+    assert_eq!(set.members().count(), 0);
+    assert!(!set.status(&nobody, 1).counts(0), "below the minimum");
+}
+
+#[test]
+fn a_replica_is_promotable_while_listed_and_its_lease_lasts() {
+    let mut follower = Follower::default();
+    assert!(!follower.promotable(0), "starts unpromotable");
+    let message = Promotable {
+        until_ms: 20_000,
+        timeout_ms: 12_000,
+        listed: vec!["me:1".to_owned()],
+    };
+    follower.heard(10_000, &message, |id| id == "me:1");
+    assert!(follower.promotable(19_999));
+    assert!(!follower.promotable(20_000), "the master's until caps it");
+    follower.heard(1_000, &message, |id| id == "me:1");
+    assert!(!follower.promotable(13_000), "heard + timeout caps it");
+    follower.heard(1_000, &message, |id| id == "other:1");
+    assert!(!follower.promotable(1_001), "not listed");
+    assert_eq!(follower.listed(), ["me:1"]);
+    follower.forget();
+    assert!(follower.listed().is_empty());
+}
+
+#[test]
+fn the_operators_priority_is_kept_and_given_back() {
+    let mut priority = Priority::new(10);
+    assert_eq!(priority.next(10, false), Some(0));
+    assert_eq!(priority.next(0, false), None);
+    assert_eq!(priority.next(0, true), Some(10));
+    assert_eq!(priority.next(10, true), None);
+    assert_eq!(priority.next(25, true), None, "CONFIG SET by the operator");
+    assert_eq!(priority.operator(), 25);
+    assert_eq!(priority.next(25, false), Some(0));
+    assert_eq!(priority.next(0, true), Some(25));
+}
