@@ -1,11 +1,68 @@
 //! The module's configuration, set at load (`--loadmodule path max-ttl-ms 60000`), in
 //! `redis.conf` (`lock.max-ttl-ms 60000`) or with `CONFIG SET lock.max-ttl-ms 60000`, and read
 //! with `CONFIG GET lock.max-ttl-ms`; the same for `lock.max-clock-skew-ms`,
-//! `lock.max-multi-keys` and `lock.restart-delay-ms`.
+//! `lock.max-multi-keys`, `lock.restart-delay-ms` and the in-sync set's settings
+//! (`lock.min-insync-replicas`, `lock.insync-timeout-ms`, `lock.insync-drop-delay-ms`,
+//! `lock.insync-strict`, `lock.replica-priority`: docs/operations/configuration.md).
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use leasehold_core::args::Limits;
+use leasehold_core::insync::Timing;
+
+/// `lock.min-insync-replicas`: how many replicas the in-sync set must have for a write to count
+/// (Kafka's `min.insync.replicas`, less the leader): 1 by default, which keeps a master and two
+/// replicas at a majority. A server that was never part of a replication group requires none.
+pub static MIN_INSYNC_REPLICAS: AtomicI64 = AtomicI64::new(1);
+
+/// The largest `lock.min-insync-replicas`.
+pub const LARGEST_MIN_INSYNC_REPLICAS: i64 = 1_000;
+
+/// `lock.insync-timeout-ms`: the promotability lease a master gives each member with every
+/// `LOCK.PROMOTABLE`: a replica that hears nothing from its master for this long makes itself
+/// unpromotable. It must exceed the time a failover takes to pick a replica (Sentinel's
+/// `down-after-milliseconds` plus about 3 s for the vote), or no replica is left to promote.
+/// 12 000 by default (for `down-after-milliseconds` up to 9 000), 100 to a day.
+pub static INSYNC_TIMEOUT_MS: AtomicI64 = AtomicI64::new(DEFAULT_INSYNC_TIMEOUT_MS);
+
+/// The default of `lock.insync-timeout-ms`.
+pub const DEFAULT_INSYNC_TIMEOUT_MS: i64 = 12_000;
+
+/// `lock.insync-drop-delay-ms`: how long after a silent member's last promotability lease ended
+/// the master drops it from the set, in ms: time for Sentinel to read the replica's new
+/// priority (its `INFO` period, 10 s) and a second more. 11 000 by default, 0 to a day.
+pub static INSYNC_DROP_DELAY_MS: AtomicI64 = AtomicI64::new(DEFAULT_INSYNC_DROP_DELAY_MS);
+
+/// The default of `lock.insync-drop-delay-ms`.
+pub const DEFAULT_INSYNC_DROP_DELAY_MS: i64 = 11_000;
+
+/// `lock.insync-strict`: when `yes`, the master never drops a member (the rule for layouts where
+/// a Sentinel majority may form on a side without a majority of the data nodes); `no` by
+/// default.
+pub static INSYNC_STRICT: AtomicBool = AtomicBool::new(false);
+
+/// `lock.replica-priority`: the operator's `replica-priority`, which the module gives a replica
+/// whenever it may be promoted (and 0 otherwise); -1 (the default) takes the server's own at
+/// start. The module writes the operator's value here, so `CONFIG REWRITE` keeps it. In Redis
+/// Cluster, 0 keeps `cluster-replica-no-failover yes` always.
+pub static REPLICA_PRIORITY: AtomicI64 = AtomicI64::new(-1);
+
+/// The in-sync set's timing.
+#[must_use]
+pub fn insync_timing() -> Timing {
+    let ms = |value: &AtomicI64| u64::try_from(value.load(Ordering::Relaxed)).unwrap_or(0);
+    Timing {
+        timeout_ms: ms(&INSYNC_TIMEOUT_MS),
+        drop_delay_ms: ms(&INSYNC_DROP_DELAY_MS),
+        strict: INSYNC_STRICT.load(Ordering::Relaxed),
+    }
+}
+
+/// `lock.min-insync-replicas` as a count.
+#[must_use]
+pub fn min_insync_replicas() -> usize {
+    usize::try_from(MIN_INSYNC_REPLICAS.load(Ordering::Relaxed)).unwrap_or(0)
+}
 
 /// `lock.max-ttl-ms`: the longest lease `LOCK.ACQUIRE` and `LOCK.RENEW` accept, in ms; 0 (the
 /// default) means no cap. Redis validates the range (0 to 2^63 - 1) on `CONFIG SET`.
@@ -90,6 +147,37 @@ pub fn check_loaded() -> Result<(), String> {
         return Err(format!(
             "lock.restart-delay-ms must be 0 to {LARGEST_RESTART_DELAY_MS}, not {delay}"
         ));
+    }
+    for (name, value, range) in [
+        (
+            "min-insync-replicas",
+            &MIN_INSYNC_REPLICAS,
+            0..=LARGEST_MIN_INSYNC_REPLICAS,
+        ),
+        (
+            "insync-timeout-ms",
+            &INSYNC_TIMEOUT_MS,
+            100..=LARGEST_RESTART_DELAY_MS,
+        ),
+        (
+            "insync-drop-delay-ms",
+            &INSYNC_DROP_DELAY_MS,
+            0..=LARGEST_RESTART_DELAY_MS,
+        ),
+        (
+            "replica-priority",
+            &REPLICA_PRIORITY,
+            -1..=i64::from(i32::MAX),
+        ),
+    ] {
+        let value = value.load(Ordering::Relaxed);
+        if !range.contains(&value) {
+            return Err(format!(
+                "lock.{name} must be {} to {}, not {value}",
+                range.start(),
+                range.end()
+            ));
+        }
     }
     let keys = MAX_MULTI_KEYS.load(Ordering::Relaxed);
     if !(1..=LARGEST_MULTI_KEYS).contains(&keys) {

@@ -110,6 +110,16 @@ pub fn replication_paused() -> bool {
     unsafe { raw::RedisModule_AvoidReplicaTraffic }.is_some_and(|paused| unsafe { paused() } != 0)
 }
 
+/// Sends `LOCK.PROMOTABLE until-ms timeout-ms listed...` ([`crate::insync`]): the replicas
+/// `listed` may be promoted until `until_ms` (unix ms), for `timeout_ms` from when they hear it.
+/// Once a second at most: through the crate's wrapper.
+pub fn replicate_promotable(ctx: &Context, until_ms: u64, timeout_ms: u64, listed: &[String]) {
+    let (until, timeout) = (until_ms.to_string(), timeout_ms.to_string());
+    let mut args = vec![until.as_str(), timeout.as_str()];
+    args.extend(listed.iter().map(String::as_str));
+    ctx.replicate("LOCK.PROMOTABLE", args.as_slice());
+}
+
 /// Sends "`key` is free" to replicas and the AOF.
 pub fn replicate_free(ctx: &Context, key: &RedisString) {
     if let Some(replicate) = unsafe { raw::RedisModule_Replicate } {

@@ -1,4 +1,5 @@
-//! The counters a user would graph, shown by `INFO lock` (section `lock_stats`).
+//! The counters a user would graph, shown by `INFO lock` (section `lock_stats`), and the
+//! in-sync set (section `lock_insync`).
 //!
 //! Every counter counts since the server started. A rising `expired_leases` means holders
 //! outlive their TTL: their work takes longer than the lease, and only fencing keeps it safe.
@@ -10,6 +11,7 @@ use leasehold_core::outcome::Counts;
 use redis_module::{InfoContext, RedisResult};
 use redis_module_macros::info_command_handler;
 
+use crate::insync;
 use crate::state;
 
 /// One counter of the `lock_stats` section.
@@ -91,7 +93,8 @@ fn unlinked() -> MutexGuard<'static, Option<(i32, Vec<u8>)>> {
 #[info_command_handler]
 fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     let waiting = u64::try_from(state::waiters().total()).unwrap_or(u64::MAX);
-    ctx.builder()
+    let builder = ctx
+        .builder()
         .add_section("stats")
         .field("acquisitions", ACQUISITIONS.get())?
         .field("multi_acquisitions", MULTI_ACQUISITIONS.get())?
@@ -102,6 +105,26 @@ fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .field("waiters", waiting)?
         .field("handovers", HANDOVERS.get())?
         .field("last_token", state::counter().last())?
+        .build_section()?;
+    let set = insync::fields();
+    let builder = builder.add_section("insync");
+    let builder = match &set.members {
+        Some(members) => builder
+            .field("insync_role", "master")?
+            .field(
+                "insync_replicas",
+                u64::try_from(members.len()).unwrap_or(u64::MAX),
+            )?
+            .field("insync_members", members.join(","))?,
+        None => builder
+            .field("insync_role", "replica")?
+            .field("insync_promotable", u64::from(set.promotable))?,
+    };
+    builder
+        .field(
+            "insync_required",
+            u64::try_from(set.required).unwrap_or(u64::MAX),
+        )?
         .build_section()?
         .build_info()?;
     Ok(())

@@ -30,6 +30,7 @@ mod docs;
 mod effects;
 mod execute;
 mod info;
+mod insync;
 mod key;
 mod looks;
 mod metadata;
@@ -81,6 +82,7 @@ fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
     }
     set_module_options(ctx);
     cluster::note_mode(ctx);
+    insync::start(ctx);
     Status::Ok
 }
 
@@ -113,6 +115,8 @@ redis_module! {
         ["lock.macquire", multi::acquire, flags("lock.macquire"), keys("lock.macquire").0, keys("lock.macquire").1, keys("lock.macquire").2, "", acl("lock.macquire")],
         ["lock.mrelease", multi::release, flags("lock.mrelease"), keys("lock.mrelease").0, keys("lock.mrelease").1, keys("lock.mrelease").2, "", acl("lock.mrelease")],
         ["lock.mrenew", multi::renew, flags("lock.mrenew"), keys("lock.mrenew").0, keys("lock.mrenew").1, keys("lock.mrenew").2, "", acl("lock.mrenew")],
+        ["lock.insync", insync::command, flags("lock.insync"), keys("lock.insync").0, keys("lock.insync").1, keys("lock.insync").2, "", acl("lock.insync")],
+        ["lock.promotable", insync::promotable, flags("lock.promotable"), keys("lock.promotable").0, keys("lock.promotable").1, keys("lock.promotable").2, "", acl("lock.promotable")],
         ["lock.apply", apply::apply, flags("lock.apply"), keys("lock.apply").0, keys("lock.apply").1, keys("lock.apply").2, "", acl("lock.apply")],
     ],
     event_handlers: [
@@ -148,9 +152,39 @@ redis_module! {
                 ConfigurationFlags::DEFAULT,
                 None
             ],
+            [
+                "min-insync-replicas",
+                &config::MIN_INSYNC_REPLICAS,
+                1,
+                0,
+                config::LARGEST_MIN_INSYNC_REPLICAS,
+                ConfigurationFlags::DEFAULT,
+                None
+            ],
+            [
+                "insync-timeout-ms",
+                &config::INSYNC_TIMEOUT_MS,
+                config::DEFAULT_INSYNC_TIMEOUT_MS,
+                100,
+                config::LARGEST_RESTART_DELAY_MS,
+                ConfigurationFlags::DEFAULT,
+                None
+            ],
+            [
+                "insync-drop-delay-ms",
+                &config::INSYNC_DROP_DELAY_MS,
+                config::DEFAULT_INSYNC_DROP_DELAY_MS,
+                0,
+                config::LARGEST_RESTART_DELAY_MS,
+                ConfigurationFlags::DEFAULT,
+                None
+            ],
+            ["replica-priority", &config::REPLICA_PRIORITY, -1, -1, i64::from(i32::MAX), ConfigurationFlags::DEFAULT, None],
         ],
         string: [],
-        bool: [],
+        bool: [
+            ["insync-strict", &config::INSYNC_STRICT, false, ConfigurationFlags::DEFAULT, None],
+        ],
         enum: [],
         module_args_as_configuration: true,
     ]

@@ -115,7 +115,7 @@ pub struct Argument {
 }
 
 /// The files, embedded in the module when it is built.
-const FILES: [&str; 10] = [
+const FILES: [&str; 12] = [
     include_str!("../commands/lock.acquire.json"),
     include_str!("../commands/lock.release.json"),
     include_str!("../commands/lock.renew.json"),
@@ -125,6 +125,8 @@ const FILES: [&str; 10] = [
     include_str!("../commands/lock.macquire.json"),
     include_str!("../commands/lock.mrelease.json"),
     include_str!("../commands/lock.mrenew.json"),
+    include_str!("../commands/lock.insync.json"),
+    include_str!("../commands/lock.promotable.json"),
     include_str!("../commands/lock.apply.json"),
 ];
 

@@ -33,16 +33,20 @@ use redis_module::server_events::ServerRole;
 use redis_module::{Context, Status};
 use redis_module_macros::role_changed_event_handler;
 
+use crate::insync;
 use crate::state;
 
-/// A replica was promoted, or a master demoted: a promotion takes the reserve. (A demoted
+/// A replica was promoted, or a master demoted: a promotion takes the reserve, and the
+/// in-sync set changes hands ([`insync::on_role_changed`]). (A demoted
 /// master's waiters need nothing from here: Redis unblocks every client blocked in a write
 /// command with `-UNBLOCKED` then.)
 #[role_changed_event_handler]
-fn on_role_changed(_ctx: &Context, role: ServerRole) {
-    if role == ServerRole::Primary {
+fn on_role_changed(ctx: &Context, role: ServerRole) {
+    let master = role == ServerRole::Primary;
+    if master {
         state::counter().reserve();
     }
+    insync::on_role_changed(ctx, master);
 }
 
 /// Registers the filter that sees promotions which change no role.
