@@ -21,7 +21,7 @@ const RUN_FOR = 3_000;
 const MODES = [['synced', undefined], ['not synced', false]];
 const client = await createClient({ url: process.argv[2] }).connect();
 // Synced grants count once the replica is in the master's in-sync set, a moment after it is online.
-while (!/^insync_replicas:[1-9]/m.test(String(await client.sendCommand(['INFO', 'lock'])))) {
+while (!/^lock_insync_replicas:[1-9]/m.test(String(await client.sendCommand(['INFO', 'lock'])))) {
   await new Promise((r) => setTimeout(r, 50));
 }
 

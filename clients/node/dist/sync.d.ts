@@ -105,10 +105,10 @@ export interface Shortfall {
     /** Replicas that had to have them: the in-sync set's members, at least the required. */
     wanted: number;
     reason: string;
-    /** Only with a {@link RoundTrip}: one more `WAIT` for every member may yet make them count: only acknowledgements are
-     * missing, and the `WAIT` stopped before every member could acknowledge — it counted fewer
-     * replicas, or waited for fewer (the hint was too small). Whether time is left is the
-     * caller's to check. */
+    /** One more `WAIT` for every member may yet make them count (from a {@link RoundTrip}): only
+     * acknowledgements are missing, and the `WAIT` stopped before every member could acknowledge
+     * — it counted fewer replicas, or waited for fewer (the hint was too small). Whether time is
+     * left is the caller's to check. */
     again?: boolean;
 }
 /**
