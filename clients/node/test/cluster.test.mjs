@@ -15,7 +15,7 @@ import { Cluster, Redis } from 'ioredis';
 import { Cluster as Cluster5 } from 'ioredis5';
 
 import { createLock, createMultiLock } from '../dist/index.js';
-import { close, freePort, startServer, until, waiters } from './helpers.mjs';
+import { close, freePort, inSyncReplicas, startServer, until, waiters } from './helpers.mjs';
 
 const nodes = [];
 for (let i = 0; i < 6; i++) {
@@ -29,7 +29,8 @@ await until(async () => {
   for (const node of nodes) {
     if (!(await node.admin.call('CLUSTER', 'INFO')).includes('cluster_state:ok')) return false;
     const replication = await node.admin.call('INFO', 'replication');
-    if (replication.includes('role:master') && !replication.includes('state=online')) return false;
+    // Synced grants count once a master's replica is in its in-sync set.
+    if (replication.includes('role:master') && (await inSyncReplicas(node.admin)) !== 1) return false;
   }
   return true;
 }, 60_000);

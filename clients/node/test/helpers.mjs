@@ -26,13 +26,15 @@ export function freePort() {
   });
 }
 
-export async function startServer(extra = []) {
+/** A server with the module, given `extra` server arguments and `moduleArgs` for the module
+ * (`min-insync-replicas 2`, ...). */
+export async function startServer(extra = [], moduleArgs = []) {
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'leasehold-node-'));
   const binary = process.env.LEASEHOLD_SERVER ?? 'redis-server';
   const module = process.env.LEASEHOLD_MODULE ?? join(ROOT, 'target', 'debug', 'libleasehold.so');
   const child = spawn(binary, ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir,
-    '--save', '', '--appendonly', 'no', '--loadmodule', module, ...extra], { stdio: 'ignore' });
+    '--save', '', '--appendonly', 'no', '--loadmodule', module, ...moduleArgs, ...extra], { stdio: 'ignore' });
   process.on('exit', () => child.kill('SIGKILL'));
   const deadline = Date.now() + 20_000;
   for (;;) {
@@ -64,6 +66,18 @@ export const CLIENTS = {
   'ioredis 6': async (port, extra = {}) => new Redis(port, '127.0.0.1', extra),
   'ioredis 5': async (port, extra = {}) => new Redis5(port, '127.0.0.1', extra),
 };
+
+/** The members of the master's in-sync replica set: `lock_insync_replicas` of its `INFO lock`. */
+export async function inSyncReplicas(admin) {
+  return Number(/^lock_insync_replicas:(\d+)/m.exec(await admin.call('INFO', 'lock'))?.[1] ?? -1);
+}
+
+/** Makes each of `replicas` a replica of `master`, and waits until all are in its in-sync set
+ * (a replica joins once it is online and caught up): only then do synced grants count. */
+export async function attach(master, ...replicas) {
+  for (const replica of replicas) await replica.admin.call('REPLICAOF', '127.0.0.1', String(master.port));
+  await until(async () => (await inSyncReplicas(master.admin)) === replicas.length, 30_000);
+}
 
 export async function close(client) {
   if (typeof client.call === 'function') client.disconnect();

@@ -8,12 +8,11 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
 import { createLock, createMultiLock } from '../dist/index.js';
-import { CLIENTS, close, startServer, until } from './helpers.mjs';
+import { CLIENTS, attach, close, startServer, until } from './helpers.mjs';
 
 const master = await startServer(['--repl-diskless-sync-delay', '0']);
 const replica = await startServer();
-await replica.admin.call('REPLICAOF', '127.0.0.1', String(master.port));
-await until(async () => (await master.admin.call('INFO', 'replication')).includes('state=online'));
+await attach(master, replica);
 after(() => { master.stop(); replica.stop(); });
 
 let counter = 0;

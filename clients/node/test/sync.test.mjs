@@ -1,20 +1,19 @@
 // Grants — a holder's re-entry, downgrade and upgrade too — and renewals synced to the master's
-// replicas before they count (the `sync` option), with node-redis and ioredis, on a real master
-// and replica: running, stopped (SIGSTOP) and detached; the replica count learned in the grant's own round trip; the pooled connections
-// reused, and an exhausted pool queued for within the caller's budget.
+// in-sync replica set before they count (the `sync` option), with node-redis and ioredis, on a
+// real master and replica: running and stopped (SIGSTOP); a replica that just joined the set
+// waited for in the grant's own round trip; a replica killed for good counting until the
+// master drops it from the set, and `lock.min-insync-replicas` refusing grants below it; the
+// pooled connections reused, and an exhausted pool queued for within the caller's budget.
 
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
 import { NotReplicatedError, createLock, createReadWriteLock, setPoolSizes } from '../dist/index.js';
-import { CLIENTS, close, infoField, lockInfo, startServer, until, waiters } from './helpers.mjs';
+import { CLIENTS, attach, close, inSyncReplicas, infoField, lockInfo, startServer, until, waiters } from './helpers.mjs';
 
 const master = await startServer(['--repl-diskless-sync-delay', '0']);
 const replica = await startServer();
-await replica.admin.call('REPLICAOF', '127.0.0.1', String(master.port));
-await until(async () => (await master.admin.call('INFO', 'replication')).includes('state=online'));
-await master.admin.set('settled', '1');
-assert.equal(await master.admin.call('WAIT', '1', '10000'), 1);
+await attach(master, replica);
 after(() => { replica.signal('SIGCONT'); master.stop(); replica.stop(); });
 
 let counter = 0;
@@ -237,18 +236,31 @@ describe("a holding's lease", () => {
   });
 });
 
-describe('the replica count', () => {
-  it('is learned in the round trip of the grant itself: a replica that just attached is waited for', async () => {
+describe('the in-sync set', () => {
+  /** How long a replica killed for good counts: it is dropped ~3.5-4 s after it died. */
+  const FAST = ['insync-timeout-ms', '1000', 'insync-drop-delay-ms', '500'];
+
+  /** A master with two replicas in its in-sync set, the module given `moduleArgs` on all three. */
+  async function group(moduleArgs) {
+    const primary = await startServer(['--repl-diskless-sync-delay', '0'], moduleArgs);
+    const replicas = [await startServer([], moduleArgs), await startServer([], moduleArgs)];
+    await attach(primary, ...replicas);
+    return { primary, replicas, stop: () => [primary, ...replicas].forEach((server) => server.stop()) };
+  }
+
+  it('is asked in the round trip of the grant itself: a replica that just joined is waited for', async () => {
     const alone = await startServer(['--repl-diskless-sync-delay', '0']);
     const joining = await startServer();
     const client = await CLIENTS['node-redis 6'](alone.port);
     try {
       const lock = createLock(client, unique('joined'), { ttl: 10_000, sync: QUICK });
-      await (await lock.tryAcquire()).release(); // no replica: nothing to wait for
-      await joining.admin.call('REPLICAOF', '127.0.0.1', String(alone.port));
-      await until(async () => (await alone.admin.call('INFO', 'replication')).includes('state=online'));
+      await (await lock.tryAcquire()).release(); // a lone server: no replica to wait for
+      await attach(alone, joining);
       joining.signal('SIGSTOP');
-      await assert.rejects(lock.tryAcquire(), (error) => error instanceof NotReplicatedError && error.wanted === 1);
+      await assert.rejects(lock.tryAcquire(), (error) => error instanceof NotReplicatedError && error.wanted === 1 &&
+        error.reason === 'not every in-sync replica acknowledged within 200 ms');
+      joining.signal('SIGCONT');
+      assert.ok(await lock.acquire({ wait: 5_000 }), 'counted once the replica acknowledges');
     } finally {
       joining.signal('SIGCONT');
       await close(client);
@@ -257,16 +269,47 @@ describe('the replica count', () => {
     }
   });
 
-  it('is not lowered when the same master loses a replica', async () => {
-    const client = await CLIENTS['ioredis 6'](master.port);
-    const name = unique('split');
-    const lock = createLock(client, name, { ttl: 10_000, sync: QUICK });
-    await (await lock.tryAcquire()).release();
-    await replica.admin.call('REPLICAOF', 'NO', 'ONE');
-    for (let i = 0; i < 2; i++) {
-      await assert.rejects(lock.tryAcquire(), NotReplicatedError);
+  it('drops a replica killed for good, and then grants locks made before and after the kill again', async (t) => {
+    const { primary, replicas, stop } = await group(FAST);
+    const clients = await Promise.all(Object.values(CLIENTS).map((connect) => connect(primary.port)));
+    t.after(async () => { await Promise.all(clients.map(close)); stop(); });
+    const options = { ttl: 10_000, sync: QUICK };
+    const made = clients.map((client) => createLock(client, unique('before'), options));
+    for (const lock of made) await (await lock.tryAcquire()).release(); // synced to both replicas
+    replicas[1].signal('SIGKILL');
+    const killed = Date.now();
+    const pending = new Set([...made, ...clients.map((client) => createLock(client, unique('after'), options))]);
+    let refused = 0;
+    while (pending.size > 0) {
+      assert.ok(Date.now() - killed < 6_000, `${pending.size} locks still refused ${Date.now() - killed} ms after the kill`);
+      await Promise.all([...pending].map(async (lock) => {
+        try {
+          const holding = await lock.tryAcquire();
+          assert.equal(await inSyncReplicas(primary.admin), 1, 'granted only once the dead replica was dropped');
+          pending.delete(lock);
+          await holding.release();
+        } catch (error) {
+          if (!(error instanceof NotReplicatedError)) throw error;
+          assert.equal(error.reason, 'not every in-sync replica acknowledged within 200 ms');
+          refused++;
+        }
+      }));
     }
-    assert.ok(await createLock(client, name, { sync: { replicas: 0 } }).tryAcquire());
-    close(client);
+    assert.ok(refused > 0, 'refused while the dead replica was in the set');
+  });
+
+  it('refuses grants, naming lock.min-insync-replicas, while it has fewer members', async (t) => {
+    const { primary, replicas, stop } = await group(['min-insync-replicas', '2', ...FAST]);
+    const client = await CLIENTS['ioredis 6'](primary.port);
+    t.after(() => { close(client); stop(); });
+    const lock = createLock(client, unique('fewer'), { ttl: 10_000, sync: QUICK });
+    await (await lock.tryAcquire()).release();
+    replicas[1].signal('SIGKILL');
+    await until(async () => (await inSyncReplicas(primary.admin)) === 1, 10_000);
+    const fewer = (error) => error instanceof NotReplicatedError && error.wanted === 2 &&
+      error.message === 'the grant does not count: the master has 1 in-sync replicas, fewer than lock.min-insync-replicas (2)';
+    await assert.rejects(lock.tryAcquire(), fewer);
+    assert.equal(await primary.admin.exists(lock.name), 0, 'released');
+    await assert.rejects(lock.acquire({ wait: 500 }), fewer);
   });
 });
