@@ -1,12 +1,15 @@
 //! A TCP proxy in front of a server whose link a test can cut or stall: a replica that
 //! replicates through it stops receiving its master's writes at once, as with a network
 //! partition, and a client's connection can be made to hear nothing back, as when a network
-//! silently drops one flow's packets.
+//! silently drops one flow's packets. It can also refuse one source address only (a server that
+//! connects out from its own `bind-source-addr`), cutting one replica's link to its master while
+//! everyone else still reaches both.
 
+use std::collections::HashSet;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::Arc;
+use std::net::{IpAddr, Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
@@ -23,6 +26,14 @@ struct State {
     accepted: AtomicU64,
     /// The connection that forwards nothing (`u64::MAX`: none).
     stalled: AtomicU64,
+    /// Source addresses whose connections are closed and refused.
+    refused: Mutex<HashSet<IpAddr>>,
+}
+
+impl State {
+    fn refuses(&self, source: Option<IpAddr>) -> bool {
+        source.is_some_and(|source| self.refused.lock().expect("refused").contains(&source))
+    }
 }
 
 impl LinkProxy {
@@ -50,6 +61,7 @@ impl LinkProxy {
             cut: AtomicBool::new(false),
             accepted: AtomicU64::new(0),
             stalled: AtomicU64::new(u64::MAX),
+            refused: Mutex::new(HashSet::new()),
         });
         let accepting = Arc::clone(&state);
         thread::spawn(move || {
@@ -58,6 +70,10 @@ impl LinkProxy {
                     return; // cut: the listener closes and connections are refused
                 }
                 let Ok(client) = client else { continue };
+                let source = client.peer_addr().ok().map(|peer| peer.ip());
+                if accepting.refuses(source) {
+                    continue; // dropped: the connection closes
+                }
                 let number = accepting.accepted.fetch_add(1, Ordering::SeqCst);
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
                     continue;
@@ -65,8 +81,8 @@ impl LinkProxy {
                 // As Redis does on its own sockets: no Nagle delay on small replies (which
                 // would hold a `WAIT`'s acknowledgement for a delayed-ACK period).
                 let _ = (client.set_nodelay(true), server.set_nodelay(true));
-                pump(&client, &server, &accepting, number);
-                pump(&server, &client, &accepting, number);
+                pump(&client, &server, &accepting, (number, source));
+                pump(&server, &client, &accepting, (number, source));
             }
         });
         Self { port, state }
@@ -77,6 +93,16 @@ impl LinkProxy {
         self.state.cut.store(true, Ordering::SeqCst);
         // Wake the acceptor so it sees the flag and closes the listener.
         let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+
+    /// Closes every connection from `source` and refuses new ones, until [`LinkProxy::admit`].
+    pub fn refuse(&self, source: IpAddr) {
+        self.state.refused.lock().expect("refused").insert(source);
+    }
+
+    /// Takes connections from `source` again after [`LinkProxy::refuse`].
+    pub fn admit(&self, source: IpAddr) {
+        self.state.refused.lock().expect("refused").remove(&source);
     }
 
     /// Stalls the connection opened last: it stays open but nothing passes either way.
@@ -92,9 +118,14 @@ impl Drop for LinkProxy {
     }
 }
 
-/// Copies `from` to `to` on a thread until either closes or the link is cut; once connection
-/// `number` is the stalled one, what it carries is lost.
-fn pump(from: &TcpStream, to: &TcpStream, state: &Arc<State>, number: u64) {
+/// Copies `from` to `to` on a thread until either closes, the link is cut or the connection's
+/// `source` is refused; once connection `number` is the stalled one, what it carries is lost.
+fn pump(
+    from: &TcpStream,
+    to: &TcpStream,
+    state: &Arc<State>,
+    (number, source): (u64, Option<IpAddr>),
+) {
     let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else {
         return;
     };
@@ -102,7 +133,7 @@ fn pump(from: &TcpStream, to: &TcpStream, state: &Arc<State>, number: u64) {
     thread::spawn(move || {
         let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
         let mut buffer = [0u8; 16 * 1024];
-        while !state.cut.load(Ordering::SeqCst) {
+        while !state.cut.load(Ordering::SeqCst) && !state.refuses(source) {
             let stalled = || number == state.stalled.load(Ordering::SeqCst);
             if stalled() {
                 thread::sleep(Duration::from_millis(20));

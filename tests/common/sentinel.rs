@@ -4,10 +4,12 @@
 //! Everyone — Sentinels, replicas, clients — reaches a data server through a TCP proxy of its
 //! own (the server announces the proxy's port with `replica-announce-port`), so cutting the
 //! proxy cuts the server off from all of them, as a network partition would, while it keeps
-//! running.
+//! running. Each server also connects out (to its master) from a loopback address of its own
+//! (`bind-source-addr`, [`Group::source`]), so one replica's link to its master can be cut while
+//! the Sentinels, the clients and the other replica still reach both ([`Group::cut_link`]).
 
-use std::collections::HashMap;
-use std::net::TcpListener;
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -40,6 +42,10 @@ pub struct Group {
     pub servers: Vec<Server>,
     pub persistence: Vec<Persistence>,
     proxies: Vec<LinkProxy>,
+    /// The servers whose links to the others are cut ([`Group::cut_link`]).
+    links_cut: HashSet<usize>,
+    /// The servers killed for good ([`Group::lose`]): the group settles without them.
+    lost: HashSet<usize>,
     /// The port everyone reaches each server on: its proxy's.
     pub addresses: Vec<u16>,
     pub sentinels: Vec<Server>,
@@ -76,13 +82,17 @@ impl Group {
         let servers: Vec<Server> = persistence
             .iter()
             .zip(&addresses)
-            .map(|(kept, address)| {
+            .enumerate()
+            .map(|(index, (kept, address))| {
                 let announce = address.to_string();
+                let source = Self::source(index).to_string();
                 let announced = [
                     "--replica-announce-ip",
                     "127.0.0.1",
                     "--replica-announce-port",
                     &announce,
+                    "--bind-source-addr",
+                    &source,
                 ];
                 let kept: &[&str] = match kept {
                     Persistence::Aof => &["--appendonly", "yes"],
@@ -127,6 +137,8 @@ impl Group {
             servers,
             persistence,
             proxies,
+            links_cut: HashSet::new(),
+            lost: HashSet::new(),
             addresses,
             sentinels,
             switches,
@@ -184,7 +196,12 @@ impl Group {
     }
 
     fn settled_under(&self, master: usize) -> bool {
-        self.servers.iter().enumerate().all(|(index, server)| {
+        let mut live = self
+            .servers
+            .iter()
+            .enumerate()
+            .filter(|(index, _)| !self.lost.contains(index));
+        live.all(|(index, server)| {
             let Ok(mut con) = server.try_client() else {
                 return false;
             };
@@ -281,6 +298,53 @@ impl Group {
     /// Reconnects server `index` after [`Group::cut_off`].
     pub fn reconnect(&mut self, index: usize) {
         self.proxies[index] = LinkProxy::at(self.addresses[index], self.servers[index].port);
+        for cut in self.links_cut.iter().filter(|cut| **cut != index) {
+            self.proxies[index].refuse(Self::source(*cut));
+        }
+    }
+
+    /// Kills server `index` with `kill -9` for good: it never comes back.
+    pub fn lose(&mut self, index: usize) {
+        self.servers[index].kill();
+        self.lost.insert(index);
+    }
+
+    /// The servers not lost for good, other than `master`.
+    pub fn live_replicas(&self, master: usize) -> Vec<usize> {
+        (0..self.servers.len())
+            .filter(|index| *index != master && !self.lost.contains(index))
+            .collect()
+    }
+
+    /// True once a server was lost for good.
+    pub fn lost_any(&self) -> bool {
+        !self.lost.is_empty()
+    }
+
+    /// The loopback address server `index` connects out from: 127.0.0.2, 127.0.0.3, ...
+    pub fn source(index: usize) -> IpAddr {
+        let last = u8::try_from(index + 2).expect("a few servers");
+        IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))
+    }
+
+    /// Cuts server `index`'s links to the other servers (so, as a replica, to its master, now
+    /// and after the Sentinels point it at another) while the Sentinels and clients still reach
+    /// it: the other servers' proxies refuse its connections.
+    pub fn cut_link(&mut self, index: usize) {
+        self.links_cut.insert(index);
+        for (other, proxy) in self.proxies.iter().enumerate() {
+            if other != index {
+                proxy.refuse(Self::source(index));
+            }
+        }
+    }
+
+    /// Restores server `index`'s links after [`Group::cut_link`].
+    pub fn restore_link(&mut self, index: usize) {
+        self.links_cut.remove(&index);
+        for proxy in &self.proxies {
+            proxy.admit(Self::source(index));
+        }
     }
 }
 
