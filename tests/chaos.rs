@@ -5,7 +5,8 @@
 //! on the other; each with `lock.restart-delay-ms` of one lease), three Sentinels, and 21 clients that find the master through Sentinel (the
 //! `redis` crate's Sentinel client) and lock through `leasehold-client`, in three classes of
 //! seven that differ only in how they sync a grant and a renewal before counting on it: not at
-//! all, to 1 replica, to every replica the master has (the client's default). Each class has
+//! all, to any 1 replica, to every member of the master's in-sync set (the client's default,
+//! which must never double-grant: the run fails if it does). Each class has
 //! locks of its own, so every double grant lies within one class, and the one nemesis hits all
 //! three at once. Each client loops: acquire one of its class's locks, or two of them as a set
 //! (`LOCK.MACQUIRE`) (a new owner each time; exclusive or shared, with or without waiting; the
@@ -22,16 +23,20 @@
 //! replica), `SIGSTOP` of the master past the Sentinel down-after time, a cut link (the master's proxy closes, cutting it off from replicas,
 //! Sentinels and clients), `SENTINEL FAILOVER`, `FAILOVER` (the command; Sentinel does not
 //! follow it but fails over again some 20 s later, redis/redis#13118), and
-//! `CLIENT PAUSE WRITE`; after half of them it waits for the group to settle (one master, both
-//! replicas linked), and the other half the next fault overlaps the Sentinels' reconfiguration
-//! (an old master not yet made a replica can be promoted as it is).
+//! `CLIENT PAUSE WRITE`, a replica killed for good (once a run: the rest of it runs on two
+//! nodes), and a replica's link to its master cut for 3 to 25 s while the Sentinels and the
+//! clients still reach it; after half of them it waits for the group to settle (one master,
+//! every live replica linked), and the other half the next fault overlaps the Sentinels'
+//! reconfiguration (an old master not yet made a replica can be promoted as it is).
 //!
 //! The checker reports operations, grants, faults by kind, failovers, double grants (expected
 //! under asynchronous replication), split-brain grants (by a server Sentinel had already
 //! replaced), and the two token regressions that must be 0: a grant by the designated master
 //! whose token is not above every grant of the lock acknowledged before it was requested, and
 //! a server issuing a token not above one it issued before, across its restarts. Plus the
-//! store's rejections and a replay of what it accepted.
+//! store's rejections and a replay of what it accepted. The run fails on a token regression and
+//! on a double grant in the default class, and prints that class's grants as a share of the
+//! unsynced class's (what the safe default costs in availability).
 //!
 //! `LEASEHOLD_CHAOS_SECONDS` sets the length (default 20, as in `make test`; `make chaos
 //! DURATION=600` for ten minutes), `LEASEHOLD_CHAOS_SEED` the seed (default: new each run).
@@ -64,6 +69,10 @@ const HOLDERS_PER_CLASS: usize = 1;
 /// Locks per class: each class has locks of its own, so a double grant is within one class.
 const LOCKS: usize = 4;
 const LEASE: Duration = Duration::from_secs(1);
+/// The in-sync set's timing: a replica that hears nothing from its master for 5 s is
+/// unpromotable (the Sentinels' down-after time is 1 s, so a failover picks a replica well
+/// before), and is dropped 11 s later (the Sentinels read a replica's priority every 10 s).
+const INSYNC: &[&str] = &["insync-timeout-ms", "5000", "insync-drop-delay-ms", "11000"];
 
 /// How a class of clients syncs its grants before counting on them (`leasehold-client`'s
 /// `Sync`): the same nemesis hits all three at once.
@@ -71,20 +80,21 @@ const LEASE: Duration = Duration::from_secs(1);
 enum Class {
     /// Returned as soon as the master made it.
     NotSynced,
-    /// `WAIT 1`.
+    /// `WAIT 1`: any one replica.
     OneReplica,
-    /// `WAIT n`, n the replicas the master has (the client's default).
-    EveryReplica,
+    /// Every member of the master's in-sync set (the client's default): the class that must
+    /// never see a double grant.
+    InSync,
 }
 
 impl Class {
-    const ALL: [Class; 3] = [Class::NotSynced, Class::OneReplica, Class::EveryReplica];
+    const ALL: [Class; 3] = [Class::NotSynced, Class::OneReplica, Class::InSync];
 
     fn name(self) -> &'static str {
         match self {
             Class::NotSynced => "not-synced",
             Class::OneReplica => "synced-to-1",
-            Class::EveryReplica => "synced-to-all",
+            Class::InSync => "synced-in-sync-set",
         }
     }
 
@@ -92,7 +102,7 @@ impl Class {
         match self {
             Class::NotSynced => Sync::off(),
             Class::OneReplica => Sync::exactly(1),
-            Class::EveryReplica => Sync::to_replicas(),
+            Class::InSync => Sync::to_replicas(),
         }
     }
 }
@@ -140,7 +150,10 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
     // acknowledged — empty, or from an older RDB — must not grant them again while their
     // holders still count on them; its replicas resync from it and cannot keep them.
     let delay = LEASE.as_millis().to_string();
-    let mut group = Group::with_module_args(&history, &["restart-delay-ms", &delay]);
+    let mut group = Group::with_module_args(
+        &history,
+        &[&["restart-delay-ms", &delay][..], INSYNC].concat(),
+    );
     let first_master = group.addresses[0];
     let run = Arc::new(Run::default());
     let clients: Vec<_> = (0..(CLIENTS_PER_CLASS + HOLDERS_PER_CLASS) * Class::ALL.len())
@@ -189,6 +202,8 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
     let split_brain = grants.len() - designated.len();
     let doubles = history::double_grants(&grants);
     let (accepted, rejected, replay) = run.store.summary();
+    let mut granted_by_class = BTreeMap::new();
+    let mut in_sync_doubles = 0;
     for class in Class::ALL {
         let granted: Vec<Grant> = grants
             .iter()
@@ -198,6 +213,10 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         let exclusive = granted.iter().filter(|grant| grant.exclusive).count();
         let pairs = history::double_grant_pairs(&granted);
         let doubles = pairs.len();
+        granted_by_class.insert(class.name(), granted.len());
+        if class == Class::InSync {
+            in_sync_doubles = doubles;
+        }
         let causes = causes(&pairs, &run.faults.lock().expect("faults"));
         if class != Class::NotSynced {
             for (earlier, later) in &pairs {
@@ -248,7 +267,17 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
             "OUT OF ORDER"
         },
     );
+    let ratio = |class: Class| granted_by_class[class.name()] as f64;
+    eprintln!(
+        "chaos: the default class (synced to the in-sync set) was granted {:.2}x the grants of \
+         the unsynced class",
+        ratio(Class::InSync) / ratio(Class::NotSynced).max(1.0)
+    );
     assert_eq!((across, own), (0, 0), "token regressions");
+    assert_eq!(
+        in_sync_doubles, 0,
+        "double grants among grants synced to the in-sync set (the default)"
+    );
     assert!(
         replay,
         "the store accepted a token not above an earlier one"
@@ -312,16 +341,24 @@ enum Fault {
     FailoverCommand,
     /// `CLIENT PAUSE 2000 WRITE`.
     ClientPause,
+    /// `kill -9` of a replica, which never comes back: the rest of the run has one node fewer
+    /// (once a run; later, a cut link instead).
+    ReplicaLost,
+    /// A replica's link to its master cut for 3 to 25 s, while the Sentinels and the clients
+    /// still reach it (long enough, often, for the master to drop it from the in-sync set).
+    ReplicaLinkCut,
 }
 
 impl Fault {
-    const ALL: [Fault; 6] = [
+    const ALL: [Fault; 8] = [
         Fault::Kill,
         Fault::Stop,
         Fault::CutOff,
         Fault::SentinelFailover,
         Fault::FailoverCommand,
         Fault::ClientPause,
+        Fault::ReplicaLost,
+        Fault::ReplicaLinkCut,
     ];
 
     fn name(self) -> &'static str {
@@ -332,6 +369,8 @@ impl Fault {
             Fault::SentinelFailover => "SENTINEL FAILOVER",
             Fault::FailoverCommand => "FAILOVER",
             Fault::ClientPause => "CLIENT PAUSE WRITE",
+            Fault::ReplicaLost => "replica killed for good",
+            Fault::ReplicaLinkCut => "replica's link cut",
         }
     }
 
@@ -387,9 +426,26 @@ impl Fault {
                     .exec(&mut sentinel);
                 group.wait_for_failover(master, failover_within);
             }
+            Fault::ReplicaLost | Fault::ReplicaLinkCut => {
+                let replicas = group.live_replicas(master);
+                let Some(&replica) = replicas.get(rng.random_range(0..replicas.len().max(1)))
+                else {
+                    return "no replica left to fault";
+                };
+                if matches!(self, Fault::ReplicaLost) && !group.lost_any() {
+                    group.lose(replica);
+                    return self.name();
+                }
+                group.cut_link(replica);
+                thread::sleep(Duration::from_millis(rng.random_range(3_000..25_000)));
+                group.restore_link(replica);
+                return Fault::ReplicaLinkCut.name();
+            }
             Fault::FailoverCommand => {
-                let target =
-                    (master + rng.random_range(1..group.servers.len())) % group.servers.len();
+                let replicas = group.live_replicas(master);
+                let Some(&target) = replicas.get(rng.random_range(0..replicas.len().max(1))) else {
+                    return "no replica left to fault";
+                };
                 let mut con = group.servers[master].client();
                 let mut failover = redis::cmd("FAILOVER");
                 failover
