@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import List, Sequence, Tuple
 
 import pytest
 import redis
@@ -25,7 +26,10 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, *args: str) -> None:
+    """``args`` are the server's settings, ``module_args`` the module's (``name value`` pairs,
+    e.g. ``("min-insync-replicas", "2")``)."""
+
+    def __init__(self, *args: str, module_args: Sequence[str] = ()) -> None:
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="leasehold-py-")
         binary = os.environ.get("LEASEHOLD_SERVER", "redis-server")
@@ -33,7 +37,7 @@ class Server:
         self.log = open(Path(self.dir) / "server.log", "w")
         self.process = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-             "--save", "", "--appendonly", "no", "--loadmodule", module, *args],
+             "--save", "", "--appendonly", "no", "--loadmodule", module, *module_args, *args],
             stdout=self.log, stderr=self.log)
         deadline = time.monotonic() + 20
         while True:
@@ -51,6 +55,7 @@ class Server:
         return f"redis://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
+        """Kills the server (``SIGKILL``) for good."""
         self.process.kill()
         self.process.wait()
         self.log.close()
@@ -76,27 +81,53 @@ def cluster_nodes():
         client = redis.Redis(port=node.port)
         if "cluster_state:ok" not in client.execute_command("CLUSTER", "INFO").decode():
             return False
-        info = client.info("replication")
-        return info["role"] == "slave" or info.get("slave0", {}).get("state") == "online"
+        return client.info("replication")["role"] == "slave" or in_sync(node, 1)
 
     wait_until(lambda: all(ready(node) for node in nodes), timeout=60)
     return nodes
 
 
-@pytest.fixture
-def replicated():
-    """A master and its replica, the replica online and acknowledging writes."""
-    # No diskless-sync delay: the replica syncs at once rather than 5 s later.
-    master, replica = Server("--repl-diskless-sync-delay", "0"), Server()
-    redis.Redis(port=replica.port).execute_command("REPLICAOF", "127.0.0.1", master.port)
-    admin = redis.Redis(port=master.port)
-    wait_until(lambda: admin.info("replication").get("slave0", {}).get("state") == "online")
-    admin.set("settled", 1)
-    assert admin.execute_command("WAIT", 1, 10_000) == 1
-    yield master, replica
-    for running in (master, replica):
+def insync_replicas(master: Server) -> int:
+    """The members of ``master``'s in-sync replica set (``INFO lock``: Redis prefixes the
+    module's fields with its name); -1 while it does not list them (for up to 0.2 s after
+    starting a master calls itself a replica there)."""
+    return int(redis.Redis(port=master.port).info("lock").get("lock_insync_replicas", -1))
+
+
+def in_sync(master: Server, replicas: int) -> bool:
+    """Whether ``master``'s in-sync set has ``replicas`` members, and they acknowledged its
+    offset. (A replica may join the set before its first acknowledgement, which after a
+    diskless sync comes with its once-a-second ``REPLCONF ACK``: until then no ``WAIT`` counts
+    it.)"""
+    offset, acked = redis.Redis(port=master.port).execute_command("LOCK.INSYNC")[:2]
+    return insync_replicas(master) == replicas and acked >= offset
+
+
+def group(replicas: int, module_args: Sequence[str] = ()) -> Tuple[Server, List[Server]]:
+    """A master and ``replicas`` replicas, every one in the master's in-sync set and
+    acknowledging writes; the module loaded with ``module_args`` on each."""
+    # No diskless-sync delay: the replicas sync at once rather than 5 s later.
+    master = Server("--repl-diskless-sync-delay", "0", module_args=module_args)
+    followers = [Server(module_args=module_args) for _ in range(replicas)]
+    for follower in followers:
+        redis.Redis(port=follower.port).execute_command("REPLICAOF", "127.0.0.1", master.port)
+    wait_until(lambda: in_sync(master, replicas))
+    return master, followers
+
+
+def stop_all(servers: Sequence[Server]) -> None:
+    """Stops ``servers``, stopped (``SIGSTOP``) or not."""
+    for running in servers:
         running.signal(signal.SIGCONT)
         running.stop()
+
+
+@pytest.fixture
+def replicated():
+    """A master and its replica, the replica in the master's in-sync set."""
+    master, (replica,) = group(1)
+    yield master, replica
+    stop_all([master, replica])
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,8 @@
 """Group commit, sync and asyncio, on a real master and replica: synced writes that wait for a
-sync connection at the same time share one round trip (counted in the master's ``INFO
-commandstats``), each getting its own reply; a cancelled sender strands no one, a cancelled
-caller whose write is still queued withdraws it, and a round trip whose connection drops is a
-lost reply for every write in it."""
+sync connection at the same time share one round trip (its ``LOCK.INSYNC``, ``WAIT``,
+``LOCK.INSYNC`` counted in the master's ``INFO commandstats``), each getting its own reply; a
+cancelled sender strands no one, a cancelled caller whose write is still queued withdraws it,
+and a round trip whose connection drops is a lost reply for every write in it."""
 
 import asyncio
 import signal
@@ -23,20 +23,20 @@ WRITES = 20
 
 
 def round_trips(admin) -> tuple:
-    """``INFO`` and ``WAIT`` calls so far (every synced round trip sends one of each), read
-    with one ``INFO commandstats`` (counted in the next reading)."""
+    """``LOCK.INSYNC`` and ``WAIT`` calls so far (a synced round trip sends two and one)."""
     stats = admin.info("commandstats")
-    return tuple(int(stats.get(f"cmdstat_{command}", {}).get("calls", 0)) for command in ("info", "wait"))
+    return tuple(int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+                 for command in ("lock.insync", "wait"))
 
 
 def round_trips_since(admin, before: tuple) -> tuple:
-    """``INFO`` and ``WAIT`` calls since ``before``, less the ``INFO`` that read ``before``."""
-    infos, waits = round_trips(admin)
-    return infos - before[0] - 1, waits - before[1]
+    """``LOCK.INSYNC`` and ``WAIT`` calls since ``before``."""
+    insyncs, waits = round_trips(admin)
+    return insyncs - before[0], waits - before[1]
 
 
 def blocked_waits(admin) -> list:
-    """The ids of the clients blocked in a ``WAIT`` (found without ``INFO``, which is counted)."""
+    """The ids of the clients blocked in a ``WAIT``."""
     return [client["id"] for client in admin.client_list()
             if client["cmd"] == "wait" and "b" in client["flags"]]
 
@@ -56,8 +56,9 @@ async def aclose(r) -> None:
     await r.aclose() if hasattr(r, "aclose") else await r.close()
 
 
-async def learned(r, name) -> None:
-    """A first grant: the client learns the master's replica."""
+async def seen(r, name) -> None:
+    """A first grant: the client sees the master's in-sync set, so the ``WAIT`` of each round
+    trip after it waits for the one member (no second ``WAIT``)."""
     lock = leasehold.asyncio.Lock(r, name + ":first", timeout=10)
     assert await lock.acquire(blocking=False)
     await lock.release()
@@ -67,20 +68,20 @@ async def test_concurrent_synced_grants_and_renewals_share_round_trips(replicate
     master, replica = replicated
     admin = redis.Redis(port=master.port)
     r = redis.asyncio.Redis(port=master.port)
-    await learned(r, name)
+    await seen(r, name)
     locks = [leasehold.asyncio.Lock(r, f"{name}:{n}", timeout=10, thread_local=False) for n in range(WRITES)]
     before = round_trips(admin)
     assert all(await asyncio.gather(*(lock.acquire(blocking=False) for lock in locks)))
-    infos, waits = round_trips_since(admin, before)
-    assert infos <= 2 and waits <= 2, f"{infos} INFO and {waits} WAIT for {WRITES} grants"
+    insyncs, waits = round_trips_since(admin, before)
+    assert insyncs <= 4 and waits <= 2, f"{insyncs} LOCK.INSYNC and {waits} WAIT for {WRITES} grants"
     tokens = [lock.fencing_token for lock in locks]
     assert len(set(tokens)) == WRITES, "each its own reply"
     assert [fence(replica, lock.name) for lock in locks] == tokens, "each on the replica"
 
     before = round_trips(admin)
     assert all(await asyncio.gather(*(lock.reacquire() for lock in locks)))
-    infos, waits = round_trips_since(admin, before)
-    assert infos <= 2 and waits <= 2, f"{infos} INFO and {waits} WAIT for {WRITES} renewals"
+    insyncs, waits = round_trips_since(admin, before)
+    assert insyncs <= 4 and waits <= 2, f"{insyncs} LOCK.INSYNC and {waits} WAIT for {WRITES} renewals"
     await asyncio.gather(*(lock.release() for lock in locks))
     await aclose(r)
 
@@ -91,7 +92,7 @@ def test_threads_queued_behind_a_sender_go_in_one_round_trip(replicated, name):
     r = redis.Redis(port=master.port)
     leasehold.configure_pools(r, sync=1)
     first = leasehold.Lock(r, name, timeout=10, sync=PATIENT, thread_local=False)
-    assert first.acquire(blocking=False)  # learns the replica
+    assert first.acquire(blocking=False)  # sees the in-sync set
     first.release()
     before = round_trips(admin)
     replica.signal(signal.SIGSTOP)
@@ -117,8 +118,8 @@ def test_threads_queued_behind_a_sender_go_in_one_round_trip(replicated, name):
     for thread in [sender, *threads]:
         thread.join(30)
     assert got == [True] * WRITES and first.fencing_token is not None
-    infos, waits = round_trips_since(admin, before)
-    assert infos <= 3 and waits <= 3, f"{infos} INFO, {waits} WAIT: the sender's, then the queue's"
+    insyncs, waits = round_trips_since(admin, before)
+    assert insyncs <= 6 and waits <= 3, f"{insyncs} LOCK.INSYNC, {waits} WAIT: the sender's, the queue's"
     assert [fence(replica, lock.name) for lock in locks] == [lock.fencing_token for lock in locks]
     leasehold.close_pools(r)
 
@@ -127,7 +128,7 @@ async def test_a_cancelled_sender_strands_no_other_write_of_its_round_trip(repli
     master, replica = replicated
     admin = redis.Redis(port=master.port)
     r = redis.asyncio.Redis(port=master.port)
-    await learned(r, name)
+    await seen(r, name)
     locks = [leasehold.asyncio.Lock(r, f"{name}:{n}", timeout=10, sync=PATIENT, thread_local=False) for n in range(6)]
     before = round_trips(admin)
     replica.signal(signal.SIGSTOP)
@@ -140,7 +141,7 @@ async def test_a_cancelled_sender_strands_no_other_write_of_its_round_trip(repli
         await grants[0]
     assert await asyncio.wait_for(asyncio.gather(*grants[1:]), 15) == [True] * 5
     assert [fence(replica, lock.name) for lock in locks[1:]] == [lock.fencing_token for lock in locks[1:]]
-    assert round_trips_since(admin, before) == (1, 1), "one round trip carried them all"
+    assert round_trips_since(admin, before) == (2, 1), "one round trip carried them all"
     await aclose(r)
 
 
@@ -149,7 +150,7 @@ async def test_a_caller_cancelled_while_queued_withdraws_its_write(replicated, n
     admin = redis.Redis(port=master.port)
     r = redis.asyncio.Redis(port=master.port)
     leasehold.configure_pools(r, sync=1)
-    await learned(r, name)
+    await seen(r, name)
     replica.signal(signal.SIGSTOP)
     sending = leasehold.asyncio.Lock(r, name, timeout=10, sync=PATIENT)
     sent = asyncio.ensure_future(sending.acquire(blocking=False))
@@ -172,7 +173,7 @@ async def test_a_round_trip_whose_connection_drops_is_a_lost_reply_for_each_writ
     master, replica = replicated
     admin = redis.Redis(port=master.port)
     r = redis.asyncio.Redis(port=master.port)
-    await learned(r, name)
+    await seen(r, name)
     locks = [leasehold.asyncio.Lock(r, f"{name}:{n}", timeout=10, sync=PATIENT, thread_local=False) for n in range(6)]
     replica.signal(signal.SIGSTOP)
     grants = [asyncio.ensure_future(lock.acquire(blocking=False)) for lock in locks]

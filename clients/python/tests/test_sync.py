@@ -1,6 +1,7 @@
-"""Grants and renewals synced to the master's replicas before they count (``leasehold.Sync``),
-sync and asyncio, on a real master and replica: running, stopped (``SIGSTOP``), detached and
-attached just before a grant."""
+"""Grants and renewals synced to the master's in-sync replicas before they count
+(``leasehold.Sync``), sync and asyncio, on a real master and replicas: running, stopped
+(``SIGSTOP``), detached, attached just before a grant, and killed for good (dropped from the
+set, then too few for ``lock.min-insync-replicas``)."""
 
 import asyncio
 import signal
@@ -13,35 +14,29 @@ import redis.asyncio
 
 import leasehold
 import leasehold.asyncio
-from conftest import Server, wait_until, waiters
+from conftest import Server, group, insync_replicas, stop_all, wait_until, waiters
 
 QUICK = leasehold.Sync(timeout=0.2)
 
+#: A replica silent for 1 s makes itself unpromotable, and the master drops it from the set
+#: 0.5 s after that is sure: a few seconds after it died (2.7 s measured).
+QUICK_DROP = ("insync-timeout-ms", "1000", "insync-drop-delay-ms", "500")
 
-def waits(server) -> int:
-    stats = redis.Redis(port=server.port).info("commandstats").get("cmdstat_wait", {})
-    return int(stats.get("calls", 0))
+ACKED_LATE = "not every in-sync replica acknowledged within 200 ms"
 
 
 def fence(server, name):
     return redis.Redis(port=server.port).execute_command("LOCK.FENCE", name)
 
 
-def learned_one_replica(r, name):
-    """A lock whose grants wait up to 0.2 s for the replicas, after a grant that learned the one
-    replica of the master."""
-    lock = leasehold.Lock(r, name, timeout=10, thread_local=False, sync=QUICK)
+def test_a_lone_server_requires_no_replica(server, name):
+    offset, acked, members, required, _, _ = redis.Redis(port=server.port).execute_command("LOCK.INSYNC")
+    assert (acked, members, required) == (offset, 0, 0)
+    lock = leasehold.Lock(redis.Redis(port=server.port), name, timeout=10, sync=leasehold.Sync(timeout=5))
+    started = time.monotonic()
     assert lock.acquire(blocking=False)
+    assert time.monotonic() - started < 1, "WAIT 0 does not wait"
     lock.release()
-    return lock
-
-
-def test_a_lone_server_is_sent_no_wait(server, name):
-    before = waits(server)
-    lock = leasehold.Lock(redis.Redis(port=server.port), name, timeout=10)
-    assert lock.acquire(blocking=False)
-    lock.release()
-    assert waits(server) == before
 
 
 def test_a_grant_is_on_the_replica_when_returned_immediate_or_handed_over(replicated, name):
@@ -63,10 +58,10 @@ def test_a_grant_is_on_the_replica_when_returned_immediate_or_handed_over(replic
 def test_a_grant_the_replica_lacks_is_released_and_reported_or_retried(replicated, name):
     master, replica = replicated
     r = redis.Redis(port=master.port)
-    # A new client: the replica count comes in the grant's own round trip, not from before.
+    # A new client, which has seen no LOCK.INSYNC: the set comes in the grant's own round trip.
     lock = leasehold.Lock(r, name, timeout=10, thread_local=False, sync=QUICK)
     replica.signal(signal.SIGSTOP)
-    with pytest.raises(leasehold.NotReplicatedError) as refused:
+    with pytest.raises(leasehold.NotReplicatedError, match=ACKED_LATE) as refused:
         lock.acquire(blocking=False)
     assert (refused.value.acked, refused.value.wanted) == (0, 1)
     assert isinstance(refused.value, leasehold.LockError)
@@ -88,9 +83,10 @@ def test_a_replica_attached_just_before_a_grant_is_waited_for(name):
         assert lock.acquire(blocking=False), "a lone master: nothing to wait for"
         lock.release()
         redis.Redis(port=spare.port).execute_command("REPLICAOF", "127.0.0.1", master.port)
-        wait_until(lambda: r.info("replication").get("slave0", {}).get("state") == "online")
+        wait_until(lambda: insync_replicas(master) == 1)
         spare.signal(signal.SIGSTOP)
-        with pytest.raises(leasehold.NotReplicatedError) as refused:
+        # The last LOCK.INSYNC this client saw had no member: WAIT 0, then WAIT 1.
+        with pytest.raises(leasehold.NotReplicatedError, match=ACKED_LATE) as refused:
             lock.acquire(blocking=False)
         assert (refused.value.acked, refused.value.wanted) == (0, 1)
         waiter = leasehold.Lock(r, name, timeout=10, thread_local=False, sync=QUICK)
@@ -98,9 +94,7 @@ def test_a_replica_attached_just_before_a_grant_is_waited_for(name):
             waiter.acquire(blocking_timeout=0.3)
         assert r.exists(name) == 0
     finally:
-        spare.signal(signal.SIGCONT)
-        master.stop()
-        spare.stop()
+        stop_all([master, spare])
 
 
 def test_a_renewal_the_replica_lacks_does_not_count(replicated, name):
@@ -145,15 +139,63 @@ def test_a_watched_holding_the_replica_stops_acknowledging_is_lost_when_its_leas
     lock.release()
 
 
-def test_a_replica_the_same_master_lost_still_counts(replicated, name):
+def test_a_replica_that_left_counts_until_the_master_drops_it(replicated, name):
     master, replica = replicated
     r = redis.Redis(port=master.port)
-    lock = learned_one_replica(r, name)
+    lock = leasehold.Lock(r, name, timeout=10, thread_local=False, sync=QUICK)
+    assert lock.acquire(blocking=False)
+    lock.release()
     redis.Redis(port=replica.port).execute_command("REPLICAOF", "NO", "ONE")
     for _ in range(2):
-        with pytest.raises(leasehold.NotReplicatedError):
+        with pytest.raises(leasehold.NotReplicatedError, match=ACKED_LATE):
             lock.acquire(blocking=False)
-    assert leasehold.Lock(r, name, timeout=10, sync=leasehold.Sync(replicas=0)).acquire(blocking=False)
+    assert insync_replicas(master) == 1, "dropped only after lock.insync-timeout-ms and more"
+    assert leasehold.Lock(r, name, timeout=10, sync=leasehold.SYNC_OFF).acquire(blocking=False)
+
+
+def test_a_replica_killed_for_good_stops_counting_once_the_master_drops_it(name):
+    master, (dead, alive) = group(2, QUICK_DROP)
+    try:
+        r = redis.Redis(port=master.port)
+        made_before = leasehold.Lock(r, name, timeout=10, thread_local=False, sync=QUICK)
+        assert made_before.acquire(blocking=False)
+        made_before.release()
+        dead.stop()
+        killed = time.monotonic()
+        made_after = leasehold.Lock(r, name + ":after", timeout=10, thread_local=False, sync=QUICK)
+        refusals = {made_before: [], made_after: []}
+        while refusals:
+            assert time.monotonic() - killed < 6, f"still refused: {refusals}"
+            for lock in list(refusals):
+                try:
+                    granted = lock.acquire(blocking=False)
+                except leasehold.NotReplicatedError as refused:
+                    refusals[lock].append(str(refused))
+                    continue
+                assert granted and insync_replicas(master) == 1, "granted only once dropped"
+                assert fence(alive, lock.name) == lock.fencing_token
+                assert refusals.pop(lock)[0] == ACKED_LATE, "refused while the dead one was in the set"
+            time.sleep(0.1)
+    finally:
+        stop_all([master, dead, alive])
+
+
+def test_fewer_in_sync_replicas_than_required_refuse_every_grant(name):
+    master, (dead, alive) = group(2, QUICK_DROP + ("min-insync-replicas", "2"))
+    try:
+        r = redis.Redis(port=master.port)
+        lock = leasehold.Lock(r, name, timeout=10, thread_local=False, sync=QUICK)
+        assert lock.acquire(blocking=False)
+        lock.release()
+        dead.stop()
+        wait_until(lambda: insync_replicas(master) == 1)
+        with pytest.raises(leasehold.NotReplicatedError) as refused:
+            lock.acquire(blocking=False)
+        assert str(refused.value) == (
+            "the master has 1 in-sync replicas, fewer than lock.min-insync-replicas (2)")
+        assert r.exists(name) == 0, "released"
+    finally:
+        stop_all([master, dead, alive])
 
 
 async def test_asyncio_grants_and_renewals_are_synced_too(replicated, name):
