@@ -42,6 +42,8 @@ struct InSync {
     sent_ms: u64,
     /// Whether this server was a master at its last look.
     is_master: bool,
+    /// Whether the log already says that `CONFIG` is out of reach.
+    warned: bool,
 }
 
 static IN_SYNC: LazyLock<Mutex<InSync>> = LazyLock::new(Mutex::default);
@@ -208,6 +210,12 @@ pub fn on_role_changed(ctx: &Context, master: bool) {
 fn keep_promotability(ctx: &Context, now: u64) {
     let promotable = is_master(ctx) || in_sync().follower.promotable(now);
     let Some(current) = config_integer(ctx, "replica-priority") else {
+        if !std::mem::replace(&mut in_sync().warned, true) {
+            ctx.log_warning(
+                "lock: CONFIG GET replica-priority failed (CONFIG renamed or disabled?): this \
+                 server cannot make itself unpromotable while outside the in-sync set",
+            );
+        }
         return;
     };
     let operator = {

@@ -260,9 +260,11 @@ fn the_lock_acl_category_covers_every_command_where_supported() {
             "lock.apply",
             "lock.fence",
             "lock.info",
+            "lock.insync",
             "lock.macquire",
             "lock.mrelease",
             "lock.mrenew",
+            "lock.promotable",
             "lock.raise",
             "lock.release",
             "lock.renew"
