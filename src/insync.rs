@@ -54,6 +54,7 @@ fn in_sync() -> MutexGuard<'static, InSync> {
 
 /// Starts the timer; a replica makes itself unpromotable at once (it has heard no master yet).
 pub fn start(ctx: &Context) {
+    in_sync().is_master = is_master(ctx);
     keep_promotability(ctx, clock::now_ms());
     ctx.create_timer(Duration::from_millis(TICK_MS), tick, ());
 }

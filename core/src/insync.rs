@@ -6,7 +6,7 @@
 //!
 //! # The master ([`Master`])
 //! - A replica **joins** once it is online and has acknowledged the replication offset the
-//!   master had when it first saw the replica online: it has caught up.
+//!   master had when it first saw the replica online (and anything at all): it has caught up.
 //! - Every [`HEARTBEAT_MS`], and at once when the set changes, the master sends its replicas
 //!   `LOCK.PROMOTABLE until-ms timeout-ms replica...`: the members whose last acknowledgement is
 //!   at most [`STALE_ACK_MS`] old may be promoted until `until-ms` (the master's clock plus
@@ -225,10 +225,12 @@ impl Master {
             if self.members.iter().any(|member| member.id == replica.id) {
                 continue;
             }
+            // At least 1: a replica that acknowledged nothing yet (a diskless sync's stream
+            // starts at its first acknowledgement) has not caught up, whatever the offset was.
             let target = *self
                 .joining
                 .entry(replica.id.clone())
-                .or_insert(replication.offset);
+                .or_insert(replication.offset.max(1));
             if replica.acked >= target {
                 self.joining.remove(&replica.id);
                 self.members.push(Member {
