@@ -1,11 +1,13 @@
 //! Every command's argument parser (`leasehold_core::args`) on any arguments: each answers
-//! (no panic), and what it accepts is within the ranges it promises. Numbers are read exactly
+//! (no panic), and what it accepts is within the ranges it promises; and the in-sync set's
+//! reading of `INFO replication` (`leasehold_core::insync`) on any text. Numbers are read exactly
 //! as their decimal form, as Redis's `string2ll` reads them.
 #![no_main]
 
 use std::collections::HashSet;
 
 use leasehold_core::args::{self, Limits};
+use leasehold_core::insync;
 use leasehold_core::lock::Mode;
 use leasehold_core::owner::MAX_OWNER_LEN;
 use libfuzzer_sys::fuzz_target;
@@ -48,6 +50,27 @@ fuzz_target!(|input: (i64, u8, u64, Vec<&[u8]>)| {
         assert!(fence.owner.is_none_or(|owner| owner_ok(owner)));
     }
     let _ = args::info(&words);
+    if let Ok(promotable) = args::promotable(&words) {
+        assert!(promotable.until_ms > 0 && promotable.timeout_ms > 0);
+        assert!(promotable.listed.len() <= args::MAX_LISTED);
+        assert!(promotable.listed.iter().all(|id| id.len() <= args::MAX_REPLICA_ID));
+    }
+    // `INFO replication` as the in-sync set reads it, then the set's rules on what it read.
+    let text = words.concat();
+    if let Ok(info) = std::str::from_utf8(&text) {
+        let replication = insync::parse(info);
+        let timing = insync::Timing {
+            timeout_ms: max_token % 100_000,
+            drop_delay_ms: u64::from(max_keys) * 100,
+            strict: max_keys % 2 == 0,
+        };
+        let mut set = insync::Master::default();
+        set.observe(max_token, &replication, timing);
+        let listed = set.list(max_token, timing);
+        assert!(listed.len() <= replication.replicas.len());
+        let status = set.status(&replication, usize::from(max_keys));
+        assert!(status.members <= replication.replicas.len());
+    }
     for set in [
         args::macquire(&words, &limits),
         args::mrelease(&words, &limits),
