@@ -97,7 +97,7 @@ fn set_module_options(ctx: &Context) {
 
 redis_module! {
     name: "lock",
-    version: 5,
+    version: 6,
     allocator: (Allocator, Allocator {}),
     data_types: [LOCK_TYPE],
     // The `lock` ACL category and the commands' `@read`/`@write`/`@fast` ones (Redis 7.2+ and
