@@ -2,16 +2,16 @@
 //! quick commands, and pools of dedicated connections ([`crate::pool`]) for waits and synced
 //! writes, with the round trip that syncs a write to the replicas ([`crate::sync`]).
 //!
-//! A synced write is one round trip on a sync connection: `INFO replication`, the write, `WAIT
-//! k` with `k` the count learned so far; the `INFO` reply updates the count and, if it grew, one
-//! more `WAIT` follows on the same connection (a `WAIT` covers every write before it there).
-//! Writes that wait for a sync connection at the same time share that round trip: whoever gets
-//! a connection sends them all, behind one `INFO` and before one `WAIT` ([`Pools::queue`]). A
-//! wait in the server is one round trip on a wait connection: the blocking acquire, then `INFO
-//! replication` and `WAIT k`, which the server runs only once the acquire was answered. The
-//! write and what follows it go as two requests in one write to the socket, so the client sees
-//! when the write's reply came (a wait's lease begins then), not only when the `WAIT`'s did.
-//! Plain pipelines, never `MULTI`: a `WAIT` in a transaction does not wait.
+//! A synced write is one round trip on a sync connection: the write, then `LOCK.INSYNC`, `WAIT
+//! h`, `LOCK.INSYNC` ([`crate::sync`]), and one more `WAIT` and `LOCK.INSYNC` on the same
+//! connection when that may still make it count. Writes that wait for a sync connection at the
+//! same time share that round trip: whoever gets a connection sends them all, before one
+//! `LOCK.INSYNC`, `WAIT`, `LOCK.INSYNC` ([`Pools::queue`]). A wait in the server is one round
+//! trip on a wait connection: the blocking acquire, then the same commands, which the server
+//! runs only once the acquire was answered. The writes and what follows them go as two requests
+//! in one write to the socket, so the client sees when the writes' replies came (a wait's lease
+//! begins then), not only when the `WAIT`'s did. Plain pipelines, never `MULTI`: a `WAIT` in a
+//! transaction does not wait.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -20,14 +20,14 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
-use redis::{Cmd, FromRedisValue, IntoConnectionInfo, Pipeline, RedisError, Value};
+use redis::{Cmd, FromRedisValue, IntoConnectionInfo, RedisError, Value};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::masters::Masters;
 use crate::pool::{Borrowed, ClientOptions, Pools, Purpose, Sent};
-use crate::sync::{Learned, Place, Replicas, Sync};
+use crate::sync::{Check, Place, Seen, Sync};
 
 /// How long a quick command (everything but a wait or a `WAIT`) may take before it fails.
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -50,8 +50,9 @@ pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Client {
     inner: Arc<Inner>,
     options: ClientOptions,
-    /// How many replicas each master has, for syncing writes.
-    learned: Arc<Mutex<Learned>>,
+    /// What this client heard from the masters (those replaced, their in-sync counts), for
+    /// syncing writes.
+    seen: Arc<Mutex<Seen>>,
 }
 
 enum Inner {
@@ -65,12 +66,10 @@ enum Inner {
     },
 }
 
-/// What a synced write got: its reply, and how many replicas acknowledged it of how many
-/// wanted.
+/// What a synced write got: its reply, and why it does not count (`None`: it counts).
 pub(crate) struct Synced<T> {
     pub(crate) reply: T,
-    pub(crate) acked: u32,
-    pub(crate) wanted: u32,
+    pub(crate) refused: Option<String>,
     /// When the write's reply came (a wait's grant: the lease began just before), ahead of
     /// the `WAIT`'s.
     pub(crate) answered: Instant,
@@ -81,25 +80,17 @@ impl<T: FromRedisValue> Synced<T> {
     fn of(sent: Sent) -> Result<Self, RedisError> {
         Ok(Self {
             reply: from_value(sent.reply.extract_error()?)?,
-            acked: sent.acked,
-            wanted: sent.wanted,
+            refused: sent.refused,
             answered: sent.answered,
         })
     }
 }
 
 impl<T> Synced<T> {
-    /// True when enough replicas acknowledged it.
-    pub(crate) fn acknowledged(&self) -> bool {
-        self.acked >= self.wanted
-    }
-
-    /// The error of a write that was not acknowledged.
-    pub(crate) fn not_replicated(&self) -> Error {
-        Error::NotReplicated {
-            acked: self.acked,
-            wanted: self.wanted,
-        }
+    /// The error of a write that does not count; `None` when it counts.
+    pub(crate) fn refusal(&self) -> Option<Error> {
+        let reason = self.refused.clone()?;
+        Some(Error::NotReplicated { reason })
     }
 }
 
@@ -157,16 +148,15 @@ impl Client {
     }
 
     /// Connects to another server (`redis://host:port`) as the same client, with the same pool
-    /// sizes, to follow a failover to a new master: what was learned of the replicas carries
-    /// over, so the new master's grants wait for as many replicas as the old one had, not for
-    /// none while its replicas reattach (see [`crate::sync`]).
+    /// sizes, to follow a failover to a new master: what this client heard carries over, so a
+    /// master it saw replaced still counts none of its writes (see [`crate::sync`]).
     ///
     /// # Errors
     /// As [`Client::open`].
     pub async fn reopen(&self, url: &str) -> Result<Self> {
         let reopened = Self::open_with(url, self.options).await?;
         Ok(Self {
-            learned: Arc::clone(&self.learned),
+            seen: Arc::clone(&self.seen),
             ..reopened
         })
     }
@@ -175,7 +165,7 @@ impl Client {
         Self {
             inner: Arc::new(inner),
             options,
-            learned: Arc::default(),
+            seen: Arc::default(),
         }
     }
 
@@ -188,9 +178,9 @@ impl Client {
     }
 
     /// Sends `command`, a write to `key` that counts only once synced as `sync` says, and
-    /// syncs it: with syncing off on the shared connection, otherwise on a sync connection with
-    /// the replica count learned in the same round trip, together with the other writes that
-    /// wait for a sync connection meanwhile.
+    /// syncs it: with syncing off on the shared connection, otherwise on a sync connection in
+    /// one round trip with what syncs it, together with the other writes that wait for a sync
+    /// connection meanwhile.
     ///
     /// # Errors
     /// The server's error, no connection, or [`Error::NotReplicated`] when no sync connection
@@ -205,8 +195,7 @@ impl Client {
             let reply = self.query(command).await?;
             return Ok(Synced {
                 reply,
-                acked: 0,
-                wanted: 0,
+                refused: None,
                 answered: Instant::now(),
             });
         }
@@ -220,8 +209,9 @@ impl Client {
         match borrowed {
             Ok(Some(connection)) => self.send_queued(connection, &pools, sync).await,
             Ok(None) if pools.withdraw(sync, id) => {
-                let wanted = self.wanted(key, sync);
-                return Err(Error::NotReplicated { acked: 0, wanted });
+                let timeout = sync.timeout_ms();
+                let reason = format!("no sync connection was free within {timeout} ms");
+                return Err(Error::NotReplicated { reason });
             }
             Err(error) if pools.withdraw(sync, id) => return Err(error.into()),
             // Another caller took it to send: its outcome comes.
@@ -258,14 +248,7 @@ impl Client {
                 .map(|queued| (queued.key.as_str(), &queued.command))
                 .collect();
             let timeout = Some(RESPONSE_TIMEOUT + sync.timeout);
-            let round = Round {
-                sync,
-                learn_after: false,
-            };
-            match self
-                .exchange(&mut connection, &round, &writes, timeout)
-                .await
-            {
+            match self.exchange(&mut connection, sync, &writes, timeout).await {
                 Ok(sent) => {
                     for (queued, sent) in queued.into_iter().zip(sent) {
                         let _ = queued.done.send(Ok(sent));
@@ -308,10 +291,6 @@ impl Client {
         (wait, margin): (Option<Duration>, Duration),
         sync: &Sync,
     ) -> Result<Synced<T>, RedisError> {
-        let round = Round {
-            sync,
-            learn_after: true,
-        };
         let syncing = if sync.is_off() {
             Duration::ZERO
         } else {
@@ -319,86 +298,82 @@ impl Client {
         };
         let timeout = wait.map(|wait| wait + margin + syncing);
         let sent = self
-            .exchange(connection, &round, &[(key, command)], timeout)
+            .exchange(connection, sync, &[(key, command)], timeout)
             .await?;
         Synced::of(sent.into_iter().next().ok_or_else(no_reply)?)
     }
 
-    /// One round trip of `writes` (each a key and its command) on `connection` as `round`
-    /// says, and one more `WAIT` if the replica count grew; each write's outcome, in order.
+    /// One round trip of `writes` (each a key and its command) on `connection`, with what syncs
+    /// them as `sync` says behind them, and one more round trip when that may still make them
+    /// count; each write's outcome, in order.
     async fn exchange(
         &self,
         connection: &mut Borrowed,
-        round: &Round<'_>,
+        sync: &Sync,
         writes: &[(&str, &Cmd)],
         timeout: Option<Duration>,
     ) -> Result<Vec<Sent>, RedisError> {
-        let known = writes
-            .iter()
-            .map(|(key, _)| self.wanted(key, round.sync))
-            .max()
-            .unwrap_or(0);
-        let (head, tail) = round.pipelines(writes.iter().map(|(_, command)| *command), known);
+        let places: Vec<Place> = writes.iter().map(|(key, _)| self.place(key)).collect();
+        let mut head = redis::pipe();
+        head.ignore_errors();
+        for (_, command) in writes {
+            head.add_command((*command).clone());
+        }
+        let tail = sync.tail(self.seen().hint(&places));
         let replies = connection.exchange(&head, &tail, timeout).await;
-        let (head, answered, tail) = replies.inspect_err(|error| self.heard(error))?;
-        let (mut head, mut tail) = (head.into_iter(), tail.into_iter());
-        let info_before = round.learns() && !round.learn_after;
-        let info = if info_before { head.next() } else { None };
-        let replies: Vec<Value> = head.collect();
+        let (replies, answered, tail) = replies.inspect_err(|error| self.heard(error))?;
         for reply in &replies {
             if let Value::ServerError(error) = reply {
                 self.heard(&RedisError::from(error.clone()));
             }
         }
-        let info = match info {
-            Some(info) => Some(info),
-            None if round.learn_after && round.learns() => tail.next(),
-            None => None,
-        };
-        let info = info.map(from_value::<String>).transpose()?;
-        // `None`: a master this client saw replaced, none of whose writes count.
-        let wanted: Vec<Option<u32>> = writes
-            .iter()
-            .map(|(key, _)| match &info {
-                Some(info) => self.learned().heard(self.place(key), info),
-                None => Some(known),
-            })
-            .collect();
-        let mut acked = match tail.next() {
-            Some(wait) => round.sync.acked(wait)?,
-            None => 0,
-        };
-        let most = wanted.iter().flatten().copied().max().unwrap_or(0);
-        if most > known {
-            let mut again = redis::pipe();
-            again.add_command(round.sync.wait_command(most));
-            let timeout = RESPONSE_TIMEOUT + round.sync.timeout;
-            let (replies, _, _) = connection
-                .exchange(&again, &redis::pipe(), Some(timeout))
-                .await?;
-            acked = round
-                .sync
-                .acked(replies.into_iter().next().unwrap_or(Value::Nil))?;
-        }
+        let refused = self
+            .refused(connection, sync, &places, tail, answered)
+            .await?;
         Ok(replies
             .into_iter()
-            .zip(wanted)
-            .map(|(reply, wanted)| Sent {
+            .map(|reply| Sent {
                 reply,
-                acked: if wanted.is_some() { acked } else { 0 },
-                wanted: wanted.unwrap_or(known.max(1)),
+                refused: refused.clone(),
                 answered,
             })
             .collect())
     }
 
-    /// The replica count to send with a write to `key` under `sync`: as it says, or as many as
-    /// learned so far for the lock's master.
-    fn wanted(&self, key: &str, sync: &Sync) -> u32 {
-        match sync.replicas {
-            Replicas::Learned => self.learned().known(self.place(key)),
-            Replicas::Exactly(replicas) => replicas,
+    /// Why writes to `places`, answered at `answered`, do not count by `tail`, the replies to
+    /// what synced them ([`Sync::tail`]), after one more `WAIT` on `connection` when the sync
+    /// timeout has time left for one that may help; `None` when they count.
+    ///
+    /// # Errors
+    /// The reply to that one more `WAIT` was lost.
+    async fn refused(
+        &self,
+        connection: &mut Borrowed,
+        sync: &Sync,
+        places: &[Place],
+        tail: Vec<Value>,
+        answered: Instant,
+    ) -> Result<Option<String>, RedisError> {
+        let mut check = match Check::read(sync, tail) {
+            Ok(check) => check,
+            Err(reason) => return Ok(Some(reason)),
+        };
+        let left = sync.timeout.saturating_sub(answered.elapsed());
+        let refusal = match check.judge(sync, &mut self.seen(), places, left) {
+            Ok(()) => return Ok(None),
+            Err(refusal) => refusal,
+        };
+        let Some(replicas) = refusal.again else {
+            return Ok(Some(refusal.reason));
+        };
+        let again = sync.again(replicas, left);
+        let timeout = Some(RESPONSE_TIMEOUT + left);
+        let (replies, _, _) = connection.exchange(&again, &redis::pipe(), timeout).await?;
+        if let Err(reason) = check.reread(sync, replies) {
+            return Ok(Some(reason));
         }
+        let judged = check.judge(sync, &mut self.seen(), places, Duration::ZERO);
+        Ok(judged.err().map(|refusal| refusal.reason))
     }
 
     /// The pools of `key`'s master.
@@ -416,8 +391,8 @@ impl Client {
         }
     }
 
-    fn learned(&self) -> std::sync::MutexGuard<'_, Learned> {
-        self.learned.lock().unwrap_or_else(PoisonError::into_inner)
+    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn place(&self, key: &str) -> Place {
@@ -425,48 +400,6 @@ impl Client {
             Inner::Server { .. } => None,
             Inner::Cluster { .. } => Some(Slot::for_key(key)),
         }
-    }
-}
-
-/// One synced round trip: what to learn and wait for around its writes.
-struct Round<'a> {
-    sync: &'a Sync,
-    /// `INFO replication` after the write (a wait in the server: its grant comes later) rather
-    /// than before it.
-    learn_after: bool,
-}
-
-impl Round<'_> {
-    /// True when the replica count is learned (not given).
-    fn learns(&self) -> bool {
-        self.sync.replicas == Replicas::Learned
-    }
-
-    /// `commands` with `INFO replication` (when the count is learned) before them, or after
-    /// them for a wait, and `WAIT known` (when above 0) last: the head up to the writes, the
-    /// tail after them.
-    fn pipelines<'c>(
-        &self,
-        commands: impl Iterator<Item = &'c Cmd>,
-        known: u32,
-    ) -> (Pipeline, Pipeline) {
-        let info = || redis::cmd("INFO").arg("replication").clone();
-        let (mut head, mut tail) = (redis::pipe(), redis::pipe());
-        head.ignore_errors();
-        tail.ignore_errors();
-        if self.learns() && !self.learn_after {
-            head.add_command(info());
-        }
-        for command in commands {
-            head.add_command(command.clone());
-        }
-        if self.learns() && self.learn_after {
-            tail.add_command(info());
-        }
-        if known > 0 {
-            tail.add_command(self.sync.wait_command(known));
-        }
-        (head, tail)
     }
 }
 

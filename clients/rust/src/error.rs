@@ -17,17 +17,18 @@ pub enum Error {
     /// allowance (ttl × drift factor + 2 ms).
     #[error("the lease of {0:?} is too short")]
     Lease(std::time::Duration),
-    /// Fewer replicas than wanted acknowledged a write within the sync timeout
-    /// ([`crate::Sync`]), or no sync connection was free within it (`acked` 0, nothing sent).
+    /// A write did not count ([`crate::Sync`]): the master has fewer in-sync replicas than
+    /// its `lock.min-insync-replicas`, not every in-sync replica acknowledged it within the
+    /// sync timeout, the master was replaced, no sync connection was free within the timeout
+    /// (nothing was sent), or the replicas acknowledged a grant only after its lease ended.
     /// For a grant, the client released it (owner-checked) — distinct from "busy": the lock
     /// was free, the replicas were not there. For a renewal, it does not count: the holder's
     /// lease ends as the last synced one did ([`crate::Guard::lease_end`]).
-    #[error("{acked} of the {wanted} replicas wanted acknowledged it in time")]
+    #[error("not synced to the replicas: {reason}")]
     NotReplicated {
-        /// Replicas that acknowledged the grant.
-        acked: u32,
-        /// Replicas wanted.
-        wanted: u32,
+        /// Why, e.g. "the master has 1 in-sync replicas, fewer than
+        /// lock.min-insync-replicas (2)".
+        reason: String,
     },
     /// Re-entering, downgrading and upgrading work on a lock of one server, not on a Redlock
     /// holding.

@@ -135,11 +135,13 @@ impl Held {
             Err(Error::Redis(error)) if is_try_again(&error) => return Ok(None),
             other => other?,
         };
-        if synced.reply.is_some() && !synced.acknowledged() {
+        if synced.reply.is_some()
+            && let Some(error) = synced.refusal()
+        {
             if reentrant {
                 let _ = self.release().await;
             }
-            return Err(synced.not_replicated());
+            return Err(error);
         }
         Ok(synced.reply)
     }
@@ -158,8 +160,8 @@ impl Held {
         if synced.reply != self.count() {
             return Ok(false);
         }
-        if !synced.acknowledged() {
-            return Err(synced.not_replicated());
+        if let Some(error) = synced.refusal() {
+            return Err(error);
         }
         Ok(true)
     }

@@ -7,8 +7,8 @@
 //! - acquire with a wait that blocks in the server, on a dedicated connection borrowed from a
 //!   pool ([`ClientOptions`]) whose timeout is longer than the wait, recovering from a lost
 //!   reply by asking again with the same owner ([`Lock::acquire_timeout`]);
-//! - grants and renewals synced to the master's replicas before they count, in one round trip
-//!   ([`Sync`], [`sync`]);
+//! - grants and renewals synced to the master's in-sync replicas before they count, in the
+//!   write's round trip ([`Sync`], [`sync`]);
 //! - a [`Guard`] with the fencing token, a watchdog that renews the lease every third of it
 //!   and stops for good on release, drop or refusal, a [`Guard::lost`] signal, and release on
 //!   every path;

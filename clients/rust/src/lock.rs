@@ -168,11 +168,11 @@ impl Lock {
     }
 
     /// Whether and how a grant reaches the replicas before an acquire returns it, and a
-    /// renewal before it counts (default: every replica the master has, within 1 s — see
-    /// [`Sync`]). When fewer acknowledge a grant in time it is released and the acquire fails
-    /// with [`Error::NotReplicated`], or, with a wait budget left, tries again within it; a
-    /// renewal they did not acknowledge does not count ([`Guard::renew`], the watchdog).
-    /// Releases never wait. Syncing to fewer replicas than the master has is not safe (see
+    /// renewal before it counts (default: every replica in the master's in-sync set, within
+    /// 1 s — see [`Sync`]). A grant that does not count is released and the acquire fails with
+    /// [`Error::NotReplicated`], or, with a wait budget left, tries again within it; a renewal
+    /// that does not count is not counted on ([`Guard::renew`], the watchdog). Releases never
+    /// wait. Syncing to fewer replicas than the master's in-sync set is not safe (see
     /// [`Sync::exactly`]).
     #[must_use]
     pub fn with_sync(mut self, sync: Sync) -> Self {
@@ -242,8 +242,8 @@ impl Lock {
         Ok(tokens.map(|tokens| self.guard(owner, tokens, ttl, granted)))
     }
 
-    /// The tokens of a grant once its replicas acknowledged it (`None`: nothing was granted).
-    /// When fewer did in time, or only after the lease it `began` with (for `ttl`) had ended,
+    /// The tokens of a grant once it counts (`None`: nothing was granted). When it does not, or
+    /// its replicas acknowledged it only after the lease it `began` with (for `ttl`) had ended,
     /// releases it (owner-checked) and fails with [`Error::NotReplicated`].
     async fn acknowledged(
         &self,
@@ -254,13 +254,14 @@ impl Lock {
         // A grant acknowledged only after the lease it began with ended is one nobody can
         // count on: the lock may have been handed on meanwhile.
         let ended = began + lease::counted(ttl) <= Instant::now();
-        if synced.reply.any() && (!synced.acknowledged() || ended) {
+        let late = || Error::NotReplicated {
+            reason: "the replicas acknowledged it only after its lease ended".to_owned(),
+        };
+        if synced.reply.any()
+            && let Some(error) = synced.refusal().or_else(|| ended.then(late))
+        {
             let _ = self.held(owner).release().await;
-            let acked = if ended { 0 } else { synced.acked };
-            return Err(Error::NotReplicated {
-                acked,
-                wanted: synced.wanted.max(1),
-            });
+            return Err(error);
         }
         Ok(synced.reply.granted())
     }

@@ -148,8 +148,8 @@ pub(crate) struct Pools {
 const MOST_PER_ROUND_TRIP: usize = 64;
 
 /// Synced writes waiting for a sync connection, by how they sync: whoever gets a connection
-/// sends all that wait with the same sync in one round trip, behind one `INFO replication` and
-/// before one `WAIT`, which covers every write before it on its connection (group commit). So
+/// sends all that wait with the same sync in one round trip, before one `LOCK.INSYNC`, `WAIT`,
+/// `LOCK.INSYNC` (a `WAIT` covers every write before it on its connection: group commit). So
 /// concurrent writes share a round trip instead of each waiting for a connection of its own.
 #[derive(Default)]
 struct Outbox {
@@ -160,19 +160,18 @@ struct Outbox {
 /// A synced write waiting to be sent.
 pub(crate) struct Queued {
     id: u64,
-    /// The key it writes (its master's replica count is learned for it).
+    /// The key it writes (in a cluster, its slot's master is the one asked).
     pub(crate) key: String,
     pub(crate) command: Cmd,
     /// Where its outcome goes.
     pub(crate) done: oneshot::Sender<Result<Sent, RedisError>>,
 }
 
-/// What a synced write got: its reply (an error reply too), how many replicas acknowledged it
-/// of how many wanted, and when the reply came.
+/// What a synced write got: its reply (an error reply too), why it does not count (`None`: it
+/// counts), and when the reply came.
 pub(crate) struct Sent {
     pub(crate) reply: Value,
-    pub(crate) acked: u32,
-    pub(crate) wanted: u32,
+    pub(crate) refused: Option<String>,
     pub(crate) answered: Instant,
 }
 

@@ -5,6 +5,7 @@
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
+mod replicated;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -108,10 +109,8 @@ async fn the_watchdog_keeps_the_whole_set_and_tells_when_part_of_it_is_lost() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_set_is_on_the_replica_when_it_is_returned() {
-    let master = Server::start(&[]);
-    let replica = Server::start(&[]);
-    replica.replicate(&master);
-    common::wait_replicas(&mut master.client(), 1);
+    // In the master's in-sync set: a replica outside it is not waited for (nor promotable).
+    let (master, replica) = replicated::pair();
     let client = client(&master).await;
     let set = Lock::multi(&client, &["{r}:a", "{r}:b"]);
     let guard = set.try_acquire(TTL).await.expect("acquire").expect("free");

@@ -1,11 +1,10 @@
-//! A master and its replica, for the tests of syncing and of the pools.
+//! A master and its replicas, for the tests of syncing and of the pools.
 
 #![allow(dead_code)] // each test file uses its own part
 
 use crate::common::{self, Server, call, info_field};
 
-/// A master and its replica, online as the master sees it (the count a client learns) and
-/// acknowledging writes.
+/// A master and its replica, online, acknowledging writes and in the master's in-sync set.
 pub fn pair() -> (Server, Server) {
     pair_with(&[])
 }
@@ -14,14 +13,45 @@ pub fn pair() -> (Server, Server) {
 pub fn pair_with(args: &[&str]) -> (Server, Server) {
     let master = Server::start(args);
     let replica = Server::start(args);
-    replica.replicate(&master);
-    let mut con = master.client();
-    common::wait_until("the master counts its replica online", || {
-        info_field(&mut con, "replication", "slave0").is_some_and(|s| s.contains("state=online"))
-    });
-    call(&mut con, &["SET", "settled", "1"]);
-    common::wait_replicas(&mut con, 1);
+    attach(&master, &replica, 1);
     (master, replica)
+}
+
+/// A master and `replicas` replicas, all with the module started with `module_args`
+/// (`["min-insync-replicas", "2"]`), every replica in the master's in-sync set.
+pub fn group(module_args: &[&str], replicas: usize) -> (Server, Vec<Server>) {
+    let master = Server::with_module_args(module_args, &[]);
+    let replicas: Vec<Server> = (1..=replicas)
+        .map(|count| {
+            let replica = Server::with_module_args(module_args, &[]);
+            attach(&master, &replica, count);
+            replica
+        })
+        .collect();
+    (master, replicas)
+}
+
+/// Makes `replica` a replica of `master`, and waits until it acknowledges writes and the
+/// master's in-sync set has `members`.
+fn attach(master: &Server, replica: &Server, members: usize) {
+    replica.replicate(master);
+    let mut con = master.client();
+    call(&mut con, &["SET", "settled", "1"]);
+    common::wait_replicas(&mut con, members);
+    wait_insync(master, members);
+}
+
+/// How many replicas are in the master's in-sync set (`INFO lock`: `lock_insync_replicas`;
+/// Redis prefixes the module's fields with its name).
+pub fn insync_replicas(master: &Server) -> Option<usize> {
+    let field = info_field(&mut master.client(), "lock", "lock_insync_replicas");
+    field.and_then(|count| count.trim().parse().ok())
+}
+
+/// Waits until the master's in-sync set has `members` replicas.
+pub fn wait_insync(master: &Server, members: usize) {
+    let what = format!("{members} replicas in the master's in-sync set");
+    common::wait_until(&what, || insync_replicas(master) == Some(members));
 }
 
 /// How many times the server ran `command` (`INFO commandstats`), e.g. `wait`, `lock.renew`.
