@@ -1,5 +1,5 @@
 //! Grants and renewals synced to replicas before they count (`Sync`): on a real master and
-//! replica, with the replica running, stopped (`SIGSTOP`) and promoted.
+//! replicas, with a replica running, stopped (`SIGSTOP`), promoted and killed for good.
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::{Server, call, holder};
 use leasehold_client::{Client, Error, Lock, Sync};
 use redis::Value;
-use replicated::{calls, pair, pair_with};
+use replicated::{calls, group, insync_replicas, pair, pair_with, wait_insync};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -276,4 +276,71 @@ async fn a_grant_acknowledged_only_after_its_lease_ended_is_not_returned() {
     let _replica = resumed.join().expect("resumed");
     let next = Lock::new(&client, "late").try_acquire(TTL).await;
     assert!(next.expect("acquire").is_some(), "it was released");
+}
+
+/// Module arguments that drop a dead replica from the in-sync set within about 4 s.
+const QUICK_DROP: [&str; 4] = ["insync-timeout-ms", "1000", "insync-drop-delay-ms", "500"];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_dead_for_good_stops_counting_once_the_master_drops_it() {
+    let (master, mut replicas) = group(&QUICK_DROP, 2);
+    let before = client(&master).await;
+    synced_once(&before).await;
+    replicas[0].kill();
+    let killed = Instant::now();
+    let after = client(&master).await;
+
+    // Until the master drops it, the dead replica is a member that acknowledges nothing.
+    let tried = synced_once_more(&before).await;
+    assert!(refused(&tried, UNACKNOWLEDGED), "{}", outcome(&tried));
+
+    for client in [&before, &after] {
+        loop {
+            let tried = synced_once_more(client).await;
+            if let Ok(Some(guard)) = tried {
+                assert_eq!(insync_replicas(&master), Some(1), "granted before the drop");
+                assert!(guard.release().await.expect("release"));
+                break;
+            }
+            assert!(refused(&tried, ""), "{}", outcome(&tried));
+            assert!(
+                killed.elapsed() < Duration::from_secs(6),
+                "still refused: {}",
+                outcome(&tried)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// A grant of `k` synced within 200 ms.
+async fn synced_once_more(
+    client: &Client,
+) -> leasehold_client::Result<Option<leasehold_client::Guard>> {
+    let lock = Lock::new(client, "k").with_sync(Sync::to_replicas().timeout(QUICK));
+    lock.try_acquire(TTL).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fewer_in_sync_replicas_than_the_master_requires_count_no_grant() {
+    let args = [&["min-insync-replicas", "2"][..], &QUICK_DROP].concat();
+    let (master, mut replicas) = group(&args, 2);
+    let client = client(&master).await;
+    synced_once(&client).await;
+    replicas[1].kill();
+    wait_insync(&master, 1);
+
+    let tried = synced_once_more(&client).await;
+    let named = "the master has 1 in-sync replicas, fewer than lock.min-insync-replicas (2)";
+    assert!(refused(&tried, named), "{}", outcome(&tried));
+    let message = tried
+        .err()
+        .map(|error| error.to_string())
+        .unwrap_or_default();
+    assert!(message.contains("lock.min-insync-replicas"), "{message}");
+    assert_eq!(holder(&mut master.client(), "k"), None, "released");
+
+    let exactly = Lock::new(&client, "k").with_sync(Sync::exactly(1));
+    let opted_out = exactly.try_acquire(TTL).await.expect("acquire");
+    assert!(opted_out.is_some(), "a fixed count opts out");
 }
