@@ -202,7 +202,6 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
     let split_brain = grants.len() - designated.len();
     let doubles = history::double_grants(&grants);
     let (accepted, rejected, replay) = run.store.summary();
-    let mut granted_by_class = BTreeMap::new();
     let mut in_sync_doubles = 0;
     for class in Class::ALL {
         let granted: Vec<Grant> = grants
@@ -213,7 +212,6 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         let exclusive = granted.iter().filter(|grant| grant.exclusive).count();
         let pairs = history::double_grant_pairs(&granted);
         let doubles = pairs.len();
-        granted_by_class.insert(class.name(), granted.len());
         if class == Class::InSync {
             in_sync_doubles = doubles;
         }
@@ -267,11 +265,35 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
             "OUT OF ORDER"
         },
     );
-    let ratio = |class: Class| granted_by_class[class.name()] as f64;
+    let lost_at = run
+        .faults
+        .lock()
+        .expect("faults")
+        .iter()
+        .find(|(_, kind)| *kind == Fault::ReplicaLost.name())
+        .map(|(began, _)| *began);
+    let share = |from: u64, to: u64| {
+        let count = |class: Class| {
+            grants
+                .iter()
+                .filter(|g| g.lock.starts_with(class.name()))
+                .filter(|g| (from..to).contains(&g.requested_us))
+                .count() as f64
+        };
+        count(Class::InSync) / count(Class::NotSynced).max(1.0)
+    };
+    let seconds_of = |us: u64| us as f64 / 1e6;
+    let end = history.now_us();
+    let lost_at = lost_at.unwrap_or(end);
     eprintln!(
         "chaos: the default class (synced to the in-sync set) was granted {:.2}x the grants of \
-         the unsynced class",
-        ratio(Class::InSync) / ratio(Class::NotSynced).max(1.0)
+         the unsynced class: {:.2}x in the {:.0} s with three nodes, {:.2}x in the {:.0} s after \
+         a replica was lost for good",
+        share(0, end),
+        share(0, lost_at),
+        seconds_of(lost_at),
+        share(lost_at, end),
+        seconds_of(end - lost_at),
     );
     assert_eq!((across, own), (0, 0), "token regressions");
     assert_eq!(
