@@ -1,7 +1,7 @@
 //! What syncing grants to the replicas costs `leasehold-client`, on a master with one replica:
 //!
-//! - one task loops `try_acquire` → `release` for 3 s, grants synced (the default: `INFO
-//!   replication`, the grant and `WAIT 1` in one round trip on a pooled connection) and not
+//! - one task loops `try_acquire` → `release` for 3 s, grants synced (the default: the grant,
+//!   `LOCK.INSYNC`, `WAIT` and `LOCK.INSYNC` in one round trip on a pooled connection) and not
 //!   (`Sync::off()`, on the shared connection);
 //! - 64 tasks, each on a lock of its own, loop the same for 3 s, synced and not;
 //! - the connections the master accepted (`total_connections_received`) over 1 000 synced

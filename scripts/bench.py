@@ -375,6 +375,9 @@ def client_sync(binary):
         deadline = time.time() + 30
         while "state=online" not in master.cli("INFO", "replication") and time.time() < deadline:
             time.sleep(0.1)
+        # The replica must be in the master's in-sync set before synced grants count.
+        while "lock_insync_replicas:1" not in master.cli("INFO", "lock") and time.time() < deadline:
+            time.sleep(0.1)
         master.cli("SET", "settled", "1")
         master.cli("WAIT", "1", "10000")
         url = f"redis://127.0.0.1:{master.port}"
@@ -686,9 +689,9 @@ def main():
         "## The clients: grants synced to a replica",
         "",
         f"Each client on Redis {server.version}, a master with one replica on loopback, grants "
-        "synced to the replica before they are returned (the default: `INFO replication`, the "
-        "grant and `WAIT` in one round trip on a pooled connection) and not (sync off: the shared "
-        "connection). One task looping acquire (no wait, a free lock) → release for 3 s "
+        "synced to the replica before they are returned (the default: the grant, `LOCK.INSYNC`, "
+        "`WAIT` and `LOCK.INSYNC` in one round trip on a pooled connection: the master's in-sync set "
+        "has it) and not (sync off: the shared connection). One task looping acquire (no wait, a free lock) → release for 3 s "
         "(latency of acquire + release, ms; target: synced ≤ 2× the unsynced time):",
         "",
         "| client | synced p50 | not synced p50 | ratio | synced p99 | not synced p99 | synced/s | not synced/s |",
