@@ -43,6 +43,8 @@ enum Kind {
     Data(Option<Vec<String>>),
     /// A Sentinel, with `sentinel.conf` in its directory.
     Sentinel,
+    /// A data server started from `redis.conf` in its directory, which loads the module.
+    Config,
 }
 
 impl Server {
@@ -112,6 +114,28 @@ impl Server {
         sentinel
     }
 
+    /// A data server started from a `redis.conf` in its directory that loads the module with
+    /// `module_args` and then says `config` (`"replica-priority 10\n"`): `CONFIG REWRITE` has
+    /// a file to write, and [`Self::restart`] reads it back. The harness's own settings (port,
+    /// directory, no persistence) still come on the command line.
+    pub fn from_config(module_args: &[&str], config: &str) -> Self {
+        let mut server = Self::new(None, &[]);
+        server.kind = Kind::Config;
+        let loadmodule = format!(
+            "loadmodule {} {}\n",
+            module_path().display(),
+            module_args.join(" ")
+        );
+        std::fs::write(server.config_path(), loadmodule + config).expect("redis.conf");
+        server.launch();
+        server
+    }
+
+    /// The `redis.conf` of a server started with [`Self::from_config`].
+    pub fn config_path(&self) -> PathBuf {
+        self.dir().join("redis.conf")
+    }
+
     fn new(module_args: Option<&[&str]>, args: &[&str]) -> Self {
         let owned = |list: &[&str]| list.iter().map(|arg| (*arg).to_owned()).collect();
         Self {
@@ -138,21 +162,27 @@ impl Server {
             .open(self.log_path())
             .expect("log file");
         let mut command = Command::new(server_binary());
-        if let Kind::Sentinel = self.kind {
-            command
-                .arg(self.dir().join("sentinel.conf"))
-                .arg("--sentinel");
+        match self.kind {
+            Kind::Sentinel => {
+                command
+                    .arg(self.dir().join("sentinel.conf"))
+                    .arg("--sentinel");
+            }
+            Kind::Config => {
+                command.arg(self.config_path());
+            }
+            Kind::Data(_) => {}
         }
         command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--dir", &self.dir.path().to_string_lossy()])
             .args(["--daemonize", "no", "--protected-mode", "no"]);
-        if let Kind::Data(module_args) = &self.kind {
-            if let Some(module_args) = module_args {
-                command
-                    .args(["--loadmodule", &module_path().to_string_lossy()])
-                    .args(module_args);
-            }
+        if let Kind::Data(Some(module_args)) = &self.kind {
+            command
+                .args(["--loadmodule", &module_path().to_string_lossy()])
+                .args(module_args);
+        }
+        if let Kind::Data(_) | Kind::Config = &self.kind {
             command
                 .args(["--save", "", "--appendonly", "no"])
                 .args(["--enable-debug-command", "yes"])

@@ -1,0 +1,644 @@
+//! The in-sync replica set on real servers: which replicas the master counts a write on, and
+//! which replicas make themselves unpromotable.
+//!
+//! - A replica joins once it is online and caught up, and keeps the operator's
+//!   `replica-priority` while the master lists it.
+//! - A member that went silent — killed, or cut off while it keeps running — is dropped by the
+//!   master only after its last promotability lease ended plus `lock.insync-drop-delay-ms`;
+//!   until then a write does not count (`LOCK.INSYNC`), after it counts without it.
+//! - A replica that hears nothing from its master for `lock.insync-timeout-ms` (cut off, or
+//!   just restarted) sets `replica-priority 0` on its own, and gets the operator's priority back
+//!   once listed again — across `CONFIG REWRITE` and a restart (`lock.replica-priority`).
+//! - Clients cannot forge `LOCK.PROMOTABLE`; bad arguments and settings are refused.
+//! - With Sentinel: a preferred replica cut off from the master is not promoted, and every
+//!   write the set counted is on the replica that is.
+//!
+//! The servers run with a short `lock.insync-timeout-ms` (1 s) so that the whole file runs in
+//! about half a minute.
+
+mod common;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::proxy::LinkProxy;
+use common::{Server, call, error, free_port, info_field, lock_info, wait_until};
+use redis::{Connection, Value};
+
+/// `lock.insync-timeout-ms` of most tests: a replica that hears nothing from its master for
+/// this long is unpromotable, and so is each lease the master gives.
+const TIMEOUT_MS: u64 = 1_000;
+
+/// Module arguments of most tests: a 1 s timeout and a 0.5 s drop delay, so that a member that
+/// went silent is dropped about 3.5 s later.
+const FAST: &[&str] = &["insync-timeout-ms", "1000", "insync-drop-delay-ms", "500"];
+
+/// `LOCK.INSYNC`'s reply, as the tuple it comes in.
+type Reply = (u64, u64, u64, u64, String, String);
+
+/// `LOCK.INSYNC`: what a client needs to count its writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct InSync {
+    /// The master's replication offset: it covers every write sent before on the connection.
+    offset: u64,
+    /// The lowest offset every member acknowledged.
+    acked: u64,
+    members: u64,
+    required: u64,
+    replid: String,
+    replid2: String,
+}
+
+impl From<Reply> for InSync {
+    fn from((offset, acked, members, required, replid, replid2): Reply) -> Self {
+        Self {
+            offset,
+            acked,
+            members,
+            required,
+            replid,
+            replid2,
+        }
+    }
+}
+
+fn insync(con: &mut Connection) -> InSync {
+    redis::cmd("LOCK.INSYNC")
+        .query::<Reply>(con)
+        .expect("LOCK.INSYNC")
+        .into()
+}
+
+/// One synced round trip, as the clients make it: `LOCK.ACQUIRE key owner 60000`,
+/// `LOCK.INSYNC` (→ `before`), `WAIT replicas timeout_ms`, `LOCK.INSYNC` (→ `after`). Returns
+/// the token and the two replies.
+fn synced_acquire(
+    con: &mut Connection,
+    key: &str,
+    owner: &str,
+    replicas: u64,
+    timeout_ms: u64,
+) -> (i64, InSync, InSync) {
+    let (token, before, _, after): (Option<i64>, Reply, i64, Reply) = redis::pipe()
+        .cmd("LOCK.ACQUIRE")
+        .arg(key)
+        .arg(owner)
+        .arg(60_000)
+        .cmd("LOCK.INSYNC")
+        .cmd("WAIT")
+        .arg(replicas)
+        .arg(timeout_ms)
+        .cmd("LOCK.INSYNC")
+        .query(con)
+        .expect("synced round trip");
+    (
+        token.expect("a fresh key is free"),
+        before.into(),
+        after.into(),
+    )
+}
+
+/// Whether a write covered by `before` counts by `after`: the set is large enough and every
+/// member acknowledged it.
+fn counts(before: &InSync, after: &InSync) -> bool {
+    after.members >= after.required && after.acked >= before.offset
+}
+
+/// How the master names `server` in its set: `ip:port`.
+fn id(server: &Server) -> String {
+    format!("127.0.0.1:{}", server.port)
+}
+
+/// A field of `INFO lock`'s `lock_insync` section (`role` → `lock_insync_role`).
+fn insync_info(con: &mut Connection, field: &str) -> Option<String> {
+    info_field(con, "lock", &format!("lock_insync_{field}"))
+}
+
+/// The master's members, as `INFO lock` lists them, sorted; `None` while the server does not
+/// report the master's role.
+fn members(master: &mut Connection) -> Option<Vec<String>> {
+    let listed = insync_info(master, "members")?;
+    let mut members: Vec<String> = listed
+        .split(',')
+        .filter(|id| !id.is_empty())
+        .map(str::to_owned)
+        .collect();
+    members.sort();
+    Some(members)
+}
+
+/// Waits until the master's set is exactly `expected`.
+fn wait_for_members(master: &mut Connection, expected: &[&Server]) {
+    let mut wanted: Vec<String> = expected.iter().map(|server| id(server)).collect();
+    wanted.sort();
+    wait_until(&format!("the master's set is {wanted:?}"), || {
+        members(master).as_ref() == Some(&wanted)
+    });
+}
+
+/// `CONFIG GET replica-priority`.
+fn priority(con: &mut Connection) -> i64 {
+    config_integer(con, "replica-priority")
+}
+
+fn config_integer(con: &mut Connection, name: &str) -> i64 {
+    let (_, value): (String, String) = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(name)
+        .query(con)
+        .expect("CONFIG GET");
+    value.parse().expect("an integer setting")
+}
+
+/// `lock_insync_promotable:1` on a replica.
+fn promotable(con: &mut Connection) -> bool {
+    insync_info(con, "promotable").as_deref() == Some("1")
+}
+
+/// Waits until the replica says it may be promoted and has the priority `operator` gave it.
+fn wait_promotable(replica: &mut Connection, operator: i64) {
+    wait_until(&format!("promotable with priority {operator}"), || {
+        promotable(replica) && priority(replica) == operator
+    });
+}
+
+/// Waits until the replica made itself unpromotable: `replica-priority 0`.
+fn wait_unpromotable(replica: &mut Connection) {
+    wait_until("unpromotable, replica-priority 0", || {
+        !promotable(replica) && priority(replica) == 0
+    });
+}
+
+/// Polls `condition` every 20 ms until it holds and returns how long after `since` that was;
+/// panics after `within`.
+fn time_until(
+    what: &str,
+    since: Instant,
+    within: Duration,
+    mut condition: impl FnMut() -> bool,
+) -> Duration {
+    while !condition() {
+        assert!(since.elapsed() < within, "timed out waiting for: {what}");
+        thread::sleep(Duration::from_millis(20));
+    }
+    since.elapsed()
+}
+
+/// A lone master requires no member; two replicas join once caught up, the master lists both
+/// (`INFO lock`, `LOCK.INSYNC`), each is promotable with the priority its operator gave it, and
+/// a write counts once both have it.
+#[test]
+fn caught_up_replicas_join_and_keep_the_operators_priority() {
+    let master = Server::with_module_args(FAST, &[]);
+    let mut m = master.client();
+    assert_eq!(insync_info(&mut m, "role").as_deref(), Some("master"));
+    // A server that was never part of a replication group requires no member.
+    let alone = insync(&mut m);
+    assert_eq!(
+        (alone.members, alone.required, alone.acked),
+        (0, 0, alone.offset),
+        "{alone:?}"
+    );
+
+    let preferred = Server::with_module_args(FAST, &["--replica-priority", "10"]);
+    let plain = Server::with_module_args(FAST, &[]);
+    preferred.replicate(&master);
+    plain.replicate(&master);
+    wait_for_members(&mut m, &[&preferred, &plain]);
+    assert_eq!(insync_info(&mut m, "role").as_deref(), Some("master"));
+    assert_eq!(insync_info(&mut m, "replicas").as_deref(), Some("2"));
+    assert_eq!(insync_info(&mut m, "required").as_deref(), Some("1"));
+
+    for (replica, operator) in [(&preferred, 10), (&plain, 100)] {
+        let mut r = replica.client();
+        wait_promotable(&mut r, operator);
+        assert_eq!(insync_info(&mut r, "role").as_deref(), Some("replica"));
+    }
+
+    let now = insync(&mut m);
+    assert_eq!((now.members, now.required), (2, 1), "{now:?}");
+    assert_eq!(
+        Some(now.replid.clone()),
+        info_field(&mut m, "replication", "master_replid")
+    );
+    assert_eq!(
+        Some(now.replid2.clone()),
+        info_field(&mut m, "replication", "master_replid2")
+    );
+    let (_, before, after) = synced_acquire(&mut m, "job", "alice", 2, 5_000);
+    assert!(
+        counts(&before, &after),
+        "both members have it: {before:?} {after:?}"
+    );
+}
+
+/// A replica killed for good stays in the set — writes do not count without it — until its
+/// last lease ended and the drop delay passed (measured: neither sooner nor much later); then a
+/// write counts with the one member left.
+#[test]
+fn a_killed_replica_is_dropped_after_its_lease_and_the_delay_and_until_then_writes_wait_for_it() {
+    // A longer drop delay than the other tests, so that the bound below says something.
+    const DROP_DELAY_MS: u64 = 1_500;
+    let args = ["insync-timeout-ms", "1000", "insync-drop-delay-ms", "1500"];
+    let master = Server::with_module_args(&args, &[]);
+    let keeper = Server::with_module_args(&args, &[]);
+    let mut doomed = Server::with_module_args(&args, &[]);
+    keeper.replicate(&master);
+    doomed.replicate(&master);
+    let mut m = master.client();
+    wait_for_members(&mut m, &[&keeper, &doomed]);
+    wait_promotable(&mut doomed.client(), 100);
+
+    doomed.kill();
+    let died = Instant::now();
+    // Still a member: a write the killed replica cannot have does not count.
+    let (_, before, after) = synced_acquire(&mut m, "early", "alice", 2, 300);
+    assert_eq!(after.members, 2, "dropped at once: {after:?}");
+    assert!(
+        after.acked < before.offset && !counts(&before, &after),
+        "a write counted without a member: {before:?} {after:?}"
+    );
+
+    let dropped = time_until(
+        "the master drops the killed replica",
+        died,
+        Duration::from_secs(20),
+        || insync(&mut m).members == 1,
+    );
+    // It acknowledged last up to about a second before it died and was listed while that was at
+    // most 2 s old; its last lease lasted the timeout, and the master waits the drop delay more.
+    let earliest = Duration::from_millis(TIMEOUT_MS + DROP_DELAY_MS - 500);
+    eprintln!("the killed replica was dropped {dropped:?} after it died");
+    assert!(
+        dropped >= earliest,
+        "dropped {dropped:?} after it died, before {earliest:?}"
+    );
+    assert!(
+        dropped <= Duration::from_secs(6),
+        "dropped only after {dropped:?}"
+    );
+    assert_eq!(members(&mut m), Some(vec![id(&keeper)]));
+
+    let (_, before, after) = synced_acquire(&mut m, "late", "bob", 1, 5_000);
+    assert_eq!((after.members, after.required), (1, 1), "{after:?}");
+    assert!(
+        counts(&before, &after),
+        "the remaining member has it: {before:?} {after:?}"
+    );
+}
+
+/// A replica whose link is cut while it keeps running sets `replica-priority 0` by itself
+/// within the timeout; the master drops it (no write counts with no member); once the link is
+/// back it rejoins and has the operator's priority again.
+#[test]
+fn a_replica_cut_off_makes_itself_unpromotable_and_rejoins_with_its_priority() {
+    let master = Server::with_module_args(FAST, &[]);
+    let replica = Server::with_module_args(FAST, &["--replica-priority", "30"]);
+    let proxy = LinkProxy::to(master.port);
+    replica.replicate_through(proxy.port);
+    let (mut m, mut r) = (master.client(), replica.client());
+    wait_for_members(&mut m, &[&replica]);
+    wait_promotable(&mut r, 30);
+
+    proxy.cut();
+    let cut = Instant::now();
+    // It last heard its master at most a heartbeat before the cut, and its lease lasts the
+    // timeout from then; its next look (every 200 ms) sets the priority.
+    let unpromotable = time_until(
+        "the cut-off replica sets replica-priority 0",
+        cut,
+        Duration::from_secs(10),
+        || !promotable(&mut r) && priority(&mut r) == 0,
+    );
+    eprintln!("the cut-off replica was unpromotable {unpromotable:?} after the cut");
+    assert!(
+        unpromotable <= Duration::from_millis(TIMEOUT_MS + 1_000),
+        "still promotable {unpromotable:?} after the cut"
+    );
+
+    wait_for_members(&mut m, &[]);
+    let (_, before, after) = synced_acquire(&mut m, "alone", "alice", 1, 100);
+    assert_eq!((after.members, after.required), (0, 1), "{after:?}");
+    assert!(
+        !counts(&before, &after),
+        "a write counted with no member: {after:?}"
+    );
+
+    let _proxy = LinkProxy::at(proxy.port, master.port);
+    wait_for_members(&mut m, &[&replica]);
+    wait_promotable(&mut r, 30);
+}
+
+/// A replica restarted (its master out of reach for a while) is unpromotable from its start —
+/// whatever its last master said before — and gets the operator's priority back only with a
+/// message that lists it: when it is promotable, the master has it in its set.
+#[test]
+fn a_restarted_replica_is_unpromotable_until_it_rejoined() {
+    let master = Server::with_module_args(FAST, &[]);
+    let mut replica = Server::with_module_args(FAST, &["--replica-priority", "10"]);
+    let proxy = LinkProxy::to(master.port);
+    replica.replicate_through(proxy.port);
+    let mut m = master.client();
+    wait_for_members(&mut m, &[&replica]);
+    wait_promotable(&mut replica.client(), 10);
+
+    // Back at once, but its master out of reach for a while: what it says then is its own.
+    replica.kill();
+    proxy.cut();
+    let through = proxy.port.to_string();
+    replica.restart_with(&["--replicaof", "127.0.0.1", &through]);
+    let mut r = replica.client();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(TIMEOUT_MS + 500) {
+        assert_eq!(
+            (promotable(&mut r), priority(&mut r)),
+            (false, 0),
+            "promotable {:?} after its start, its master out of reach",
+            started.elapsed()
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(config_integer(&mut r, "lock.replica-priority"), 10);
+
+    let _proxy = LinkProxy::at(proxy.port, master.port);
+    // The module sets the priority in the command that makes it promotable: read in this
+    // order, a priority other than 0 comes with promotability.
+    wait_until("the restarted replica is promotable again", || {
+        let set = priority(&mut r);
+        let promoted = promotable(&mut r);
+        assert!(promoted || set == 0, "priority {set} while unpromotable");
+        promoted
+    });
+    assert!(
+        members(&mut m).is_some_and(|set| set.contains(&id(&replica))),
+        "promotable, but not in the master's set"
+    );
+    assert_eq!(priority(&mut r), 10);
+}
+
+/// A replica started from a `redis.conf` with `replica-priority 10`, then cut off:
+/// `CONFIG REWRITE` writes `replica-priority 0` and `lock.replica-priority 10`; restarted from
+/// that file it starts unpromotable, and gets 10 back once it rejoined.
+#[test]
+fn the_operators_priority_survives_config_rewrite_and_a_restart() {
+    let master = Server::with_module_args(FAST, &[]);
+    let mut replica = Server::from_config(FAST, "replica-priority 10\n");
+    let proxy = LinkProxy::to(master.port);
+    replica.replicate_through(proxy.port);
+    let (mut m, mut r) = (master.client(), replica.client());
+    wait_for_members(&mut m, &[&replica]);
+    wait_promotable(&mut r, 10);
+
+    proxy.cut();
+    wait_unpromotable(&mut r);
+    assert_eq!(config_integer(&mut r, "lock.replica-priority"), 10);
+    call(&mut r, &["CONFIG", "REWRITE"]);
+    let written = std::fs::read_to_string(replica.config_path()).expect("redis.conf");
+    let lines: Vec<&str> = written.lines().map(str::trim).collect();
+    assert!(lines.contains(&"replica-priority 0"), "{written}");
+    assert!(lines.contains(&"lock.replica-priority 10"), "{written}");
+    let replicaof = format!("replicaof 127.0.0.1 {}", proxy.port);
+    assert!(lines.contains(&replicaof.as_str()), "{written}");
+
+    // Back from the file that says priority 0, its master still out of reach.
+    replica.kill();
+    replica.restart();
+    let mut r = replica.client();
+    assert_eq!((promotable(&mut r), priority(&mut r)), (false, 0));
+    assert_eq!(config_integer(&mut r, "lock.replica-priority"), 10);
+
+    let _proxy = LinkProxy::at(proxy.port, master.port);
+    wait_for_members(&mut m, &[&replica]);
+    wait_promotable(&mut r, 10);
+}
+
+/// `LOCK.PROMOTABLE` from a client (directly or from a script) is refused and changes nothing,
+/// on a master or a replica; `LOCK.INSYNC` takes no arguments and is answered by masters only;
+/// out-of-range settings keep the module from loading and `CONFIG SET` refuses them.
+#[test]
+fn clients_cannot_forge_the_set_and_bad_input_is_refused() {
+    let lone = Server::with_module_args(FAST, &[]);
+    let mut con = lone.client();
+    let until = (common::now_ms() + 60_000).to_string();
+    let me = id(&lone);
+    let forged = error(
+        &mut con,
+        &["LOCK.PROMOTABLE", until.as_str(), "60000", me.as_str()],
+    );
+    assert!(
+        forged.starts_with("ERR LOCK.PROMOTABLE only carries"),
+        "{forged}"
+    );
+    let script = format!("return redis.call('LOCK.PROMOTABLE', '{until}', '60000', '{me}')");
+    let scripted = error(&mut con, &["EVAL", &script, "0"]);
+    assert!(scripted.contains("clients cannot call it"), "{scripted}");
+    // Nothing changed: still a server outside any replication group.
+    let after = insync(&mut con);
+    assert_eq!((after.members, after.required), (0, 0), "{after:?}");
+    assert_eq!(insync_info(&mut con, "required").as_deref(), Some("0"));
+
+    let arity = error(&mut con, &["LOCK.INSYNC", "extra"]);
+    assert!(arity.contains("wrong number of arguments"), "{arity}");
+
+    // A replica of a master that never answers: it never heard it may be promoted.
+    let orphan = Server::with_module_args(FAST, &["--replica-priority", "10"]);
+    let mut o = orphan.client();
+    call(
+        &mut o,
+        &["REPLICAOF", "127.0.0.1", &free_port().to_string()],
+    );
+    wait_unpromotable(&mut o);
+    let listed = id(&orphan);
+    error(
+        &mut o,
+        &["LOCK.PROMOTABLE", until.as_str(), "60000", listed.as_str()],
+    );
+    thread::sleep(Duration::from_millis(500)); // a look or two at its promotability
+    assert_eq!((promotable(&mut o), priority(&mut o)), (false, 0));
+    assert_eq!(
+        error(&mut o, &["LOCK.INSYNC"]),
+        "ERR LOCK.INSYNC is answered by the master; this server is a replica"
+    );
+
+    for (name, bad) in [
+        ("insync-timeout-ms", "5"),
+        ("insync-drop-delay-ms", "-1"),
+        ("min-insync-replicas", "1001"),
+        ("replica-priority", "-2"),
+    ] {
+        let log = Server::refused(&[name, bad]);
+        assert!(log.contains(&format!("lock.{name}")), "{name} {bad}: {log}");
+    }
+    let refused = error(&mut con, &["CONFIG", "SET", "lock.insync-timeout-ms", "5"]);
+    assert!(refused.starts_with("ERR"), "{refused}");
+    assert_eq!(config_integer(&mut con, "lock.insync-timeout-ms"), 1_000);
+}
+
+/// The `(slave-priority, master-link-status)` each Sentinel reports for the replica on `port`.
+fn sentinel_view(
+    sentinels: &[Server],
+    master_name: &str,
+    port: u16,
+) -> Vec<Option<(String, String)>> {
+    sentinels
+        .iter()
+        .map(|sentinel| {
+            let replicas = call(
+                &mut sentinel.client(),
+                &["SENTINEL", "REPLICAS", master_name],
+            );
+            let Value::Array(replicas) = replicas else {
+                return None;
+            };
+            replicas.iter().find_map(|replica| {
+                let fields: Vec<String> = redis::from_redis_value(replica.clone()).ok()?;
+                let field = |name: &str| {
+                    let at = fields.iter().position(|f| f == name)?;
+                    fields.get(at + 1).cloned()
+                };
+                (field("port")? == port.to_string())
+                    .then(|| Some((field("slave-priority")?, field("master-link-status")?)))?
+            })
+        })
+        .collect()
+}
+
+/// With Sentinel: the replica Sentinel would prefer (priority 10) is cut off from the master
+/// but still reachable and reporting its link up; once the master dropped it, 20 locks granted
+/// and counted as synced survive the master's death: Sentinel promotes the member, which holds
+/// every one of them with the same token.
+#[test]
+fn sentinel_promotes_the_member_not_the_preferred_replica_that_was_cut_off() {
+    // insync-timeout-ms must outlast Sentinel's failover (down-after 1 s, then the vote); the
+    // drop delay covers Sentinel's INFO period (1 s here, set below) and a second.
+    let args = ["insync-timeout-ms", "6000", "insync-drop-delay-ms", "2000"];
+    let mut master = Server::with_module_args(&args, &[]);
+    let member = Server::with_module_args(&args, &[]);
+    let preferred = Server::with_module_args(&args, &["--replica-priority", "10"]);
+    let link = LinkProxy::to(master.port);
+    member.replicate(&master);
+    preferred.replicate_through(link.port);
+    let mut m = master.client();
+    wait_for_members(&mut m, &[&member, &preferred]);
+    wait_promotable(&mut preferred.client(), 10);
+
+    // failover-timeout is long: it is also how soon a Sentinel makes a replica that follows
+    // another address (the proxy) follow the master's own.
+    let name = "insync";
+    let config = format!(
+        "sentinel monitor {name} 127.0.0.1 {} 2\n\
+         sentinel down-after-milliseconds {name} 1000\n\
+         sentinel failover-timeout {name} 60000\n\
+         sentinel parallel-syncs {name} 2\n",
+        master.port
+    );
+    let sentinels: Vec<Server> = (0..3).map(|_| Server::sentinel(&config)).collect();
+    for sentinel in &sentinels {
+        let mut con = sentinel.client();
+        // Sentinel reads each replica's INFO every second instead of every 10 s.
+        let _ = redis::cmd("SENTINEL")
+            .arg("DEBUG")
+            .arg("info-period")
+            .arg(1_000)
+            .exec(&mut con);
+        wait_until("the Sentinels know the group", || {
+            let mut count = |what: &str| match call(&mut con, &["SENTINEL", what, name]) {
+                Value::Array(entries) => entries.len(),
+                _ => 0,
+            };
+            count("replicas") == 2 && count("sentinels") == 2
+        });
+    }
+    wait_until(
+        "the Sentinels see the preferred replica's priority 10",
+        || {
+            sentinel_view(&sentinels, name, preferred.port)
+                .iter()
+                .all(|view| view.as_ref().is_some_and(|(priority, _)| priority == "10"))
+        },
+    );
+
+    // The preferred replica's link carries nothing more, but stays open: it reports its link
+    // up, so only its priority keeps Sentinel from choosing it. The link is made anew first,
+    // with a partial resync on one connection, so that it is the proxy's last (a full sync may
+    // open a second one for the RDB: Redis 8's rdb channel).
+    let mut p = preferred.client();
+    call(&mut p, &["CLIENT", "KILL", "TYPE", "master"]);
+    wait_until("the preferred replica's link is up again", || {
+        info_field(&mut p, "replication", "master_link_status").as_deref() == Some("up")
+    });
+    link.stall_last_connection();
+    let stalled = Instant::now();
+    let dropped = time_until(
+        "the master drops the stalled replica",
+        stalled,
+        Duration::from_secs(30),
+        || members(&mut m) == Some(vec![id(&member)]),
+    );
+    eprintln!("the stalled replica was dropped {dropped:?} after the stall");
+    assert_eq!(priority(&mut preferred.client()), 0);
+    wait_until("the Sentinels see the stalled replica's priority 0", || {
+        sentinel_view(&sentinels, name, preferred.port)
+            .iter()
+            .all(|view| {
+                view.as_ref()
+                    .is_some_and(|(priority, link)| priority == "0" && link == "ok")
+            })
+    });
+
+    let mut granted = Vec::new();
+    for i in 0..20 {
+        let key = format!("order:{i}");
+        let (token, before, after) = synced_acquire(&mut m, &key, "client", 1, 5_000);
+        assert!(counts(&before, &after), "{key} did not count: {after:?}");
+        granted.push((key, token));
+    }
+
+    master.kill();
+    let killed = Instant::now();
+    let promoted = time_until(
+        "a Sentinel promotes a replica",
+        killed,
+        Duration::from_secs(30),
+        || {
+            sentinels.iter().any(|sentinel| {
+                let Ok(mut con) = sentinel.try_client() else {
+                    return false;
+                };
+                redis::cmd("SENTINEL")
+                    .arg("GET-MASTER-ADDR-BY-NAME")
+                    .arg(name)
+                    .query::<(String, u16)>(&mut con)
+                    .is_ok_and(|(_, port)| port != master.port)
+            })
+        },
+    );
+    eprintln!("Sentinel named a new master {promoted:?} after the kill");
+    let named: Vec<u16> = sentinels
+        .iter()
+        .filter_map(|sentinel| {
+            redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg(name)
+                .query::<(String, u16)>(&mut sentinel.client())
+                .ok()
+                .map(|(_, port)| port)
+        })
+        .filter(|port| *port != master.port)
+        .collect();
+    assert!(
+        named.iter().all(|port| *port == member.port),
+        "Sentinel promoted {named:?}, not the member {}",
+        member.port
+    );
+
+    let mut new = member.client();
+    wait_until("the member is the master", || {
+        info_field(&mut new, "replication", "role").as_deref() == Some("master")
+    });
+    for (key, token) in &granted {
+        let held = lock_info(&mut new, key).unwrap_or_else(|| panic!("{key} lost"));
+        assert_eq!((held.0.as_str(), held.1), ("client", *token), "{key}");
+        assert_eq!(call(&mut new, &["LOCK.FENCE", key]), Value::Int(*token));
+    }
+}
