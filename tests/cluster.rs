@@ -1,12 +1,14 @@
 //! A real 3-master Redis Cluster on loopback, each node with the module: a cluster-aware
 //! client takes, renews, fences and releases locks on keys spread over all masters, and
-//! resharding a slot that holds a held lock keeps the holder, token and lease.
+//! resharding a slot that holds a held lock keeps the holder, token and lease; a replica is
+//! never failed over to before it is in its master's in-sync set, and every lock synced to the
+//! set is held on the replica a Cluster failover promotes.
 
 mod common;
 
 use std::collections::HashSet;
 
-use common::cluster::cluster;
+use common::cluster::{cluster, node_with};
 use common::{Server, acquire, assert_same_holding, call, lock_info, shared_info, wait_until};
 use redis::Value;
 use redis::cluster::ClusterClient;
@@ -336,4 +338,98 @@ fn a_master_taking_a_slot_issues_tokens_above_the_slots_last_master() {
         next > source_token,
         "the lock's new master went back: {next} after {source_token}"
     );
+}
+
+/// `CONFIG GET cluster-replica-no-failover` on `server`.
+fn no_failover(server: &Server) -> String {
+    let (_, value): (String, String) = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("cluster-replica-no-failover")
+        .query(&mut server.client())
+        .expect("CONFIG GET");
+    value
+}
+
+#[test]
+fn a_cluster_fails_over_only_to_an_in_sync_replica_which_holds_every_synced_lock() {
+    let mut nodes = cluster();
+    let master = &nodes[0];
+    // The replica hears nothing for 10 s before it makes itself unpromotable: longer than the
+    // cluster takes to fail over (cluster-node-timeout 5 s).
+    let mut replica = node_with(&["insync-timeout-ms", "10000"]);
+    let mut con = replica.client();
+    let port = master.port.to_string();
+    let (_, bus): (String, String) = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("cluster-port")
+        .query(&mut master.client())
+        .expect("the master's bus port");
+    call(&mut con, &["CLUSTER", "MEET", "127.0.0.1", &port, &bus]);
+    let master_id = node_id(master);
+    wait_until("the replica knows the master", || {
+        let nodes: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query(&mut con)
+            .unwrap_or_default();
+        nodes.contains(&master_id)
+    });
+    call(&mut con, &["CLUSTER", "REPLICATE", &master_id]);
+    assert_eq!(
+        no_failover(&replica),
+        "yes",
+        "a new replica is not in the set yet"
+    );
+    wait_until("the replica joins the set", || {
+        common::info_field(&mut master.client(), "lock", "lock_insync_replicas").as_deref()
+            == Some("1")
+    });
+    wait_until("the replica may be failed over to", || {
+        no_failover(&replica) == "no"
+    });
+
+    // Ten locks on the master, each counted as the clients count it: the in-sync set has it.
+    let mut mine = master.client();
+    let keys: Vec<String> = (0..)
+        .map(|n| format!("order:{n}"))
+        .filter(|key| serves(master, key))
+        .take(10)
+        .collect();
+    for key in &keys {
+        acquire(&mut mine, key, "holder", 60_000, &[]).expect("granted");
+        let offset = insync(&mut mine)[0];
+        call(&mut mine, &["WAIT", "1", "5000"]);
+        let after = insync(&mut mine);
+        assert!(
+            after[1] >= offset && after[2] >= after[3],
+            "{key} synced: {after:?}"
+        );
+    }
+    drop(mine);
+
+    nodes[0].kill();
+    wait_until("the replica is promoted", || {
+        common::info_field(&mut replica.client(), "replication", "role").as_deref()
+            == Some("master")
+    });
+    let mut promoted = replica.client();
+    for key in &keys {
+        let holder = common::holder(&mut promoted, key);
+        assert_eq!(holder.as_deref(), Some("holder"), "{key} on the new master");
+    }
+    replica.kill();
+}
+
+/// `LOCK.INSYNC`'s integers: offset, acked, members, required.
+fn insync(con: &mut redis::Connection) -> Vec<i64> {
+    let Value::Array(reply) = call(con, &["LOCK.INSYNC"]) else {
+        panic!("LOCK.INSYNC answers an array");
+    };
+    reply
+        .iter()
+        .take(4)
+        .map(|value| match value {
+            Value::Int(n) => *n,
+            other => panic!("an integer, not {other:?}"),
+        })
+        .collect()
 }

@@ -8,17 +8,26 @@ use super::{Server, free_port, wait_until};
 /// A node with its bus on a free port of its own: the default, port + 10 000, may be taken by
 /// another test's server, or lie past 65 535.
 fn node() -> Server {
+    node_with(&[])
+}
+
+/// A node like [`node`] whose module gets `module_args`, to be made a replica of a master
+/// (`CLUSTER MEET`, then `CLUSTER REPLICATE`).
+pub fn node_with(module_args: &[&str]) -> Server {
     let bus = free_port().to_string();
-    Server::start(&[
-        "--cluster-enabled",
-        "yes",
-        "--cluster-port",
-        &bus,
-        "--cluster-config-file",
-        "nodes.conf",
-        "--cluster-node-timeout",
-        "5000",
-    ])
+    Server::with_module_args(
+        module_args,
+        &[
+            "--cluster-enabled",
+            "yes",
+            "--cluster-port",
+            &bus,
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "5000",
+        ],
+    )
 }
 
 /// Three masters with the slots spread by `redis-cli --cluster create`, ready (`cluster_state:ok`).
