@@ -282,6 +282,38 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         };
         count(Class::InSync) / count(Class::NotSynced).max(1.0)
     };
+    // Second by second: in how many of the seconds the unsynced class was granted anything the
+    // default class was too (it was available), and its share of the grants in those seconds.
+    let mut per_second: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    for grant in &grants {
+        let second = per_second
+            .entry(grant.requested_us / 1_000_000)
+            .or_default();
+        if grant.lock.starts_with(Class::InSync.name()) {
+            second.0 += 1;
+        } else if grant.lock.starts_with(Class::NotSynced.name()) {
+            second.1 += 1;
+        }
+    }
+    let granting = per_second
+        .values()
+        .filter(|(_, unsynced)| *unsynced > 0)
+        .count();
+    let available: Vec<(u64, u64)> = per_second
+        .values()
+        .copied()
+        .filter(|(in_sync, unsynced)| *in_sync > 0 && *unsynced > 0)
+        .collect();
+    let (in_sync_there, unsynced_there) = available
+        .iter()
+        .fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
+    eprintln!(
+        "chaos: the default class was granted something in {} of the {granting} seconds the \
+         unsynced class was ({:.0} %), and in those seconds {:.2}x the unsynced class's grants",
+        available.len(),
+        available.len() as f64 * 100.0 / granting.max(1) as f64,
+        in_sync_there as f64 / unsynced_there.max(1) as f64,
+    );
     let seconds_of = |us: u64| us as f64 / 1e6;
     let end = history.now_us();
     let lost_at = lost_at.unwrap_or(end);
