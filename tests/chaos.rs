@@ -40,6 +40,10 @@
 //!
 //! `LEASEHOLD_CHAOS_SECONDS` sets the length (default 20, as in `make test`; `make chaos
 //! DURATION=600` for ten minutes), `LEASEHOLD_CHAOS_SEED` the seed (default: new each run).
+//! `LEASEHOLD_CHAOS_PARTITIONS=1` adds a partition that cuts the master and a replica off from
+//! the Sentinels (a layout without a Sentinel beside each server), and
+//! `LEASEHOLD_CHAOS_STRICT=1` runs every server with `lock.insync-strict yes`, the rule for it:
+//! without it, the default class's double grants there are printed but do not fail the run.
 //! A summary line goes to stderr, with the seed, and one line per class: grants, double grants
 //! per 10 000 exclusive grants, `NotReplicated` refusals of grants and of renewals, holdings
 //! reported lost while held, and the acquire latency.
@@ -328,15 +332,30 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         seconds_of(end - lost_at),
     );
     assert_eq!((across, own), (0, 0), "token regressions");
-    assert_eq!(
-        in_sync_doubles, 0,
-        "double grants among grants synced to the in-sync set (the default)"
-    );
+    // Outside the default rule's stated assumption (a Sentinel beside each server), double
+    // grants are counted and printed, not failed on: lock.insync-strict is the rule there.
+    if strict() || !partitions() {
+        assert_eq!(
+            in_sync_doubles, 0,
+            "double grants among grants synced to the in-sync set (the default)"
+        );
+    }
     assert!(
         replay,
         "the store accepted a token not above an earlier one"
     );
     assert!(designated.len() >= 100, "only {} grants", designated.len());
+}
+
+/// `LEASEHOLD_CHAOS_PARTITIONS`: the nemesis also cuts the master and a replica off from the
+/// Sentinels ([`Fault::SentinelsCutOff`]), which the default in-sync rule does not cover.
+fn partitions() -> bool {
+    std::env::var_os("LEASEHOLD_CHAOS_PARTITIONS").is_some()
+}
+
+/// `LEASEHOLD_CHAOS_STRICT`: every server runs with `lock.insync-strict yes`.
+fn strict() -> bool {
+    std::env::var_os("LEASEHOLD_CHAOS_STRICT").is_some()
 }
 
 /// What the clients share.
@@ -401,6 +420,10 @@ enum Fault {
     /// A replica's link to its master cut for 3 to 25 s, while the Sentinels and the clients
     /// still reach it (long enough, often, for the master to drop it from the in-sync set).
     ReplicaLinkCut,
+    /// The master and one replica cut off from the Sentinels and the other replica for 10 to
+    /// 40 s, the clients still reaching everyone: a layout without a Sentinel beside each
+    /// server (only with `LEASEHOLD_CHAOS_PARTITIONS`).
+    SentinelsCutOff,
 }
 
 impl Fault {
@@ -425,6 +448,7 @@ impl Fault {
             Fault::ClientPause => "CLIENT PAUSE WRITE",
             Fault::ReplicaLost => "replica killed for good",
             Fault::ReplicaLinkCut => "replica's link cut",
+            Fault::SentinelsCutOff => "master and a replica cut off from the Sentinels",
         }
     }
 
@@ -492,8 +516,16 @@ impl Fault {
                 }
                 group.cut_link(replica);
                 thread::sleep(Duration::from_millis(rng.random_range(3_000..25_000)));
-                group.restore_link(replica);
+                group.heal();
                 return Fault::ReplicaLinkCut.name();
+            }
+            Fault::SentinelsCutOff => {
+                let replicas = group.live_replicas(master);
+                let mut side = vec![master];
+                side.extend(replicas.get(rng.random_range(0..replicas.len().max(1))));
+                group.partition(&side);
+                thread::sleep(Duration::from_millis(rng.random_range(10_000..40_000)));
+                group.heal();
             }
             Fault::FailoverCommand => {
                 let replicas = group.live_replicas(master);
@@ -545,6 +577,9 @@ fn nemesis(
         };
         if round.is_empty() {
             round = Fault::ALL.to_vec();
+            if partitions() {
+                round.push(Fault::SentinelsCutOff);
+            }
             round.shuffle(&mut rng);
         }
         let fault = round.pop().expect("a fault");

@@ -3,7 +3,8 @@
 //! partition, and a client's connection can be made to hear nothing back, as when a network
 //! silently drops one flow's packets. It can also refuse one source address only (a server that
 //! connects out from its own `bind-source-addr`), cutting one replica's link to its master while
-//! everyone else still reaches both.
+//! everyone else still reaches both; and the Sentinels only, whose connections it knows by the
+//! name each gets first (`CLIENT SETNAME sentinel-...`).
 
 use std::collections::HashSet;
 use std::io::{ErrorKind, Read, Write};
@@ -28,11 +29,14 @@ struct State {
     stalled: AtomicU64,
     /// Source addresses whose connections are closed and refused.
     refused: Mutex<HashSet<IpAddr>>,
+    /// Whether the Sentinels' connections are closed and refused.
+    sentinels_refused: AtomicBool,
 }
 
 impl State {
-    fn refuses(&self, source: Option<IpAddr>) -> bool {
-        source.is_some_and(|source| self.refused.lock().expect("refused").contains(&source))
+    fn refuses(&self, source: Option<IpAddr>, sentinel: &AtomicBool) -> bool {
+        (sentinel.load(Ordering::SeqCst) && self.sentinels_refused.load(Ordering::SeqCst))
+            || source.is_some_and(|source| self.refused.lock().expect("refused").contains(&source))
     }
 }
 
@@ -62,6 +66,7 @@ impl LinkProxy {
             accepted: AtomicU64::new(0),
             stalled: AtomicU64::new(u64::MAX),
             refused: Mutex::new(HashSet::new()),
+            sentinels_refused: AtomicBool::new(false),
         });
         let accepting = Arc::clone(&state);
         thread::spawn(move || {
@@ -71,7 +76,7 @@ impl LinkProxy {
                 }
                 let Ok(client) = client else { continue };
                 let source = client.peer_addr().ok().map(|peer| peer.ip());
-                if accepting.refuses(source) {
+                if accepting.refuses(source, &AtomicBool::new(false)) {
                     continue; // dropped: the connection closes
                 }
                 let number = accepting.accepted.fetch_add(1, Ordering::SeqCst);
@@ -81,8 +86,14 @@ impl LinkProxy {
                 // As Redis does on its own sockets: no Nagle delay on small replies (which
                 // would hold a `WAIT`'s acknowledgement for a delayed-ACK period).
                 let _ = (client.set_nodelay(true), server.set_nodelay(true));
-                pump(&client, &server, &accepting, (number, source));
-                pump(&server, &client, &accepting, (number, source));
+                let sentinel = Arc::new(AtomicBool::new(false));
+                let connection = Connection {
+                    number,
+                    source,
+                    sentinel,
+                };
+                pump(&client, &server, &accepting, connection.clone(), true);
+                pump(&server, &client, &accepting, connection, false);
             }
         });
         Self { port, state }
@@ -98,6 +109,13 @@ impl LinkProxy {
     /// Closes every connection from `source` and refuses new ones, until [`LinkProxy::admit`].
     pub fn refuse(&self, source: IpAddr) {
         self.state.refused.lock().expect("refused").insert(source);
+    }
+
+    /// Closes every Sentinel's connection and refuses new ones (`false`: takes them again).
+    pub fn refuse_sentinels(&self, refused: bool) {
+        self.state
+            .sentinels_refused
+            .store(refused, Ordering::SeqCst);
     }
 
     /// Takes connections from `source` again after [`LinkProxy::refuse`].
@@ -118,13 +136,23 @@ impl Drop for LinkProxy {
     }
 }
 
-/// Copies `from` to `to` on a thread until either closes, the link is cut or the connection's
-/// `source` is refused; once connection `number` is the stalled one, what it carries is lost.
+/// One proxied connection: its number, where it comes from, and whether it is a Sentinel's.
+#[derive(Clone)]
+struct Connection {
+    number: u64,
+    source: Option<IpAddr>,
+    sentinel: Arc<AtomicBool>,
+}
+
+/// Copies `from` to `to` on a thread until either closes, the link is cut or the connection is
+/// refused (its source, or as a Sentinel's); once it is the stalled one, what it carries is
+/// lost. `outbound`: from the client to the server, where a Sentinel names its connection.
 fn pump(
     from: &TcpStream,
     to: &TcpStream,
     state: &Arc<State>,
-    (number, source): (u64, Option<IpAddr>),
+    connection: Connection,
+    outbound: bool,
 ) {
     let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else {
         return;
@@ -133,8 +161,9 @@ fn pump(
     thread::spawn(move || {
         let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
         let mut buffer = [0u8; 16 * 1024];
-        while !state.cut.load(Ordering::SeqCst) && !state.refuses(source) {
-            let stalled = || number == state.stalled.load(Ordering::SeqCst);
+        let refused = || state.refuses(connection.source, &connection.sentinel);
+        while !state.cut.load(Ordering::SeqCst) && !refused() {
+            let stalled = || connection.number == state.stalled.load(Ordering::SeqCst);
             if stalled() {
                 thread::sleep(Duration::from_millis(20));
                 continue;
@@ -143,7 +172,13 @@ fn pump(
                 Ok(0) => break,
                 Ok(_) if stalled() => {} // lost on the way
                 Ok(n) => {
-                    if state.cut.load(Ordering::SeqCst) || to.write_all(&buffer[..n]).is_err() {
+                    if outbound && names_a_sentinel(&buffer[..n]) {
+                        connection.sentinel.store(true, Ordering::SeqCst);
+                    }
+                    if state.cut.load(Ordering::SeqCst)
+                        || refused()
+                        || to.write_all(&buffer[..n]).is_err()
+                    {
                         break;
                     }
                 }
@@ -154,4 +189,10 @@ fn pump(
         let _ = from.shutdown(Shutdown::Both);
         let _ = to.shutdown(Shutdown::Both);
     });
+}
+
+/// True when `bytes` name a Sentinel's connection (`CLIENT SETNAME sentinel-<id>-cmd`, the
+/// first command Sentinel sends on each).
+fn names_a_sentinel(bytes: &[u8]) -> bool {
+    bytes.windows(9).any(|window| window == b"sentinel-")
 }

@@ -5,8 +5,11 @@
 //! own (the server announces the proxy's port with `replica-announce-port`), so cutting the
 //! proxy cuts the server off from all of them, as a network partition would, while it keeps
 //! running. Each server also connects out (to its master) from a loopback address of its own
-//! (`bind-source-addr`, [`Group::source`]), so one replica's link to its master can be cut while
-//! the Sentinels, the clients and the other replica still reach both ([`Group::cut_link`]).
+//! (`bind-source-addr`, [`Group::source`]), and a proxy knows the Sentinels' connections by
+//! their names, so a proxy can refuse one server, or the Sentinels, only: one replica's link to its
+//! master can be cut while the Sentinels, the clients and the other replica still reach both
+//! ([`Group::cut_link`]), and some servers can be cut off from the Sentinels and the other
+//! servers while the clients still reach everyone ([`Group::partition`]).
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
@@ -42,8 +45,11 @@ pub struct Group {
     pub servers: Vec<Server>,
     pub persistence: Vec<Persistence>,
     proxies: Vec<LinkProxy>,
-    /// The servers whose links to the others are cut ([`Group::cut_link`]).
-    links_cut: HashSet<usize>,
+    /// The source addresses each server's proxy refuses ([`Group::cut_link`],
+    /// [`Group::partition`]).
+    refused: Vec<HashSet<IpAddr>>,
+    /// Whether each server's proxy refuses the Sentinels ([`Group::partition`]).
+    sentinels_refused: Vec<bool>,
     /// The servers killed for good ([`Group::lose`]): the group settles without them.
     lost: HashSet<usize>,
     /// The port everyone reaches each server on: its proxy's.
@@ -137,7 +143,8 @@ impl Group {
             servers,
             persistence,
             proxies,
-            links_cut: HashSet::new(),
+            refused: vec![HashSet::new(); 3],
+            sentinels_refused: vec![false; 3],
             lost: HashSet::new(),
             addresses,
             sentinels,
@@ -298,9 +305,10 @@ impl Group {
     /// Reconnects server `index` after [`Group::cut_off`].
     pub fn reconnect(&mut self, index: usize) {
         self.proxies[index] = LinkProxy::at(self.addresses[index], self.servers[index].port);
-        for cut in self.links_cut.iter().filter(|cut| **cut != index) {
-            self.proxies[index].refuse(Self::source(*cut));
+        for source in &self.refused[index] {
+            self.proxies[index].refuse(*source);
         }
+        self.proxies[index].refuse_sentinels(self.sentinels_refused[index]);
     }
 
     /// Kills server `index` with `kill -9` for good: it never comes back.
@@ -331,20 +339,48 @@ impl Group {
     /// and after the Sentinels point it at another) while the Sentinels and clients still reach
     /// it: the other servers' proxies refuse its connections.
     pub fn cut_link(&mut self, index: usize) {
-        self.links_cut.insert(index);
-        for (other, proxy) in self.proxies.iter().enumerate() {
-            if other != index {
-                proxy.refuse(Self::source(index));
+        let others: Vec<usize> = (0..self.servers.len()).filter(|o| *o != index).collect();
+        for other in others {
+            self.refuse(other, Self::source(index));
+        }
+    }
+
+    /// A partition: the servers of `side` reach each other but neither the Sentinels nor the
+    /// other servers, which reach each other and the Sentinels; the clients reach everyone.
+    /// (With the master on `side` and a Sentinel beside each server this cannot happen: the
+    /// Sentinels of `side` would be cut off with it. It is the layout `lock.insync-strict`
+    /// is for.)
+    pub fn partition(&mut self, side: &[usize]) {
+        for index in 0..self.servers.len() {
+            let inside = side.contains(&index);
+            if inside {
+                self.proxies[index].refuse_sentinels(true);
+                self.sentinels_refused[index] = true;
+            }
+            for other in 0..self.servers.len() {
+                if side.contains(&other) != inside {
+                    self.refuse(index, Self::source(other));
+                }
             }
         }
     }
 
-    /// Restores server `index`'s links after [`Group::cut_link`].
-    pub fn restore_link(&mut self, index: usize) {
-        self.links_cut.remove(&index);
+    /// Ends [`Group::cut_link`] and [`Group::partition`]: every proxy takes every source again.
+    pub fn heal(&mut self) {
         for proxy in &self.proxies {
-            proxy.admit(Self::source(index));
+            proxy.refuse_sentinels(false);
         }
+        self.sentinels_refused = vec![false; self.proxies.len()];
+        for (proxy, refused) in self.proxies.iter().zip(&mut self.refused) {
+            for source in refused.drain() {
+                proxy.admit(source);
+            }
+        }
+    }
+
+    fn refuse(&mut self, index: usize, source: IpAddr) {
+        self.proxies[index].refuse(source);
+        self.refused[index].insert(source);
     }
 }
 
