@@ -22,6 +22,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::proxy::LinkProxy;
+use common::sentinel::replica_fields;
 use common::{Server, call, error, free_port, info_field, lock_info, wait_until};
 use redis::{Connection, Value};
 
@@ -483,22 +484,11 @@ fn sentinel_view(
     sentinels
         .iter()
         .map(|sentinel| {
-            let replicas = call(
-                &mut sentinel.client(),
-                &["SENTINEL", "REPLICAS", master_name],
-            );
-            let Value::Array(replicas) = replicas else {
-                return None;
-            };
-            replicas.iter().find_map(|replica| {
-                let fields: Vec<String> = redis::from_redis_value(replica.clone()).ok()?;
-                let field = |name: &str| {
-                    let at = fields.iter().position(|f| f == name)?;
-                    fields.get(at + 1).cloned()
-                };
-                (field("port")? == port.to_string())
-                    .then(|| Some((field("slave-priority")?, field("master-link-status")?)))?
-            })
+            let mut fields = replica_fields(sentinel, master_name, port)?;
+            Some((
+                fields.remove("slave-priority")?,
+                fields.remove("master-link-status")?,
+            ))
         })
         .collect()
 }

@@ -9,33 +9,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::history::History;
-use common::sentinel::{Group, MASTER_NAME};
+use common::sentinel::{Group, MASTER_NAME, replica_fields};
 use common::{acquire, call, wait_until};
-use redis::Value;
 
 /// The `slave-priority` each Sentinel reports for the replica at `address`.
 fn priorities(group: &Group, address: u16) -> Vec<Option<String>> {
-    let address = address.to_string();
     group
         .sentinels
         .iter()
-        .map(|sentinel| {
-            let replicas = call(
-                &mut sentinel.client(),
-                &["SENTINEL", "REPLICAS", MASTER_NAME],
-            );
-            let Value::Array(replicas) = replicas else {
-                return None;
-            };
-            replicas.iter().find_map(|replica| {
-                let fields: Vec<String> = redis::from_redis_value(replica.clone()).ok()?;
-                let field = |name: &str| {
-                    let at = fields.iter().position(|f| f == name)?;
-                    fields.get(at + 1).cloned()
-                };
-                (field("port")? == address).then(|| field("slave-priority"))?
-            })
-        })
+        .map(|sentinel| replica_fields(sentinel, MASTER_NAME, address)?.remove("slave-priority"))
         .collect()
 }
 

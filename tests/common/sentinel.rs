@@ -384,6 +384,31 @@ impl Group {
     }
 }
 
+/// What `sentinel` reports of the replica on `port` of the master it monitors as `master_name`
+/// (`SENTINEL REPLICAS`): the value of each of its fields (`slave-priority`,
+/// `master-link-status`, ...), by name; `None` when it does not know that replica.
+pub fn replica_fields(
+    sentinel: &Server,
+    master_name: &str,
+    port: u16,
+) -> Option<HashMap<String, String>> {
+    let replicas = call(
+        &mut sentinel.client(),
+        &["SENTINEL", "REPLICAS", master_name],
+    );
+    let redis::Value::Array(replicas) = replicas else {
+        return None;
+    };
+    replicas.iter().find_map(|replica| {
+        let fields: Vec<String> = redis::from_redis_value(replica.clone()).ok()?;
+        let fields: HashMap<String, String> = fields
+            .chunks(2)
+            .filter_map(|pair| Some((pair.first()?.clone(), pair.get(1)?.clone())))
+            .collect();
+        (fields.get("port")? == &port.to_string()).then_some(fields)
+    })
+}
+
 /// Records every master that `sentinel` names, on `history`'s clock: a replica it promoted
 /// and the master it switched to at the end of a failover (`+switch-master`, some time later).
 /// The promotion is what counts: from then on an old master still granting is a split brain,
