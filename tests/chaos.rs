@@ -591,6 +591,7 @@ fn nemesis(
         // master a replica some seconds later); the other half it comes while they still
         // reconfigure, as a nemesis in production would.
         if rng.random_bool(0.5) && !group.settle(Duration::from_secs(45)) {
+            eprintln!("chaos: not settled 45 s after {done}: {}", group.describe());
             *faults
                 .entry("group did not settle within 45 s")
                 .or_default() += 1;

@@ -311,6 +311,37 @@ impl Group {
         self.proxies[index].refuse_sentinels(self.sentinels_refused[index]);
     }
 
+    /// One line per server — its port, role, master, link, priority and in-sync set — and the
+    /// master the Sentinels name: what a group that does not settle is stuck in.
+    pub fn describe(&self) -> String {
+        let mut lines = vec![format!("Sentinels name {:?}", self.master())];
+        for (index, server) in self.servers.iter().enumerate() {
+            if self.lost.contains(&index) {
+                lines.push(format!("{index}: lost"));
+                continue;
+            }
+            let Ok(mut con) = server.try_client() else {
+                lines.push(format!("{index}: no answer"));
+                continue;
+            };
+            let mut field = |section: &str, name: &str| {
+                info_field(&mut con, section, name).unwrap_or_else(|| "-".into())
+            };
+            let role = field("replication", "role");
+            let master = field("replication", "master_port");
+            let link = field("replication", "master_link_status");
+            let members = field("lock", "lock_insync_members");
+            let promotable = field("lock", "lock_insync_promotable");
+            let priority = call(&mut con, &["CONFIG", "GET", "replica-priority"]);
+            lines.push(format!(
+                "{index} ({}): {role} of {master} link {link}, members [{members}], \
+                 promotable {promotable}, priority {priority:?}",
+                self.addresses[index]
+            ));
+        }
+        lines.join("; ")
+    }
+
     /// Kills server `index` with `kill -9` for good: it never comes back.
     pub fn lose(&mut self, index: usize) {
         self.servers[index].kill();
