@@ -41,7 +41,8 @@
 //! `LEASEHOLD_CHAOS_SECONDS` sets the length (default 20, as in `make test`; `make chaos
 //! DURATION=600` for ten minutes), `LEASEHOLD_CHAOS_SEED` the seed (default: new each run).
 //! `LEASEHOLD_CHAOS_PARTITIONS=1` adds a partition that cuts the master and a replica off from
-//! the Sentinels (a layout without a Sentinel beside each server), and
+//! the Sentinels and the other replica (a layout without a Sentinel beside each server), and
+//! leaves out the replica killed for good (each side needs a replica), and
 //! `LEASEHOLD_CHAOS_STRICT=1` runs every server with `lock.insync-strict yes`, the rule for it:
 //! without it, the default class's double grants there are printed but do not fail the run.
 //! A summary line goes to stderr, with the seed, and one line per class: grants, double grants
@@ -578,6 +579,8 @@ fn nemesis(
         if round.is_empty() {
             round = Fault::ALL.to_vec();
             if partitions() {
+                // Three nodes throughout: the partition needs a replica on each side.
+                round.retain(|fault| !matches!(fault, Fault::ReplicaLost));
                 round.push(Fault::SentinelsCutOff);
             }
             round.shuffle(&mut rng);
