@@ -38,4 +38,4 @@ __all__ = [
     "LockNotOwnedError",
     "NotReplicatedError",
 ]
-__version__ = "0.3.0"
+__version__ = "0.4.0"
