@@ -13,7 +13,7 @@
 //!   demoted master forgets its set and starts unpromotable.
 
 use std::net::{IpAddr, UdpSocket};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -48,8 +48,24 @@ struct InSync {
 
 static IN_SYNC: LazyLock<Mutex<InSync>> = LazyLock::new(Mutex::default);
 
+/// Set once Sentinel has connected to this server (from the command filter, which must not
+/// wait for the state's lock).
+static SENTINEL_SEEN: AtomicBool = AtomicBool::new(false);
+
+/// Sentinel connected to this server ([`crate::promotion`] sees it name its connection): the
+/// server belongs to a replication group even if it has never had a replica since it started —
+/// a master back without its data, as Sentinel promotes another, must not count its writes
+/// alone.
+pub fn watched_by_sentinel() {
+    SENTINEL_SEEN.store(true, Ordering::Relaxed);
+}
+
 fn in_sync() -> MutexGuard<'static, InSync> {
-    IN_SYNC.lock().unwrap_or_else(PoisonError::into_inner)
+    let mut state = IN_SYNC.lock().unwrap_or_else(PoisonError::into_inner);
+    if SENTINEL_SEEN.load(Ordering::Relaxed) {
+        state.master.group();
+    }
+    state
 }
 
 /// Starts the timer; a replica makes itself unpromotable at once (it has heard no master yet).

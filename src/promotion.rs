@@ -83,19 +83,32 @@ fn promotes<'a>(name: &[u8], arg: impl Fn(usize) -> Option<&'a [u8]>) -> bool {
     }
 }
 
+/// True when the command `name args...` is a Sentinel naming its connection
+/// (`CLIENT SETNAME sentinel-<id>-cmd`, the first command of each it opens): this server is
+/// watched by Sentinel, so part of a replication group. `arg(i)` is the i-th argument after the
+/// name.
+fn names_a_sentinel<'a>(name: &[u8], arg: impl Fn(usize) -> Option<&'a [u8]>) -> bool {
+    name.eq_ignore_ascii_case(b"client")
+        && arg(0).is_some_and(|sub| sub.eq_ignore_ascii_case(b"setname"))
+        && arg(1).is_some_and(|client| client.starts_with(b"sentinel-"))
+}
+
 /// Every command passes here before it runs: a few byte comparisons on its name, a reserve
-/// when it promotes.
+/// when it promotes, and a note when Sentinel connects (a server restarted without its data
+/// learns so that it belongs to a group: [`insync::watched_by_sentinel`]).
 unsafe extern "C" fn filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     let arg = |position: usize| unsafe { argument(fctx, position) };
     let Some(name) = arg(0) else {
         return;
     };
-    // Only names of 7 to 9 letters can match; most commands stop here.
-    if !(7..=9).contains(&name.len()) {
+    // Only names of 6 to 9 letters can match; most commands stop here.
+    if !(6..=9).contains(&name.len()) {
         return;
     }
     if promotes(name, |i| arg(i + 1)) {
         state::counter().reserve();
+    } else if names_a_sentinel(name, |i| arg(i + 1)) {
+        insync::watched_by_sentinel();
     }
 }
 
@@ -121,7 +134,7 @@ unsafe fn argument<'a>(
 
 #[cfg(test)]
 mod tests {
-    use super::promotes;
+    use super::{names_a_sentinel, promotes};
 
     fn check(command: &str) -> bool {
         let words: Vec<&[u8]> = command.split(' ').map(str::as_bytes).collect();
@@ -146,6 +159,19 @@ mod tests {
         ] {
             assert!(check(command), "{command}");
         }
+    }
+
+    #[test]
+    fn a_sentinel_naming_its_connection_is_seen() {
+        let check = |command: &str| {
+            let words: Vec<&[u8]> = command.split(' ').map(str::as_bytes).collect();
+            names_a_sentinel(words[0], |i| words.get(i + 1).copied())
+        };
+        assert!(check("CLIENT SETNAME sentinel-6a1b2c3d-cmd"));
+        assert!(check("client setname sentinel-6a1b2c3d-pubsub"));
+        assert!(!check("CLIENT SETNAME worker-1"));
+        assert!(!check("CLIENT GETNAME"));
+        assert!(!check("CLIENT"));
     }
 
     #[test]

@@ -632,3 +632,25 @@ fn sentinel_promotes_the_member_not_the_preferred_replica_that_was_cut_off() {
         assert_eq!(call(&mut new, &["LOCK.FENCE", key]), Value::Int(*token));
     }
 }
+
+/// A master back without its data, with no replica yet, does not count its writes alone once a
+/// Sentinel watches it: Sentinel may have promoted another server meanwhile (a `make chaos` run
+/// found a double grant there). A lone server no Sentinel watches requires none.
+#[test]
+fn a_master_a_sentinel_watches_requires_an_in_sync_replica_from_the_start() {
+    let master = Server::start(&[]);
+    let mut con = master.client();
+    assert_eq!(insync(&mut con).required, 0, "a lone server");
+    let config = format!(
+        "sentinel monitor watched 127.0.0.1 {} 1\nsentinel down-after-milliseconds watched 1000\n",
+        master.port
+    );
+    let _sentinel = Server::sentinel(&config);
+    wait_until("the Sentinel connected", || insync(&mut con).required == 1);
+    let granted = common::acquire(&mut con, "k", "me", 10_000, &[]).expect("granted");
+    let after = insync(&mut con);
+    assert!(
+        granted > 0 && after.members < after.required,
+        "not counted: {after:?}"
+    );
+}
