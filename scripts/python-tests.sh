@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-for redis_py in 8.1.0 5.0.0; do
+# LEASEHOLD_REDIS_PY: the redis-py versions to test with (default: the current one and the
+# oldest the package supports).
+for redis_py in ${LEASEHOLD_REDIS_PY:-8.1.0 5.0.0}; do
   venv="build/venv/python-redis-$redis_py"
   if [ ! -x "$venv/bin/pytest" ]; then
     python3 -m venv "$venv"
