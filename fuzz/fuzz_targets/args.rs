@@ -53,7 +53,12 @@ fuzz_target!(|input: (i64, u8, u64, Vec<&[u8]>)| {
     if let Ok(promotable) = args::promotable(&words) {
         assert!(promotable.until_ms > 0 && promotable.timeout_ms > 0);
         assert!(promotable.listed.len() <= args::MAX_LISTED);
-        assert!(promotable.listed.iter().all(|id| id.len() <= args::MAX_REPLICA_ID));
+        assert!(
+            promotable
+                .listed
+                .iter()
+                .all(|id| id.len() <= args::MAX_REPLICA_ID)
+        );
     }
     // `INFO replication` as the in-sync set reads it, then the set's rules on what it read.
     let text = words.concat();

@@ -57,8 +57,15 @@ fn a_replica_joins_once_it_caught_up() {
 fn a_replica_that_acknowledged_nothing_has_not_caught_up() {
     let mut set = Master::default();
     let fresh = replication(0, vec![replica("a:1", true, 0, 0)]);
-    assert!(!set.observe(0, &fresh, TIMING), "a new master's offset is 0");
-    assert!(set.observe(1, &replication(14, vec![replica("a:1", true, 14, 0)]), TIMING));
+    assert!(
+        !set.observe(0, &fresh, TIMING),
+        "a new master's offset is 0"
+    );
+    assert!(set.observe(
+        1,
+        &replication(14, vec![replica("a:1", true, 14, 0)]),
+        TIMING
+    ));
 }
 
 #[test]
