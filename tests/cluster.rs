@@ -354,9 +354,11 @@ fn no_failover(server: &Server) -> String {
 fn a_cluster_fails_over_only_to_an_in_sync_replica_which_holds_every_synced_lock() {
     let mut nodes = cluster();
     let master = &nodes[0];
-    // The replica hears nothing for 10 s before it makes itself unpromotable: longer than the
-    // cluster takes to fail over (cluster-node-timeout 5 s).
-    let mut replica = node_with(&["insync-timeout-ms", "10000"]);
+    // The replica hears nothing for 15 s before it makes itself unpromotable: longer than the
+    // cluster takes to fail over — about twice cluster-node-timeout (5 s here), then the
+    // election — with room for a loaded machine. (At 10 s a loaded run once lost the race: the
+    // election had begun when the flag went up, and Redis checks it at every step.)
+    let mut replica = node_with(&["insync-timeout-ms", "15000"]);
     let mut con = replica.client();
     let port = master.port.to_string();
     let (_, bus): (String, String) = redis::cmd("CONFIG")
