@@ -235,7 +235,9 @@ fn keep_promotability(ctx: &Context, now: u64) {
         }
         return;
     };
-    let operator = {
+    let cluster = ctx.get_flags().contains(ContextFlags::CLUSTER);
+    // Decided under the state's lock, carried out (`CONFIG SET`) after it.
+    let (operator, next) = {
         let mut state = in_sync();
         let configured = config::REPLICA_PRIORITY.load(Ordering::Relaxed);
         let priority = state.priority.get_or_insert_with(|| {
@@ -244,28 +246,26 @@ fn keep_promotability(ctx: &Context, now: u64) {
         if configured >= 0 && configured != priority.operator() {
             *priority = Priority::new(configured);
         }
-        let cluster = ctx.get_flags().contains(ContextFlags::CLUSTER);
         let next = if cluster {
             None
         } else {
             priority.next(current, promotable)
         };
         config::REPLICA_PRIORITY.store(priority.operator(), Ordering::Relaxed);
-        if cluster {
-            Some(priority.operator())
-        } else {
-            if let Some(priority) = next {
-                set_config(ctx, "replica-priority", &priority.to_string());
-            }
-            None
-        }
+        (priority.operator(), next)
     };
-    if let Some(operator) = operator {
-        let never = !promotable || operator == 0;
-        let wanted = if never { "yes" } else { "no" };
+    if cluster {
+        // The module owns cluster-replica-no-failover; an operator priority of 0 keeps it on.
+        let wanted = if promotable && operator != 0 {
+            "no"
+        } else {
+            "yes"
+        };
         if config_text(ctx, "cluster-replica-no-failover").as_deref() != Some(wanted) {
             set_config(ctx, "cluster-replica-no-failover", wanted);
         }
+    } else if let Some(priority) = next {
+        set_config(ctx, "replica-priority", &priority.to_string());
     }
 }
 
@@ -338,11 +338,7 @@ pub fn fields() -> Fields {
     let master = state.is_master;
     Fields {
         members: master.then(|| state.master.members().map(str::to_owned).collect()),
-        required: if state.master.grouped() {
-            config::min_insync_replicas()
-        } else {
-            0
-        },
+        required: state.master.required(config::min_insync_replicas()),
         promotable: !master && state.follower.promotable(clock::now_ms()),
     }
 }

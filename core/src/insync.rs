@@ -279,8 +279,15 @@ impl Master {
             offset: replication.offset,
             acked,
             members: self.members.len(),
-            required: if self.grouped { min_members } else { 0 },
+            required: self.required(min_members),
         }
+    }
+
+    /// How many members a write needs: `lock.min-insync-replicas` (`min_members`) once this
+    /// server is part of a replication group, none before.
+    #[must_use]
+    pub const fn required(&self, min_members: usize) -> usize {
+        if self.grouped { min_members } else { 0 }
     }
 
     /// The members' ids (`ip:port`), in the order they joined.
