@@ -9,7 +9,9 @@ mod common;
 use std::collections::HashSet;
 
 use common::cluster::{cluster, node_with};
-use common::{Server, acquire, assert_same_holding, call, lock_info, shared_info, wait_until};
+use common::{
+    Server, acquire, assert_same_holding, call, insync, lock_info, shared_info, wait_until,
+};
 use redis::Value;
 use redis::cluster::ClusterClient;
 
@@ -398,11 +400,11 @@ fn a_cluster_fails_over_only_to_an_in_sync_replica_which_holds_every_synced_lock
         .collect();
     for key in &keys {
         acquire(&mut mine, key, "holder", 60_000, &[]).expect("granted");
-        let offset = insync(&mut mine)[0];
+        let offset = insync(&mut mine).offset;
         call(&mut mine, &["WAIT", "1", "5000"]);
         let after = insync(&mut mine);
         assert!(
-            after[1] >= offset && after[2] >= after[3],
+            after.acked >= offset && after.members >= after.required,
             "{key} synced: {after:?}"
         );
     }
@@ -419,19 +421,4 @@ fn a_cluster_fails_over_only_to_an_in_sync_replica_which_holds_every_synced_lock
         assert_eq!(holder.as_deref(), Some("holder"), "{key} on the new master");
     }
     replica.kill();
-}
-
-/// `LOCK.INSYNC`'s integers: offset, acked, members, required.
-fn insync(con: &mut redis::Connection) -> Vec<i64> {
-    let Value::Array(reply) = call(con, &["LOCK.INSYNC"]) else {
-        panic!("LOCK.INSYNC answers an array");
-    };
-    reply
-        .iter()
-        .take(4)
-        .map(|value| match value {
-            Value::Int(n) => *n,
-            other => panic!("an integer, not {other:?}"),
-        })
-        .collect()
 }

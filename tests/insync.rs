@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use common::proxy::LinkProxy;
 use common::sentinel::replica_fields;
-use common::{Server, call, error, free_port, info_field, lock_info, wait_until};
+use common::{
+    InSync, Reply, Server, call, error, free_port, info_field, insync, lock_info, wait_until,
+};
 use redis::{Connection, Value};
 
 /// `lock.insync-timeout-ms` of most tests: a replica that hears nothing from its master for
@@ -33,42 +35,6 @@ const TIMEOUT_MS: u64 = 1_000;
 /// Module arguments of most tests: a 1 s timeout and a 0.5 s drop delay, so that a member that
 /// went silent is dropped about 3.5 s later.
 const FAST: &[&str] = &["insync-timeout-ms", "1000", "insync-drop-delay-ms", "500"];
-
-/// `LOCK.INSYNC`'s reply, as the tuple it comes in.
-type Reply = (u64, u64, u64, u64, String, String);
-
-/// `LOCK.INSYNC`: what a client needs to count its writes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct InSync {
-    /// The master's replication offset: it covers every write sent before on the connection.
-    offset: u64,
-    /// The lowest offset every member acknowledged.
-    acked: u64,
-    members: u64,
-    required: u64,
-    replid: String,
-    replid2: String,
-}
-
-impl From<Reply> for InSync {
-    fn from((offset, acked, members, required, replid, replid2): Reply) -> Self {
-        Self {
-            offset,
-            acked,
-            members,
-            required,
-            replid,
-            replid2,
-        }
-    }
-}
-
-fn insync(con: &mut Connection) -> InSync {
-    redis::cmd("LOCK.INSYNC")
-        .query::<Reply>(con)
-        .expect("LOCK.INSYNC")
-        .into()
-}
 
 /// One synced round trip, as the clients make it: `LOCK.ACQUIRE key owner 60000`,
 /// `LOCK.INSYNC` (→ `before`), `WAIT replicas timeout_ms`, `LOCK.INSYNC` (→ `after`). Returns

@@ -688,3 +688,40 @@ pub fn raw_reply(port: u16, resp3: bool, args: &[&str]) -> Vec<u8> {
     reply.truncate(n);
     reply
 }
+
+/// `LOCK.INSYNC`'s reply, as the tuple it comes in.
+pub type Reply = (u64, u64, u64, u64, String, String);
+
+/// `LOCK.INSYNC`: what a client needs to count its writes (the tests' reading of its reply).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InSync {
+    /// The master's replication offset: it covers every write sent before on the connection.
+    pub offset: u64,
+    /// The lowest offset every member acknowledged.
+    pub acked: u64,
+    pub members: u64,
+    pub required: u64,
+    pub replid: String,
+    pub replid2: String,
+}
+
+impl From<Reply> for InSync {
+    fn from((offset, acked, members, required, replid, replid2): Reply) -> Self {
+        Self {
+            offset,
+            acked,
+            members,
+            required,
+            replid,
+            replid2,
+        }
+    }
+}
+
+/// Sends `LOCK.INSYNC` on `con`.
+pub fn insync(con: &mut Connection) -> InSync {
+    redis::cmd("LOCK.INSYNC")
+        .query::<Reply>(con)
+        .expect("LOCK.INSYNC")
+        .into()
+}
