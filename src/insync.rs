@@ -60,6 +60,13 @@ pub fn watched_by_sentinel() {
     SENTINEL_SEEN.store(true, Ordering::Relaxed);
 }
 
+/// Someone other than this module set `replica-priority` to `priority` ([`crate::promotion`]
+/// sees the `CONFIG SET`): it is the operator's from now on, given to this replica whenever it
+/// may be promoted, and written to `lock.replica-priority` so that `CONFIG REWRITE` keeps it.
+pub fn operator_priority(priority: i64) {
+    config::REPLICA_PRIORITY.store(priority, Ordering::Relaxed);
+}
+
 fn in_sync() -> MutexGuard<'static, InSync> {
     let mut state = IN_SYNC.lock().unwrap_or_else(PoisonError::into_inner);
     if SENTINEL_SEEN.load(Ordering::Relaxed) {

@@ -93,9 +93,31 @@ fn names_a_sentinel<'a>(name: &[u8], arg: impl Fn(usize) -> Option<&'a [u8]>) ->
         && arg(1).is_some_and(|client| client.starts_with(b"sentinel-"))
 }
 
+/// The `replica-priority` (or its old name `slave-priority`) that the command `name args...`
+/// sets, if it is a `CONFIG SET` of one to a value Redis accepts (0 to 2^31-1). `arg(i)` is the
+/// i-th argument after the name.
+fn sets_replica_priority<'a>(name: &[u8], arg: impl Fn(usize) -> Option<&'a [u8]>) -> Option<i64> {
+    if !name.eq_ignore_ascii_case(b"config") || !arg(0)?.eq_ignore_ascii_case(b"set") {
+        return None;
+    }
+    (1..)
+        .step_by(2)
+        .map_while(|i| Some((arg(i)?, arg(i + 1)?)))
+        .filter(|(parameter, _)| {
+            parameter.eq_ignore_ascii_case(b"replica-priority")
+                || parameter.eq_ignore_ascii_case(b"slave-priority")
+        })
+        .filter_map(|(_, value)| std::str::from_utf8(value).ok()?.parse::<i64>().ok())
+        .filter(|value| (0..=i64::from(i32::MAX)).contains(value))
+        .last()
+}
+
 /// Every command passes here before it runs: a few byte comparisons on its name, a reserve
-/// when it promotes, and a note when Sentinel connects (a server restarted without its data
-/// learns so that it belongs to a group: [`insync::watched_by_sentinel`]).
+/// when it promotes, a note when Sentinel connects (a server restarted without its data
+/// learns so that it belongs to a group: [`insync::watched_by_sentinel`]), and the operator's
+/// priority when someone else than this module sets `replica-priority`
+/// ([`insync::operator_priority`]: the module owns that setting, and a value equal to the one it
+/// set could not be told from its own afterwards).
 unsafe extern "C" fn filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     let arg = |position: usize| unsafe { argument(fctx, position) };
     let Some(name) = arg(0) else {
@@ -109,6 +131,8 @@ unsafe extern "C" fn filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
         state::counter().reserve();
     } else if names_a_sentinel(name, |i| arg(i + 1)) {
         insync::watched_by_sentinel();
+    } else if let Some(priority) = sets_replica_priority(name, |i| arg(i + 1)) {
+        insync::operator_priority(priority);
     }
 }
 
@@ -134,7 +158,7 @@ unsafe fn argument<'a>(
 
 #[cfg(test)]
 mod tests {
-    use super::{names_a_sentinel, promotes};
+    use super::{names_a_sentinel, promotes, sets_replica_priority};
 
     fn check(command: &str) -> bool {
         let words: Vec<&[u8]> = command.split(' ').map(str::as_bytes).collect();
@@ -172,6 +196,26 @@ mod tests {
         assert!(!check("CLIENT SETNAME worker-1"));
         assert!(!check("CLIENT GETNAME"));
         assert!(!check("CLIENT"));
+    }
+
+    #[test]
+    fn an_operator_setting_the_replica_priority_is_seen() {
+        let check = |command: &str| {
+            let words: Vec<&[u8]> = command.split(' ').map(str::as_bytes).collect();
+            sets_replica_priority(words[0], |i| words.get(i + 1).copied())
+        };
+        assert_eq!(check("CONFIG SET replica-priority 0"), Some(0));
+        assert_eq!(check("config set SLAVE-PRIORITY 25"), Some(25));
+        assert_eq!(
+            check("CONFIG SET maxmemory 1mb replica-priority 7"),
+            Some(7)
+        );
+        assert_eq!(check("CONFIG SET replica-priority -1"), None);
+        assert_eq!(check("CONFIG SET replica-priority 2147483648"), None);
+        assert_eq!(check("CONFIG SET replica-priority ten"), None);
+        assert_eq!(check("CONFIG SET replica-priority"), None);
+        assert_eq!(check("CONFIG GET replica-priority"), None);
+        assert_eq!(check("CONFIG SET lock.replica-priority 5"), None);
     }
 
     #[test]

@@ -343,6 +343,36 @@ fn a_restarted_replica_is_unpromotable_until_it_rejoined() {
     assert_eq!(priority(&mut r), 10);
 }
 
+/// An operator's `CONFIG SET replica-priority` is the operator's even when it equals the value
+/// the module had set: a 0 set on a replica outside the set stays 0 once it joins, and a later
+/// value is what it keeps while promotable (both written to `lock.replica-priority`).
+#[test]
+fn an_operators_config_set_priority_is_kept_even_when_it_equals_the_modules() {
+    let master = Server::with_module_args(FAST, &[]);
+    let replica = Server::with_module_args(FAST, &[]);
+    let proxy = LinkProxy::to(master.port);
+    replica.replicate_through(proxy.port);
+    let mut r = replica.client();
+    wait_promotable(&mut r, 100);
+    proxy.cut();
+    wait_unpromotable(&mut r);
+    call(&mut r, &["CONFIG", "SET", "replica-priority", "0"]);
+
+    let _proxy = LinkProxy::at(proxy.port, master.port);
+    wait_for_members(&mut master.client(), &[&replica]);
+    wait_until("the replica is promotable", || promotable(&mut r));
+    assert_eq!(priority(&mut r), 0, "the operator's 0 was lost");
+    assert_eq!(config_integer(&mut r, "lock.replica-priority"), 0);
+
+    call(&mut r, &["CONFIG", "SET", "slave-priority", "30"]);
+    wait_until("lock.replica-priority follows", || {
+        config_integer(&mut r, "lock.replica-priority") == 30
+    });
+    thread::sleep(Duration::from_millis(3 * TIMEOUT_MS));
+    assert!(promotable(&mut r));
+    assert_eq!(priority(&mut r), 30);
+}
+
 /// A replica started from a `redis.conf` with `replica-priority 10`, then cut off:
 /// `CONFIG REWRITE` writes `replica-priority 0` and `lock.replica-priority 10`; restarted from
 /// that file it starts unpromotable, and gets 10 back once it rejoined.
