@@ -24,14 +24,16 @@ use crate::config;
 use crate::key::{LockKey, selected_db};
 use crate::looks::{self, Leaving};
 use crate::replies;
+use crate::session;
 use crate::state;
 
-/// `LOCK.ACQUIRE key owner ttl-ms [REENTRANT] [WAIT timeout-ms] [SHARED [LIMIT n]]`: takes the
-/// lock for `owner` with a lease of `ttl-ms` — exclusively, or with `SHARED` as one of its
-/// shared holders (at most `n` with `LIMIT`) — or resets the lease when `owner` already holds
-/// it (`REENTRANT` also counts one more hold). With `WAIT`, a client that finds the lock busy
-/// blocks until the lock is handed to it, in arrival order, or `timeout-ms` passes (0: no
-/// limit).
+/// `LOCK.ACQUIRE key owner ttl-ms [REENTRANT] [WAIT timeout-ms] [SHARED [LIMIT n]] [SESSION
+/// id]`: takes the lock for `owner` with a lease of `ttl-ms` — exclusively, or with `SHARED` as
+/// one of its shared holders (at most `n` with `LIMIT`) — or resets the lease when `owner`
+/// already holds it (`REENTRANT` also counts one more hold). With `WAIT`, a client that finds
+/// the lock busy blocks until the lock is handed to it, in arrival order, or `timeout-ms` passes
+/// (0: no limit). With `SESSION`, the holding is tied to that session ([`crate::session`]),
+/// which releases it a grace after the session's connection closed.
 ///
 /// Replies with the holding's fencing token, or null when the lock is busy (or stayed busy
 /// until the timeout), and at once when a shared holder asks for it exclusively while others
@@ -39,9 +41,12 @@ use crate::state;
 ///
 /// # Errors
 /// Arity, owner, TTL, timeout, limit, syntax, `WRONGTYPE`, a different `LIMIT` than the lock's,
-/// and no fencing token to issue.
+/// no fencing token to issue, and a session id that is invalid, unknown or another user's.
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let parsed = args::acquire(&args, &config::limits()).map_err(replies::arg_error)?;
+    if let Some(id) = parsed.session {
+        session::check(ctx, id)?;
+    }
     let now = clock::now_ms();
     let deadline_ms = lease_deadline(now, parsed.ttl_ms, "lock.acquire")?;
     let (name, owner) = (parsed.key, parsed.owner);
@@ -55,6 +60,9 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let reply = looks::decide(ctx, &mut key, name, Some(owner), now, |scope| {
         scope.acquire(&request);
     })?;
+    if parsed.session.is_some() || matches!(reply, Reply::Token(_)) {
+        session::tie(ctx, parsed.session, name, owner);
+    }
     let busy = matches!(reply, Reply::Busy | Reply::Refused(Refusal::TooSoon { .. }));
     match parsed.wait_ms {
         Some(timeout) if busy && can_block(ctx) => wait(ctx, &key, &parsed, timeout),
@@ -104,19 +112,28 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let reply = looks::decide(ctx, &mut key, name, Some(owner), now, |scope| {
         scope.release(owner);
     })?;
+    if reply == Reply::Integer(1) {
+        session::released(ctx, &key, name, owner);
+    }
     reply_for(reply, "lock.release")
 }
 
-/// `LOCK.RENEW key owner ttl-ms`: resets the lease of `owner`'s holding to `ttl-ms` from now.
-/// A lease that has ended is not brought back.
+/// `LOCK.RENEW key owner ttl-ms [SESSION id]`: resets the lease of `owner`'s holding to
+/// `ttl-ms` from now; with `SESSION`, the holding is tied to that session from now on (clients
+/// tie their holdings to a new session this way after a failover). A lease that has ended is
+/// not brought back.
 ///
 /// Replies `1` when renewed, `0` when there is no lock, `-1` when others hold it but not
 /// `owner`.
 ///
 /// # Errors
-/// Arity, owner, TTL, `WRONGTYPE`.
+/// Arity, syntax, owner, TTL, `WRONGTYPE`, a session id that is invalid, unknown or another
+/// user's.
 pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let parsed = args::renew(&args, &config::limits()).map_err(replies::arg_error)?;
+    if let Some(id) = parsed.session {
+        session::check(ctx, id)?;
+    }
     let (name, owner) = (parsed.key, parsed.owner);
     let now = clock::now_ms();
     let deadline = lease_deadline(now, parsed.ttl_ms, "lock.renew")?;
@@ -124,6 +141,9 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let reply = looks::decide(ctx, &mut key, name, Some(owner), now, |scope| {
         scope.renew(owner, deadline);
     })?;
+    if parsed.session.is_some() && reply == Reply::Integer(1) {
+        session::tie(ctx, parsed.session, name, owner);
+    }
     reply_for(reply, "lock.renew")
 }
 
@@ -181,10 +201,11 @@ pub fn fence(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// `LOCK.INFO key`: null when free. For an exclusive lock a map of `owner`, `token`, `ttl` (ms
-/// left, `-1` if the key was made persistent), `holds`, `waiters` and `mode` (`exclusive`);
-/// for a shared one `mode` (`shared`), `limit` (-1: none), `holders`, `token` (the largest),
-/// `ttl` (the longest lease left), `waiters` and `owners`, one map of `owner`, `token`, `ttl`
-/// and `holds` per holder. Read-only; O(holders).
+/// left, `-1` if the key was made persistent), `holds`, `waiters`, `mode` (`exclusive`) and
+/// `session` (the session the holding is tied to, or null); for a shared one `mode`
+/// (`shared`), `limit` (-1: none), `holders`, `token` (the largest), `ttl` (the longest lease
+/// left), `waiters` and `owners`, one map of `owner`, `token`, `ttl`, `holds` and `session` per
+/// holder. Read-only; O(holders).
 ///
 /// # Errors
 /// Arity, `WRONGTYPE`.
@@ -202,6 +223,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             ("holds", RedisValue::Integer(i64::from(holding.holds))),
             ("waiters", waiting),
             ("mode", RedisValue::SimpleStringStatic("exclusive")),
+            ("session", session_of(ctx, name, &holding.owner)),
         ]),
         Some(Lock::Shared(shared)) => {
             let now = now_signed();
@@ -215,6 +237,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                         ("token", replies::token(holder.token)),
                         ("ttl", RedisValue::Integer(holder.deadline_ms - now)),
                         ("holds", RedisValue::Integer(i64::from(holder.holds))),
+                        ("session", session_of(ctx, name, &holder.owner)),
                     ])
                 })
                 .collect();
@@ -233,6 +256,11 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             ])
         }
     })
+}
+
+/// The session `owner`'s holding of `key` is tied to, or null.
+fn session_of(ctx: &Context, key: &RedisString, owner: &[u8]) -> RedisValue {
+    session::tied_to(ctx, key, owner).map_or(RedisValue::Null, RedisValue::BulkString)
 }
 
 /// A reply map with fields in this order (RESP3 map, RESP2 flat array).

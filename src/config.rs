@@ -3,7 +3,8 @@
 //! with `CONFIG GET lock.max-ttl-ms`; the same for `lock.max-clock-skew-ms`,
 //! `lock.max-multi-keys`, `lock.restart-delay-ms` and the in-sync set's settings
 //! (`lock.min-insync-replicas`, `lock.insync-timeout-ms`, `lock.insync-drop-delay-ms`,
-//! `lock.insync-strict`, `lock.replica-priority`: docs/operations/configuration.md).
+//! `lock.insync-strict`, `lock.replica-priority`) and the sessions' (`lock.session-grace-ms`,
+//! `lock.session-max-grace-ms`): docs/operations/configuration.md.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
@@ -40,6 +41,41 @@ pub const DEFAULT_INSYNC_DROP_DELAY_MS: i64 = 11_000;
 /// a Sentinel majority may form on a side without a majority of the data nodes); `no` by
 /// default.
 pub static INSYNC_STRICT: AtomicBool = AtomicBool::new(false);
+
+/// `lock.session-grace-ms`: how long a session outlives its connection when `LOCK.SESSION OPEN`
+/// names no grace, in ms: 3 000 by default — a reconnect takes milliseconds, and a client that
+/// stalls for seconds still gets them, while a crashed holder's locks pass on within 3 s where
+/// etcd's, ZooKeeper's and Consul's defaults take 10 s to a minute. 100 to
+/// [`LARGEST_SESSION_GRACE_MS`]; capped by `lock.session-max-grace-ms`.
+pub static SESSION_GRACE_MS: AtomicI64 = AtomicI64::new(DEFAULT_SESSION_GRACE_MS);
+
+/// The default of `lock.session-grace-ms`.
+pub const DEFAULT_SESSION_GRACE_MS: i64 = 3_000;
+
+/// `lock.session-max-grace-ms`: the longest grace a session may ask for, in ms: 60 000 by
+/// default, 100 to [`LARGEST_SESSION_GRACE_MS`].
+pub static SESSION_MAX_GRACE_MS: AtomicI64 = AtomicI64::new(DEFAULT_SESSION_MAX_GRACE_MS);
+
+/// The default of `lock.session-max-grace-ms`.
+pub const DEFAULT_SESSION_MAX_GRACE_MS: i64 = 60_000;
+
+/// The largest grace of either setting: a day, in ms.
+pub const LARGEST_SESSION_GRACE_MS: i64 = 86_400_000;
+
+/// `lock.session-max-grace-ms` in ms.
+#[must_use]
+pub fn session_max_grace_ms() -> u64 {
+    u64::try_from(SESSION_MAX_GRACE_MS.load(Ordering::Relaxed)).unwrap_or(0)
+}
+
+/// The grace of a session that names none: `lock.session-grace-ms`, at most
+/// `lock.session-max-grace-ms`, in ms.
+#[must_use]
+pub fn session_grace_ms() -> u64 {
+    u64::try_from(SESSION_GRACE_MS.load(Ordering::Relaxed))
+        .unwrap_or(0)
+        .min(session_max_grace_ms())
+}
 
 /// `lock.replica-priority`: the operator's `replica-priority`, which the module gives a replica
 /// whenever it may be promoted (and 0 otherwise); -1 (the default) takes the server's own at
@@ -168,6 +204,16 @@ pub fn check_loaded() -> Result<(), String> {
             "replica-priority",
             &REPLICA_PRIORITY,
             -1..=i64::from(i32::MAX),
+        ),
+        (
+            "session-grace-ms",
+            &SESSION_GRACE_MS,
+            100..=LARGEST_SESSION_GRACE_MS,
+        ),
+        (
+            "session-max-grace-ms",
+            &SESSION_MAX_GRACE_MS,
+            100..=LARGEST_SESSION_GRACE_MS,
         ),
     ] {
         let value = value.load(Ordering::Relaxed);

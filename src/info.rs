@@ -1,5 +1,5 @@
-//! The counters a user would graph, shown by `INFO lock` (section `lock_stats`), and the
-//! in-sync set (section `lock_insync`).
+//! The counters a user would graph, shown by `INFO lock` (section `lock_stats`), the in-sync
+//! set (section `lock_insync`) and the sessions (section `lock_sessions`).
 //!
 //! Every counter counts since the server started. A rising `expired_leases` means holders
 //! outlive their TTL: their work takes longer than the lease, and only fencing keeps it safe.
@@ -12,6 +12,7 @@ use redis_module::{InfoContext, RedisResult};
 use redis_module_macros::info_command_handler;
 
 use crate::insync;
+use crate::session;
 use crate::state;
 
 /// One counter of the `lock_stats` section.
@@ -120,12 +121,16 @@ fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
             .field("insync_role", "replica")?
             .field("insync_promotable", u64::from(set.promotable))?,
     };
-    builder
+    let mut builder = builder
         .field(
             "insync_required",
             u64::try_from(set.required).unwrap_or(u64::MAX),
         )?
         .build_section()?
-        .build_info()?;
+        .add_section("sessions");
+    for (field, value) in session::fields() {
+        builder = builder.field(field, value)?;
+    }
+    builder.build_section()?.build_info()?;
     Ok(())
 }

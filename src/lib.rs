@@ -37,6 +37,7 @@ mod metadata;
 mod multi;
 mod promotion;
 mod replies;
+mod session;
 mod state;
 mod timers;
 
@@ -76,6 +77,9 @@ fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
     if promotion::register(ctx) == Status::Err {
         ctx.log_warning("the command filter that sees promotions could not be registered");
         return Status::Err;
+    }
+    if let Err(error) = session::register(ctx) {
+        ctx.log_warning(&format!("sessions cannot end on their own: {error:?}"));
     }
     if let Err(error) = docs::register(ctx) {
         ctx.log_warning(&format!("COMMAND DOCS not set: {error}"));
@@ -117,6 +121,7 @@ redis_module! {
         ["lock.mrenew", multi::renew, flags("lock.mrenew"), keys("lock.mrenew").0, keys("lock.mrenew").1, keys("lock.mrenew").2, "", acl("lock.mrenew")],
         ["lock.insync", insync::command, flags("lock.insync"), keys("lock.insync").0, keys("lock.insync").1, keys("lock.insync").2, "", acl("lock.insync")],
         ["lock.promotable", insync::promotable, flags("lock.promotable"), keys("lock.promotable").0, keys("lock.promotable").1, keys("lock.promotable").2, "", acl("lock.promotable")],
+        ["lock.session", session::command, flags("lock.session"), keys("lock.session").0, keys("lock.session").1, keys("lock.session").2, "", acl("lock.session")],
         ["lock.apply", apply::apply, flags("lock.apply"), keys("lock.apply").0, keys("lock.apply").1, keys("lock.apply").2, "", acl("lock.apply")],
     ],
     event_handlers: [
@@ -176,6 +181,24 @@ redis_module! {
                 config::DEFAULT_INSYNC_DROP_DELAY_MS,
                 0,
                 config::LARGEST_RESTART_DELAY_MS,
+                ConfigurationFlags::DEFAULT,
+                None
+            ],
+            [
+                "session-grace-ms",
+                &config::SESSION_GRACE_MS,
+                config::DEFAULT_SESSION_GRACE_MS,
+                100,
+                config::LARGEST_SESSION_GRACE_MS,
+                ConfigurationFlags::DEFAULT,
+                None
+            ],
+            [
+                "session-max-grace-ms",
+                &config::SESSION_MAX_GRACE_MS,
+                config::DEFAULT_SESSION_MAX_GRACE_MS,
+                100,
+                config::LARGEST_SESSION_GRACE_MS,
                 ConfigurationFlags::DEFAULT,
                 None
             ],

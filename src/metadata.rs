@@ -115,7 +115,7 @@ pub struct Argument {
 }
 
 /// The files, embedded in the module when it is built.
-const FILES: [&str; 12] = [
+const FILES: [&str; 13] = [
     include_str!("../commands/lock.acquire.json"),
     include_str!("../commands/lock.release.json"),
     include_str!("../commands/lock.renew.json"),
@@ -127,6 +127,7 @@ const FILES: [&str; 12] = [
     include_str!("../commands/lock.mrenew.json"),
     include_str!("../commands/lock.insync.json"),
     include_str!("../commands/lock.promotable.json"),
+    include_str!("../commands/lock.session.json"),
     include_str!("../commands/lock.apply.json"),
 ];
 
@@ -205,6 +206,15 @@ impl Argument {
                 .chain(self.arguments.iter().map(Self::syntax))
                 .collect::<Vec<_>>()
                 .join(" "),
+            "oneof" => {
+                let choices: Vec<String> = self.arguments.iter().map(Self::syntax).collect();
+                let choices = choices.join(" | ");
+                if self.optional {
+                    choices
+                } else {
+                    format!("<{choices}>")
+                }
+            }
             _ => match &self.token {
                 Some(token) => format!("{token} {}", self.name),
                 None => self.name.clone(),
@@ -235,11 +245,13 @@ mod tests {
     #[test]
     fn syntax_and_key_ranges_follow_the_metadata() {
         let syntax = |name| command(name).map(Command::syntax);
-        let acquire =
-            "LOCK.ACQUIRE key owner ttl-ms [REENTRANT] [WAIT timeout-ms] [SHARED [LIMIT limit]]";
+        let acquire = "LOCK.ACQUIRE key owner ttl-ms [REENTRANT] [WAIT timeout-ms] \
+                       [SHARED [LIMIT limit]] [SESSION id]";
         assert_eq!(syntax("lock.acquire").as_deref(), Some(acquire));
         let mrelease = "LOCK.MRELEASE numkeys key [key ...] owner";
         assert_eq!(syntax("LOCK.MRELEASE").as_deref(), Some(mrelease));
+        let session = "LOCK.SESSION <OPEN [GRACE grace-ms] | ATTACH id | CLOSE id>";
+        assert_eq!(syntax("lock.session").as_deref(), Some(session));
         assert_eq!(key_range("lock.acquire"), (1, 1, 1));
         assert_eq!(key_range("lock.macquire"), (0, 0, 0));
         assert_eq!(flags("lock.fence"), "readonly fast");

@@ -23,9 +23,11 @@ use crate::commands::{can_block, lease_deadline, reply_for};
 use crate::config;
 use crate::looks::{self, Leaving};
 use crate::replies;
+use crate::session;
 
-/// `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [WAIT timeout-ms]`: takes every lock
-/// exclusively for `owner` with a lease of `ttl-ms`, or none. Locks newly taken share one new
+/// `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [WAIT timeout-ms] [SESSION id]`: takes
+/// every lock exclusively for `owner` with a lease of `ttl-ms`, or none; with `SESSION`, tied to
+/// that session ([`crate::session`]). Locks newly taken share one new
 /// fencing token; a lock `owner` already holds keeps its token and has its lease reset. With
 /// `WAIT`, a client that finds any lock busy queues for all of them at once, behind everyone
 /// already queued for any of them, until they are handed to it together or `timeout-ms`
@@ -37,12 +39,16 @@ use crate::replies;
 /// # Errors
 /// `numkeys`, duplicate keys, more keys than `lock.max-multi-keys`, owner, TTL, timeout,
 /// syntax, options of `LOCK.ACQUIRE` that sets do not take (`REENTRANT`, `SHARED`, `LIMIT`),
-/// `WRONGTYPE` on any key, and no fencing token to issue.
+/// `WRONGTYPE` on any key, no fencing token to issue, and a session id that is invalid,
+/// unknown or another user's.
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if keys_asked(ctx, &args) {
         return Ok(RedisValue::NoReply);
     }
     let parsed = args::macquire(&args, &config::limits()).map_err(replies::arg_error)?;
+    if let Some(id) = parsed.session {
+        session::check(ctx, id)?;
+    }
     let (names, owner) = (parsed.keys, parsed.owner);
     let now = clock::now_ms();
     let deadline = lease_deadline(now, parsed.ttl_ms, "lock.macquire")?;
@@ -50,6 +56,9 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let (reply, replies) = looks::decide_set(ctx, &mut keys, names, Some(owner), now, |set| {
         set.acquire(owner, deadline);
     })?;
+    if parsed.session.is_some() || reply == Reply::Tokens {
+        tie_all(ctx, parsed.session, names, owner);
+    }
     let busy = matches!(reply, Reply::Busy | Reply::Refused(Refusal::TooSoon { .. }));
     match (reply, parsed.wait_ms) {
         (Reply::Tokens, _) => Ok(RedisValue::Array(
@@ -97,23 +106,30 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let (reply, _) = looks::decide_set(ctx, &mut keys, names, Some(owner), now, |set| {
         set.release(owner);
     })?;
+    for (key, name) in keys.iter().zip(names) {
+        session::released(ctx, key, name, owner);
+    }
     reply_for(reply, "lock.mrelease")
 }
 
-/// `LOCK.MRENEW numkeys key [key ...] owner ttl-ms`: when `owner` holds every lock, resets
-/// each lease to `ttl-ms` from now; otherwise renews none — a set is held whole or not at all,
+/// `LOCK.MRENEW numkeys key [key ...] owner ttl-ms [SESSION id]`: when `owner` holds every
+/// lock, resets each lease to `ttl-ms` from now (and with `SESSION` ties each to that session);
+/// otherwise renews none — a set is held whole or not at all,
 /// so a watchdog learns at once that part of it was lost.
 ///
 /// Replies with the number of locks renewed: all of them, or 0.
 ///
 /// # Errors
-/// `numkeys`, duplicate keys, more keys than `lock.max-multi-keys`, arity, owner, TTL,
-/// `WRONGTYPE` on any key.
+/// `numkeys`, duplicate keys, more keys than `lock.max-multi-keys`, arity, syntax, owner, TTL,
+/// `WRONGTYPE` on any key, a session id that is invalid, unknown or another user's.
 pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if keys_asked(ctx, &args) {
         return Ok(RedisValue::NoReply);
     }
     let parsed = args::mrenew(&args, &config::limits()).map_err(replies::arg_error)?;
+    if let Some(id) = parsed.session {
+        session::check(ctx, id)?;
+    }
     let (names, owner) = (parsed.keys, parsed.owner);
     let now = clock::now_ms();
     let deadline = lease_deadline(now, parsed.ttl_ms, "lock.mrenew")?;
@@ -121,7 +137,22 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let (reply, _) = looks::decide_set(ctx, &mut keys, names, Some(owner), now, |set| {
         set.renew(owner, deadline);
     })?;
+    if parsed.session.is_some() && !matches!(reply, Reply::Integer(0)) {
+        tie_all(ctx, parsed.session, names, owner);
+    }
     reply_for(reply, "lock.mrenew")
+}
+
+/// Ties `owner`'s holding of each of `names` to session `id` (`None`: unties them).
+fn tie_all(
+    ctx: &Context,
+    id: Option<leasehold_core::session::Id>,
+    names: &[RedisString],
+    owner: &RedisString,
+) {
+    for name in names {
+        session::tie(ctx, id, name, owner);
+    }
 }
 
 /// Answers Redis when it asks where the keys are rather than running the command: Redis

@@ -34,10 +34,12 @@ use redis_module::{Context, Status};
 use redis_module_macros::role_changed_event_handler;
 
 use crate::insync;
+use crate::session;
 use crate::state;
 
-/// A replica was promoted, or a master demoted: a promotion takes the reserve, and the
-/// in-sync set changes hands ([`insync::on_role_changed`]). (A demoted
+/// A replica was promoted, or a master demoted: a promotion takes the reserve, a demotion
+/// forgets the sessions ([`session::on_demoted`]), and the in-sync set changes hands
+/// ([`insync::on_role_changed`]). (A demoted
 /// master's waiters need nothing from here: Redis unblocks every client blocked in a write
 /// command with `-UNBLOCKED` then.)
 #[role_changed_event_handler]
@@ -45,6 +47,8 @@ fn on_role_changed(ctx: &Context, role: ServerRole) {
     let master = role == ServerRole::Primary;
     if master {
         state::counter().reserve();
+    } else {
+        session::on_demoted();
     }
     insync::on_role_changed(ctx, master);
 }

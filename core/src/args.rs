@@ -18,6 +18,7 @@ use crate::machine::Applied;
 use crate::outcome::Lease;
 use crate::owner::check_owner;
 use crate::packed;
+use crate::session::{self, SessionError};
 
 /// What the server's configuration allows, for the checks that depend on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +66,12 @@ pub enum ArgError {
     /// `ERR invalid replica in LOCK.PROMOTABLE`: not an `ip:port` of at most
     /// [`MAX_REPLICA_ID`] bytes, or more than [`MAX_LISTED`] of them.
     Replica,
+    /// A session id or grace refused ([`SessionError`]).
+    Session(SessionError),
+    /// `ERR grace-ms must be <min> to lock.session-max-grace-ms (<max>)`.
+    Grace(u64, u64),
+    /// `ERR unknown subcommand '<name>'. Try OPEN, ATTACH or CLOSE.`
+    UnknownSubcommand(String),
 }
 
 impl fmt::Display for ArgError {
@@ -95,11 +102,21 @@ impl fmt::Display for ArgError {
             ),
             Self::EffectDeadline => write!(f, "ERR invalid lease deadline in LOCK.APPLY"),
             Self::Replica => write!(f, "ERR invalid replica in LOCK.PROMOTABLE"),
+            Self::Session(error) => write!(f, "{error}"),
+            Self::UnknownSubcommand(name) => write!(
+                f,
+                "ERR unknown subcommand '{name}'. Try OPEN, ATTACH or CLOSE."
+            ),
+            Self::Grace(min, max) => write!(
+                f,
+                "ERR grace-ms must be {min} to lock.session-max-grace-ms ({max})"
+            ),
         }
     }
 }
 
-/// `LOCK.ACQUIRE key owner ttl-ms [REENTRANT] [WAIT timeout-ms] [SHARED [LIMIT n]]`.
+/// `LOCK.ACQUIRE key owner ttl-ms [REENTRANT] [WAIT timeout-ms] [SHARED [LIMIT n]]
+/// [SESSION id]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Acquire<'a, A> {
     /// The lock's key.
@@ -114,9 +131,11 @@ pub struct Acquire<'a, A> {
     pub wait_ms: Option<i64>,
     /// Exclusive, or `SHARED` with its `LIMIT`.
     pub mode: Mode,
+    /// `SESSION id`: the session the holding is tied to ([`crate::session`]).
+    pub session: Option<session::Id>,
 }
 
-/// `LOCK.RELEASE key owner`, and `LOCK.RENEW key owner ttl-ms` (with `ttl_ms`).
+/// `LOCK.RELEASE key owner`, and `LOCK.RENEW key owner ttl-ms [SESSION id]` (with `ttl_ms`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Held<'a, A> {
     /// The lock's key.
@@ -125,6 +144,8 @@ pub struct Held<'a, A> {
     pub owner: &'a A,
     /// `LOCK.RENEW`'s new lease in ms; 0 for `LOCK.RELEASE`.
     pub ttl_ms: i64,
+    /// `LOCK.RENEW`'s `SESSION id`: the session the holding is tied to from now on.
+    pub session: Option<session::Id>,
 }
 
 /// `LOCK.RAISE key owner token`.
@@ -147,8 +168,9 @@ pub struct Fence<'a, A> {
     pub owner: Option<&'a A>,
 }
 
-/// `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [WAIT timeout-ms]`, and `LOCK.MRELEASE`
-/// and `LOCK.MRENEW` (without `WAIT`; `ttl_ms` 0 for `LOCK.MRELEASE`).
+/// `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [WAIT timeout-ms] [SESSION id]`, and
+/// `LOCK.MRELEASE` and `LOCK.MRENEW` (without `WAIT`; `ttl_ms` 0 for `LOCK.MRELEASE`, which
+/// takes no `SESSION` either).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Set<'a, A> {
     /// The locks' keys, distinct, in the order given.
@@ -159,6 +181,8 @@ pub struct Set<'a, A> {
     pub ttl_ms: i64,
     /// `WAIT timeout-ms`: wait this long (0: no limit) when a lock is busy.
     pub wait_ms: Option<i64>,
+    /// `SESSION id`: the session the holdings are tied to.
+    pub session: Option<session::Id>,
 }
 
 /// `LOCK.APPLY key owner <effect>`: a master's effect on one holding.
@@ -231,8 +255,11 @@ pub fn acquire<'a, A: Deref<Target = [u8]>>(
     let mut args = Args::new(args);
     let (key, owner, ttl) = (args.required()?, args.required()?, args.required()?);
     let (mut reentrant, mut wait_ms, mut shared, mut limit) = (false, None, false, None);
+    let mut session = None;
     while let Some(option) = args.next() {
-        if is(option, b"REENTRANT") && !reentrant {
+        if is(option, b"SESSION") && session.is_none() {
+            session = Some(session_id(args.value()?)?);
+        } else if is(option, b"REENTRANT") && !reentrant {
             reentrant = true;
         } else if is(option, b"SHARED") && !shared {
             shared = true;
@@ -257,6 +284,7 @@ pub fn acquire<'a, A: Deref<Target = [u8]>>(
         reentrant,
         wait_ms,
         mode,
+        session,
     })
 }
 
@@ -272,21 +300,27 @@ pub fn release<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Held<'_, A>, ArgEr
         key,
         owner,
         ttl_ms: 0,
+        session: None,
     })
 }
 
-/// Parses `LOCK.RENEW key owner ttl-ms`.
+/// Parses `LOCK.RENEW key owner ttl-ms [SESSION id]`.
 ///
 /// # Errors
-/// Arity, the owner, the TTL.
+/// Arity, syntax, the session id, the owner, the TTL.
 pub fn renew<'a, A: Deref<Target = [u8]>>(
     args: &'a [A],
     limits: &Limits,
 ) -> Result<Held<'a, A>, ArgError> {
     let mut args = Args::new(args);
     let key = args.required()?;
-    let (owner, ttl_ms) = last_owner_and_ttl(&mut args, limits)?;
-    Ok(Held { key, owner, ttl_ms })
+    let (owner, ttl_ms, session) = owner_ttl_and_session(&mut args, limits)?;
+    Ok(Held {
+        key,
+        owner,
+        ttl_ms,
+        session,
+    })
 }
 
 /// Parses `LOCK.RAISE key owner token`, with tokens up to `max_token` accepted.
@@ -345,10 +379,12 @@ pub fn macquire<'a, A: Deref<Target = [u8]>>(
     let mut args = Args::new(args);
     let keys = keys_of(&mut args, limits)?;
     let (owner, ttl) = (args.required()?, args.required()?);
-    let mut wait_ms = None;
+    let (mut wait_ms, mut session) = (None, None);
     while let Some(option) = args.next() {
         if is(option, b"WAIT") && wait_ms.is_none() {
             wait_ms = Some(timeout(args.value()?)?);
+        } else if is(option, b"SESSION") && session.is_none() {
+            session = Some(session_id(args.value()?)?);
         } else if let Some(name) = ["REENTRANT", "SHARED", "LIMIT"]
             .into_iter()
             .find(|name| is(option, name.as_bytes()))
@@ -364,6 +400,7 @@ pub fn macquire<'a, A: Deref<Target = [u8]>>(
         owner,
         ttl_ms: ttl_of(ttl, limits)?,
         wait_ms,
+        session,
     })
 }
 
@@ -383,26 +420,78 @@ pub fn mrelease<'a, A: Deref<Target = [u8]>>(
         owner,
         ttl_ms: 0,
         wait_ms: None,
+        session: None,
     })
 }
 
-/// Parses `LOCK.MRENEW numkeys key [key ...] owner ttl-ms`.
+/// Parses `LOCK.MRENEW numkeys key [key ...] owner ttl-ms [SESSION id]`.
 ///
 /// # Errors
-/// The keys, arity, the owner, the TTL.
+/// The keys, arity, syntax, the session id, the owner, the TTL.
 pub fn mrenew<'a, A: Deref<Target = [u8]>>(
     args: &'a [A],
     limits: &Limits,
 ) -> Result<Set<'a, A>, ArgError> {
     let mut args = Args::new(args);
     let keys = keys_of(&mut args, limits)?;
-    let (owner, ttl_ms) = last_owner_and_ttl(&mut args, limits)?;
+    let (owner, ttl_ms, session) = owner_ttl_and_session(&mut args, limits)?;
     Ok(Set {
         keys,
         owner,
         ttl_ms,
         wait_ms: None,
+        session,
     })
+}
+
+/// `LOCK.SESSION OPEN [GRACE grace-ms]`, `LOCK.SESSION ATTACH id`, `LOCK.SESSION CLOSE id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Session {
+    /// Open a session that outlives its connection by `grace_ms` (`None`: the default,
+    /// `lock.session-grace-ms`).
+    Open {
+        /// `GRACE grace-ms`.
+        grace_ms: Option<u64>,
+    },
+    /// Attach the session to this connection (also the clients' heartbeat).
+    Attach(session::Id),
+    /// End the session now, releasing its holdings.
+    Close(session::Id),
+}
+
+/// Parses `LOCK.SESSION`'s subcommand and its arguments; a grace must be from
+/// [`session::MIN_GRACE_MS`] to `max_grace_ms`.
+///
+/// # Errors
+/// Arity, an unknown subcommand, syntax, the grace, the session id.
+pub fn session<A: Deref<Target = [u8]>>(
+    args: &[A],
+    max_grace_ms: u64,
+) -> Result<Session, ArgError> {
+    let mut args = Args::new(args);
+    let subcommand = args.required()?;
+    let parsed = if is(subcommand, b"OPEN") {
+        let grace_ms = match args.next() {
+            None => None,
+            Some(option) if is(option, b"GRACE") => Some(
+                unsigned(args.value()?)
+                    .filter(|grace| (session::MIN_GRACE_MS..=max_grace_ms).contains(grace))
+                    .ok_or(ArgError::Grace(session::MIN_GRACE_MS, max_grace_ms))?,
+            ),
+            Some(_) => return Err(ArgError::Syntax),
+        };
+        Session::Open { grace_ms }
+    } else if is(subcommand, b"ATTACH") {
+        Session::Attach(session_id(args.required()?)?)
+    } else if is(subcommand, b"CLOSE") {
+        Session::Close(session_id(args.required()?)?)
+    } else {
+        return Err(ArgError::UnknownSubcommand(
+            String::from_utf8_lossy(subcommand).into_owned(),
+        ));
+    };
+    args.done()?;
+    Ok(parsed)
 }
 
 /// The `owner` that ends `LOCK.RELEASE` and `LOCK.MRELEASE`.
@@ -412,16 +501,29 @@ fn last_owner<'a, A: Deref<Target = [u8]>>(args: &mut Args<'a, A>) -> Result<&'a
     checked_owner(owner)
 }
 
-/// The `owner ttl-ms` that end `LOCK.RENEW` and `LOCK.MRENEW`: arity, then the owner, then
-/// the TTL.
-fn last_owner_and_ttl<'a, A: Deref<Target = [u8]>>(
+/// The `owner ttl-ms [SESSION id]` that end `LOCK.RENEW` and `LOCK.MRENEW`: arity, the
+/// option, then the owner, then the TTL.
+fn owner_ttl_and_session<'a, A: Deref<Target = [u8]>>(
     args: &mut Args<'a, A>,
     limits: &Limits,
-) -> Result<(&'a A, i64), ArgError> {
+) -> Result<(&'a A, i64, Option<session::Id>), ArgError> {
     let (owner, ttl) = (args.required()?, args.required()?);
-    args.done()?;
+    let session = match args.next() {
+        None => None,
+        Some(option) if is(option, b"SESSION") => {
+            let id = session_id(args.value()?)?;
+            args.done()?;
+            Some(id)
+        }
+        Some(_) => return Err(ArgError::Syntax),
+    };
     let owner = checked_owner(owner)?;
-    Ok((owner, ttl_of(ttl, limits)?))
+    Ok((owner, ttl_of(ttl, limits)?, session))
+}
+
+/// A session id ([`session::parse_id`]).
+fn session_id(id: &[u8]) -> Result<session::Id, ArgError> {
+    session::parse_id(id).map_err(ArgError::Session)
 }
 
 /// Where the keys of a `numkeys key [key ...]` command are, as positions in `args` (counting

@@ -19,6 +19,7 @@
 //!   from outside passes;
 //! - [`insync`]: the in-sync replica set: which replicas a write must reach before it counts,
 //!   and which may be promoted;
+//! - [`session`]: sessions, which end their holdings soon after their connection closes;
 //! - [`machine`]: one entry point per event — the FIFO hand-over to waiters, lease ends,
 //!   promotions' effects on tokens — returning an [`outcome::Outcome`].
 
@@ -48,3 +49,4 @@ pub mod owner;
 pub mod packed;
 pub mod queue;
 pub mod saved;
+pub mod session;

@@ -378,11 +378,12 @@ pub fn grant(
     None
 }
 
-/// Decides `LOCK.RELEASE key owner` on a lock that is `current`.
+/// Decides `LOCK.RELEASE key owner` on a lock that is `current`: one hold less, or with `whole`
+/// (a session ending, [`crate::session`]) every hold of the holding at once.
 #[must_use]
-pub fn release(current: Option<&Lock>, owner: &[u8]) -> Release {
+pub fn release(current: Option<&Lock>, owner: &[u8], whole: bool) -> Release {
     let one_hold_less = |holds: u32, last: Release| {
-        if holds <= 1 {
+        if holds <= 1 || whole {
             last
         } else {
             Release::Decremented { holds: holds - 1 }

@@ -324,11 +324,11 @@ impl<'a, H: Copy + Eq + Hash> Run<'a, H> {
 }
 
 impl<H: Copy + Eq + Hash> Run<'_, H> {
-    /// [`Scope::release`], without its end.
-    fn release(&mut self, owner: &[u8]) {
+    /// [`Scope::release`] (every hold with `whole`), without its end.
+    fn release(&mut self, owner: &[u8], whole: bool) {
         let deciding = &mut self.deciding;
         deciding.expire_shared();
-        let decision = lock::release(deciding.lock.as_ref(), owner);
+        let decision = lock::release(deciding.lock.as_ref(), owner, whole);
         deciding.out.reply = Reply::Integer(match decision {
             Release::Missing => 0,
             Release::HeldByOther => -1,
@@ -461,7 +461,16 @@ impl<H: Copy + Eq + Hash> Scope<'_, H> {
     /// Replies 1 released, 0 no lock, -1 held by another.
     pub fn release(self, owner: &[u8]) {
         let mut run = Run::new(self);
-        run.release(owner);
+        run.release(owner, false);
+        run.finish();
+    }
+
+    /// A session that `owner`'s holding is tied to ended ([`crate::session`]): the holding
+    /// ends, every hold of it at once, as a release would end it — effects, events, counters
+    /// and the hand-over alike. Replies as [`Scope::release`].
+    pub fn end_holding(self, owner: &[u8]) {
+        let mut run = Run::new(self);
+        run.release(owner, true);
         run.finish();
     }
 

@@ -217,27 +217,40 @@ fn only_the_only_reader_upgrades_with_a_new_token() {
 #[test]
 fn release_counts_down_then_frees_or_leaves() {
     assert_eq!(
-        release(Some(&exclusive("a", 7, 3)), b"a"),
+        release(Some(&exclusive("a", 7, 3)), b"a", false),
         Release::Decremented { holds: 2 }
     );
-    assert_eq!(release(Some(&exclusive("a", 7, 1)), b"a"), Release::Freed);
-    let readers = shared(None, &[("a", 7), ("b", 8)]);
-    assert_eq!(release(Some(&readers), b"a"), Release::Left);
     assert_eq!(
-        release(Some(&shared(None, &[("a", 7)])), b"a"),
+        release(Some(&exclusive("a", 7, 1)), b"a", false),
+        Release::Freed
+    );
+    let readers = shared(None, &[("a", 7), ("b", 8)]);
+    assert_eq!(release(Some(&readers), b"a", false), Release::Left);
+    assert_eq!(
+        release(Some(&shared(None, &[("a", 7)])), b"a", false),
         Release::Freed
     );
 }
 
 #[test]
-fn release_tells_missing_from_held_by_other() {
-    assert_eq!(release(None, b"a"), Release::Missing);
+fn a_whole_release_ends_every_hold() {
     assert_eq!(
-        release(Some(&exclusive("a", 7, 1)), b"b"),
+        release(Some(&exclusive("a", 7, 3)), b"a", true),
+        Release::Freed
+    );
+    let readers = shared(None, &[("a", 7), ("b", 8)]);
+    assert_eq!(release(Some(&readers), b"a", true), Release::Left);
+}
+
+#[test]
+fn release_tells_missing_from_held_by_other() {
+    assert_eq!(release(None, b"a", false), Release::Missing);
+    assert_eq!(
+        release(Some(&exclusive("a", 7, 1)), b"b", false),
         Release::HeldByOther
     );
     assert_eq!(
-        release(Some(&shared(None, &[("a", 7)])), b"b"),
+        release(Some(&shared(None, &[("a", 7)])), b"b", false),
         Release::HeldByOther
     );
 }

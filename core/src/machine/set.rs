@@ -241,7 +241,7 @@ impl<H: Copy + Eq + Hash> Set<'_, '_, H> {
     pub fn release(mut self, owner: &[u8]) {
         let mut released = 0;
         self.each(None, |run| {
-            run.release(owner);
+            run.release(owner, false);
             if run.deciding.out.reply == Reply::Integer(1) {
                 released += 1;
             }

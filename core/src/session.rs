@@ -1,0 +1,288 @@
+//! Sessions: holdings tied to a client's connection, ended by the server soon after that
+//! connection closes — the model of ZooKeeper's ephemeral nodes, etcd's and Consul's sessions
+//! and MySQL's `GET_LOCK`, with a grace for blips.
+//!
+//! - A client **opens** a session on a connection it keeps (`LOCK.SESSION OPEN`); the session
+//!   is *attached* to that connection.
+//! - A command that names the session (`SESSION id`) **ties** its holding — a lock's key in a
+//!   database, and the owner — to it. A tie ends when the holding is released, when the same
+//!   owner takes the key without a session, or when another session ties it.
+//! - When the attached connection closes, the session is *detached*; unless some connection
+//!   **attaches** it again within its grace (`LOCK.SESSION ATTACH`, which clients also send as
+//!   their heartbeat), it **ends** at the close plus the grace, and the server releases each of
+//!   its ties' holdings (every hold of a reentrant one) as `LOCK.RELEASE` would.
+//! - `LOCK.SESSION CLOSE` ends a session at once.
+//!
+//! # Why a holder learns first
+//! A client that got a reply to `LOCK.SESSION ATTACH` sent at `t` (by its clock) knows the
+//! session's connection was attached at some moment after `t`; the server can end the session
+//! only a grace after the connection closed, so after `t + grace` in real time. A client that
+//! treats its session's holdings as lost at `t + grace` minus its drift allowance — unless a
+//! later attach answered — learns of the loss before the server can hand any of them over
+//! (docs/guarantees.md, "Sessions").
+//!
+//! The registry is the master's own memory: it is neither saved nor replicated, so after a
+//! restart or a failover the holdings keep only their leases.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+
+/// The shortest grace a session may ask for, in ms.
+pub const MIN_GRACE_MS: u64 = 100;
+
+/// A session's id: unique for the life of the server process, and unlike any id of an earlier
+/// process (see [`Sessions::new`]).
+pub type Id = u64;
+
+/// One holding a session ends: the lock's database, its key and the owner.
+pub type Tie = (i32, Box<[u8]>, Box<[u8]>);
+
+/// Why a session command was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionError {
+    /// `ERR no such session`: it never existed on this server, or it ended.
+    NoSuchSession,
+    /// `ERR session belongs to another user`: an ACL user other than the one that opened it.
+    OtherUser,
+    /// `ERR invalid session id`: not the hexadecimal form of an id.
+    InvalidId,
+}
+
+impl fmt::Display for SessionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::NoSuchSession => "ERR no such session",
+            Self::OtherUser => "ERR session belongs to another user",
+            Self::InvalidId => "ERR invalid session id",
+        })
+    }
+}
+
+/// Reads a session id as clients send it: 16 hexadecimal digits.
+///
+/// # Errors
+/// [`SessionError::InvalidId`] for anything else.
+pub fn parse_id(text: &[u8]) -> Result<Id, SessionError> {
+    if text.len() != 16 || !text.iter().all(u8::is_ascii_hexdigit) {
+        return Err(SessionError::InvalidId);
+    }
+    let text = std::str::from_utf8(text).map_err(|_| SessionError::InvalidId)?;
+    u64::from_str_radix(text, 16).map_err(|_| SessionError::InvalidId)
+}
+
+/// The form of `id` clients see: 16 hexadecimal digits.
+#[must_use]
+pub fn format_id(id: Id) -> String {
+    format!("{id:016x}")
+}
+
+/// One session.
+#[derive(Debug)]
+struct Session {
+    /// The connection it is attached to (a Redis client id); `None` once that closed.
+    client: Option<u64>,
+    /// The ACL user that opened it.
+    user: Box<str>,
+    /// How long it outlives its connection, in ms.
+    grace_ms: u64,
+    /// When its connection closed (unix ms), while detached.
+    detached_at: u64,
+    /// The holdings it ends.
+    ties: HashSet<Tie>,
+}
+
+/// Every session of this server, by id, with the connection each is attached to and the
+/// session each holding is tied to.
+#[derive(Debug)]
+pub struct Sessions {
+    sessions: HashMap<Id, Session>,
+    by_client: HashMap<u64, HashSet<Id>>,
+    ties: HashMap<Tie, Id>,
+    next: Id,
+}
+
+impl Sessions {
+    /// An empty registry whose ids start at `seed`: a random number, so that a client holding
+    /// an id of an earlier process (before a restart) does not find another client's session.
+    #[must_use]
+    pub fn new(seed: u64) -> Self {
+        Self {
+            sessions: HashMap::new(),
+            by_client: HashMap::new(),
+            ties: HashMap::new(),
+            next: seed,
+        }
+    }
+
+    /// Opens a session for `user`, attached to the connection `client`, outliving it by
+    /// `grace_ms`. Returns its id.
+    pub fn open(&mut self, client: u64, user: &str, grace_ms: u64) -> Id {
+        let id = self.next;
+        self.next = self.next.wrapping_add(1);
+        self.sessions.insert(
+            id,
+            Session {
+                client: Some(client),
+                user: user.into(),
+                grace_ms,
+                detached_at: 0,
+                ties: HashSet::new(),
+            },
+        );
+        self.by_client.entry(client).or_default().insert(id);
+        id
+    }
+
+    /// Attaches session `id` of `user` to the connection `client` (from another connection it
+    /// moves there: the one it was attached to is no longer its). Returns its grace in ms.
+    ///
+    /// # Errors
+    /// No such session; another user's.
+    pub fn attach(&mut self, id: Id, client: u64, user: &str) -> Result<u64, SessionError> {
+        let session = Self::owned(&mut self.sessions, id, user)?;
+        let previous = session.client.replace(client);
+        let grace_ms = session.grace_ms;
+        if previous != Some(client) {
+            if let Some(previous) = previous {
+                self.forget_client(previous, id);
+            }
+            self.by_client.entry(client).or_default().insert(id);
+        }
+        Ok(grace_ms)
+    }
+
+    /// Checks that session `id` exists and is `user`'s, before a command ties a holding to it.
+    ///
+    /// # Errors
+    /// No such session; another user's.
+    pub fn check(&mut self, id: Id, user: &str) -> Result<(), SessionError> {
+        Self::owned(&mut self.sessions, id, user).map(|_| ())
+    }
+
+    /// Ties `tie` to session `id` (checked before), untying it from any other.
+    pub fn tie(&mut self, id: Id, tie: Tie) {
+        if let Some(previous) = self.ties.insert(tie.clone(), id)
+            && previous != id
+            && let Some(session) = self.sessions.get_mut(&previous)
+        {
+            session.ties.remove(&tie);
+        }
+        if let Some(session) = self.sessions.get_mut(&id) {
+            session.ties.insert(tie);
+        }
+    }
+
+    /// Unties the holding `tie` (released, or taken again without a session).
+    pub fn untie(&mut self, tie: &Tie) {
+        if let Some(id) = self.ties.remove(tie)
+            && let Some(session) = self.sessions.get_mut(&id)
+        {
+            session.ties.remove(tie);
+        }
+    }
+
+    /// True when any holding is tied to a session: commands that name none skip the rest.
+    #[must_use]
+    pub fn has_ties(&self) -> bool {
+        !self.ties.is_empty()
+    }
+
+    /// The session `tie` is tied to, if any.
+    #[must_use]
+    pub fn tied_to(&self, tie: &Tie) -> Option<Id> {
+        self.ties.get(tie).copied()
+    }
+
+    /// The connection `client` closed at `now_ms`: each session attached to it is detached.
+    /// Returns them with when each ends (unix ms) unless attached again.
+    pub fn detach(&mut self, client: u64, now_ms: u64) -> Vec<(Id, u64)> {
+        let Some(ids) = self.by_client.remove(&client) else {
+            return Vec::new();
+        };
+        ids.into_iter()
+            .filter_map(|id| {
+                let session = self.sessions.get_mut(&id)?;
+                session.client = None;
+                session.detached_at = now_ms;
+                Some((id, now_ms.saturating_add(session.grace_ms)))
+            })
+            .collect()
+    }
+
+    /// Ends session `id` if at `now_ms` it is detached and its grace has passed. Returns the
+    /// holdings to release.
+    pub fn end_if_due(&mut self, id: Id, now_ms: u64) -> Option<Vec<Tie>> {
+        let session = self.sessions.get(&id)?;
+        let due = session.client.is_none()
+            && now_ms >= session.detached_at.saturating_add(session.grace_ms);
+        due.then(|| self.end(id))
+    }
+
+    /// Ends session `id` of `user` now (`LOCK.SESSION CLOSE`). Returns the holdings to release.
+    ///
+    /// # Errors
+    /// No such session; another user's.
+    pub fn close(&mut self, id: Id, user: &str) -> Result<Vec<Tie>, SessionError> {
+        Self::owned(&mut self.sessions, id, user)?;
+        Ok(self.end(id))
+    }
+
+    /// Forgets every session without ending any (this server stopped being a master: its
+    /// holdings belong to the new master, which has their leases).
+    pub fn clear(&mut self) {
+        self.sessions.clear();
+        self.by_client.clear();
+        self.ties.clear();
+    }
+
+    /// How many sessions are open, and how many of them are detached.
+    #[must_use]
+    pub fn counts(&self) -> (usize, usize) {
+        let detached = self
+            .sessions
+            .values()
+            .filter(|session| session.client.is_none())
+            .count();
+        (self.sessions.len(), detached)
+    }
+
+    fn owned<'a>(
+        sessions: &'a mut HashMap<Id, Session>,
+        id: Id,
+        user: &str,
+    ) -> Result<&'a mut Session, SessionError> {
+        let session = sessions.get_mut(&id).ok_or(SessionError::NoSuchSession)?;
+        if *session.user == *user {
+            Ok(session)
+        } else {
+            Err(SessionError::OtherUser)
+        }
+    }
+
+    fn forget_client(&mut self, client: u64, id: Id) {
+        if let Some(ids) = self.by_client.get_mut(&client) {
+            ids.remove(&id);
+            if ids.is_empty() {
+                self.by_client.remove(&client);
+            }
+        }
+    }
+
+    /// Removes session `id` and returns its ties.
+    fn end(&mut self, id: Id) -> Vec<Tie> {
+        let Some(session) = self.sessions.remove(&id) else {
+            return Vec::new();
+        };
+        if let Some(client) = session.client {
+            self.forget_client(client, id);
+        }
+        let ties: Vec<Tie> = session.ties.into_iter().collect();
+        for tie in &ties {
+            self.ties.remove(tie);
+        }
+        ties
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,114 @@
+use super::*;
+
+fn tie(key: &str, owner: &str) -> Tie {
+    (0, key.as_bytes().into(), owner.as_bytes().into())
+}
+
+#[test]
+fn a_session_ends_a_grace_after_its_connection_closed_unless_attached_again() {
+    let mut sessions = Sessions::new(7);
+    let id = sessions.open(1, "default", 3_000);
+    sessions.tie(id, tie("order", "alice"));
+    assert_eq!(sessions.detach(1, 10_000), vec![(id, 13_000)]);
+    assert_eq!(sessions.counts(), (1, 1));
+    assert_eq!(sessions.end_if_due(id, 12_999), None, "still in its grace");
+    assert_eq!(
+        sessions.end_if_due(id, 13_000),
+        Some(vec![tie("order", "alice")])
+    );
+    assert_eq!(sessions.counts(), (0, 0));
+    assert_eq!(
+        sessions.attach(id, 2, "default"),
+        Err(SessionError::NoSuchSession)
+    );
+}
+
+#[test]
+fn attaching_within_the_grace_keeps_every_tie() {
+    let mut sessions = Sessions::new(7);
+    let id = sessions.open(1, "default", 3_000);
+    sessions.tie(id, tie("order", "alice"));
+    sessions.detach(1, 10_000);
+    assert_eq!(sessions.attach(id, 2, "default"), Ok(3_000));
+    assert_eq!(sessions.end_if_due(id, 20_000), None, "attached");
+    assert_eq!(sessions.tied_to(&tie("order", "alice")), Some(id));
+    // Its new connection closing starts a new grace.
+    assert_eq!(sessions.detach(2, 30_000), vec![(id, 33_000)]);
+    assert_eq!(
+        sessions.detach(1, 30_000),
+        vec![],
+        "no longer its connection"
+    );
+}
+
+#[test]
+fn attaching_from_another_connection_moves_the_session() {
+    let mut sessions = Sessions::new(7);
+    let id = sessions.open(1, "default", 500);
+    sessions.attach(id, 2, "default").expect("attached");
+    assert_eq!(
+        sessions.detach(1, 0),
+        vec![],
+        "the old connection closing ends nothing"
+    );
+    assert_eq!(sessions.detach(2, 0), vec![(id, 500)]);
+}
+
+#[test]
+fn a_session_is_its_users() {
+    let mut sessions = Sessions::new(7);
+    let id = sessions.open(1, "alice", 500);
+    assert_eq!(sessions.attach(id, 2, "bob"), Err(SessionError::OtherUser));
+    assert_eq!(sessions.check(id, "bob"), Err(SessionError::OtherUser));
+    assert_eq!(sessions.close(id, "bob"), Err(SessionError::OtherUser));
+    assert_eq!(sessions.check(id, "alice"), Ok(()));
+    assert_eq!(
+        sessions.check(id + 1, "alice"),
+        Err(SessionError::NoSuchSession)
+    );
+}
+
+#[test]
+fn a_holding_has_one_tie_at_most() {
+    let mut sessions = Sessions::new(7);
+    let first = sessions.open(1, "default", 500);
+    let second = sessions.open(2, "default", 500);
+    sessions.tie(first, tie("order", "alice"));
+    sessions.tie(first, tie("invoice", "alice"));
+    sessions.tie(second, tie("order", "alice"));
+    assert_eq!(
+        sessions.close(first, "default"),
+        Ok(vec![tie("invoice", "alice")])
+    );
+    sessions.untie(&tie("order", "alice"));
+    assert_eq!(sessions.close(second, "default"), Ok(vec![]));
+}
+
+#[test]
+fn clear_forgets_without_ending() {
+    let mut sessions = Sessions::new(u64::MAX);
+    let id = sessions.open(1, "default", 500);
+    assert_eq!(id, u64::MAX);
+    assert_eq!(sessions.open(1, "default", 500), 0, "ids wrap");
+    sessions.tie(id, tie("order", "alice"));
+    sessions.clear();
+    assert_eq!(sessions.counts(), (0, 0));
+    assert_eq!(sessions.detach(1, 0), vec![]);
+    assert_eq!(sessions.tied_to(&tie("order", "alice")), None);
+}
+
+#[test]
+fn ids_are_sixteen_hexadecimal_digits() {
+    assert_eq!(format_id(0xab), "00000000000000ab");
+    assert_eq!(parse_id(b"00000000000000ab"), Ok(0xab));
+    assert_eq!(parse_id(b"FFFFFFFFFFFFFFFF"), Ok(u64::MAX));
+    for bad in [
+        &b"ab"[..],
+        b"00000000000000abc",
+        b"0000000000000-ab",
+        b"000000000000000g",
+        b"\xff",
+    ] {
+        assert_eq!(parse_id(bad), Err(SessionError::InvalidId));
+    }
+}

@@ -1,0 +1,264 @@
+//! Sessions on this server ([`leasehold_core::session`] has the rules): `LOCK.SESSION`, the
+//! ties that commands naming a session make and undo, and the end of a session a grace after
+//! its connection closed — each tied holding released as `LOCK.RELEASE` would release it (every
+//! hold at once), replicated and handed over to its waiters like one.
+//!
+//! Redis reports a closed connection with `RedisModuleEvent_ClientChange` (with the client's
+//! id since Redis 6.0.9, redis#7867), which `redis-module` 2.0.8 does not wrap: its
+//! subscription is the one raw call here, with `RedisModule_GetClientId`. Writing inside that
+//! event is not allowed, so the end runs from a timer, as every lease end does
+//! ([`crate::looks`]).
+//!
+//! Sessions live in the master's memory only: a replica has none, and a server that stops
+//! being a master forgets them (the new master has the holdings' leases).
+
+use std::hash::{BuildHasher, RandomState};
+use std::os::raw::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use leasehold_core::args;
+use leasehold_core::outcome::Reply;
+use leasehold_core::session::{self, Id, Sessions, Tie};
+use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue, raw};
+
+use crate::api::{api, ok_or_error};
+use crate::clock;
+use crate::config;
+use crate::effects::replication_paused;
+use crate::key::{LockKey, select_db, selected_db};
+use crate::looks;
+use crate::replies;
+
+/// How often a session's end is retried while writes are paused, in ms.
+const PAUSED_RETRY_MS: u64 = 10;
+
+/// Ids start at a random number ([`Sessions::new`]).
+static SESSIONS: LazyLock<Mutex<Sessions>> =
+    LazyLock::new(|| Mutex::new(Sessions::new(RandomState::new().hash_one(clock::now_ms()))));
+
+/// Sessions ended because their connection closed and their grace passed.
+static ENDED: AtomicU64 = AtomicU64::new(0);
+/// Holdings released by sessions that ended (closed or after their grace).
+static RELEASED: AtomicU64 = AtomicU64::new(0);
+
+fn sessions() -> MutexGuard<'static, Sessions> {
+    SESSIONS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// `LOCK.SESSION OPEN [GRACE grace-ms]`: opens a session attached to this connection, that
+/// outlives it by `grace-ms` (default `lock.session-grace-ms`). Replies `[id, grace-ms]`.
+///
+/// `LOCK.SESSION ATTACH id`: attaches the session to this connection (it moves here from any
+/// other), keeping every holding tied to it; clients send it as their heartbeat too. Replies
+/// the grace in ms.
+///
+/// `LOCK.SESSION CLOSE id`: ends the session now; replies how many holdings it released.
+///
+/// # Errors
+/// Arity, syntax, an unknown subcommand, a grace out of range, an invalid id, no such session
+/// (never opened here, or ended), a session another ACL user opened, and `READONLY` on a
+/// replica.
+pub fn command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let max_grace = config::session_max_grace_ms();
+    let parsed = args::session(&args, max_grace).map_err(replies::arg_error)?;
+    if ctx.get_flags().contains(ContextFlags::SLAVE) {
+        return Err(RedisError::Str(
+            "READONLY You can't use sessions against a read only replica.",
+        ));
+    }
+    let user = ctx.get_current_user().to_string();
+    match parsed {
+        args::Session::Open { grace_ms } => {
+            let grace_ms = grace_ms.unwrap_or_else(config::session_grace_ms);
+            let id = sessions().open(client_id(ctx)?, &user, grace_ms);
+            Ok(RedisValue::Array(vec![
+                RedisValue::BulkString(session::format_id(id)),
+                RedisValue::Integer(i64::try_from(grace_ms).unwrap_or(i64::MAX)),
+            ]))
+        }
+        args::Session::Attach(id) => {
+            let grace_ms = sessions()
+                .attach(id, client_id(ctx)?, &user)
+                .map_err(session_error)?;
+            Ok(RedisValue::Integer(
+                i64::try_from(grace_ms).unwrap_or(i64::MAX),
+            ))
+        }
+        args::Session::Close(id) => {
+            let ties = sessions().close(id, &user).map_err(session_error)?;
+            let released = release(ctx, ties)?;
+            Ok(RedisValue::Integer(i64::try_from(released).unwrap_or(0)))
+        }
+    }
+}
+
+/// Checks that the session a command names exists and is the caller's, before the command
+/// changes anything.
+///
+/// # Errors
+/// No such session; another user's.
+pub fn check(ctx: &Context, id: Id) -> Result<(), RedisError> {
+    let user = ctx.get_current_user().to_string();
+    sessions().check(id, &user).map_err(session_error)
+}
+
+/// Ties `owner`'s holding of `key` in the selected database to session `id` (checked before);
+/// with `None`, unties it (it was taken without a session).
+pub fn tie(ctx: &Context, id: Option<Id>, key: &[u8], owner: &[u8]) {
+    let mut sessions = sessions();
+    match id {
+        Some(id) => sessions.tie(id, holding(ctx, key, owner)),
+        None if sessions.has_ties() => sessions.untie(&holding(ctx, key, owner)),
+        None => {}
+    }
+}
+
+/// `owner` released `key` in the selected database: unties it when nothing of it is held.
+pub fn released(ctx: &Context, key: &LockKey, name: &[u8], owner: &[u8]) {
+    let mut sessions = sessions();
+    if sessions.has_ties() && key.lock().and_then(|lock| lock.holds_of(owner)).is_none() {
+        sessions.untie(&holding(ctx, name, owner));
+    }
+}
+
+/// The session `owner`'s holding of `key` in the selected database is tied to, for `LOCK.INFO`.
+pub fn tied_to(ctx: &Context, key: &[u8], owner: &[u8]) -> Option<String> {
+    let sessions = sessions();
+    if !sessions.has_ties() {
+        return None;
+    }
+    sessions
+        .tied_to(&holding(ctx, key, owner))
+        .map(session::format_id)
+}
+
+fn holding(ctx: &Context, key: &[u8], owner: &[u8]) -> Tie {
+    (selected_db(ctx), key.into(), owner.into())
+}
+
+/// This server stopped being a master: its sessions are forgotten, not ended.
+pub fn on_demoted() {
+    sessions().clear();
+}
+
+/// `INFO lock` fields: sessions open, detached (in their grace), ended after a grace, and
+/// holdings released by ended sessions.
+pub fn fields() -> [(&'static str, u64); 4] {
+    let (open, detached) = sessions().counts();
+    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    [
+        ("sessions", count(open)),
+        ("sessions_detached", count(detached)),
+        ("sessions_expired", ENDED.load(Ordering::Relaxed)),
+        ("session_releases", RELEASED.load(Ordering::Relaxed)),
+    ]
+}
+
+/// Releases every holding of `ties` (each in its own database, every hold at once), as
+/// `LOCK.RELEASE` would; the caller's database is selected again after. Returns how many were
+/// released.
+///
+/// # Errors
+/// A database that cannot be selected.
+fn release(ctx: &Context, ties: Vec<Tie>) -> Result<u64, RedisError> {
+    let caller_db = selected_db(ctx);
+    let mut released = 0;
+    for (db, key, owner) in ties {
+        select_db(ctx, db)?;
+        let name = ctx.create_string(&*key);
+        let owner_name = ctx.create_string(&*owner);
+        // A key of another type now: nothing of the session's is there.
+        let Ok(mut key) = LockKey::write(ctx, &name) else {
+            continue;
+        };
+        let reply = looks::decide(
+            ctx,
+            &mut key,
+            &name,
+            Some(&owner_name),
+            clock::now_ms(),
+            |scope| {
+                scope.end_holding(&owner);
+            },
+        )?;
+        if reply == Reply::Integer(1) {
+            released += 1;
+        }
+    }
+    select_db(ctx, caller_db)?;
+    RELEASED.fetch_add(released, Ordering::Relaxed);
+    Ok(released)
+}
+
+/// A session whose grace may have passed: ends it if it is still detached, releasing its
+/// holdings. On a replica, nothing; while writes are paused, again a little later.
+fn on_due(ctx: &Context, id: Id) {
+    if ctx.get_flags().contains(ContextFlags::SLAVE) {
+        return;
+    }
+    if replication_paused() {
+        ctx.create_timer(Duration::from_millis(PAUSED_RETRY_MS), on_due, id);
+        return;
+    }
+    let Some(ties) = sessions().end_if_due(id, clock::now_ms()) else {
+        return;
+    };
+    ENDED.fetch_add(1, Ordering::Relaxed);
+    if let Err(error) = release(ctx, ties) {
+        ctx.log_warning(&format!(
+            "lock: session {} ended, its holdings not all released: {error:?}",
+            session::format_id(id)
+        ));
+    }
+}
+
+/// A connection closed: each session attached to it ends after its grace, unless attached again.
+fn disconnected(ctx: &Context, client: u64) {
+    let now = clock::now_ms();
+    for (id, end_ms) in sessions().detach(client, now) {
+        let delay = Duration::from_millis(end_ms.saturating_sub(now));
+        ctx.create_timer(delay, on_due, id);
+    }
+}
+
+fn session_error(error: session::SessionError) -> RedisError {
+    RedisError::String(error.to_string())
+}
+
+/// The id of the connection that sent the command (`CLIENT ID`).
+///
+/// # Errors
+/// The server lacks `RedisModule_GetClientId`.
+fn client_id(ctx: &Context) -> Result<u64, RedisError> {
+    Ok(unsafe { api(raw::RedisModule_GetClientId)?(ctx.get_raw()) })
+}
+
+/// Subscribes to connections closing.
+///
+/// # Errors
+/// The server lacks the event or refuses the subscription.
+pub fn register(ctx: &Context) -> Result<(), RedisError> {
+    let subscribe = api(unsafe { raw::RedisModule_SubscribeToServerEvent })?;
+    let event = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_CLIENT_CHANGE,
+        dataver: 1,
+    };
+    let status = unsafe { subscribe(ctx.get_raw(), event, Some(on_client_change)) };
+    ok_or_error(status, "ERR could not watch connections closing")
+}
+
+/// `RedisModuleEvent_ClientChange`: `data` is a `RedisModuleClientInfo` (version 1).
+unsafe extern "C" fn on_client_change(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    if subevent != raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED || data.is_null() {
+        return;
+    }
+    let info = unsafe { &*data.cast::<raw::RedisModuleClientInfo>() };
+    disconnected(&Context::new(ctx), info.id);
+}
