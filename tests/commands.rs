@@ -220,7 +220,7 @@ fn info_replies_a_map_in_resp3_and_a_flat_array_in_resp2() {
     let Value::Array(flat) = call(&mut con, &["LOCK.INFO", "k"]) else {
         panic!("RESP2 LOCK.INFO is an array");
     };
-    assert_eq!(flat.len(), 12);
+    assert_eq!(flat.len(), 14);
     let mut resp3 = server.resp3();
     let Value::Map(map) = call(&mut resp3, &["LOCK.INFO", "k"]) else {
         panic!("RESP3 LOCK.INFO is a map");
@@ -234,7 +234,12 @@ fn info_replies_a_map_in_resp3_and_a_flat_array_in_resp2() {
         })
         .collect();
     names.sort();
-    assert_eq!(names, ["holds", "mode", "owner", "token", "ttl", "waiters"]);
+    assert_eq!(
+        names,
+        [
+            "holds", "mode", "owner", "session", "token", "ttl", "waiters"
+        ]
+    );
     assert!(map.contains(&(Value::BulkString(b"token".to_vec()), Value::Int(token))));
     assert_eq!(call(&mut resp3, &["LOCK.INFO", "free"]), Value::Nil);
 }
@@ -309,8 +314,17 @@ fn bad_arguments_are_errors_that_change_nothing() {
             &["LOCK.RENEW", "k", "alice"],
             "ERR wrong number of arguments for 'lock.renew' command",
         ),
+        (&["LOCK.RENEW", "k", "alice", "1", "2"], "ERR syntax error"),
         (
-            &["LOCK.RENEW", "k", "alice", "1", "2"],
+            &[
+                "LOCK.RENEW",
+                "k",
+                "alice",
+                "1",
+                "SESSION",
+                "00000000000000ab",
+                "x",
+            ],
             "ERR wrong number of arguments for 'lock.renew' command",
         ),
         (

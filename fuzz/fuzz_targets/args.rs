@@ -50,6 +50,12 @@ fuzz_target!(|input: (i64, u8, u64, Vec<&[u8]>)| {
         assert!(fence.owner.is_none_or(|owner| owner_ok(owner)));
     }
     let _ = args::info(&words);
+    if let Ok(args::Session::Open {
+        grace_ms: Some(grace),
+    }) = args::session(&words, u64::from(max_keys) * 1_000)
+    {
+        assert!(grace >= 100 && grace <= u64::from(max_keys) * 1_000);
+    }
     if let Ok(promotable) = args::promotable(&words) {
         assert!(promotable.until_ms > 0 && promotable.timeout_ms > 0);
         assert!(promotable.listed.len() <= args::MAX_LISTED);

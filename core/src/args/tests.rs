@@ -229,3 +229,77 @@ fn promotable_lists_replicas() {
     let many = format!("LOCK.PROMOTABLE 1 1{}", " a:1".repeat(MAX_LISTED + 1));
     assert_eq!(promotable(&words(&many)).unwrap_err(), ArgError::Replica);
 }
+
+#[test]
+fn sessions_are_named_by_sixteen_hexadecimal_digits() {
+    let id = "00000000000000ab";
+    let acquire_line = format!("LOCK.ACQUIRE k o 5 SESSION {id} WAIT 0");
+    assert_eq!(
+        acquire(&words(&acquire_line), &LIMITS).map(|a| (a.session, a.wait_ms)),
+        Ok((Some(0xab), Some(0)))
+    );
+    let twice = format!("LOCK.ACQUIRE k o 5 SESSION {id} SESSION {id}");
+    assert_eq!(acquire(&words(&twice), &LIMITS), Err(ArgError::Syntax));
+    assert_eq!(
+        acquire(&words("LOCK.ACQUIRE k o 5 SESSION abc"), &LIMITS),
+        Err(ArgError::Session(crate::session::SessionError::InvalidId))
+    );
+    let renew_line = format!("LOCK.RENEW k o 5 SESSION {id}");
+    assert_eq!(
+        renew(&words(&renew_line), &LIMITS).map(|h| h.session),
+        Ok(Some(0xab))
+    );
+    assert_eq!(
+        renew(&words("LOCK.RENEW k o 5 SESSION"), &LIMITS),
+        Err(ArgError::Syntax)
+    );
+    let mrenew_line = format!("LOCK.MRENEW 2 a b o 5 SESSION {id}");
+    assert_eq!(
+        mrenew(&words(&mrenew_line), &LIMITS).map(|s| s.session),
+        Ok(Some(0xab))
+    );
+    let macquire_line = format!("LOCK.MACQUIRE 1 a o 5 SESSION {id}");
+    assert_eq!(
+        macquire(&words(&macquire_line), &LIMITS).map(|s| s.session),
+        Ok(Some(0xab))
+    );
+}
+
+#[test]
+fn session_subcommands() {
+    let parse = |line: &str| session(&words(line), 60_000);
+    assert_eq!(
+        parse("LOCK.SESSION open"),
+        Ok(Session::Open { grace_ms: None })
+    );
+    assert_eq!(
+        parse("LOCK.SESSION OPEN GRACE 100"),
+        Ok(Session::Open {
+            grace_ms: Some(100)
+        })
+    );
+    for grace in ["99", "60001", "-1", "x"] {
+        let line = format!("LOCK.SESSION OPEN GRACE {grace}");
+        assert_eq!(parse(&line), Err(ArgError::Grace(100, 60_000)), "{grace}");
+    }
+    assert_eq!(parse("LOCK.SESSION OPEN GRACE"), Err(ArgError::Syntax));
+    assert_eq!(parse("LOCK.SESSION OPEN X"), Err(ArgError::Syntax));
+    assert_eq!(
+        parse("LOCK.SESSION ATTACH 00000000000000AB"),
+        Ok(Session::Attach(0xab))
+    );
+    assert_eq!(
+        parse("LOCK.SESSION close 00000000000000ab"),
+        Ok(Session::Close(0xab))
+    );
+    assert_eq!(parse("LOCK.SESSION CLOSE"), Err(ArgError::WrongArity));
+    assert_eq!(
+        parse("LOCK.SESSION CLOSE 00000000000000ab x"),
+        Err(ArgError::WrongArity)
+    );
+    assert_eq!(parse("LOCK.SESSION"), Err(ArgError::WrongArity));
+    assert_eq!(
+        parse("LOCK.SESSION LIST"),
+        Err(ArgError::UnknownSubcommand("LIST".into()))
+    );
+}

@@ -1,0 +1,374 @@
+//! Sessions on real servers: holdings tied to a connection pass on a grace after it closes.
+//!
+//! - A holder process killed with `kill -9`: the waiter already blocked is granted within the
+//!   grace plus 100 ms (and not before the grace), with a larger token, replicated.
+//! - `CLIENT KILL` of the session's connection and an `ATTACH` within the grace: nothing is
+//!   handed over; `CLOSE` then frees at once.
+//! - Every hold of a reentrant holding, shared holdings and sets end with the session; a release
+//!   or an acquire without the session unties a holding; `RENEW ... SESSION` ties it again.
+//! - Bad input is refused and changes nothing; a replica refuses sessions.
+//! - A failover: the new master has the holdings' leases only.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{
+    Server, acquire, call, error, granted, holder, info_field, info_fields, queued, shared_info,
+    wait_for, wait_until,
+};
+use redis::{Connection, Value};
+
+/// The grace of most tests, in ms.
+const GRACE_MS: u64 = 500;
+
+/// `LOCK.SESSION OPEN GRACE grace_ms` on `con`: the session's id.
+fn open(con: &mut Connection, grace_ms: u64) -> String {
+    let (id, grace): (String, u64) = redis::cmd("LOCK.SESSION")
+        .arg("OPEN")
+        .arg("GRACE")
+        .arg(grace_ms)
+        .query(con)
+        .expect("LOCK.SESSION OPEN");
+    assert_eq!(grace, grace_ms);
+    assert_eq!(id.len(), 16, "{id}");
+    id
+}
+
+/// `LOCK.INFO key`'s `session` field.
+fn session_of(con: &mut Connection, key: &str) -> Option<String> {
+    match info_fields(con, key)?.remove("session")? {
+        Value::BulkString(id) => Some(String::from_utf8(id).expect("an id")),
+        Value::Nil => None,
+        other => panic!("session: {other:?}"),
+    }
+}
+
+/// A holder process: a shell with a connection of its own (bash's `/dev/tcp`) that opens a
+/// session and takes `key` with a 30 s lease tied to it, then waits on a builtin — no child
+/// process shares its socket, so `kill -9` closes it.
+fn holder_process(port: u16, key: &str) -> (Child, i64) {
+    let script = format!(
+        r#"exec 3<>/dev/tcp/127.0.0.1/{port}
+printf 'LOCK.SESSION OPEN GRACE {GRACE_MS}\r\n' >&3
+read -r _ <&3; read -r _ <&3; read -r id <&3; read -r _ <&3
+printf 'LOCK.ACQUIRE {key} crashed-holder 30000 SESSION %s\r\n' "${{id%$'\r'}}" >&3
+read -r token <&3
+echo "${{token%$'\r'}}"
+read -r -t 600 _"#
+    );
+    let mut child = Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("bash");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the holder's token");
+    let token = line
+        .trim()
+        .strip_prefix(':')
+        .and_then(|token| token.parse().ok())
+        .unwrap_or_else(|| panic!("the holder got {line:?}"));
+    (child, token)
+}
+
+#[test]
+fn a_holder_killed_with_kill_9_hands_over_within_the_grace_plus_100_ms() {
+    let master = Server::start(&[]);
+    let replica = Server::start(&[]);
+    replica.replicate(&master);
+    let mut m = master.client();
+    let (mut holder_child, held) = holder_process(master.port, "order");
+    assert_eq!(holder(&mut m, "order").as_deref(), Some("crashed-holder"));
+    assert!(session_of(&mut m, "order").is_some());
+    let waiter = wait_for(&master, "order", "next", 0);
+    queued(&mut m, "order", 1);
+
+    let killed = Instant::now();
+    holder_child.kill().expect("kill -9");
+    holder_child.wait().expect("reaped");
+    let token = granted(waiter);
+    let elapsed = killed.elapsed();
+    assert!(token > held, "{token} after {held}");
+    assert!(
+        elapsed >= Duration::from_millis(GRACE_MS - 20)
+            && elapsed <= Duration::from_millis(GRACE_MS + 100),
+        "handed over {elapsed:?} after the kill, grace {GRACE_MS} ms"
+    );
+    assert_eq!(
+        info_field(&mut m, "lock", "lock_sessions_expired").as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        info_field(&mut m, "lock", "lock_session_releases").as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        info_field(&mut m, "lock", "lock_sessions").as_deref(),
+        Some("0")
+    );
+
+    // The release and the hand-over reached the replica like any.
+    common::sync_replicas(&mut m);
+    assert_eq!(
+        holder(&mut replica.client(), "order").as_deref(),
+        Some("next")
+    );
+}
+
+#[test]
+fn a_connection_killed_and_attached_again_within_the_grace_hands_nothing_over() {
+    let server = Server::start(&[]);
+    let mut session_con = server.client();
+    let id = open(&mut session_con, GRACE_MS);
+    let session_client: i64 = redis::cmd("CLIENT")
+        .arg("ID")
+        .query(&mut session_con)
+        .expect("id");
+    let mut con = server.client();
+    acquire(&mut con, "order", "alice", 30_000, &["SESSION", &id]).expect("granted");
+    let waiter = wait_for(&server, "order", "bob", 0);
+    queued(&mut con, "order", 1);
+
+    let id_text = session_client.to_string();
+    call(&mut con, &["CLIENT", "KILL", "ID", &id_text]);
+    wait_until("the session is detached", || {
+        info_field(&mut con, "lock", "lock_sessions_detached").as_deref() == Some("1")
+    });
+    thread::sleep(Duration::from_millis(GRACE_MS / 2));
+    let mut again = server.client();
+    let grace: i64 = redis::cmd("LOCK.SESSION")
+        .arg("ATTACH")
+        .arg(&id)
+        .query(&mut again)
+        .expect("attached");
+    assert_eq!(grace, GRACE_MS as i64);
+    thread::sleep(Duration::from_millis(GRACE_MS + 300));
+    assert_eq!(
+        holder(&mut con, "order").as_deref(),
+        Some("alice"),
+        "handed over on a blip"
+    );
+    assert_eq!(session_of(&mut con, "order"), Some(id.clone()));
+    assert!(!waiter.reply.is_finished());
+
+    // A close frees at once.
+    let closed = Instant::now();
+    assert_eq!(
+        call(&mut again, &["LOCK.SESSION", "CLOSE", &id]),
+        Value::Int(1)
+    );
+    granted(waiter);
+    assert!(closed.elapsed() < Duration::from_millis(GRACE_MS));
+    assert_eq!(holder(&mut con, "order").as_deref(), Some("bob"));
+    assert!(error(&mut again, &["LOCK.SESSION", "ATTACH", &id]).contains("no such session"));
+}
+
+#[test]
+fn a_session_ends_every_kind_of_holding_and_only_what_is_still_tied() {
+    let server = Server::start(&[]);
+    let mut session_con = server.client();
+    let id = open(&mut session_con, 60_000);
+    let mut con = server.client();
+    let with = ["SESSION", id.as_str()];
+    // Three holds of a reentrant holding, a shared one beside another reader, a set.
+    for _ in 0..3 {
+        acquire(
+            &mut con,
+            "reentrant",
+            "alice",
+            30_000,
+            &["REENTRANT", "SESSION", &id],
+        )
+        .expect("held");
+    }
+    acquire(
+        &mut con,
+        "shared",
+        "alice",
+        30_000,
+        &["SHARED", "SESSION", &id],
+    )
+    .expect("held");
+    acquire(&mut con, "shared", "reader", 30_000, &["SHARED"]).expect("held");
+    call(
+        &mut con,
+        &[
+            "LOCK.MACQUIRE",
+            "2",
+            "a",
+            "b",
+            "alice",
+            "30000",
+            "SESSION",
+            &id,
+        ],
+    );
+    // Untied: released, or taken again without the session.
+    acquire(&mut con, "released", "alice", 30_000, &with).expect("held");
+    call(&mut con, &["LOCK.RELEASE", "released", "alice"]);
+    acquire(&mut con, "released", "alice", 30_000, &[]).expect("held again, untied");
+    assert_eq!(session_of(&mut con, "released"), None);
+    acquire(&mut con, "retied", "alice", 30_000, &[]).expect("held");
+    assert_eq!(
+        call(
+            &mut con,
+            &["LOCK.RENEW", "retied", "alice", "30000", "SESSION", &id]
+        ),
+        Value::Int(1)
+    );
+    assert_eq!(session_of(&mut con, "retied"), Some(id.clone()));
+
+    // reentrant, shared, a, b, retied.
+    assert_eq!(
+        call(&mut con, &["LOCK.SESSION", "CLOSE", &id]),
+        Value::Int(5)
+    );
+    for key in ["reentrant", "a", "b", "retied"] {
+        assert_eq!(holder(&mut con, key), None, "{key}");
+    }
+    let readers = shared_info(&mut con, "shared").expect("the other reader holds it");
+    let owners: Vec<&str> = readers
+        .owners
+        .iter()
+        .map(|owner| owner.0.as_str())
+        .collect();
+    assert_eq!(owners, ["reader"]);
+    assert_eq!(holder(&mut con, "released").as_deref(), Some("alice"));
+}
+
+#[test]
+fn bad_input_is_refused_and_changes_nothing() {
+    let server = Server::start(&[]);
+    let mut con = server.client();
+    for (args, expected) in [
+        (&["LOCK.SESSION"][..], "wrong number of arguments"),
+        (&["LOCK.SESSION", "LIST"], "unknown subcommand 'LIST'"),
+        (
+            &["LOCK.SESSION", "OPEN", "GRACE", "99"],
+            "grace-ms must be 100 to",
+        ),
+        (
+            &["LOCK.SESSION", "OPEN", "GRACE", "60001"],
+            "lock.session-max-grace-ms (60000)",
+        ),
+        (&["LOCK.SESSION", "OPEN", "FOREVER"], "syntax error"),
+        (&["LOCK.SESSION", "ATTACH"], "wrong number of arguments"),
+        (&["LOCK.SESSION", "ATTACH", "xyz"], "invalid session id"),
+        (
+            &["LOCK.SESSION", "CLOSE", "00000000000000ab"],
+            "no such session",
+        ),
+        (
+            &[
+                "LOCK.ACQUIRE",
+                "k",
+                "o",
+                "1000",
+                "SESSION",
+                "00000000000000ab",
+            ],
+            "no such session",
+        ),
+        (
+            &["LOCK.ACQUIRE", "k", "o", "1000", "SESSION"],
+            "syntax error",
+        ),
+        (
+            &["LOCK.RENEW", "k", "o", "1000", "SESSION", "nope"],
+            "invalid session id",
+        ),
+        (&["LOCK.RENEW", "k", "o", "1000", "EXTRA"], "syntax error"),
+        (
+            &[
+                "LOCK.MACQUIRE",
+                "1",
+                "k",
+                "o",
+                "1000",
+                "SESSION",
+                "00000000000000ab",
+            ],
+            "no such session",
+        ),
+        (
+            &["CONFIG", "SET", "lock.session-grace-ms", "50"],
+            "lock.session-grace-ms",
+        ),
+    ] {
+        let message = error(&mut con, args);
+        assert!(message.contains(expected), "{args:?}: {message}");
+    }
+    assert_eq!(call(&mut con, &["DBSIZE"]), Value::Int(0));
+
+    // Another ACL user's session.
+    let id = open(&mut con, GRACE_MS);
+    call(
+        &mut con,
+        &["ACL", "SETUSER", "bob", "on", "nopass", "+@all", "~*"],
+    );
+    let mut bob = server.client();
+    call(&mut bob, &["AUTH", "bob", "x"]);
+    for args in [
+        &["LOCK.SESSION", "ATTACH", id.as_str()][..],
+        &["LOCK.SESSION", "CLOSE", id.as_str()],
+        &["LOCK.ACQUIRE", "k", "o", "1000", "SESSION", id.as_str()],
+    ] {
+        assert!(
+            error(&mut bob, args).contains("belongs to another user"),
+            "{args:?}"
+        );
+    }
+    assert_eq!(call(&mut con, &["DBSIZE"]), Value::Int(0));
+
+    let replica = Server::start(&[]);
+    replica.replicate(&server);
+    assert!(error(&mut replica.client(), &["LOCK.SESSION", "OPEN"]).starts_with("READONLY"));
+}
+
+#[test]
+fn after_a_failover_the_holdings_keep_their_leases_only() {
+    let old = Server::start(&[]);
+    let new = Server::start(&[]);
+    new.replicate(&old);
+    let mut session_con = old.client();
+    let id = open(&mut session_con, GRACE_MS);
+    let mut o = old.client();
+    acquire(&mut o, "order", "alice", 30_000, &["SESSION", &id]).expect("granted");
+    common::sync_replicas(&mut o);
+
+    let mut n = new.client();
+    call(&mut n, &["REPLICAOF", "NO", "ONE"]);
+    let port = new.port.to_string();
+    call(&mut o, &["REPLICAOF", "127.0.0.1", &port]);
+    wait_until("the old master forgot its sessions", || {
+        info_field(&mut o, "lock", "lock_sessions").as_deref() == Some("0")
+    });
+    drop(session_con);
+    thread::sleep(Duration::from_millis(GRACE_MS + 300));
+    assert_eq!(
+        holder(&mut n, "order").as_deref(),
+        Some("alice"),
+        "the lease holds it"
+    );
+    assert_eq!(session_of(&mut n, "order"), None);
+    assert!(error(&mut n, &["LOCK.SESSION", "ATTACH", &id]).contains("no such session"));
+    // A client ties it to a session on the new master by renewing.
+    let mut fresh = new.client();
+    let id = open(&mut fresh, GRACE_MS);
+    assert_eq!(
+        call(
+            &mut n,
+            &["LOCK.RENEW", "order", "alice", "30000", "SESSION", &id]
+        ),
+        Value::Int(1)
+    );
+    assert_eq!(session_of(&mut n, "order"), Some(id));
+}
