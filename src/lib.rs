@@ -101,7 +101,7 @@ fn set_module_options(ctx: &Context) {
 
 redis_module! {
     name: "lock",
-    version: 6,
+    version: 7,
     allocator: (Allocator, Allocator {}),
     data_types: [LOCK_TYPE],
     // The `lock` ACL category and the commands' `@read`/`@write`/`@fast` ones (Redis 7.2+ and

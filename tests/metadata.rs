@@ -62,11 +62,12 @@ fn command_docs_describe_every_command() {
                 "reentrant",
                 "timeout-ms",
                 "shared",
+                "id",
             ],
             per_holder,
         ),
         ("lock.release", &["key", "owner"], per_holder),
-        ("lock.renew", &["key", "owner", "ttl-ms"], per_holder),
+        ("lock.renew", &["key", "owner", "ttl-ms", "id"], per_holder),
         ("lock.fence", &["key", "owner"], "O(1)"),
         (
             "lock.info",
@@ -80,13 +81,13 @@ fn command_docs_describe_every_command() {
         ),
         (
             "lock.macquire",
-            &["numkeys", "key", "owner", "ttl-ms", "timeout-ms"],
+            &["numkeys", "key", "owner", "ttl-ms", "timeout-ms", "id"],
             set,
         ),
         ("lock.mrelease", &["numkeys", "key", "owner"], set),
         (
             "lock.mrenew",
-            &["numkeys", "key", "owner", "ttl-ms"],
+            &["numkeys", "key", "owner", "ttl-ms", "id"],
             "O(K) for K keys",
         ),
     ];
@@ -127,7 +128,7 @@ fn command_docs_describe_shared_and_limit_as_a_block() {
     let Value::Array(args) = &doc["arguments"] else {
         panic!("arguments");
     };
-    let shared = pairs(args.last().expect("the last argument"));
+    let shared = pairs(&args[5]);
     assert_eq!(
         (
             text(&shared["name"]),
@@ -164,7 +165,7 @@ fn command_info_gives_arity_flags_and_key_specs() {
             "RW",
         ),
         ("lock.release", 3, &["write", "fast"], "RW"),
-        ("lock.renew", 4, &["write", "fast"], "RW"),
+        ("lock.renew", -4, &["write", "fast"], "RW"),
         ("lock.fence", -2, &["readonly", "fast"], "RO"),
         ("lock.info", 2, &["readonly", "fast"], "RO"),
         ("lock.raise", 4, &["write", "fast"], "RW"),
@@ -267,7 +268,8 @@ fn the_lock_acl_category_covers_every_command_where_supported() {
             "lock.promotable",
             "lock.raise",
             "lock.release",
-            "lock.renew"
+            "lock.renew",
+            "lock.session"
         ]
     );
     call(
