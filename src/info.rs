@@ -12,7 +12,6 @@ use redis_module::{InfoContext, RedisResult};
 use redis_module_macros::info_command_handler;
 
 use crate::insync;
-use crate::session;
 use crate::state;
 
 /// One counter of the `lock_stats` section.
@@ -51,6 +50,21 @@ static HANDOVERS: Counter = Counter::new();
 /// Leases that ended by expiry rather than by release: a shared holder's, ended by the module,
 /// or a lock key's, expired by Redis.
 static EXPIRED_LEASES: Counter = Counter::new();
+
+/// Sessions ended because their connection closed and their grace passed.
+static SESSIONS_EXPIRED: Counter = Counter::new();
+/// Holdings released by sessions that ended (by their grace or `LOCK.SESSION CLOSE`).
+static SESSION_RELEASES: Counter = Counter::new();
+
+/// A session ended because its grace passed.
+pub fn session_expired() {
+    SESSIONS_EXPIRED.add(1);
+}
+
+/// An ended session released `count` holdings.
+pub fn sessions_released(count: u32) {
+    SESSION_RELEASES.add(count);
+}
 
 /// Adds what one event did to the counters.
 pub fn count(counts: &Counts) {
@@ -121,16 +135,20 @@ fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
             .field("insync_role", "replica")?
             .field("insync_promotable", u64::from(set.promotable))?,
     };
-    let mut builder = builder
+    let (open, detached) = state::sessions().counts();
+    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    builder
         .field(
             "insync_required",
             u64::try_from(set.required).unwrap_or(u64::MAX),
         )?
         .build_section()?
-        .add_section("sessions");
-    for (field, value) in session::fields() {
-        builder = builder.field(field, value)?;
-    }
-    builder.build_section()?.build_info()?;
+        .add_section("sessions")
+        .field("sessions", count(open))?
+        .field("sessions_detached", count(detached))?
+        .field("sessions_expired", SESSIONS_EXPIRED.get())?
+        .field("session_releases", SESSION_RELEASES.get())?
+        .build_section()?
+        .build_info()?;
     Ok(())
 }

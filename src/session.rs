@@ -12,40 +12,26 @@
 //! Sessions live in the master's memory only: a replica has none, and a server that stops
 //! being a master forgets them (the new master has the holdings' leases).
 
-use std::hash::{BuildHasher, RandomState};
 use std::os::raw::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use leasehold_core::args;
 use leasehold_core::outcome::Reply;
-use leasehold_core::session::{self, Id, Sessions, Tie};
+use leasehold_core::session::{self, Id, Tie};
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue, raw};
 
 use crate::api::{api, ok_or_error};
 use crate::clock;
 use crate::config;
 use crate::effects::replication_paused;
+use crate::info;
 use crate::key::{LockKey, select_db, selected_db};
 use crate::looks;
 use crate::replies;
+use crate::state::sessions;
 
 /// How often a session's end is retried while writes are paused, in ms.
 const PAUSED_RETRY_MS: u64 = 10;
-
-/// Ids start at a random number ([`Sessions::new`]).
-static SESSIONS: LazyLock<Mutex<Sessions>> =
-    LazyLock::new(|| Mutex::new(Sessions::new(RandomState::new().hash_one(clock::now_ms()))));
-
-/// Sessions ended because their connection closed and their grace passed.
-static ENDED: AtomicU64 = AtomicU64::new(0);
-/// Holdings released by sessions that ended (closed or after their grace).
-static RELEASED: AtomicU64 = AtomicU64::new(0);
-
-fn sessions() -> MutexGuard<'static, Sessions> {
-    SESSIONS.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// `LOCK.SESSION OPEN [GRACE grace-ms]`: opens a session attached to this connection, that
 /// outlives it by `grace-ms` (default `lock.session-grace-ms`). Replies `[id, grace-ms]`.
@@ -89,7 +75,7 @@ pub fn command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         args::Session::Close(id) => {
             let ties = sessions().close(id, &user).map_err(session_error)?;
             let released = release(ctx, ties)?;
-            Ok(RedisValue::Integer(i64::try_from(released).unwrap_or(0)))
+            Ok(RedisValue::Integer(i64::from(released)))
         }
     }
 }
@@ -143,26 +129,13 @@ pub fn on_demoted() {
     sessions().clear();
 }
 
-/// `INFO lock` fields: sessions open, detached (in their grace), ended after a grace, and
-/// holdings released by ended sessions.
-pub fn fields() -> [(&'static str, u64); 4] {
-    let (open, detached) = sessions().counts();
-    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-    [
-        ("sessions", count(open)),
-        ("sessions_detached", count(detached)),
-        ("sessions_expired", ENDED.load(Ordering::Relaxed)),
-        ("session_releases", RELEASED.load(Ordering::Relaxed)),
-    ]
-}
-
 /// Releases every holding of `ties` (each in its own database, every hold at once), as
 /// `LOCK.RELEASE` would; the caller's database is selected again after. Returns how many were
 /// released.
 ///
 /// # Errors
 /// A database that cannot be selected.
-fn release(ctx: &Context, ties: Vec<Tie>) -> Result<u64, RedisError> {
+fn release(ctx: &Context, ties: Vec<Tie>) -> Result<u32, RedisError> {
     let caller_db = selected_db(ctx);
     let mut released = 0;
     for (db, key, owner) in ties {
@@ -188,7 +161,7 @@ fn release(ctx: &Context, ties: Vec<Tie>) -> Result<u64, RedisError> {
         }
     }
     select_db(ctx, caller_db)?;
-    RELEASED.fetch_add(released, Ordering::Relaxed);
+    info::sessions_released(released);
     Ok(released)
 }
 
@@ -205,7 +178,7 @@ fn on_due(ctx: &Context, id: Id) {
     let Some(ties) = sessions().end_if_due(id, clock::now_ms()) else {
         return;
     };
-    ENDED.fetch_add(1, Ordering::Relaxed);
+    info::session_expired();
     if let Err(error) = release(ctx, ties) {
         ctx.log_warning(&format!(
             "lock: session {} ended, its holdings not all released: {error:?}",

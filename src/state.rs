@@ -1,10 +1,11 @@
-//! The module's process-wide state: the fencing counter and every lock's waiters, each behind
-//! a mutex. Redis runs commands, loading and events on one thread, so neither is ever
+//! The module's process-wide state: the fencing counter, every lock's waiters and the
+//! sessions, each behind a mutex. Redis runs commands, loading and events on one thread, so neither is ever
 //! contended; a panic elsewhere cannot poison them into refusing service.
 //!
 //! Hold a guard only while the core decides ([`scope`]): carrying out an outcome may re-enter
 //! the module (a keyspace event), which takes them again.
 
+use std::hash::{BuildHasher, RandomState};
 use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
 use leasehold_core::fence::Counter;
@@ -12,12 +13,22 @@ use leasehold_core::lock::Lock;
 use leasehold_core::machine::{Member, Scope, Set};
 use leasehold_core::outcome::{Outcome, Reply};
 use leasehold_core::queue::Waiters;
+use leasehold_core::session::Sessions;
 
 use crate::blocking::Blocked;
 
 static COUNTER: Mutex<Counter> = Mutex::new(Counter::new());
 
 static WAITERS: LazyLock<Mutex<Waiters<Blocked>>> = LazyLock::new(Mutex::default);
+
+/// Ids start at a random number ([`Sessions::new`]).
+static SESSIONS: LazyLock<Mutex<Sessions>> =
+    LazyLock::new(|| Mutex::new(Sessions::new(RandomState::new().hash_one(0_u8))));
+
+/// The sessions ([`crate::session`]).
+pub fn sessions() -> MutexGuard<'static, Sessions> {
+    SESSIONS.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// The server's fencing counter.
 pub fn counter() -> MutexGuard<'static, Counter> {
