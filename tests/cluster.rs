@@ -7,6 +7,7 @@
 mod common;
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use common::cluster::{cluster, node_with};
 use common::{
@@ -327,7 +328,7 @@ fn a_master_taking_a_slot_issues_tokens_above_the_slots_last_master() {
         .expect("a key of the target");
     // The target's first token comes first, so the source's first token lands above it.
     let target_token = acquire(&mut target.client(), &elsewhere, "t", 1_000, &[]);
-    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::thread::sleep(Duration::from_millis(20));
     let mut source_con = source.client();
     let source_token = acquire(&mut source_con, key, "first", 1_000, &[]).expect("free");
     assert!(source_token > target_token.expect("free"));
@@ -356,11 +357,11 @@ fn no_failover(server: &Server) -> String {
 fn a_cluster_fails_over_only_to_an_in_sync_replica_which_holds_every_synced_lock() {
     let mut nodes = cluster();
     let master = &nodes[0];
-    // The replica hears nothing for 15 s before it makes itself unpromotable: longer than the
+    // The replica hears nothing for 30 s before it makes itself unpromotable: longer than the
     // cluster takes to fail over — about twice cluster-node-timeout (5 s here), then the
-    // election — with room for a loaded machine. (At 10 s a loaded run once lost the race: the
-    // election had begun when the flag went up, and Redis checks it at every step.)
-    let mut replica = node_with(&["insync-timeout-ms", "15000"]);
+    // election — with room for a loaded machine. (At 10 s and at 15 s loaded runs lost the race:
+    // the election had not ended when the flag went up, and Redis checks it at every step.)
+    let mut replica = node_with(&["insync-timeout-ms", "30000"]);
     let mut con = replica.client();
     let port = master.port.to_string();
     let (_, bus): (String, String) = redis::cmd("CONFIG")
@@ -411,7 +412,7 @@ fn a_cluster_fails_over_only_to_an_in_sync_replica_which_holds_every_synced_lock
     drop(mine);
 
     nodes[0].kill();
-    wait_until("the replica is promoted", || {
+    common::wait_within(Duration::from_secs(30), "the replica is promoted", || {
         common::info_field(&mut replica.client(), "replication", "role").as_deref()
             == Some("master")
     });

@@ -402,8 +402,13 @@ pub fn now_ms() -> i64 {
 }
 
 /// Polls `condition` every 20 ms for up to 20 s.
-pub fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
+pub fn wait_until(what: &str, condition: impl FnMut() -> bool) {
+    wait_within(Duration::from_secs(20), what, condition);
+}
+
+/// Polls `condition` every 20 ms for up to `within`.
+pub fn wait_within(within: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
     while !condition() {
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
         std::thread::sleep(Duration::from_millis(20));
