@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use crate::error::{Error, Result};
 use crate::masters::Masters;
 use crate::pool::{Borrowed, ClientOptions, Pools, Purpose, Sent};
+use crate::session::{Session, Tying};
 use crate::sync::{Check, Place, Seen, Sync};
 
 /// How long a quick command (everything but a wait or a `WAIT`) may take before it fails.
@@ -38,7 +39,8 @@ pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Besides one shared connection (for quick commands: grants with syncing off, releases,
 /// Redlock), it keeps two bounded pools of dedicated connections per server ([`ClientOptions`]):
 /// one for waits in the server, one for synced writes (a grant made without waiting, a renewal,
-/// and the `WAIT` for their replicas).
+/// and the `WAIT` for their replicas). On one server it also keeps a session, which every
+/// holding is tied to ([`ClientOptions::sessions`]): one for the client and all its clones.
 ///
 /// ```no_run
 /// # async fn example() -> leasehold_client::Result<()> {
@@ -53,6 +55,8 @@ pub struct Client {
     /// What this client heard from the masters (those replaced, their in-sync counts), for
     /// syncing writes.
     seen: Arc<Mutex<Seen>>,
+    /// The session its holdings are tied to; `None` with sessions off and in a cluster.
+    session: Option<Arc<Session>>,
 }
 
 enum Inner {
@@ -116,7 +120,13 @@ impl Client {
             .set_connection_timeout(Some(RESPONSE_TIMEOUT));
         let shared = ConnectionManager::new_with_config(client.clone(), config).await?;
         let pools = Pools::new(&client, options);
-        Ok(Self::with(Inner::Server { shared, pools }, options))
+        let session = options
+            .has_sessions()
+            .then(|| Arc::new(Session::new(client, options.grace())));
+        Ok(Self {
+            session,
+            ..Self::with(Inner::Server { shared, pools }, options)
+        })
     }
 
     /// Connects to a Redis Cluster through some of its nodes (`redis://host:port`) with the
@@ -166,6 +176,43 @@ impl Client {
             inner: Arc::new(inner),
             options,
             seen: Arc::default(),
+            session: None,
+        }
+    }
+
+    /// The id of this client's session (16 hex digits, as `LOCK.INFO` shows it for each holding
+    /// tied to it), or `None` when none is open: before the first acquire, after
+    /// [`Client::close`], with sessions off, and in a cluster.
+    #[must_use]
+    pub fn session_id(&self) -> Option<String> {
+        self.session.as_ref().and_then(|session| session.id())
+    }
+
+    /// Closes the session (`LOCK.SESSION CLOSE`) and its connection: every holding tied to it
+    /// is reported lost ([`crate::Guard::lost`]) first, then the server releases them all at
+    /// once and hands them to their waiters. Returns how many the server released (0 with no
+    /// session open). The client stays usable: the next acquire opens a new session. Every
+    /// clone of this client shares the session, so it is closed for all of them.
+    ///
+    /// # Errors
+    /// No connection, or the server's error: the holdings count as lost all the same, and the
+    /// server releases them a grace after the session's connection closed.
+    pub async fn close(&self) -> Result<u64> {
+        match &self.session {
+            Some(session) => Ok(session.close().await?),
+            None => Ok(0),
+        }
+    }
+
+    /// The session an acquire ties its holding to, opened now if none is open; `None` with
+    /// sessions off and in a cluster.
+    ///
+    /// # Errors
+    /// The session could not be opened.
+    pub(crate) async fn tying(&self) -> Result<Option<Tying>> {
+        match &self.session {
+            Some(session) => Ok(Some(session.tying().await?)),
+            None => Ok(None),
         }
     }
 

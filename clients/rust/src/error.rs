@@ -30,6 +30,13 @@ pub enum Error {
         /// lock.min-insync-replicas (2)".
         reason: String,
     },
+    /// The client's session ([`crate::ClientOptions::sessions`]) ran past its deadline — no
+    /// heartbeat confirmed for its grace — before a grant's reply came: the server may end the
+    /// session and hand the lock on at any moment, so the grant cannot be counted on. The
+    /// client released it (owner-checked); an acquire with a wait budget left tries again
+    /// within it.
+    #[error("the client's session ran past its deadline before the grant came; it was released")]
+    SessionExpired,
     /// Re-entering, downgrading and upgrading work on a lock of one server, not on a Redlock
     /// holding.
     #[error("{0} is not supported on a Redlock holding")]

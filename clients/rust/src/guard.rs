@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::held::{Held, Mode};
 use crate::lease;
 use crate::quorum::Quorum;
+use crate::session::{Tie, Tying};
 
 /// What a guard holds.
 pub(crate) enum Holding {
@@ -54,6 +55,14 @@ impl Holding {
             Self::Quorum(quorum) => Ok(quorum.release().await),
         }
     }
+
+    /// Its place in the client's session, when it is tied to one.
+    fn tie(&self) -> Option<&Tie> {
+        match self {
+            Self::Node(held) => held.tie.as_ref(),
+            Self::Quorum(_) => None,
+        }
+    }
 }
 
 /// How a guard keeps its lock.
@@ -85,31 +94,33 @@ pub struct Guard {
 }
 
 /// When the lease the holder counts on ends: from the grant, then from the last renewal the
-/// replicas acknowledged. Shared by the guard and its watchdog.
-struct Lease(Mutex<Instant>);
+/// replicas acknowledged. Shared by the guard, its watchdog and the client's session.
+pub(crate) struct Lease(Mutex<Instant>);
 
 impl Lease {
-    fn end(&self) -> Instant {
+    /// The end of the lease, on the client's clock.
+    pub(crate) fn end(&self) -> Instant {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A renewal sent at `sent` for `ttl` counts (less the drift allowance, [`lease`]).
-    fn renewed(&self, sent: Instant, ttl: Duration) {
+    pub(crate) fn renewed(&self, sent: Instant, ttl: Duration) {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = sent + lease::counted(ttl);
     }
 
     /// A renewal sent at `sent` for `ttl` did not count, but the master may have made it: a
     /// `ttl` shorter than what was left shortened the lease there, so the holder counts on no
     /// more than that either.
-    fn unsure(&self, sent: Instant, ttl: Duration) {
+    pub(crate) fn unsure(&self, sent: Instant, ttl: Duration) {
         let mut end = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         *end = (*end).min(sent + lease::counted(ttl));
     }
 }
 
-/// Completes when a guard's lock is no longer held: lost (a renewal was refused, or the lease
-/// ran out without one), or released. Cloneable, so a task doing the guarded work can stop when
-/// it fires.
+/// Completes when a guard's lock is no longer held: lost (a renewal was refused, the lease ran
+/// out without one, or the client's session ran past its deadline or was closed — see
+/// [`crate::ClientOptions::sessions`]), or released. Cloneable, so a task doing the guarded
+/// work can stop when it fires.
 #[derive(Clone)]
 pub struct Lost(watch::Receiver<bool>);
 
@@ -129,19 +140,48 @@ impl Lost {
 impl Guard {
     /// A guard for a holding just granted in `mode` with `tokens` (one, or a set's), whose
     /// lease of `ttl` began at `granted` (when the acquire was sent; for a wait, when the
-    /// grant's reply came, which the server sends the moment it grants).
+    /// grant's reply came, which the server sends the moment it grants), tied to the session
+    /// `tying` names when the grant named one. A guard whose session's deadline has passed
+    /// already is lost from the start ([`Guard::is_held`] is false).
     pub(crate) fn start(
         holding: Holding,
         mode: Mode,
         tokens: Vec<u64>,
-        ttl: Duration,
-        granted: Instant,
+        (ttl, granted): (Duration, Instant),
         keeping: Keeping,
+        tying: Option<Tying>,
     ) -> Self {
-        let holding = Arc::new(holding);
         let lease = Arc::new(Lease(Mutex::new(granted + lease::counted(ttl))));
+        Self::keep(
+            holding,
+            mode,
+            tokens,
+            (ttl, granted),
+            keeping,
+            (lease, tying),
+        )
+    }
+
+    /// [`Guard::start`] on `lease`, which another guard of the same holding may share.
+    fn keep(
+        mut holding: Holding,
+        mode: Mode,
+        tokens: Vec<u64>,
+        (ttl, granted): (Duration, Instant),
+        keeping: Keeping,
+        (lease, tying): (Arc<Lease>, Option<Tying>),
+    ) -> Self {
         let (ended, lost) = watch::channel(false);
         let ended = Arc::new(ended);
+        if let Holding::Node(held) = &mut holding {
+            // A re-entry's holding comes with the other guard's tie: it gets one of its own.
+            held.tie = None;
+            if let Some(tying) = tying {
+                let tie = tying.tie(held.clone(), Arc::clone(&lease), Arc::clone(&ended));
+                held.tie = Some(tie);
+            }
+        }
+        let holding = Arc::new(holding);
         let watchdog = keeping.watchdog.then(|| {
             tokio::spawn(watchdog(
                 Arc::clone(&holding),
@@ -185,10 +225,12 @@ impl Guard {
         self.holding.owner()
     }
 
-    /// True while the lock is not known to be lost or released.
+    /// True while the lock is not known to be lost or released — for a holding tied to the
+    /// client's session, also while the session's deadline has not passed (see
+    /// [`Guard::lease_end`]).
     #[must_use]
     pub fn is_held(&self) -> bool {
-        self.lost.is_held()
+        self.lost.is_held() && !self.session_lost()
     }
 
     /// When the lease this holder counts on ends, on the client's clock: the grant's (its lease
@@ -196,9 +238,23 @@ impl Guard {
     /// acknowledged as the lock's [`crate::Sync`] asks — less a clock drift allowance of 1% of
     /// the TTL and 2 ms ([`crate::redlock::DRIFT_FACTOR`]). A renewal that did not count leaves
     /// it as it was, or earlier.
+    ///
+    /// A holding tied to the client's session ([`crate::ClientOptions::sessions`]) counts no
+    /// longer than the session's deadline either: the last confirmed heartbeat's send time plus
+    /// the grace less its drift allowance (1% and 2 ms), after which the server may end the
+    /// session and release the lock. This is the earlier of the two; once the deadline passes
+    /// without a newer heartbeat, the guard is lost ([`Guard::lost`]) and stays lost.
     #[must_use]
     pub fn lease_end(&self) -> Instant {
-        self.lease.end()
+        let end = self.lease.end();
+        let deadline = self.holding.tie().and_then(Tie::deadline);
+        deadline.map_or(end, |deadline| end.min(deadline))
+    }
+
+    /// True once the client's session reported this holding lost (its deadline passed, or the
+    /// client closed the session).
+    fn session_lost(&self) -> bool {
+        self.holding.tie().is_some_and(Tie::is_lost)
     }
 
     /// One more hold of this holding (`REENTRANT`, lease reset to `ttl`): same owner, token and
@@ -216,10 +272,19 @@ impl Guard {
         let holding = || Holding::Node(held.clone());
         let keeping = Keeping::default();
         Ok(token.map(|token| {
-            let mut guard = Self::start(holding(), self.mode, vec![token], ttl, sent, keeping);
-            // The server keeps one lease per owner: both guards count on it.
-            guard.lease = Arc::clone(&self.lease);
-            guard
+            // The server keeps one lease per owner, and one tie: both guards count on them.
+            let shared = (
+                Arc::clone(&self.lease),
+                held.tie.as_ref().and_then(Tie::tying),
+            );
+            Self::keep(
+                holding(),
+                self.mode,
+                vec![token],
+                (ttl, sent),
+                keeping,
+                shared,
+            )
         }))
     }
 
@@ -306,6 +371,9 @@ impl Guard {
     /// the master may have made the renewal. Or the server could not be reached (the same).
     /// Either way the guard still counts as held until [`Guard::lease_end`].
     pub async fn renew(&self, ttl: Duration) -> Result<bool> {
+        if self.session_lost() {
+            return Ok(false);
+        }
         let sent = Instant::now();
         let renewed = self.holding.renew(ttl).await.map(|held| held.then_some(()));
         let renewed = self.counted(sent, ttl, renewed)?.is_some();
@@ -322,6 +390,7 @@ impl Guard {
     /// The server could not be reached: the lock stays held until its lease runs out.
     pub async fn release(mut self) -> Result<bool> {
         self.stop_watchdog();
+        self.untie();
         self.released = true;
         self.ended.send_replace(true);
         self.holding.release().await
@@ -332,11 +401,19 @@ impl Guard {
             watchdog.abort();
         }
     }
+
+    /// The guard ends: the client's session no longer keeps its holding.
+    fn untie(&self) {
+        if let Some(tie) = self.holding.tie() {
+            tie.untie();
+        }
+    }
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
         self.stop_watchdog();
+        self.untie();
         self.ended.send_replace(true);
         if self.released {
             return;
@@ -351,13 +428,30 @@ impl Drop for Guard {
 }
 
 /// Renews the lease every third of `ttl` until a renewal is refused, the last lease that counted
-/// (granted, or renewed and synced) runs out without another, or `max_hold` after `granted`;
-/// then tells `ended`. A renewal that did not count is tried again after a tenth of `ttl`.
+/// (granted, or renewed and synced) runs out without another, `max_hold` after `granted`, or
+/// `ended` is told some other way (the client's session reported the holding lost); then tells
+/// `ended`. A renewal that did not count is tried again after a tenth of `ttl`. A holding tied
+/// to a session is renewed naming it (`SESSION id`).
 async fn watchdog(
     holding: Arc<Holding>,
     lease: Arc<Lease>,
-    (ttl, granted, max_hold): (Duration, Instant, Option<Duration>),
+    keeping: (Duration, Instant, Option<Duration>),
     ended: Arc<watch::Sender<bool>>,
+) {
+    let mut lost = ended.subscribe();
+    tokio::select! {
+        () = renewing(&holding, &lease, keeping) => {}
+        // Lost another way (the client's session ran past its deadline): no more renewals.
+        _ = lost.wait_for(|ended| *ended) => {}
+    }
+    ended.send_replace(true);
+}
+
+/// The watchdog's renewals; returns when the holding ends.
+async fn renewing(
+    holding: &Holding,
+    lease: &Lease,
+    (ttl, granted, max_hold): (Duration, Instant, Option<Duration>),
 ) {
     let stop_at = max_hold.map(|cap| granted + cap);
     let mut next = granted + ttl / 3;
@@ -392,5 +486,4 @@ async fn watchdog(
             break;
         }
     }
-    ended.send_replace(true);
 }

@@ -7,8 +7,10 @@ use std::time::Duration;
 use redis::{Cmd, FromRedisValue, ParsingError, RedisError, Value};
 
 use crate::backoff::Backoff;
-use crate::client::Client;
+use crate::client::{Client, Synced};
 use crate::error::{Error, Result};
+use crate::pool::is_lost_reply;
+use crate::session::{Tie, is_no_such_session};
 use crate::sync::Sync;
 
 /// What is asked for.
@@ -103,6 +105,9 @@ pub(crate) struct Held {
     pub(crate) set: bool,
     /// How its grants and renewals reach the replicas before they count.
     pub(crate) sync: Sync,
+    /// Its place in the client's session, when it is tied to one: its renewals and re-entries
+    /// name that session (`SESSION id`).
+    pub(crate) tie: Option<Tie>,
 }
 
 impl Held {
@@ -128,10 +133,15 @@ impl Held {
         if reentrant {
             command.arg("REENTRANT");
         }
+        // Without `SESSION` the server would untie the holding.
+        let naming = self.naming(&mut command);
         let synced = self
             .client
             .synced::<Option<u64>>(self.name(), &command, &self.sync);
-        let synced = match synced.await {
+        let synced = synced.await;
+        self.named(naming.as_deref(), &synced, |synced| synced.reply.is_some())
+            .await;
+        let synced = match synced {
             Err(Error::Redis(error)) if is_try_again(&error) => return Ok(None),
             other => other?,
         };
@@ -155,8 +165,13 @@ impl Held {
     pub(crate) async fn renew(&self, ttl: Duration) -> Result<bool> {
         let mut command = set_command("LOCK.RENEW", &self.names, self.mode());
         command.arg(&self.owner).arg(millis(ttl)?);
+        let naming = self.naming(&mut command);
         let synced = self.client.synced::<i64>(self.name(), &command, &self.sync);
-        let synced = synced.await?;
+        let synced = synced.await;
+        let count = self.count();
+        self.named(naming.as_deref(), &synced, |synced| synced.reply == count)
+            .await;
+        let synced = synced?;
         if synced.reply != self.count() {
             return Ok(false);
         }
@@ -164,6 +179,34 @@ impl Held {
             return Err(error);
         }
         Ok(true)
+    }
+
+    /// Adds `SESSION id` to `command` when the holding is tied to a session; returns the id.
+    fn naming(&self, command: &mut Cmd) -> Option<String> {
+        let id = self.tie.as_ref().and_then(Tie::naming)?;
+        command.arg("SESSION").arg(&id);
+        Some(id)
+    }
+
+    /// After a write that named session `id` (`None`: none) came back as `outcome`: made
+    /// (`made` says so from its reply), the holding is tied to `id`; no reply, it may be;
+    /// refused because the server has no such session, a new one is opened.
+    async fn named<T>(
+        &self,
+        id: Option<&str>,
+        outcome: &Result<Synced<T>>,
+        made: impl FnOnce(&Synced<T>) -> bool,
+    ) {
+        let (Some(tie), Some(id)) = (&self.tie, id) else {
+            return;
+        };
+        match outcome {
+            Ok(synced) if made(synced) => tie.moved(id, true),
+            Ok(_) => {}
+            Err(Error::Redis(error)) if is_no_such_session(error) => tie.gone(id).await,
+            Err(Error::Redis(error)) if is_lost_reply(error) => tie.moved(id, false),
+            Err(_) => {}
+        }
     }
 
     /// `LOCK.RELEASE` (a set: `LOCK.MRELEASE`): true if it still held every lock.

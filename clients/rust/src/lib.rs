@@ -12,6 +12,10 @@
 //! - a [`Guard`] with the fencing token, a watchdog that renews the lease every third of it
 //!   and stops for good on release, drop or refusal, a [`Guard::lost`] signal, and release on
 //!   every path;
+//! - every holding tied to the client's session (`LOCK.SESSION`, on by default:
+//!   [`ClientOptions::sessions`]), kept by a heartbeat on a connection of its own: when the
+//!   process dies or is cut off for longer than the session's grace, the server hands its locks
+//!   on then, not after their leases — and the holder is told it lost them first;
 //! - retries with exponential backoff and full jitter ([`Backoff`]) where waiting in the server
 //!   is unwanted;
 //! - [`Redlock`] over independent masters, whose tokens never go backwards (`LOCK.RAISE`; the
@@ -47,6 +51,7 @@ mod owner;
 mod pool;
 mod quorum;
 pub mod redlock;
+mod session;
 pub mod sync;
 
 pub use backoff::Backoff;

@@ -15,6 +15,7 @@ use crate::held::{Held, Mode, Tokens, acquire_command, is_try_again};
 use crate::lease;
 use crate::owner::new_owner;
 use crate::pool::is_lost_reply;
+use crate::session::{Tying, is_no_such_session};
 use crate::sync::Sync;
 
 /// How an acquire that finds the lock busy waits for it.
@@ -214,10 +215,15 @@ impl Lock {
 
     /// Takes the lock now, with a lease of `ttl` (ms precision), or `None` when it is busy.
     ///
+    /// With sessions on ([`crate::ClientOptions::sessions`]) the grant is tied to the client's
+    /// session (`SESSION id`), opened by the first acquire; a session the server no longer has
+    /// (after a failover or a restart) is replaced and the acquire sent again.
+    ///
     /// # Errors
-    /// The server's error (`WRONGTYPE`, a different `LIMIT`), no connection, or
-    /// [`Error::NotReplicated`] (see [`Lock::with_sync`]). After a lost reply the client
-    /// releases in the background whatever it may have been granted.
+    /// The server's error (`WRONGTYPE`, a different `LIMIT`), no connection, the session could
+    /// not be opened, [`Error::NotReplicated`] (see [`Lock::with_sync`]), or
+    /// [`Error::SessionExpired`]. After a lost reply the client releases in the background
+    /// whatever it may have been granted.
     pub async fn try_acquire(&self, ttl: Duration) -> Result<Option<Guard>> {
         let owner = self.next_owner();
         let tried = self.try_acquire_as(&owner, ttl).await;
@@ -230,16 +236,33 @@ impl Lock {
     }
 
     async fn try_acquire_as(&self, owner: &str, ttl: Duration) -> Result<Option<Guard>> {
-        let granted = Instant::now();
-        let command = self.command(owner, ttl, None)?;
-        let sync = &self.settings.sync;
-        let synced = self.client.synced(self.name(), &command, sync);
-        let synced = match synced.await {
-            Err(Error::Redis(error)) if is_try_again(&error) => return Ok(None),
-            other => other?,
-        };
-        let tokens = self.acknowledged(owner, synced, (granted, ttl)).await?;
-        Ok(tokens.map(|tokens| self.guard(owner, tokens, ttl, granted)))
+        let mut reopened = 0;
+        loop {
+            let tying = self.client.tying().await?;
+            let granted = Instant::now();
+            let command = self.command(owner, ttl, None, tying.as_ref())?;
+            let sync = &self.settings.sync;
+            let synced = self.client.synced(self.name(), &command, sync);
+            let synced = match (synced.await, &tying) {
+                (Err(Error::Redis(error)), _) if is_try_again(&error) => return Ok(None),
+                // The server has no such session (a failover, a restart): nothing was done.
+                (Err(Error::Redis(error)), Some(tying))
+                    if is_no_such_session(&error) && reopened < SESSION_REOPENS =>
+                {
+                    tying.gone().await?;
+                    reopened += 1;
+                    continue;
+                }
+                (other, _) => other?,
+            };
+            let tokens = self.acknowledged(owner, synced, (granted, ttl)).await?;
+            return match tokens {
+                Some(tokens) => Ok(Some(
+                    self.guard(owner, tokens, (ttl, granted), tying).await?,
+                )),
+                None => Ok(None),
+            };
+        }
     }
 
     /// The tokens of a grant once it counts (`None`: nothing was granted). When it does not, or
@@ -316,10 +339,13 @@ impl Lock {
                     Err(error) => Err(error),
                 },
             };
-            // A grant the replicas did not get was released: try again within the budget.
+            // A grant the replicas did not get, or that came after the session's deadline, was
+            // released: try again within the budget.
             let budget_left = deadline.is_some_and(|end| Instant::now() < end);
             let outcome = match outcome {
-                Err(Error::NotReplicated { .. }) if budget_left => Attempt::Again,
+                Err(Error::NotReplicated { .. } | Error::SessionExpired) if budget_left => {
+                    Attempt::Again
+                }
                 other => other?,
             };
             match outcome {
@@ -339,6 +365,7 @@ impl Lock {
         deadline: Option<Instant>,
     ) -> Result<Attempt> {
         let left = || deadline.map(|end| end.saturating_duration_since(Instant::now()));
+        let tying = self.client.tying().await?;
         let Some(mut connection) = self.client.wait_connection(self.name(), left()).await? else {
             return Ok(Attempt::TimedOut);
         };
@@ -346,7 +373,8 @@ impl Lock {
         if left.is_some_and(|left| left.is_zero()) {
             return Ok(Attempt::TimedOut);
         }
-        let command = self.command(owner, ttl, Some(left.unwrap_or(Duration::ZERO)))?;
+        let wait = Some(left.unwrap_or(Duration::ZERO));
+        let command = self.command(owner, ttl, wait, tying.as_ref())?;
         let (name, sync) = (self.name(), &self.settings.sync);
         let wait = (left, self.settings.margin);
         let synced = self
@@ -360,9 +388,19 @@ impl Lock {
             Ok(synced) => {
                 let granted = synced.answered;
                 match self.acknowledged(owner, synced, (granted, ttl)).await? {
-                    Some(tokens) => Ok(Attempt::Granted(self.guard(owner, tokens, ttl, granted))),
+                    Some(tokens) => {
+                        let guard = self.guard(owner, tokens, (ttl, granted), tying);
+                        Ok(Attempt::Granted(guard.await?))
+                    }
                     None => Ok(Attempt::TimedOut),
                 }
+            }
+            // The server has no such session (a failover, a restart): nothing was done.
+            Err(error) if is_no_such_session(&error) => {
+                if let Some(tying) = &tying {
+                    tying.gone().await?;
+                }
+                Ok(Attempt::Again)
             }
             Err(error) if is_try_again(&error) => {
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -395,9 +433,15 @@ impl Lock {
         }
     }
 
-    /// `LOCK.ACQUIRE name owner ttl-ms [REENTRANT] [SHARED [LIMIT n]] [WAIT wait-ms]`, or
-    /// `LOCK.MACQUIRE numkeys names... owner ttl-ms [WAIT wait-ms]`.
-    fn command(&self, owner: &str, ttl: Duration, wait: Option<Duration>) -> Result<Cmd> {
+    /// `LOCK.ACQUIRE name owner ttl-ms [REENTRANT] [SHARED [LIMIT n]] [WAIT wait-ms] [SESSION
+    /// id]`, or `LOCK.MACQUIRE numkeys names... owner ttl-ms [WAIT wait-ms] [SESSION id]`.
+    fn command(
+        &self,
+        owner: &str,
+        ttl: Duration,
+        wait: Option<Duration>,
+        tying: Option<&Tying>,
+    ) -> Result<Cmd> {
         let mut command = acquire_command(&self.names, owner, ttl, self.settings.mode)?;
         if self.settings.reentrant {
             command.arg("REENTRANT");
@@ -406,6 +450,9 @@ impl Lock {
             command
                 .arg("WAIT")
                 .arg(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+        }
+        if let Some(tying) = tying {
+            command.arg("SESSION").arg(tying.id());
         }
         Ok(command)
     }
@@ -417,6 +464,7 @@ impl Lock {
             owner: owner.to_owned(),
             set: self.settings.mode == Mode::Set,
             sync: self.settings.sync,
+            tie: None,
         }
     }
 
@@ -427,12 +475,33 @@ impl Lock {
         tokio::spawn(async move { held.release_eventually().await });
     }
 
-    fn guard(&self, owner: &str, tokens: Vec<u64>, ttl: Duration, granted: Instant) -> Guard {
+    /// The guard of a grant to `owner` of `tokens`, whose lease of `ttl` began at `granted`,
+    /// tied to the session `tying` names, if any.
+    ///
+    /// # Errors
+    /// [`Error::SessionExpired`]: the session's deadline passed before the grant came; the
+    /// grant was released (owner-checked).
+    async fn guard(
+        &self,
+        owner: &str,
+        tokens: Vec<u64>,
+        lease: (Duration, Instant),
+        tying: Option<Tying>,
+    ) -> Result<Guard> {
         let holding = Holding::Node(self.held(owner));
-        let keeping = self.settings.keeping;
-        Guard::start(holding, self.settings.mode, tokens, ttl, granted, keeping)
+        let (mode, keeping) = (self.settings.mode, self.settings.keeping);
+        let guard = Guard::start(holding, mode, tokens, lease, keeping, tying);
+        if guard.is_held() {
+            return Ok(guard);
+        }
+        let _ = guard.release().await;
+        Err(Error::SessionExpired)
     }
 }
+
+/// How many times the session is opened again for one acquire the server answered "no such
+/// session" (a failover or a restart between opening it and using it).
+const SESSION_REOPENS: u32 = 2;
 
 /// How many times a lost reply is followed up before giving up.
 const RECOVERY_ATTEMPTS: u32 = 5;

@@ -33,18 +33,23 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// `timeout`, a proxy or a firewall may have closed it meanwhile); one in steady use is not.
 const IDLE_CHECK: Duration = Duration::from_secs(30);
 
-/// How many dedicated connections a [`crate::Client`] keeps to each server (each master, in a
-/// cluster), besides its shared connection: a pool for waits in the server and a pool for synced
-/// writes, each opened as needed up to its size and reused. A caller that finds its pool
-/// exhausted queues for a connection within its own budget: an acquire within its wait (then
-/// it answers as a wait that timed out), a synced grant or renewal within the sync timeout
-/// (then it is not synced: [`crate::Error::NotReplicated`]).
+/// How a [`crate::Client`] connects: how many dedicated connections it keeps to each server
+/// (each master, in a cluster), besides its shared connection — a pool for waits in the server
+/// and a pool for synced writes, each opened as needed up to its size and reused — and whether
+/// its holdings are tied to a session ([`ClientOptions::sessions`], on by default). A caller
+/// that finds its pool exhausted queues for a connection within its own budget: an acquire
+/// within its wait (then it answers as a wait that timed out), a synced grant or renewal within
+/// the sync timeout (then it is not synced: [`crate::Error::NotReplicated`]).
 ///
 /// ```no_run
 /// # async fn example() -> leasehold_client::Result<()> {
+/// use std::time::Duration;
 /// use leasehold_client::{Client, ClientOptions};
 ///
-/// let options = ClientOptions::new().wait_connections(64).sync_connections(8);
+/// let options = ClientOptions::new()
+///     .wait_connections(64)
+///     .sync_connections(8)
+///     .session_grace(Duration::from_secs(1));
 /// let client = Client::open_with("redis://127.0.0.1:6379", options).await?;
 /// # Ok(()) }
 /// ```
@@ -52,6 +57,8 @@ const IDLE_CHECK: Duration = Duration::from_secs(30);
 pub struct ClientOptions {
     wait: usize,
     sync: usize,
+    sessions: bool,
+    grace: Option<Duration>,
 }
 
 impl ClientOptions {
@@ -60,13 +67,54 @@ impl ClientOptions {
     /// Connections for synced writes by default: 16.
     pub const DEFAULT_SYNC_CONNECTIONS: usize = 16;
 
-    /// The defaults: 32 connections for waits, 16 for synced writes.
+    /// The defaults: 32 connections for waits, 16 for synced writes, sessions on with the
+    /// server's grace.
     #[must_use]
     pub const fn new() -> Self {
         Self {
             wait: Self::DEFAULT_WAIT_CONNECTIONS,
             sync: Self::DEFAULT_SYNC_CONNECTIONS,
+            sessions: true,
+            grace: None,
         }
+    }
+
+    /// Whether every holding this client takes on one server is tied to the client's session
+    /// (`LOCK.SESSION`; default on). The session is opened on the first acquire, on a
+    /// connection of its own (named `leasehold-session`), and kept by a heartbeat every third
+    /// of its grace. If this process dies or loses the server for longer than the grace, the
+    /// server releases the holdings and hands them to their waiters then, not after their
+    /// leases; the holder is told first: each holding counts only until the last confirmed
+    /// heartbeat's send time plus the grace less 1% and 2 ms ([`crate::Guard::lease_end`]),
+    /// after which [`crate::Guard::lost`] fires. Off: holdings rest on their leases alone, as
+    /// before sessions. Sessions live in the master's memory: after a failover the new master
+    /// has the leases only, and the client ties the holdings it still counts on to a new
+    /// session. In Redis Cluster and for [`crate::Redlock`], holdings rest on their leases.
+    #[must_use]
+    pub const fn sessions(mut self, sessions: bool) -> Self {
+        self.sessions = sessions;
+        self
+    }
+
+    /// The session's grace (ms precision; 100 ms to the server's
+    /// `lock.session-max-grace-ms`, 60 s by default): how long after its connection closed the
+    /// server keeps the session, and how long a heartbeat may be missing before the client
+    /// counts its holdings lost. Default: the server's `lock.session-grace-ms` (3 s). Out of
+    /// range, the first acquire fails with the server's error.
+    #[must_use]
+    pub const fn session_grace(mut self, grace: Duration) -> Self {
+        self.grace = Some(grace);
+        self
+    }
+
+    /// Whether sessions are on ([`ClientOptions::sessions`]).
+    pub(crate) const fn has_sessions(&self) -> bool {
+        self.sessions
+    }
+
+    /// The session's grace asked for, if any ([`ClientOptions::session_grace`]).
+    pub(crate) const fn grace(&self) -> Option<Duration> {
+        self.grace
     }
 
     /// At most `connections` (at least 1) for waits in the server (`LOCK.ACQUIRE ... WAIT`,

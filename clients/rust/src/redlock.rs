@@ -186,9 +186,9 @@ impl RedlockLock {
                     holding,
                     Mode::Exclusive,
                     vec![highest],
-                    ttl,
-                    started,
+                    (ttl, started),
                     self.keeping,
+                    None,
                 )));
             }
         }

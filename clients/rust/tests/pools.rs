@@ -22,8 +22,11 @@ fn accepted(con: &mut redis::Connection) -> u64 {
         .expect("INFO stats")
 }
 
+/// A client with `options` and sessions off: these tests count the pools' connections (the
+/// session's is not one of them, and redials when a frozen server misses its heartbeats), and
+/// a guard's lease end is then its lease's alone.
 async fn client(server: &Server, options: ClientOptions) -> Client {
-    Client::open_with(&server.url(), options)
+    Client::open_with(&server.url(), options.sessions(false))
         .await
         .expect("connect")
 }
