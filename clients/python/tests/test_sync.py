@@ -24,6 +24,10 @@ QUICK_DROP = ("insync-timeout-ms", "1000", "insync-drop-delay-ms", "500")
 
 ACKED_LATE = "not every in-sync replica acknowledged within 200 ms"
 
+#: A session's grace longer than any lease here: ``lease_end`` is the lease's end then (with a
+#: shorter one, the session's deadline when sooner, which every heartbeat moves on).
+LONG_GRACE = 60
+
 
 def fence(server, name):
     return redis.Redis(port=server.port).execute_command("LOCK.FENCE", name)
@@ -100,6 +104,7 @@ def test_a_replica_attached_just_before_a_grant_is_waited_for(name):
 def test_a_renewal_the_replica_lacks_does_not_count(replicated, name):
     master, replica = replicated
     r = redis.Redis(port=master.port)
+    leasehold.configure_sessions(r, grace=LONG_GRACE)
     lock = leasehold.Lock(r, name, timeout=10, sync=QUICK)
     assert lock.acquire(blocking=False)
     granted_end = lock.lease_end
@@ -201,6 +206,7 @@ def test_fewer_in_sync_replicas_than_required_refuse_every_grant(name):
 async def test_asyncio_grants_and_renewals_are_synced_too(replicated, name):
     master, replica = replicated
     r = redis.asyncio.Redis(port=master.port)
+    leasehold.asyncio.configure_sessions(r, grace=LONG_GRACE)
     lock = leasehold.asyncio.Lock(r, name, timeout=10, sync=QUICK)
     assert await lock.acquire(blocking=False)
     assert fence(replica, name) == lock.fencing_token

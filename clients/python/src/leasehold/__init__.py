@@ -12,7 +12,8 @@ commands).
 with waiting in the server (fair, on a pooled connection of its own whose reply may take as
 long as the wait), a fencing token for every holding, grants and renewals synced to the
 master's replicas before they count (:class:`Sync`, one round trip on a pooled connection:
-:func:`configure_pools`), an optional watchdog, and
+:func:`configure_pools`), every holding tied to the client's session, released by the server
+soon after the client's process dies (:func:`configure_sessions`), an optional watchdog, and
 ``ReadWriteLock``, ``Semaphore`` and ``MultiLock`` (several locks taken together, all or
 none, without deadlock). ``leasehold.asyncio`` has the same classes for
 ``redis.asyncio``. Times are seconds, as in redis-py.
@@ -20,7 +21,7 @@ none, without deadlock). ``leasehold.asyncio`` has the same classes for
 
 from redis.exceptions import LockError, LockNotOwnedError
 
-from ._pools import configure_pools
+from ._pools import configure_pools, configure_sessions
 from ._protocol import SYNC_OFF, NotReplicatedError, Sync
 from .lock import Lock, MultiLock, ReadWriteLock, Semaphore, SharedLock, close_pools
 
@@ -33,6 +34,7 @@ __all__ = [
     "Sync",
     "SYNC_OFF",
     "configure_pools",
+    "configure_sessions",
     "close_pools",
     "LockError",
     "LockNotOwnedError",

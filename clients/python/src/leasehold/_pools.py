@@ -4,7 +4,8 @@ server) and a bounded **sync pool** (grants and renewals sent with what syncs th
 that waiters can never starve a holder's renewal. Both are redis-py's
 ``BlockingConnectionPool`` (``redis.asyncio``'s for the asyncio classes), made from the user's
 own connection settings; kept beside them are each master's outbox of synced writes (see
-:mod:`leasehold._outbox`) and what was seen of it (:class:`leasehold._protocol.Seen`)."""
+:mod:`leasehold._outbox`), what was seen of it (:class:`leasehold._protocol.Seen`), and the
+client's session on it, with a connection of its own (:func:`configure_sessions`)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from redis.exceptions import LockError
 from redis.retry import Retry
 
 from ._outbox import Outbox
-from ._protocol import Seen, is_cluster
+from ._protocol import Number, Seen, SessionSettings, is_cluster, to_ms
 
 #: Connections in a client's wait pool, per master, unless :func:`configure_pools` says
 #: otherwise: how many blocking acquires wait in the server at once; more queue for one.
@@ -76,6 +77,18 @@ def pooled_connection_kwargs(connection_kwargs: dict) -> dict:
     return kwargs
 
 
+def session_connection_kwargs(connection_kwargs: dict, timeout: float) -> dict:
+    """The arguments of a session's connection: those of a dedicated one
+    (:func:`pooled_connection_kwargs`), connecting within ``timeout`` seconds (the session's
+    grace) at the most, and answering within it — a reply later than that is of no use to the
+    heartbeat, and one sooner than the client's own socket timeout is not needed."""
+    kwargs = pooled_connection_kwargs(connection_kwargs)
+    given = kwargs.get("socket_connect_timeout")
+    kwargs["socket_connect_timeout"] = timeout if given is None else min(given, timeout)
+    kwargs["socket_timeout"] = timeout
+    return kwargs
+
+
 class Master(NamedTuple):
     """The master a lock lives on: the one server of a client, or in Redis Cluster the master
     of the lock's slot (or the one an ``ASK`` names)."""
@@ -89,14 +102,36 @@ class Master(NamedTuple):
 
 class Pools:
     """What the lock classes keep beside one user client: per master, its wait pool and sync
-    pool and the outbox of its synced writes (made on first use), and what was seen of it."""
+    pool, the outbox of its synced writes and the client's session (made on first use), and
+    what was seen of it."""
 
     def __init__(self) -> None:
         self.sizes = {"wait": WAIT_POOL_SIZE, "sync": SYNC_POOL_SIZE}
+        self.sessions = SessionSettings()
         self._pools: Dict[Tuple[str, Optional[str]], Any] = {}
         self._outboxes: Dict[Optional[str], Outbox] = {}
+        self._sessions: Dict[Optional[str], Any] = {}
         self._seen: Dict[Optional[str], Seen] = {}
         self._lock = threading.Lock()
+
+    def configure_sessions(self, settings: SessionSettings) -> None:
+        """Sets the sessions to come (see :func:`configure_sessions`)."""
+        with self._lock:
+            if self._sessions:
+                raise LockError("configure_sessions must come before the first lock on this client")
+            self.sessions = settings
+
+    def session(self, master: Master, session_class: Callable[..., Any]) -> Any:
+        """The client's session on ``master``, made with ``session_class(master, settings)``
+        on first use; ``None`` when sessions are off."""
+        with self._lock:
+            if not self.sessions.enabled:
+                return None
+            session = self._sessions.get(master.node)
+            if session is None:
+                session = session_class(master, self.sessions)
+                self._sessions[master.node] = session
+            return session
 
     def resize(self, wait: int, sync: int) -> None:
         """Sets the sizes of the pools to come (see :func:`configure_pools`)."""
@@ -137,14 +172,17 @@ class Pools:
     def _seen_of(self, master: Master) -> Seen:
         return self._seen.setdefault(master.node, Seen())
 
-    def drain(self) -> List[Any]:
-        """Forgets the pools and outboxes made so far (the next lock makes new ones, what was
-        seen of the masters stays) and returns the pools, to be disconnected."""
+    def drain(self) -> Tuple[List[Any], List[Any]]:
+        """Forgets the pools, outboxes and sessions made so far (the next lock makes new ones,
+        what was seen of the masters stays) and returns the pools, to be disconnected, and the
+        sessions, to be closed."""
         with self._lock:
             pools = list(self._pools.values())
+            sessions = list(self._sessions.values())
             self._pools.clear()
             self._outboxes.clear()
-            return pools
+            self._sessions.clear()
+            return pools, sessions
 
 
 _POOLS: "weakref.WeakKeyDictionary[Any, Pools]" = weakref.WeakKeyDictionary()
@@ -182,6 +220,40 @@ def configure_pools(redis: Any, *, wait: int = WAIT_POOL_SIZE, sync: int = SYNC_
     Call it before the first lock on ``redis`` is used (or after ``close_pools``):
     ``LockError`` while its pools exist, or for a size below 1."""
     pools_of(redis).resize(wait, sync)
+
+
+def configure_sessions(redis: Any, *, enabled: bool = True, grace: Optional[Number] = None) -> None:
+    """Sets how the lock classes tie holdings to a **session** with ``redis`` (a
+    ``redis.Redis``, ``redis.asyncio.Redis`` or either ``RedisCluster``; clients made on one
+    ``ConnectionPool`` share it). Sessions are on by default.
+
+    With sessions on, the client opens one session per master (``LOCK.SESSION OPEN``) at its
+    first acquire, on a connection of its own that no pool lends out (named
+    ``leasehold-session`` in ``CLIENT LIST``), and every grant and renewal names it: the server
+    releases the client's holdings ``grace`` after that connection closes — a holder process
+    that crashed (``kill -9``) hands its locks on after the grace, not after their leases. A
+    heartbeat (``LOCK.SESSION ATTACH``) every third of the grace keeps the session attached,
+    reconnecting when the connection dropped, so a blip shorter than the grace loses nothing.
+    The holder learns first: a holding counts (``lease_end``) only until the send time of the
+    last heartbeat answered plus the grace, less 1% and 2 ms; when that passes without a newer
+    one its ``lost`` is set, before the server can hand it over. After a failover (the new
+    master has no sessions) the client opens a new session and renews every holding with it
+    (to the lease it has left); one refused is lost. Each session costs a connection, and a
+    heartbeat and a watcher thread (tasks of the event loop with ``leasehold.asyncio``), which
+    stop after 10 s with no holding and no acquire, until the next acquire (it attaches the
+    session first).
+
+    ``enabled=False`` turns sessions off: holdings end with their leases alone, as before.
+    ``grace`` is in seconds (default ``None``: the server's, ``lock.session-grace-ms``, 3 s
+    unless configured), sent as whole ms; the server takes 0.1 s to
+    ``lock.session-max-grace-ms`` (60 s), else the first acquire raises its error.
+
+    Call it before the first lock on ``redis`` is used (or after ``close_pools``):
+    ``LockError`` once a session exists, or for a grace under 0.1 s."""
+    grace_ms = None if grace is None else to_ms(grace, "grace")
+    if grace_ms is not None and grace_ms < 100:
+        raise LockError(f"grace must be at least 0.1 s, not {grace!r}")
+    pools_of(redis).configure_sessions(SessionSettings(bool(enabled), grace_ms))
 
 
 def redirected(master: Master, host: str, port: int) -> Master:

@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
-from redis.exceptions import LockError
+from redis.exceptions import LockError, ResponseError
 
 Number = Union[int, float]
 
@@ -125,9 +125,11 @@ class NotReplicatedError(LockError):
     """A grant or renewal that did not count in time: the master made it, but its replicas did
     not all have it within the sync timeout — its message says why: the in-sync set was
     smaller than ``lock.min-insync-replicas``, a member did not acknowledge, the master was
-    replaced — or no dedicated connection was free within it. A grant is released
-    (owner-checked); a renewal does not count (the lease end believed stays the last synced
-    one). Not "busy": the lock was there, the replicas were not."""
+    replaced — or no dedicated connection was free within it; or a grant whose reply came
+    only after the deadline of the session it is tied to (see
+    :func:`leasehold.configure_sessions`). A grant is released (owner-checked); a renewal does
+    not count (the lease end believed stays the last synced one). Not "busy": the lock was
+    there, the replicas (or the session) were not."""
 
     def __init__(self, acked: int, wanted: int, reason: Optional[str] = None) -> None:
         super().__init__(reason or f"reached {acked} of the {wanted} replicas wanted in time")
@@ -199,15 +201,41 @@ class Grant(NamedTuple):
     #: When its lease began at the earliest, ``time.monotonic()`` seconds: when it was sent,
     #: or for a wait when it was answered.
     started: float
+    #: The session it is tied to (``None``: none).
+    term: Optional["Term"] = None
 
 
 class Lease:
-    """When a holding's lease ends as last synced, ``time.monotonic()`` seconds: what
-    ``lease_end`` says and when the watchdog reports the holding lost. Shared by the holder and
-    its watchdog (which renews in another thread or task)."""
+    """When a holding's lease ends as last synced, ``time.monotonic()`` seconds — and, for a
+    holding tied to a session, no later than that session's deadline (:class:`Term`): what
+    ``lease_end`` says and when the watchdog reports the holding lost. Shared by the holder,
+    its watchdog (which renews in another thread or task) and its session."""
 
-    def __init__(self, end: float) -> None:
-        self.end = end
+    def __init__(self, end: float, lost: Any = None) -> None:
+        """``end`` the lease's own end; ``lost`` the holding's lost signal (a
+        ``threading.Event``, or an ``asyncio.Event`` for the asyncio classes)."""
+        #: The lease's own end (``time.monotonic()`` seconds), as last synced.
+        self.own = end
+        #: The session the holding is tied to (``None``: none, the lease alone counts).
+        self.term: Optional["Term"] = None
+        #: Set once the holding is known lost: by the watchdog, or by its session.
+        self.lost: Any = threading.Event() if lost is None else lost
+        #: ``LOCK.RENEW`` (a set's ``LOCK.MRENEW``) of the holding to a lease of ``ms``, and
+        #: whether a reply to it renewed every key: how its session ties it to a new one.
+        self.renew_command: Optional[Callable[[int], List[Any]]] = None
+        self.renewed: Callable[[Any], bool] = lambda reply: reply == 1
+
+    @property
+    def end(self) -> float:
+        """When the holding stops counting: its lease's end, or its session's deadline when
+        that is sooner."""
+        term = self.term
+        return self.own if term is None else min(self.own, term.deadline)
+
+    def lose(self) -> None:
+        """The holding is lost now (its session could not keep it)."""
+        self.own = min(self.own, time.monotonic())
+        self.lost.set()
 
 
 def counted_lease(lease_ms: int) -> float:
@@ -248,9 +276,13 @@ class Write:
         """``command`` the write; ``applied`` whether its reply means it was made; ``until`` the
         ``time.monotonic()`` by which its ``WAIT`` must end (a watchdog's renewal: its lease's
         end), ``None`` for the sync timeout alone."""
+        #: The write as sent: the command, with ``SESSION id`` once tied (:meth:`tie`).
         self.command = command
         self.applied = applied
         self.until = until
+        #: The session it names (``None``: none).
+        self.term: Optional[Term] = None
+        self._base = command
         #: When its lease began at the earliest, ``time.monotonic()`` seconds: when its caller
         #: sent it (before it queued for a connection), or for a wait when it was answered.
         self.started = time.monotonic()
@@ -258,6 +290,11 @@ class Write:
         self.reply: Any = None
         #: Why an applied write does not count (see :meth:`Pipeline.not_synced`), once settled.
         self.problem: Optional[Exception] = None
+
+    def tie(self, term: Optional["Term"]) -> None:
+        """Names ``term``'s session in the write (``SESSION id``), or none for ``None``."""
+        self.term = term
+        self.command = self._base if term is None else [*self._base, "SESSION", term.id]
 
     def outcome(self) -> Any:
         """The reply if the write was applied, else ``None``; raises the error reply it got."""
@@ -523,6 +560,301 @@ def text(value: Any) -> Optional[str]:
     return value if value is None else str(value)
 
 
+#: The name a session's connection gives itself (``CLIENT SETNAME``): how an operator finds it
+#: in ``CLIENT LIST``.
+SESSION_CONNECTION_NAME = "leasehold-session"
+
+#: The grace assumed before the server said a session's (``lock.session-grace-ms``'s default),
+#: in seconds: how long the session's connection may take to connect or to answer.
+DEFAULT_GRACE = 3.0
+
+#: How long, in seconds, a session with no holding and no acquire or renewal keeps its heartbeat
+#: (and its watcher) running: then they stop — a client no longer used costs no thread and no
+#: traffic — and the next acquire attaches the session again (or opens a new one) first.
+IDLE_AFTER = 10.0
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """Whether a client ties its holdings to a session, and the grace it asks for in ms
+    (``None``: the server's, ``lock.session-grace-ms``); see
+    :func:`leasehold.configure_sessions`."""
+
+    enabled: bool = True
+    grace_ms: Optional[int] = None
+
+
+class Term:
+    """One session the server opened for this client on one master (``LOCK.SESSION OPEN``), and
+    its **deadline**: the holder learns first. A reply to ``LOCK.SESSION ATTACH`` (or ``OPEN``)
+    sent at ``t`` (``time.monotonic()``) means the session was attached at some moment after
+    ``t``; the server ends a session only a grace after its connection closed, so not before
+    ``t + grace``. Its holdings count until ``t + grace`` less the drift allowance of leases
+    (:func:`counted_lease`), ``t`` being the send time of the last attach answered; once that
+    passes unconfirmed they are lost — before the server can hand any of them over."""
+
+    def __init__(self, state: "SessionState", id: str, grace_ms: int, sent: float) -> None:
+        self.state = state
+        #: The session's id, 16 hex digits.
+        self.id = id
+        #: How long, in ms, the session outlives its connection on the server.
+        self.grace_ms = grace_ms
+        #: Until when its holdings count, ``time.monotonic()`` seconds.
+        self.deadline = sent + counted_lease(grace_ms)
+        #: The client's current session: attached by the heartbeat, holdings tied to it. Not
+        #: once another replaced it (the server had no such session) or the client closed it.
+        self.current = True
+        #: Its deadline passed unconfirmed, or it was closed: its holdings are lost, the
+        #: deadline moves no more.
+        self.expired = False
+        #: The live holdings tied to it.
+        self.leases: Set[Lease] = set()
+
+    def holds(self) -> bool:
+        """Whether a holding may be tied to it now: current, and its deadline not passed."""
+        return self.current and not self.expired and time.monotonic() < self.deadline
+
+    @property
+    def grace(self) -> float:
+        """The grace in seconds."""
+        return self.grace_ms / 1000
+
+
+class SessionState:
+    """What one session of a client on one master is, without I/O (that is the lock modules'):
+    its current :class:`Term`, the terms replaced whose holdings still count, and the holdings
+    of each. Thread-safe; its lock is :attr:`cond`'s, whose waiters are told of every new term
+    (a sync client's watcher thread waits on it)."""
+
+    def __init__(self, settings: SessionSettings) -> None:
+        self.settings = settings
+        self.cond = threading.Condition(threading.Lock())
+        #: The session now; ``None`` before the first is opened.
+        self.current: Optional[Term] = None
+        #: The server does not know ``LOCK.SESSION`` (a module older than sessions): none then.
+        self.unsupported = False
+        #: Closed (``close_pools``) or dropped: no heartbeat, no watcher.
+        self.stopped = False
+        #: Called (under the lock) when a term opens or the state stops: an asyncio watcher's
+        #: wake-up.
+        self.on_change: Optional[Callable[[], None]] = None
+        #: Whether the watcher is to run (not while the session is idle), and how many
+        #: watcher threads run.
+        self.watching = False
+        self.watchers = 0
+        self._watched: List[Term] = []
+
+    def usable(self) -> Optional[Term]:
+        """The current term if holdings may be tied to it now (:meth:`Term.holds`)."""
+        with self.cond:
+            term = self.current
+            return term if term is not None and term.holds() else None
+
+    def grace(self) -> float:
+        """The grace of the current term, in seconds (before one: the one asked, else
+        :data:`DEFAULT_GRACE`)."""
+        with self.cond:
+            if self.current is not None:
+                return self.current.grace
+            asked = self.settings.grace_ms
+            return DEFAULT_GRACE if asked is None else asked / 1000
+
+    def opened(self, id: str, grace_ms: int, sent: float) -> Term:
+        """A session was opened by an ``OPEN`` sent at ``sent``: it replaces the current one,
+        whose holdings count until its own deadline unless tied to the new one
+        (:meth:`retied`)."""
+        with self.cond:
+            if self.current is not None:
+                self.current.current = False
+            term = Term(self, id, grace_ms, sent)
+            self.current = term
+            self._watched.append(term)
+            self._changed()
+            return term
+
+    def confirmed(self, term: Term, sent: float) -> None:
+        """An ``ATTACH`` of ``term`` sent at ``sent`` was answered: its deadline moves to
+        ``sent`` + grace (less the drift allowance) — unless it expired meanwhile (never
+        brought back)."""
+        with self.cond:
+            if term.current and not term.expired:
+                term.deadline = max(term.deadline, sent + counted_lease(term.grace_ms))
+
+    def expire_due(self) -> None:
+        """Expires every term whose deadline passed: its holdings are lost (their lost signals
+        set)."""
+        with self.cond:
+            self._expire_due()
+
+    def next_deadline(self) -> Optional[float]:
+        """The soonest deadline to watch (``time.monotonic()`` seconds): the current term's
+        and those of replaced terms with holdings; ``None`` for none."""
+        with self.cond:
+            return min((term.deadline for term in self._watched if not term.expired), default=None)
+
+    def watch(self) -> None:
+        """Expires terms as their deadlines pass, until :attr:`stopped` or no longer
+        :attr:`watching`: a sync client's watcher thread, independent of the heartbeat's I/O (a
+        connect or a reply may hang; the deadline does not wait for it)."""
+        with self.cond:
+            self.watchers += 1
+            try:
+                while not self.stopped and self.watching:
+                    self._expire_due()
+                    deadline = min((term.deadline for term in self._watched if not term.expired),
+                                   default=None)
+                    left = 1.0 if deadline is None else deadline - time.monotonic()
+                    self.cond.wait(min(max(left, 0.0), 1.0))
+            finally:
+                self.watchers -= 1
+
+    def start_watching(self) -> bool:
+        """The watcher is to run; whether a new watcher thread must start (none runs)."""
+        with self.cond:
+            self.watching = True
+            return self.watchers == 0
+
+    def stop_watching(self) -> None:
+        """The session is idle: the watcher stops."""
+        with self.cond:
+            self.watching = False
+            self._changed()
+
+    def has_leases(self) -> bool:
+        """Whether any holding is tied to a term of the session."""
+        with self.cond:
+            return any(term.leases for term in self._watched)
+
+    def tie(self, lease: Lease, term: Term) -> None:
+        """Ties a new holding, granted with ``term``'s id, to it; lost at once when ``term`` no
+        longer holds (its grant came too late)."""
+        with self.cond:
+            lease.term = term
+            if term.holds():
+                term.leases.add(lease)
+            else:
+                lease.lose()
+
+    def move(self, lease: Lease, term: Term) -> None:
+        """A renewal with ``term``'s id counted: the holding is ``term``'s from now on — unless
+        it is lost (its session's deadline passed: never brought back) or ``term`` no longer
+        holds."""
+        with self.cond:
+            old = lease.term
+            if old is term or lease.lost.is_set() or not term.holds():
+                return
+            if old is not None:
+                if old.expired or time.monotonic() >= old.deadline:
+                    return
+                old.leases.discard(lease)
+            lease.term = term
+            term.leases.add(lease)
+
+    def untie(self, lease: Lease) -> None:
+        """The holding was released."""
+        with self.cond:
+            if lease.term is not None:
+                lease.term.leases.discard(lease)
+
+    def to_retie(self, old: Term) -> List[Tuple[Lease, int, List[Any]]]:
+        """Each live holding of ``old`` (a term the server no longer has: a failover, a restart)
+        with a renewal to the lease it has left (as counted, in ms: never longer than it was);
+        holdings with nothing left are lost now. The renewal names no session yet."""
+        now = time.monotonic()
+        plan = []
+        with self.cond:
+            for lease in list(old.leases):
+                ms = int((lease.own - now) * 1000)
+                if ms < 1 or lease.renew_command is None:
+                    old.leases.discard(lease)
+                    lease.lose()
+                else:
+                    plan.append((lease, ms, lease.renew_command(ms)))
+        return plan
+
+    def retied(self, old: Term, new: Term, lease: Lease, reply: Any, sent: float, ms: int) -> None:
+        """The reply to a renewal of ``lease`` (of ``old``) to ``ms``, tied to ``new``, sent at
+        ``sent``: renewed in time, the holding is ``new``'s; refused (or an error, or ``old``
+        expired first), lost — unless it was released or moved meanwhile."""
+        with self.cond:
+            if lease not in old.leases:
+                return
+            old.leases.discard(lease)
+            renewed = not isinstance(reply, Exception) and lease.renewed(reply)
+            in_time = not old.expired and time.monotonic() < old.deadline and new.holds()
+            if renewed and in_time:
+                lease.own = min(lease.own, sent + counted_lease(ms))
+                lease.term = new
+                new.leases.add(lease)
+            else:
+                lease.lose()
+
+    def close(self) -> None:
+        """The client closed the session (``LOCK.SESSION CLOSE`` released its holdings): every
+        holding is lost, and the heartbeat and watcher stop."""
+        with self.cond:
+            now = time.monotonic()
+            for term in [*self._watched, *([self.current] if self.current else [])]:
+                term.current = False
+                term.deadline = min(term.deadline, now)
+            self._expire_due()
+            self.stopped = True
+            self._changed()
+
+    def stop(self) -> None:
+        """The client is gone (collected): the watcher stops."""
+        with self.cond:
+            self.stopped = True
+            self._changed()
+
+    def _expire_due(self) -> None:
+        now = time.monotonic()
+        for term in self._watched:
+            if not term.expired and now >= term.deadline:
+                term.expired = True
+                for lease in term.leases:
+                    lease.lost.set()
+                term.leases.clear()
+        self._watched = [term for term in self._watched
+                         if not term.expired and (term is self.current or term.leases)]
+
+    def _changed(self) -> None:
+        self.cond.notify_all()
+        if self.on_change is not None:
+            self.on_change()
+
+
+def session_setup() -> List[List[Any]]:
+    """What a session's connection sends first: ``CLIENT NO-EVICT on`` (kept under memory
+    pressure; an error on servers before 7.0 is ignored) and ``CLIENT SETNAME
+    leasehold-session``."""
+    return [["CLIENT", "NO-EVICT", "on"], ["CLIENT", "SETNAME", SESSION_CONNECTION_NAME]]
+
+
+def open_command(settings: SessionSettings) -> List[Any]:
+    """``LOCK.SESSION OPEN [GRACE grace-ms]``."""
+    grace = [] if settings.grace_ms is None else ["GRACE", settings.grace_ms]
+    return ["LOCK.SESSION", "OPEN", *grace]
+
+
+def opened(reply: Any) -> Tuple[str, int]:
+    """The id and the grace (ms) of an ``OPEN`` reply."""
+    id, grace_ms = reply
+    return str(text(id)), int(grace_ms)
+
+
+def no_such_session(reply: Any) -> bool:
+    """Whether a reply is ``ERR no such session``: the server has not (or no longer) the
+    session — after a failover or a restart, or it ended."""
+    return isinstance(reply, ResponseError) and "no such session" in str(reply)
+
+
+def unknown_command(reply: Any) -> bool:
+    """Whether a reply says the server does not know the command (a module without
+    sessions)."""
+    return isinstance(reply, ResponseError) and "unknown command" in str(reply).lower()
+
+
 class Local(threading.local):
     """What one holder (one thread, with ``thread_local=True``) keeps: redis-py's ``token``
     (the owner), the fencing tokens, the lease, and the watchdog."""
@@ -584,6 +916,9 @@ class LockBase:
     #: Where a holder's state lives with ``thread_local=True``: per thread (per task for asyncio).
     holder_state: type = Local
 
+    #: A holding's lost signal (:attr:`Lease.lost`): ``threading.Event`` (``asyncio.Event``).
+    lost_signal: type = threading.Event
+
     def __init__(
         self,
         redis: Any,
@@ -628,8 +963,10 @@ class LockBase:
         """When the current holding's lease ends as this client knows it, in
         ``time.monotonic()`` seconds: its grant's lease counted from when the grant was sent
         (for a wait, answered), moved by every renewal that counted — synced to the replicas
-        like grants (:class:`leasehold.Sync`), counted from when it was sent. ``None`` when not
-        held. The watchdog reports the holding lost at this time."""
+        like grants (:class:`leasehold.Sync`), counted from when it was sent — and no later than
+        its session's deadline (see :func:`leasehold.configure_sessions`), which each answered
+        heartbeat moves on. ``None`` when not held. The watchdog reports the holding lost at
+        this time."""
         lease = self.local.lease
         return None if lease is None else lease.end
 
@@ -670,12 +1007,13 @@ class LockBase:
         return Write(self._acquire_command(owner), self._granted)
 
     def _wait_pipeline(
-        self, owner: Any, seen: Seen, asking: bool, deadline: Optional[float]
+        self, owner: Any, seen: Seen, asking: bool, deadline: Optional[float], term: Optional[Term]
     ) -> Pipeline:
         """A blocking acquire waiting in the server until ``deadline`` (``time.monotonic()``
-        seconds; ``None``: as long as it takes), then synced."""
+        seconds; ``None``: as long as it takes), tied to ``term``'s session, then synced."""
         left = None if deadline is None else deadline - time.monotonic()
         write = Write(self._acquire_command(owner, wait_ms(left)), self._granted)
+        write.tie(term)
         return Pipeline([write], sync=self.sync, seen=seen, waiting=True, wait_left=left,
                         asking=asking)
 
@@ -692,34 +1030,47 @@ class LockBase:
 
     def _held(self, owner: Any, grant: Grant) -> None:
         """Keeps a grant: ``owner``, the tokens of ``LOCK.ACQUIRE``'s (or a set's) reply, and
-        the lease."""
+        the lease, tied to the grant's session if it named one."""
         reply = grant.reply
         tokens = [int(token) for token in reply] if isinstance(reply, list) else [int(reply)]
+        lease = Lease(grant.started + counted_lease(self._lease_ms()), self.lost_signal())
+        lease.renew_command = lambda ms: self._command("RENEW", owner, ms)
+        lease.renewed = self._whole
         self.local.token = owner
         self.local.fencing_token = max(tokens)
         self.local.fencing_tokens = tokens
-        self.local.lease = Lease(grant.started + counted_lease(self._lease_ms()))
+        self.local.lease = lease
+        if grant.term is not None:
+            grant.term.state.tie(lease, grant.term)
 
-    def _counted(self, lease: Lease, started: float, lease_ms: int) -> bool:
+    def _counted(self, lease: Lease, started: float, lease_ms: int,
+                 term: Optional[Term] = None) -> bool:
         """A renewal sent at ``started`` counts: the lease believed ends ``lease_ms`` after
-        (less the drift allowance, :func:`counted_lease`)."""
-        lease.end = started + counted_lease(lease_ms)
+        (less the drift allowance, :func:`counted_lease`); one naming ``term``'s session ties
+        the holding to it."""
+        lease.own = started + counted_lease(lease_ms)
+        if term is not None:
+            term.state.move(lease, term)
         return True
 
     def _unsure(self, lease: Lease, started: float, lease_ms: int) -> None:
         """A renewal sent at ``started`` did not count, but the master may have made it: a
         ``lease_ms`` shorter than what was left shortened the lease there, so the lease
         believed ends no later than that either."""
-        lease.end = min(lease.end, started + counted_lease(lease_ms))
+        lease.own = min(lease.own, started + counted_lease(lease_ms))
 
     def _unkept(self, write: Write) -> Optional[Exception]:
         """Why a grant cannot be kept: it did not count (:meth:`Pipeline.not_synced`), or it
-        counted only after its lease ended — nobody can count on it then, the lock
-        may have been handed on meanwhile. ``None`` when it can."""
+        counted only after its lease ended, or after the deadline of the session it is tied to
+        (:class:`Term`) — nobody can count on it then, the lock may have been handed on
+        meanwhile. ``None`` when it can."""
         if write.problem is not None:
             return write.problem
         if write.started + counted_lease(self._lease_ms()) <= time.monotonic():
             return NotReplicatedError(0, 1, "the grant was acknowledged only after its lease ended")
+        if write.term is not None and not write.term.holds():
+            return NotReplicatedError(0, 1, "the grant came after its session's deadline: the "
+                                      "session's connection was down for longer than its grace")
         return None
 
     def _renewal_counts(self, write: Write, lease: Lease, lease_ms: int) -> bool:
@@ -731,13 +1082,16 @@ class LockBase:
         if write.problem is not None:
             self._unsure(lease, write.started, lease_ms)
             raise write.problem
-        return self._counted(lease, write.started, lease_ms)
+        return self._counted(lease, write.started, lease_ms, write.term)
 
     def _forget(self) -> None:
         """Drops the current holding (at release): stops its watchdog."""
         keeper = self.local.keeper
         if keeper is not None:
             keeper.stop()
+        lease = self.local.lease
+        if lease is not None and lease.term is not None:
+            lease.term.state.untie(lease)
         self.local.token = None
         self.local.fencing_token = None
         self.local.fencing_tokens = None

@@ -10,6 +10,7 @@ import asyncio
 import math
 import sys
 import time
+import weakref
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Set, Tuple, Type
@@ -36,8 +37,10 @@ from ._pools import (
     Pools,
     borrow_args,
     configure_pools,
+    configure_sessions,
     pools_of,
     redirected,
+    session_connection_kwargs,
 )
 from ._protocol import (
     REDIRECTS,
@@ -50,16 +53,26 @@ from ._protocol import (
     Pipeline,
     QueuedOut,
     Seen,
+    SessionSettings,
+    SessionState,
     SetOf,
     TaskLocal,
+    IDLE_AFTER,
+    Term,
     Write,
     deadline_of,
     hinted,
     is_cluster,
     least_lease_ms,
+    logger,
     new_owner,
+    no_such_session,
+    open_command,
+    opened,
+    session_setup,
     time_left,
     to_ms,
+    unknown_command,
 )
 
 if sys.version_info >= (3, 11, 3):
@@ -78,15 +91,19 @@ BORROW_ARGS = borrow_args(redis.asyncio.BlockingConnectionPool)
 
 
 __all__ = ["Lock", "MultiLock", "ReadWriteLock", "Semaphore", "SharedLock", "close_pools",
-           "configure_pools"]
+           "configure_pools", "configure_sessions"]
 
 
 async def close_pools(redis: Any) -> None:
     """Closes the dedicated connections the lock classes keep beside ``redis`` (its wait and
-    sync pools, see :func:`leasehold.configure_pools`): call it with ``await
-    redis.aclose()``, before the event loop ends. A lock used on ``redis`` afterwards makes
-    new pools; what was seen of the masters is kept."""
-    for pool in pools_of(redis).drain():
+    sync pools, see :func:`leasehold.configure_pools`) and ends its sessions (see
+    :func:`leasehold.close_pools`): call it with ``await redis.aclose()``, before the event
+    loop ends. A lock used on ``redis`` afterwards makes new pools and a new session; what was
+    seen of the masters is kept."""
+    pools, sessions = pools_of(redis).drain()
+    for session in sessions:
+        await session.close()
+    for pool in pools:
         await pool.disconnect()
 
 
@@ -209,6 +226,239 @@ async def read(connection: Any) -> Tuple[Any, float]:
     return reply, time.monotonic()
 
 
+class Line:
+    """As :class:`leasehold.lock.Line`, for a ``redis.asyncio`` connection."""
+
+    def __init__(self) -> None:
+        self.connection: Any = None
+
+    async def drop(self) -> None:
+        """Closes the connection; the next call makes a new one."""
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            await connection.disconnect()
+
+
+#: The sessions' heartbeat and watcher tasks (a running task needs a reference kept).
+_SESSION_TASKS: Set["asyncio.Task[None]"] = set()
+
+
+class Session:
+    """:class:`leasehold.lock.Session` over ``redis.asyncio``: the heartbeat and the watcher are
+    tasks of the event loop that opened the session (cancelled when it ends: the server then
+    ends the session after the grace). One for every task using the client."""
+
+    def __init__(self, master: Master, settings: SessionSettings) -> None:
+        self.master = master
+        self.state = SessionState(settings)
+        self._io = asyncio.Lock()
+        self._line = Line()
+        self._stopped = asyncio.Event()
+        self._wake = asyncio.Event()
+        self.state.on_change = self._wake.set
+        self._running = False
+        self._used = time.monotonic()
+        self._heart: Optional["asyncio.Task[None]"] = None
+        self._watcher: Optional["asyncio.Task[None]"] = None
+        weakref.finalize(self, self.state.stop)
+
+    async def term(self) -> Optional[Term]:
+        """As :meth:`leasehold.lock.Session.term`."""
+        self._used = time.monotonic()
+        term = self.state.usable()
+        if (term is not None and self._running) or self.state.unsupported or self._stopped.is_set():
+            return term
+        async with self._io:
+            term = self.state.usable()
+            if term is None and not self.state.unsupported:
+                await self._refresh()
+                term = self.state.usable()
+            if term is not None:
+                self._start()
+        return term
+
+    async def gone(self, term: Term) -> None:
+        """As :meth:`leasehold.lock.Session.gone`."""
+        async with self._io:
+            if self.state.current is term and term.holds():
+                await self._open(replaced=term)
+
+    async def close(self) -> None:
+        """As :meth:`leasehold.lock.Session.close`."""
+        self._stopped.set()
+        async with self._io:
+            term = self.state.current
+            if term is not None and self._line.connection is not None:
+                try:
+                    await self._call([["LOCK.SESSION", "CLOSE", term.id]], reconnect=False)
+                except Exception as error:
+                    logger.debug("closing session %s: %r", term.id, error)
+            await self._line.drop()
+            self.state.close()
+        for task in (self._heart, self._watcher):
+            if task is not None:
+                task.cancel()
+
+    async def _refresh(self) -> None:
+        """As :meth:`leasehold.lock.Session._refresh`."""
+        self.state.expire_due()
+        term = self.state.current
+        if term is not None and term.holds():
+            (reply,), sent = await self._call([["LOCK.SESSION", "ATTACH", term.id]])
+            if not isinstance(reply, Exception):
+                self.state.confirmed(term, sent)
+            elif no_such_session(reply):
+                await self._open(replaced=term)
+            else:
+                raise reply
+            return
+        stale = () if term is None else (["LOCK.SESSION", "CLOSE", term.id],)
+        await self._open(before=stale)
+
+    async def _open(self, replaced: Optional[Term] = None, before: Tuple[List[Any], ...] = ()) -> None:
+        """As :meth:`leasehold.lock.Session._open`."""
+        replies, sent = await self._call([*before, open_command(self.state.settings)])
+        reply = replies[-1]
+        if unknown_command(reply):
+            logger.warning("the server has no sessions (LOCK.SESSION): holdings keep their "
+                           "leases alone")
+            self.state.unsupported = True
+            return
+        if isinstance(reply, Exception):
+            raise reply
+        new = self.state.opened(*opened(reply), sent)
+        self._start()
+        if replaced is not None:
+            await self._retie(replaced, new)
+
+    async def _retie(self, old: Term, new: Term) -> None:
+        """As :meth:`leasehold.lock.Session._retie`."""
+        plan = self.state.to_retie(old)
+        if not plan:
+            return
+        commands = [[*command, "SESSION", new.id] for _, _, command in plan]
+        try:
+            replies, sent = await self._call(commands)
+        except Exception as error:
+            replies, sent = [error] * len(plan), time.monotonic()
+        for (lease, ms, _), reply in zip(plan, replies):
+            self.state.retied(old, new, lease, reply, sent, ms)
+
+    async def _call(
+        self, commands: List[List[Any]], reconnect: bool = True
+    ) -> Tuple[List[Any], float]:
+        """As :meth:`leasehold.lock.Session._call`; cancelled, the connection is closed."""
+        reused = self._line.connection is not None
+        try:
+            return await self._send(commands, reconnect)
+        except ConnectionError:
+            if not (reused and reconnect):
+                raise
+        return await self._send(commands, reconnect)
+
+    async def _send(self, commands: List[List[Any]], reconnect: bool) -> Tuple[List[Any], float]:
+        """One try of :meth:`_call`."""
+        grace = self.state.grace()
+        connection, setup = self._line.connection, []
+        if connection is None:
+            if not reconnect:
+                raise ConnectionError("the session's connection is closed")
+            kwargs = session_connection_kwargs(self.master.connection_kwargs, grace)
+            connection = self._line.connection = self.master.connection_class(**kwargs)
+            setup = session_setup()
+        try:
+            if setup:
+                try:
+                    async with timeout_at(on_loop_clock(time.monotonic() + grace)):
+                        await connection.connect()
+                except asyncio.TimeoutError:
+                    raise TimeoutError("the session's connection did not connect in time") from None
+            sent = time.monotonic()
+            replies = await send(connection, [*setup, *commands], grace, None)
+        except BaseException:
+            await self._line.drop()
+            raise
+        return [reply for reply, _ in replies[len(setup):]], sent
+
+    async def _beat(self) -> Optional[float]:
+        """As :meth:`leasehold.lock.Session._beat`."""
+        async with self._io:
+            if self._stopped.is_set():
+                return None
+            if not self.state.has_leases() and time.monotonic() - self._used > IDLE_AFTER:
+                self._running = False
+                self.state.stop_watching()
+                return None
+            try:
+                await self._refresh()
+                failed = False
+            except Exception as error:
+                logger.debug("session heartbeat: %r", error)
+                await self._line.drop()
+                failed = True
+        grace = self.state.grace()
+        return grace / 10 if failed and self.state.usable() is not None else grace / 3
+
+    def _start(self) -> None:
+        """Starts the heartbeat and the watcher tasks unless they run (an idle heartbeat ended
+        itself; an event loop's end cancels both). Under the I/O lock."""
+        heart, watcher = self._heart, self._watcher
+        if self._running and heart is not None and not heart.done() and watcher is not None \
+                and not watcher.done():
+            return
+        self.state.start_watching()
+        if watcher is None or watcher.done():
+            self._watcher = self._task(watch(self.state, self._wake))
+        if not self._running or heart is None or heart.done():
+            self._heart = self._task(heartbeat(weakref.ref(self), self._line, self._stopped))
+        self._running = True
+
+    @staticmethod
+    def _task(coroutine: Any) -> "asyncio.Task[None]":
+        task = asyncio.ensure_future(coroutine)
+        _SESSION_TASKS.add(task)
+        task.add_done_callback(_SESSION_TASKS.discard)
+        return task
+
+
+async def heartbeat(ref: "weakref.ref[Session]", line: Line, stopped: asyncio.Event) -> None:
+    """As :func:`leasehold.lock.heartbeat`, a task; cancelled (its event loop ends), it closes
+    the connection too."""
+    try:
+        while True:
+            session = ref()
+            if session is None:
+                await line.drop()
+                return
+            pause = await session._beat()
+            del session
+            if pause is None:
+                return
+            try:
+                await asyncio.wait_for(stopped.wait(), pause)
+                return
+            except asyncio.TimeoutError:
+                pass
+    except asyncio.CancelledError:
+        await line.drop()
+        raise
+
+
+async def watch(state: SessionState, wake: asyncio.Event) -> None:
+    """A session's watcher task (see :meth:`leasehold._protocol.SessionState.watch`): expires
+    its terms as their deadlines pass, woken early when a term opens; until the session is
+    closed or idle."""
+    while not state.stopped and state.watching:
+        wake.clear()
+        state.expire_due()
+        deadline = state.next_deadline()
+        left = 1.0 if deadline is None else deadline - time.monotonic()
+        try:
+            await asyncio.wait_for(wake.wait(), min(max(left, 0.0), 1.0))
+        except asyncio.TimeoutError:
+            pass
+
+
 class Lock(LockBase):
     """:class:`leasehold.Lock` for ``redis.asyncio`` clients; see it for the differences from
     redis-py's lock. With ``thread_local=True`` (the default) each asyncio task keeps its own
@@ -217,6 +467,7 @@ class Lock(LockBase):
     acquired it, or pass ``thread_local=False`` to share one holding between tasks."""
 
     holder_state = TaskLocal
+    lost_signal = asyncio.Event
 
     async def __aenter__(self) -> "Lock":
         if await self.acquire():
@@ -236,9 +487,9 @@ class Lock(LockBase):
 
     @property
     def lost(self) -> asyncio.Event:
-        """Set once the current holding's lease is known lost."""
-        keeper = self.local.keeper
-        return keeper.lost if keeper is not None else asyncio.Event()
+        """Set once the current holding is known lost (see :attr:`leasehold.Lock.lost`)."""
+        lease = self.local.lease
+        return lease.lost if lease is not None else asyncio.Event()
 
     async def acquire(
         self,
@@ -321,9 +572,7 @@ class Lock(LockBase):
     async def _try(self, owner: Any) -> Optional[Grant]:
         try:
             if self.sync.off:
-                sent = time.monotonic()
-                reply = await self.redis.execute_command(*self._acquire_command(owner))
-                return None if reply is None else Grant(reply, sent)
+                return await self._kept(owner, await self._plain(self._grant_write(owner)))
             return await self._kept(owner, await self._synced(self._grant_write(owner)))
         except TryAgainError:
             return None
@@ -356,25 +605,43 @@ class Lock(LockBase):
         if unkept is not None:
             await self.redis.execute_command(*self._command("RELEASE", owner))
             raise unkept
-        return Grant(reply, write.started)
+        return Grant(reply, write.started, write.term)
 
     async def _waited(self, owner: Any, deadline: Optional[float]) -> Write:
         """As :meth:`leasehold.Lock._waited`."""
-        return await self._routed(lambda master, asking: self._alone(
+        return await self._routed(lambda master, asking, term: self._alone(
             "wait", master, deadline,
-            lambda seen: self._wait_pipeline(owner, seen, asking, deadline)))
+            lambda seen: self._wait_pipeline(owner, seen, asking, deadline, term)))
+
+    async def _plain(self, write: Write) -> Write:
+        """As :meth:`leasehold.Lock._plain`."""
+
+        async def send(master: Master, asking: bool, term: Optional[Term]) -> Write:
+            write.tie(term)
+            try:
+                write.reply = await self.redis.execute_command(*write.command)
+            except ResponseError as error:
+                if not no_such_session(error):
+                    raise
+                write.reply = error
+            return write
+
+        return await self._routed(send)
 
     async def _synced(self, write: Write) -> Write:
         """As :meth:`leasehold.Lock._synced`."""
         deadline = self._sync_deadline(write.until)
         try:
-            return await self._routed(
-                lambda master, asking: self._synced_to(master, asking, write, deadline))
+            return await self._routed(lambda master, asking, term: self._synced_to(
+                master, asking, write, deadline, term))
         except QueuedOut as queued:
             raise queued.not_replicated() from None
 
-    async def _synced_to(self, master: Master, asking: bool, write: Write, deadline: float) -> Write:
+    async def _synced_to(
+        self, master: Master, asking: bool, write: Write, deadline: float, term: Optional[Term]
+    ) -> Write:
         """As :meth:`leasehold.Lock._synced_to`."""
+        write.tie(term)
         if not asking:
             return await self._together(master, write, deadline)
         return await self._alone(
@@ -382,16 +649,23 @@ class Lock(LockBase):
             lambda seen: Pipeline([write], sync=self.sync, seen=seen, asking=True),
             write.until)
 
-    async def _routed(self, send: Callable[[Master, bool], Awaitable[Write]]) -> Write:
+    async def _routed(
+        self, send: Callable[[Master, bool, Optional[Term]], Awaitable[Write]]
+    ) -> Write:
         """As :meth:`leasehold.Lock._routed`."""
         redirect = None
-        for _ in range(REDIRECTS):
-            write = await send(await self._master(redirect), redirect is not None)
+        for attempt in range(REDIRECTS):
+            master = await self._master(redirect)
+            session = pools_of(self.redis).session(master, Session)
+            term = None if session is None else await session.term()
+            write = await send(master, redirect is not None, term)
             if isinstance(write.reply, MovedError):
                 redirect = None
                 await self.redis.nodes_manager.initialize()
             elif isinstance(write.reply, AskError):
                 redirect = (write.reply.host, int(write.reply.port))
+            elif no_such_session(write.reply) and term is not None and attempt < REDIRECTS - 1:
+                await session.gone(term)
             else:
                 return write
         raise TryAgainError("the lock's slot kept moving")
@@ -480,10 +754,7 @@ class Lock(LockBase):
         """As :meth:`leasehold.Lock._renew`."""
         write = self._renew_write(owner, lease_ms, until)
         try:
-            if self.sync.off:
-                reply = await self.redis.execute_command(*self._command("RENEW", owner, lease_ms))
-                return self._whole(reply) and self._counted(lease, write.started, lease_ms)
-            write = await self._synced(write)
+            write = await (self._plain(write) if self.sync.off else self._synced(write))
         except Exception:
             self._unsure(lease, write.started, lease_ms)
             raise
@@ -497,7 +768,7 @@ class Keeper:
     def __init__(
         self, renew: Callable[[int, float], Awaitable[bool]], lease_ms: int, lease: Lease
     ) -> None:
-        self.lost = asyncio.Event()
+        self.lost = lease.lost
         self._renew = renew
         self._lease_ms = lease_ms
         self._lease = lease

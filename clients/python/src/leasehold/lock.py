@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Callable, Iterator, List, Optional, Tuple, Type
@@ -36,6 +37,7 @@ from ._pools import (
     borrow_args,
     pools_of,
     redirected,
+    session_connection_kwargs,
 )
 from ._protocol import (
     REDIRECTS,
@@ -48,15 +50,25 @@ from ._protocol import (
     Pipeline,
     QueuedOut,
     Seen,
+    SessionSettings,
+    SessionState,
     SetOf,
+    IDLE_AFTER,
+    Term,
     Write,
     deadline_of,
     hinted,
     is_cluster,
     least_lease_ms,
+    logger,
     new_owner,
+    no_such_session,
+    open_command,
+    opened,
+    session_setup,
     time_left,
     to_ms,
+    unknown_command,
 )
 
 class BudgetedPool(Budgeted, redis.BlockingConnectionPool):
@@ -70,9 +82,15 @@ BORROW_ARGS = borrow_args(redis.BlockingConnectionPool)
 
 def close_pools(redis: Any) -> None:
     """Closes the dedicated connections the lock classes keep beside ``redis`` (its wait and
-    sync pools, see :func:`leasehold.configure_pools`) — with ``redis.close()``, say. A lock
-    used on ``redis`` afterwards makes new pools; what was seen of the masters is kept."""
-    for pool in pools_of(redis).drain():
+    sync pools, see :func:`leasehold.configure_pools`) — with ``redis.close()``, say — and
+    ends its sessions (``LOCK.SESSION CLOSE``, see :func:`leasehold.configure_sessions`): the
+    server releases the holdings tied to them at once, and their ``lost`` is set. A lock used
+    on ``redis`` afterwards makes new pools and a new session; what was seen of the masters is
+    kept."""
+    pools, sessions = pools_of(redis).drain()
+    for session in sessions:
+        session.close()
+    for pool in pools:
         pool.disconnect()
 
 
@@ -167,6 +185,215 @@ def read(connection: Any, deadline: Optional[float]) -> Tuple[Any, float]:
     return reply, time.monotonic()
 
 
+class Line:
+    """A session's connection (``None`` while there is none), apart from the session so that
+    its heartbeat can close it once the session is gone."""
+
+    def __init__(self) -> None:
+        self.connection: Any = None
+
+    def drop(self) -> None:
+        """Closes the connection (a reply may be unread); the next call makes a new one."""
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            connection.disconnect()
+
+
+class Session:
+    """This client's session on one master (see :func:`leasehold.configure_sessions`): opened
+    at the first acquire on a connection of its own, attached by a heartbeat thread every third
+    of the grace (reconnecting when the connection dropped), reopened when the server no longer
+    has it (its holdings then renewed with the new one), closed by :func:`close_pools`. A
+    watcher thread sets the lost signal of every holding of a term whose deadline passed
+    (:class:`leasehold._protocol.Term`), whatever the heartbeat's I/O is doing. One for every
+    thread using the client."""
+
+    def __init__(self, master: Master, settings: SessionSettings) -> None:
+        self.master = master
+        self.state = SessionState(settings)
+        self._io = threading.Lock()
+        self._line = Line()
+        self._stopped = threading.Event()
+        self._running = False
+        self._used = time.monotonic()
+        weakref.finalize(self, self.state.stop)
+
+    def term(self) -> Optional[Term]:
+        """The session to tie a holding to: the current one, opened or attached again first
+        when its deadline passed (the heartbeat started again if idle); ``None`` when the
+        server has no sessions. Raises what the server's connection raised, or its error reply
+        to ``OPEN``."""
+        self._used = time.monotonic()
+        term = self.state.usable()
+        if (term is not None and self._running) or self.state.unsupported or self._stopped.is_set():
+            return term
+        with self._io:
+            term = self.state.usable()
+            if term is None and not self.state.unsupported:
+                self._refresh()
+                term = self.state.usable()
+            if term is not None:
+                self._start()
+        return term
+
+    def gone(self, term: Term) -> None:
+        """A command naming ``term`` was told ``no such session``: a new session replaces it
+        (unless one did already), and its holdings are renewed with the new one."""
+        with self._io:
+            if self.state.current is term and term.holds():
+                self._open(replaced=term)
+
+    def close(self) -> None:
+        """Ends the session (``LOCK.SESSION CLOSE`` on its connection if that is up: the server
+        releases its holdings at once; else it ends a grace after the connection closed), stops
+        the heartbeat and the watcher, and closes the connection. Its holdings are lost."""
+        self._stopped.set()
+        with self._io:
+            term = self.state.current
+            if term is not None and self._line.connection is not None:
+                try:
+                    self._call([["LOCK.SESSION", "CLOSE", term.id]], reconnect=False)
+                except Exception as error:  # ends on its own after the grace
+                    logger.debug("closing session %s: %r", term.id, error)
+            self._line.drop()
+            self.state.close()
+
+    def _refresh(self) -> None:
+        """Under the I/O lock: confirms the current term (``ATTACH``, reconnecting first if the
+        connection dropped), or opens a session when there is none or the current one expired
+        (closing that one: its holdings are already counted lost), or when the server no longer
+        has it (then its holdings are renewed with the new one)."""
+        self.state.expire_due()
+        term = self.state.current
+        if term is not None and term.holds():
+            (reply,), sent = self._call([["LOCK.SESSION", "ATTACH", term.id]])
+            if not isinstance(reply, Exception):
+                self.state.confirmed(term, sent)
+            elif no_such_session(reply):
+                self._open(replaced=term)
+            else:
+                raise reply
+            return
+        stale = () if term is None else (["LOCK.SESSION", "CLOSE", term.id],)
+        self._open(before=stale)
+
+    def _open(self, replaced: Optional[Term] = None, before: Tuple[List[Any], ...] = ()) -> None:
+        """Opens a session (after ``before``, whose replies do not matter) that replaces the
+        current one; renews ``replaced``'s holdings with it."""
+        replies, sent = self._call([*before, open_command(self.state.settings)])
+        reply = replies[-1]
+        if unknown_command(reply):
+            logger.warning("the server has no sessions (LOCK.SESSION): holdings keep their "
+                           "leases alone")
+            self.state.unsupported = True
+            return
+        if isinstance(reply, Exception):
+            raise reply
+        new = self.state.opened(*opened(reply), sent)
+        self._start()
+        if replaced is not None:
+            self._retie(replaced, new)
+
+    def _retie(self, old: Term, new: Term) -> None:
+        """Renews every live holding of ``old`` with ``new``'s id at once, one pipeline on the
+        session's connection, each to the lease it has left (never longer): renewed, it is
+        ``new``'s; refused, lost."""
+        plan = self.state.to_retie(old)
+        if not plan:
+            return
+        commands = [[*command, "SESSION", new.id] for _, _, command in plan]
+        try:
+            replies, sent = self._call(commands)
+        except Exception as error:
+            replies, sent = [error] * len(plan), time.monotonic()
+        for (lease, ms, _), reply in zip(plan, replies):
+            self.state.retied(old, new, lease, reply, sent, ms)
+
+    def _call(self, commands: List[List[Any]], reconnect: bool = True) -> Tuple[List[Any], float]:
+        """Sends ``commands`` on the session's connection — a new one first if there is none
+        (``reconnect``), set up as a session's (:func:`leasehold._protocol.session_setup`) —
+        and reads their replies (error replies as exceptions) within the grace. Returns them
+        with when they were sent. A dropped connection, or no reply in time, closes it and
+        raises ``ConnectionError`` / ``TimeoutError`` — except that a connection found dropped
+        the first time it is used again (the server restarted, an idle ``timeout`` closed it)
+        is replaced once, and the commands sent again (each may be: ``ATTACH`` and the
+        renewals are idempotent, an ``OPEN`` whose reply was lost ends a grace later, empty)."""
+        reused = self._line.connection is not None
+        try:
+            return self._send(commands, reconnect)
+        except ConnectionError:
+            if not (reused and reconnect):
+                raise
+        return self._send(commands, reconnect)
+
+    def _send(self, commands: List[List[Any]], reconnect: bool) -> Tuple[List[Any], float]:
+        """One try of :meth:`_call`."""
+        grace = self.state.grace()
+        connection, setup = self._line.connection, []
+        if connection is None:
+            if not reconnect:
+                raise ConnectionError("the session's connection is closed")
+            kwargs = session_connection_kwargs(self.master.connection_kwargs, grace)
+            connection = self._line.connection = self.master.connection_class(**kwargs)
+            setup = session_setup()
+        try:
+            if setup:
+                connection.connect()
+            sent = time.monotonic()
+            replies = send(connection, [*setup, *commands], grace, None)
+        except BaseException:
+            self._line.drop()
+            raise
+        return [reply for reply, _ in replies[len(setup):]], sent
+
+    def _beat(self) -> Optional[float]:
+        """One heartbeat (:meth:`_refresh`); how long until the next, in seconds: a third of the
+        grace, or a tenth after a failure while the session's holdings still count. ``None``
+        to stop: closed, or idle (no holding, no acquire or renewal for
+        :data:`leasehold._protocol.IDLE_AFTER`)."""
+        with self._io:
+            if self._stopped.is_set():
+                return None
+            if not self.state.has_leases() and time.monotonic() - self._used > IDLE_AFTER:
+                self._running = False
+                self.state.stop_watching()
+                return None
+            try:
+                self._refresh()
+                failed = False
+            except Exception as error:
+                logger.debug("session heartbeat: %r", error)
+                self._line.drop()
+                failed = True
+        grace = self.state.grace()
+        return grace / 10 if failed and self.state.usable() is not None else grace / 3
+
+    def _start(self) -> None:
+        """Starts the heartbeat and the watcher unless they run. Under the I/O lock."""
+        if self._running:
+            return
+        self._running = True
+        threading.Thread(target=heartbeat, args=(weakref.ref(self), self._line, self._stopped),
+                         name="leasehold-session-heartbeat", daemon=True).start()
+        if self.state.start_watching():
+            threading.Thread(target=self.state.watch, name="leasehold-session-watcher",
+                             daemon=True).start()
+
+
+def heartbeat(ref: "weakref.ref[Session]", line: Line, stopped: threading.Event) -> None:
+    """A session's heartbeat thread: beats until the session is closed, or collected (its
+    client is gone: its connection is closed then, and the server ends it after the grace)."""
+    while True:
+        session = ref()
+        if session is None:
+            line.drop()
+            return
+        pause = session._beat()
+        del session
+        if pause is None or stopped.wait(pause):
+            return
+
+
 class Lock(LockBase):
     """A lock on the leasehold module with redis-py's ``Lock`` interface and behaviour.
 
@@ -186,6 +413,9 @@ class Lock(LockBase):
       thread renews the lease every third of it, stops for good at release or when a renewal
       is refused (it never takes the lock back), and then sets :attr:`lost`.
     - ``locked()`` and ``owned()`` ask the module (``GET`` on a module lock is ``WRONGTYPE``).
+    - Every holding is tied to the client's session (see
+      :func:`leasehold.configure_sessions`): the server releases it a grace after the client's
+      session connection closed (a crashed process), and :attr:`lost` is set before that.
     - Every grant and every renewal reaches the master's replicas before it counts (``sync``,
       see :class:`leasehold.Sync`): a grant that does not count in time is released and
       :class:`leasehold.NotReplicatedError` raised (or with time left in
@@ -212,10 +442,14 @@ class Lock(LockBase):
 
     @property
     def lost(self) -> threading.Event:
-        """Set once the current holding's lease is known lost: the watchdog's renewal was
-        refused, or :attr:`lease_end` came while no renewal could be synced."""
-        keeper = self.local.keeper
-        return keeper.lost if keeper is not None else threading.Event()
+        """Set once the current holding is known lost: the watchdog's renewal was refused, or
+        :attr:`lease_end` came while no renewal could be synced, or — watched or not — its
+        session's deadline passed without an answered heartbeat (the server may end the
+        session and hand the lock on after it), or its session was closed
+        (:func:`close_pools`) or could not take it over after a failover. Without a watchdog
+        or a session, never set."""
+        lease = self.local.lease
+        return lease.lost if lease is not None else threading.Event()
 
     def acquire(
         self,
@@ -312,9 +546,7 @@ class Lock(LockBase):
         """One grant without waiting, synced; ``None`` when the lock is busy."""
         try:
             if self.sync.off:
-                sent = time.monotonic()
-                reply = self.redis.execute_command(*self._acquire_command(owner))
-                return None if reply is None else Grant(reply, sent)
+                return self._kept(owner, self._plain(self._grant_write(owner)))
             return self._kept(owner, self._synced(self._grant_write(owner)))
         except TryAgainError:
             return None
@@ -348,15 +580,31 @@ class Lock(LockBase):
         if unkept is not None:
             self.redis.execute_command(*self._command("RELEASE", owner))
             raise unkept
-        return Grant(reply, write.started)
+        return Grant(reply, write.started, write.term)
 
     def _waited(self, owner: Any, deadline: Optional[float]) -> Write:
         """A blocking acquire on a connection of the wait pool, queueing for one until
         ``deadline`` (:class:`QueuedOut` after), waiting in the server until then, and
         synced."""
-        return self._routed(lambda master, asking: self._alone(
+        return self._routed(lambda master, asking, term: self._alone(
             "wait", master, deadline,
-            lambda seen: self._wait_pipeline(owner, seen, asking, deadline)))
+            lambda seen: self._wait_pipeline(owner, seen, asking, deadline, term)))
+
+    def _plain(self, write: Write) -> Write:
+        """``write`` on the client's own connection, not synced (``SYNC_OFF``), naming the
+        session; its reply taken (``no such session`` as the error, the others raised)."""
+
+        def send(master: Master, asking: bool, term: Optional[Term]) -> Write:
+            write.tie(term)
+            try:
+                write.reply = self.redis.execute_command(*write.command)
+            except ResponseError as error:
+                if not no_such_session(error):
+                    raise
+                write.reply = error
+            return write
+
+        return self._routed(send)
 
     def _synced(self, write: Write) -> Write:
         """``write`` (a grant without waiting, or a renewal) sent with the synced writes queued
@@ -365,12 +613,17 @@ class Lock(LockBase):
         (nothing was sent)."""
         deadline = self._sync_deadline(write.until)
         try:
-            return self._routed(lambda master, asking: self._synced_to(master, asking, write, deadline))
+            return self._routed(lambda master, asking, term: self._synced_to(
+                master, asking, write, deadline, term))
         except QueuedOut as queued:
             raise queued.not_replicated() from None
 
-    def _synced_to(self, master: Master, asking: bool, write: Write, deadline: float) -> Write:
-        """``write`` sent to ``master`` (see :meth:`_synced`), queueing until ``deadline``."""
+    def _synced_to(
+        self, master: Master, asking: bool, write: Write, deadline: float, term: Optional[Term]
+    ) -> Write:
+        """``write`` sent to ``master`` (see :meth:`_synced`) naming ``term``'s session,
+        queueing until ``deadline``."""
+        write.tie(term)
         if not asking:
             return self._together(master, write, deadline)
         return self._alone(
@@ -378,18 +631,25 @@ class Lock(LockBase):
             lambda seen: Pipeline([write], sync=self.sync, seen=seen, asking=True),
             write.until)
 
-    def _routed(self, send: Callable[[Master, bool], Write]) -> Write:
-        """The write ``send(master, asking)`` sends to the lock's master; follows ``MOVED``
-        (the client relearns the slots) and ``ASK`` (``asking`` then: ``ASKING`` first, on the
-        importing master)."""
+    def _routed(self, send: Callable[[Master, bool, Optional[Term]], Write]) -> Write:
+        """The write ``send(master, asking, term)`` sends to the lock's master naming the
+        client's session there (``term``; ``None`` with sessions off); follows ``MOVED`` (the
+        client relearns the slots) and ``ASK`` (``asking`` then: ``ASKING`` first, on the
+        importing master), and sends it again with a new session when the server had no such
+        session (after a failover or a restart)."""
         redirect = None
-        for _ in range(REDIRECTS):
-            write = send(self._master(redirect), redirect is not None)
+        for attempt in range(REDIRECTS):
+            master = self._master(redirect)
+            session = pools_of(self.redis).session(master, Session)
+            term = None if session is None else session.term()
+            write = send(master, redirect is not None, term)
             if isinstance(write.reply, MovedError):
                 redirect = None
                 self.redis.nodes_manager.initialize()
             elif isinstance(write.reply, AskError):
                 redirect = (write.reply.host, int(write.reply.port))
+            elif no_such_session(write.reply) and term is not None and attempt < REDIRECTS - 1:
+                session.gone(term)
             else:
                 return write
         raise TryAgainError("the lock's slot kept moving")
@@ -487,10 +747,7 @@ class Lock(LockBase):
         ``WAIT`` ends by ``until`` (the watchdog's: the lease's end)."""
         write = self._renew_write(owner, lease_ms, until)
         try:
-            if self.sync.off:
-                renewed = self._whole(self.redis.execute_command(*self._command("RENEW", owner, lease_ms)))
-                return renewed and self._counted(lease, write.started, lease_ms)
-            write = self._synced(write)
+            write = self._plain(write) if self.sync.off else self._synced(write)
         except Exception:
             self._unsure(lease, write.started, lease_ms)
             raise
@@ -506,8 +763,8 @@ class Keeper:
 
     def __init__(self, renew: Callable[[int, float], bool], lease_ms: int, lease: Lease) -> None:
         """``renew(lease_ms, until)`` renews, ending by ``until``; ``lease`` is the holding's,
-        which a renewal that counts moves."""
-        self.lost = threading.Event()
+        which a renewal that counts moves, and whose lost signal it sets."""
+        self.lost = lease.lost
         self._stopped = threading.Event()
         self._renew = renew
         self._lease_ms = lease_ms
