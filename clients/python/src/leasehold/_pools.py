@@ -10,6 +10,7 @@ client's session on it, with a connection of its own (:func:`configure_sessions`
 from __future__ import annotations
 
 import inspect
+import os
 import threading
 import weakref
 from contextvars import ContextVar
@@ -123,12 +124,13 @@ class Pools:
 
     def session(self, master: Master, session_class: Callable[..., Any]) -> Any:
         """The client's session on ``master``, made with ``session_class(master, settings)``
-        on first use; ``None`` when sessions are off."""
+        on first use — and again in a child process (``os.fork``): a session's connection and
+        threads are its process's; ``None`` when sessions are off."""
         with self._lock:
             if not self.sessions.enabled:
                 return None
             session = self._sessions.get(master.node)
-            if session is None:
+            if session is None or session.pid != os.getpid():
                 session = session_class(master, self.sessions)
                 self._sessions[master.node] = session
             return session

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import sys
 import time
 import weakref
@@ -250,6 +251,8 @@ class Session:
 
     def __init__(self, master: Master, settings: SessionSettings) -> None:
         self.master = master
+        #: The process it belongs to (a forked child makes its own).
+        self.pid = os.getpid()
         self.state = SessionState(settings)
         self._io = asyncio.Lock()
         self._line = Line()

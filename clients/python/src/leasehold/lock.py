@@ -7,6 +7,7 @@ milliseconds (``int(seconds * 1000)``, at least 1).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import weakref
@@ -210,6 +211,8 @@ class Session:
 
     def __init__(self, master: Master, settings: SessionSettings) -> None:
         self.master = master
+        #: The process it belongs to (a forked child makes its own).
+        self.pid = os.getpid()
         self.state = SessionState(settings)
         self._io = threading.Lock()
         self._line = Line()
