@@ -44,6 +44,7 @@ from ._pools import (
     session_connection_kwargs,
 )
 from ._protocol import (
+    IDLE_AFTER,
     REDIRECTS,
     TRY_AGAIN_DELAY,
     Grant,
@@ -58,7 +59,6 @@ from ._protocol import (
     SessionState,
     SetOf,
     TaskLocal,
-    IDLE_AFTER,
     Term,
     Write,
     deadline_of,
@@ -247,7 +247,7 @@ _SESSION_TASKS: Set["asyncio.Task[None]"] = set()
 class Session:
     """:class:`leasehold.lock.Session` over ``redis.asyncio``: the heartbeat and the watcher are
     tasks of the event loop that opened the session (cancelled when it ends: the server then
-    ends the session after the grace). One for every task using the client."""
+    ends the session after the grace). Every task using the client shares it."""
 
     def __init__(self, master: Master, settings: SessionSettings) -> None:
         self.master = master

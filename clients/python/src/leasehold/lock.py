@@ -41,6 +41,7 @@ from ._pools import (
     session_connection_kwargs,
 )
 from ._protocol import (
+    IDLE_AFTER,
     REDIRECTS,
     TRY_AGAIN_DELAY,
     Grant,
@@ -54,7 +55,6 @@ from ._protocol import (
     SessionSettings,
     SessionState,
     SetOf,
-    IDLE_AFTER,
     Term,
     Write,
     deadline_of,
@@ -206,8 +206,8 @@ class Session:
     of the grace (reconnecting when the connection dropped), reopened when the server no longer
     has it (its holdings then renewed with the new one), closed by :func:`close_pools`. A
     watcher thread sets the lost signal of every holding of a term whose deadline passed
-    (:class:`leasehold._protocol.Term`), whatever the heartbeat's I/O is doing. One for every
-    thread using the client."""
+    (:class:`leasehold._protocol.Term`), whatever the heartbeat's I/O is doing. Every thread
+    using the client shares it."""
 
     def __init__(self, master: Master, settings: SessionSettings) -> None:
         self.master = master
