@@ -41,11 +41,11 @@ use crate::state;
 ///
 /// # Errors
 /// Arity, owner, TTL, timeout, limit, syntax, `WRONGTYPE`, a different `LIMIT` than the lock's,
-/// no fencing token to issue, and a session id that is invalid, unknown or another user's.
+/// no fencing token to issue, and a session id that is invalid or unknown.
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let parsed = args::acquire(&args, &config::limits()).map_err(replies::arg_error)?;
     if let Some(id) = parsed.session {
-        session::check(ctx, id)?;
+        session::check(id)?;
     }
     let now = clock::now_ms();
     let deadline_ms = lease_deadline(now, parsed.ttl_ms, "lock.acquire")?;
@@ -127,12 +127,11 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// `owner`.
 ///
 /// # Errors
-/// Arity, syntax, owner, TTL, `WRONGTYPE`, a session id that is invalid, unknown or another
-/// user's.
+/// Arity, syntax, owner, TTL, `WRONGTYPE`, a session id that is invalid or unknown.
 pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let parsed = args::renew(&args, &config::limits()).map_err(replies::arg_error)?;
     if let Some(id) = parsed.session {
-        session::check(ctx, id)?;
+        session::check(id)?;
     }
     let (name, owner) = (parsed.key, parsed.owner);
     let now = clock::now_ms();

@@ -40,14 +40,14 @@ use crate::session;
 /// `numkeys`, duplicate keys, more keys than `lock.max-multi-keys`, owner, TTL, timeout,
 /// syntax, options of `LOCK.ACQUIRE` that sets do not take (`REENTRANT`, `SHARED`, `LIMIT`),
 /// `WRONGTYPE` on any key, no fencing token to issue, and a session id that is invalid,
-/// unknown or another user's.
+/// unknown.
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if keys_asked(ctx, &args) {
         return Ok(RedisValue::NoReply);
     }
     let parsed = args::macquire(&args, &config::limits()).map_err(replies::arg_error)?;
     if let Some(id) = parsed.session {
-        session::check(ctx, id)?;
+        session::check(id)?;
     }
     let (names, owner) = (parsed.keys, parsed.owner);
     let now = clock::now_ms();
@@ -121,14 +121,14 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 ///
 /// # Errors
 /// `numkeys`, duplicate keys, more keys than `lock.max-multi-keys`, arity, syntax, owner, TTL,
-/// `WRONGTYPE` on any key, a session id that is invalid, unknown or another user's.
+/// `WRONGTYPE` on any key, a session id that is invalid or unknown.
 pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if keys_asked(ctx, &args) {
         return Ok(RedisValue::NoReply);
     }
     let parsed = args::mrenew(&args, &config::limits()).map_err(replies::arg_error)?;
     if let Some(id) = parsed.session {
-        session::check(ctx, id)?;
+        session::check(id)?;
     }
     let (names, owner) = (parsed.keys, parsed.owner);
     let now = clock::now_ms();

@@ -80,14 +80,12 @@ pub fn command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
 }
 
-/// Checks that the session a command names exists and is the caller's, before the command
-/// changes anything.
+/// Checks that the session a command names exists, before the command changes anything.
 ///
 /// # Errors
-/// No such session; another user's.
-pub fn check(ctx: &Context, id: Id) -> Result<(), RedisError> {
-    let user = ctx.get_current_user().to_string();
-    sessions().check(id, &user).map_err(session_error)
+/// No such session.
+pub fn check(id: Id) -> Result<(), RedisError> {
+    sessions().check(id).map_err(session_error)
 }
 
 /// Ties `owner`'s holding of `key` in the selected database to session `id` (checked before);
@@ -95,8 +93,8 @@ pub fn check(ctx: &Context, id: Id) -> Result<(), RedisError> {
 pub fn tie(ctx: &Context, id: Option<Id>, key: &[u8], owner: &[u8]) {
     let mut sessions = sessions();
     match id {
-        Some(id) => sessions.tie(id, holding(ctx, key, owner)),
-        None if sessions.has_ties() => sessions.untie(&holding(ctx, key, owner)),
+        Some(id) => sessions.tie(id, selected_db(ctx), key, owner),
+        None if sessions.has_ties() => sessions.untie(selected_db(ctx), key, owner),
         None => {}
     }
 }
@@ -105,23 +103,15 @@ pub fn tie(ctx: &Context, id: Option<Id>, key: &[u8], owner: &[u8]) {
 pub fn released(ctx: &Context, key: &LockKey, name: &[u8], owner: &[u8]) {
     let mut sessions = sessions();
     if sessions.has_ties() && key.lock().and_then(|lock| lock.holds_of(owner)).is_none() {
-        sessions.untie(&holding(ctx, name, owner));
+        sessions.untie(selected_db(ctx), name, owner);
     }
 }
 
 /// The session `owner`'s holding of `key` in the selected database is tied to, for `LOCK.INFO`.
 pub fn tied_to(ctx: &Context, key: &[u8], owner: &[u8]) -> Option<String> {
-    let sessions = sessions();
-    if !sessions.has_ties() {
-        return None;
-    }
-    sessions
-        .tied_to(&holding(ctx, key, owner))
+    sessions()
+        .tied_to(selected_db(ctx), key, owner)
         .map(session::format_id)
-}
-
-fn holding(ctx: &Context, key: &[u8], owner: &[u8]) -> Tie {
-    (selected_db(ctx), key.into(), owner.into())
 }
 
 /// This server stopped being a master: its sessions are forgotten, not ended.

@@ -5,8 +5,10 @@
 //! - A client **opens** a session on a connection it keeps (`LOCK.SESSION OPEN`); the session
 //!   is *attached* to that connection.
 //! - A command that names the session (`SESSION id`) **ties** its holding — a lock's key in a
-//!   database, and the owner — to it. A tie ends when the holding is released, when the same
-//!   owner takes the key without a session, or when another session ties it.
+//!   database, and the owner — to it (a waiter's when it is queued). A tie ends when the
+//!   holding is released, when the same owner takes the key without a session, when another
+//!   session ties it, or on `FLUSHALL`/`FLUSHDB`. A tie whose holding's lease ended stays until
+//!   then or until the session ends, which finds nothing to release.
 //! - When the attached connection closes, the session is *detached*; unless some connection
 //!   **attaches** it again within its grace (`LOCK.SESSION ATTACH`, which clients also send as
 //!   their heartbeat), it **ends** at the close plus the grace, and the server releases each of
@@ -36,6 +38,25 @@ pub type Id = u64;
 
 /// One holding a session ends: the lock's database, its key and the owner.
 pub type Tie = (i32, Box<[u8]>, Box<[u8]>);
+
+/// A tie as one run of bytes — the database (4 bytes), the key's length (4 bytes), the key,
+/// the owner — so that one map holds every tie and a lookup encodes into a reused buffer: a
+/// command that names no session, or renews a holding tied already, allocates nothing.
+fn encode(buffer: &mut Vec<u8>, db: i32, key: &[u8], owner: &[u8]) {
+    buffer.clear();
+    buffer.extend_from_slice(&db.to_le_bytes());
+    buffer.extend_from_slice(&u32::try_from(key.len()).unwrap_or(u32::MAX).to_le_bytes());
+    buffer.extend_from_slice(key);
+    buffer.extend_from_slice(owner);
+}
+
+/// The tie [`encode`] wrote into `bytes`.
+fn decode(bytes: &[u8]) -> Option<Tie> {
+    let (db, rest) = bytes.split_first_chunk::<4>()?;
+    let (length, rest) = rest.split_first_chunk::<4>()?;
+    let (key, owner) = rest.split_at_checked(usize::try_from(u32::from_le_bytes(*length)).ok()?)?;
+    Some((i32::from_le_bytes(*db), key.into(), owner.into()))
+}
 
 /// Why a session command was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,8 +108,8 @@ struct Session {
     grace_ms: u64,
     /// When its connection closed (unix ms), while detached.
     detached_at: u64,
-    /// The holdings it ends.
-    ties: HashSet<Tie>,
+    /// The holdings it ends ([`encode`]d).
+    ties: HashSet<Box<[u8]>>,
 }
 
 /// Every session of this server, by id, with the connection each is attached to and the
@@ -97,8 +118,11 @@ struct Session {
 pub struct Sessions {
     sessions: HashMap<Id, Session>,
     by_client: HashMap<u64, HashSet<Id>>,
-    ties: HashMap<Tie, Id>,
+    /// The session each holding ([`encode`]d) is tied to.
+    ties: HashMap<Box<[u8]>, Id>,
     next: Id,
+    /// Where lookups encode their tie.
+    scratch: Vec<u8>,
 }
 
 impl Sessions {
@@ -111,6 +135,7 @@ impl Sessions {
             by_client: HashMap::new(),
             ties: HashMap::new(),
             next: seed,
+            scratch: Vec::new(),
         }
     }
 
@@ -151,33 +176,56 @@ impl Sessions {
         Ok(grace_ms)
     }
 
-    /// Checks that session `id` exists and is `user`'s, before a command ties a holding to it.
+    /// Checks that session `id` exists, before a command ties a holding to it. Any user may tie
+    /// a holding of its own to any session it knows: that only puts its own holding in the
+    /// session's hands (attaching or closing a session is what needs its user).
     ///
     /// # Errors
-    /// No such session; another user's.
-    pub fn check(&mut self, id: Id, user: &str) -> Result<(), SessionError> {
-        Self::owned(&mut self.sessions, id, user).map(|_| ())
-    }
-
-    /// Ties `tie` to session `id` (checked before), untying it from any other.
-    pub fn tie(&mut self, id: Id, tie: Tie) {
-        if let Some(previous) = self.ties.insert(tie.clone(), id)
-            && previous != id
-            && let Some(session) = self.sessions.get_mut(&previous)
-        {
-            session.ties.remove(&tie);
-        }
-        if let Some(session) = self.sessions.get_mut(&id) {
-            session.ties.insert(tie);
+    /// No such session.
+    pub fn check(&self, id: Id) -> Result<(), SessionError> {
+        if self.sessions.contains_key(&id) {
+            Ok(())
+        } else {
+            Err(SessionError::NoSuchSession)
         }
     }
 
-    /// Unties the holding `tie` (released, or taken again without a session).
-    pub fn untie(&mut self, tie: &Tie) {
-        if let Some(id) = self.ties.remove(tie)
+    /// Ties `owner`'s holding of `key` in `db` to session `id` (checked before), untying it
+    /// from any other. Tying it again to the same session (a renewal) allocates nothing.
+    pub fn tie(&mut self, id: Id, db: i32, key: &[u8], owner: &[u8]) {
+        let Some(session) = self.sessions.get_mut(&id) else {
+            return;
+        };
+        encode(&mut self.scratch, db, key, owner);
+        let previous = match self.ties.get_mut(self.scratch.as_slice()) {
+            Some(tied) if *tied == id => return,
+            Some(tied) => Some(std::mem::replace(tied, id)),
+            None => {
+                self.ties.insert(self.scratch.as_slice().into(), id);
+                None
+            }
+        };
+        session.ties.insert(self.scratch.as_slice().into());
+        if let Some(other) = previous.and_then(|previous| self.sessions.get_mut(&previous)) {
+            other.ties.remove(self.scratch.as_slice());
+        }
+    }
+
+    /// Unties `owner`'s holding of `key` in `db` (released, or taken again without a session).
+    pub fn untie(&mut self, db: i32, key: &[u8], owner: &[u8]) {
+        encode(&mut self.scratch, db, key, owner);
+        if let Some(id) = self.ties.remove(self.scratch.as_slice())
             && let Some(session) = self.sessions.get_mut(&id)
         {
-            session.ties.remove(tie);
+            session.ties.remove(self.scratch.as_slice());
+        }
+    }
+
+    /// Unties every holding (`FLUSHALL`, `FLUSHDB`: untying is always safe, the lease stays).
+    pub fn untie_all(&mut self) {
+        self.ties.clear();
+        for session in self.sessions.values_mut() {
+            session.ties.clear();
         }
     }
 
@@ -187,10 +235,11 @@ impl Sessions {
         !self.ties.is_empty()
     }
 
-    /// The session `tie` is tied to, if any.
+    /// The session `owner`'s holding of `key` in `db` is tied to, if any.
     #[must_use]
-    pub fn tied_to(&self, tie: &Tie) -> Option<Id> {
-        self.ties.get(tie).copied()
+    pub fn tied_to(&mut self, db: i32, key: &[u8], owner: &[u8]) -> Option<Id> {
+        encode(&mut self.scratch, db, key, owner);
+        self.ties.get(self.scratch.as_slice()).copied()
     }
 
     /// The connection `client` closed at `now_ms`: each session attached to it is detached.
@@ -276,11 +325,10 @@ impl Sessions {
         if let Some(client) = session.client {
             self.forget_client(client, id);
         }
-        let ties: Vec<Tie> = session.ties.into_iter().collect();
-        for tie in &ties {
+        for tie in &session.ties {
             self.ties.remove(tie);
         }
-        ties
+        session.ties.iter().filter_map(|tie| decode(tie)).collect()
     }
 }
 

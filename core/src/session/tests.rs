@@ -8,7 +8,7 @@ fn tie(key: &str, owner: &str) -> Tie {
 fn a_session_ends_a_grace_after_its_connection_closed_unless_attached_again() {
     let mut sessions = Sessions::new(7);
     let id = sessions.open(1, "default", 3_000);
-    sessions.tie(id, tie("order", "alice"));
+    sessions.tie(id, 0, b"order", b"alice");
     assert_eq!(sessions.detach(1, 10_000), vec![(id, 13_000)]);
     assert_eq!(sessions.counts(), (1, 1));
     assert_eq!(sessions.end_if_due(id, 12_999), None, "still in its grace");
@@ -27,11 +27,11 @@ fn a_session_ends_a_grace_after_its_connection_closed_unless_attached_again() {
 fn attaching_within_the_grace_keeps_every_tie() {
     let mut sessions = Sessions::new(7);
     let id = sessions.open(1, "default", 3_000);
-    sessions.tie(id, tie("order", "alice"));
+    sessions.tie(id, 0, b"order", b"alice");
     sessions.detach(1, 10_000);
     assert_eq!(sessions.attach(id, 2, "default"), Ok(3_000));
     assert_eq!(sessions.end_if_due(id, 20_000), None, "attached");
-    assert_eq!(sessions.tied_to(&tie("order", "alice")), Some(id));
+    assert_eq!(sessions.tied_to(0, b"order", b"alice"), Some(id));
     // Its new connection closing starts a new grace.
     assert_eq!(sessions.detach(2, 30_000), vec![(id, 33_000)]);
     assert_eq!(
@@ -59,13 +59,13 @@ fn a_session_is_its_users() {
     let mut sessions = Sessions::new(7);
     let id = sessions.open(1, "alice", 500);
     assert_eq!(sessions.attach(id, 2, "bob"), Err(SessionError::OtherUser));
-    assert_eq!(sessions.check(id, "bob"), Err(SessionError::OtherUser));
     assert_eq!(sessions.close(id, "bob"), Err(SessionError::OtherUser));
-    assert_eq!(sessions.check(id, "alice"), Ok(()));
     assert_eq!(
-        sessions.check(id + 1, "alice"),
-        Err(SessionError::NoSuchSession)
+        sessions.check(id),
+        Ok(()),
+        "a holding of bob's may be tied to it"
     );
+    assert_eq!(sessions.check(id + 1), Err(SessionError::NoSuchSession));
 }
 
 #[test]
@@ -73,14 +73,14 @@ fn a_holding_has_one_tie_at_most() {
     let mut sessions = Sessions::new(7);
     let first = sessions.open(1, "default", 500);
     let second = sessions.open(2, "default", 500);
-    sessions.tie(first, tie("order", "alice"));
-    sessions.tie(first, tie("invoice", "alice"));
-    sessions.tie(second, tie("order", "alice"));
+    sessions.tie(first, 0, b"order", b"alice");
+    sessions.tie(first, 0, b"invoice", b"alice");
+    sessions.tie(second, 0, b"order", b"alice");
     assert_eq!(
         sessions.close(first, "default"),
         Ok(vec![tie("invoice", "alice")])
     );
-    sessions.untie(&tie("order", "alice"));
+    sessions.untie(0, b"order", b"alice");
     assert_eq!(sessions.close(second, "default"), Ok(vec![]));
 }
 
@@ -90,11 +90,11 @@ fn clear_forgets_without_ending() {
     let id = sessions.open(1, "default", 500);
     assert_eq!(id, u64::MAX);
     assert_eq!(sessions.open(1, "default", 500), 0, "ids wrap");
-    sessions.tie(id, tie("order", "alice"));
+    sessions.tie(id, 0, b"order", b"alice");
     sessions.clear();
     assert_eq!(sessions.counts(), (0, 0));
     assert_eq!(sessions.detach(1, 0), vec![]);
-    assert_eq!(sessions.tied_to(&tie("order", "alice")), None);
+    assert_eq!(sessions.tied_to(0, b"order", b"alice"), None);
 }
 
 #[test]
@@ -111,4 +111,18 @@ fn ids_are_sixteen_hexadecimal_digits() {
     ] {
         assert_eq!(parse_id(bad), Err(SessionError::InvalidId));
     }
+}
+
+#[test]
+fn a_flush_unties_every_holding() {
+    let mut sessions = Sessions::new(7);
+    let id = sessions.open(1, "default", 500);
+    sessions.tie(id, 0, b"order", b"alice");
+    sessions.tie(id, 0, b"order", b"bob");
+    sessions.untie(0, b"order", b"alice");
+    assert_eq!(sessions.tied_to(0, b"order", b"bob"), Some(id));
+    sessions.tie(id, 1, b"order", b"alice");
+    sessions.untie_all();
+    assert!(!sessions.has_ties());
+    assert_eq!(sessions.close(id, "default"), Ok(vec![]));
 }
