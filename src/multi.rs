@@ -39,7 +39,7 @@ use crate::session;
 /// # Errors
 /// `numkeys`, duplicate keys, more keys than `lock.max-multi-keys`, owner, TTL, timeout,
 /// syntax, options of `LOCK.ACQUIRE` that sets do not take (`REENTRANT`, `SHARED`, `LIMIT`),
-/// `WRONGTYPE` on any key, no fencing token to issue, and a session id that is invalid,
+/// `WRONGTYPE` on any key, no fencing token to issue, and a session id that is invalid or
 /// unknown.
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if keys_asked(ctx, &args) {
