@@ -26,12 +26,9 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::masters::Masters;
-use crate::pool::{Borrowed, ClientOptions, Pools, Purpose, Sent};
+use crate::pool::{Borrowed, ClientOptions, Pools, Purpose, RESPONSE_TIMEOUT, Sent};
 use crate::session::{Session, Tying};
 use crate::sync::{Check, Place, Seen, Sync};
-
-/// How long a quick command (everything but a wait or a `WAIT`) may take before it fails.
-pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A connection to one Redis (or Valkey) server, or to one Redis Cluster, with the leasehold
 /// module loaded. Cloning is cheap: clones share the connections.

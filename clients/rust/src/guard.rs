@@ -9,7 +9,7 @@
 //! last renewed *and synced* has run out; and loss is told to the program through
 //! [`Guard::lost`] (Redisson #4698).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::held::{Held, Mode};
-use crate::lease;
+use crate::lease::Lease;
 use crate::quorum::Quorum;
 use crate::session::{Tie, Tying};
 
@@ -93,30 +93,6 @@ pub struct Guard {
     released: bool,
 }
 
-/// When the lease the holder counts on ends: from the grant, then from the last renewal the
-/// replicas acknowledged. Shared by the guard, its watchdog and the client's session.
-pub(crate) struct Lease(Mutex<Instant>);
-
-impl Lease {
-    /// The end of the lease, on the client's clock.
-    pub(crate) fn end(&self) -> Instant {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// A renewal sent at `sent` for `ttl` counts (less the drift allowance, [`lease`]).
-    pub(crate) fn renewed(&self, sent: Instant, ttl: Duration) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = sent + lease::counted(ttl);
-    }
-
-    /// A renewal sent at `sent` for `ttl` did not count, but the master may have made it: a
-    /// `ttl` shorter than what was left shortened the lease there, so the holder counts on no
-    /// more than that either.
-    pub(crate) fn unsure(&self, sent: Instant, ttl: Duration) {
-        let mut end = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        *end = (*end).min(sent + lease::counted(ttl));
-    }
-}
-
 /// Completes when a guard's lock is no longer held: lost (a renewal was refused, the lease ran
 /// out without one, or the client's session ran past its deadline or was closed — see
 /// [`crate::ClientOptions::sessions`]), or released. Cloneable, so a task doing the guarded
@@ -151,7 +127,7 @@ impl Guard {
         keeping: Keeping,
         tying: Option<Tying>,
     ) -> Self {
-        let lease = Arc::new(Lease(Mutex::new(granted + lease::counted(ttl))));
+        let lease = Arc::new(Lease::new(granted, ttl));
         Self::keep(
             holding,
             mode,

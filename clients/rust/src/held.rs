@@ -4,13 +4,14 @@
 
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use redis::{Cmd, FromRedisValue, ParsingError, RedisError, Value};
 
 use crate::backoff::Backoff;
 use crate::client::{Client, Synced};
 use crate::error::{Error, Result};
 use crate::pool::is_lost_reply;
-use crate::session::{Tie, is_no_such_session};
+use crate::session::{Renewable, Tie, is_no_such_session};
 use crate::sync::Sync;
 
 /// What is asked for.
@@ -243,5 +244,15 @@ impl Held {
             }
             tokio::time::sleep(Backoff::default().delay(attempt)).await;
         }
+    }
+}
+
+impl Renewable for Held {
+    fn renew_tied(&self, tie: Tie, ttl: Duration) -> BoxFuture<'static, Result<bool>> {
+        let held = Self {
+            tie: Some(tie),
+            ..self.clone()
+        };
+        Box::pin(async move { held.renew(ttl).await })
     }
 }

@@ -29,6 +29,9 @@ use crate::sync::Sync;
 /// How long opening a connection may take.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a quick command (everything but a wait or a `WAIT`) may take before it fails.
+pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A connection lent again after lying idle this long is first checked with `PING` (a server's
 /// `timeout`, a proxy or a firewall may have closed it meanwhile); one in steady use is not.
 const IDLE_CHECK: Duration = Duration::from_secs(30);

@@ -31,18 +31,16 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use futures_util::future::join_all;
+use futures_util::future::{BoxFuture, join_all};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisError, Value};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::client::RESPONSE_TIMEOUT;
-use crate::guard::Lease;
-use crate::held::Held;
-use crate::lease;
-use crate::pool::{CONNECT_TIMEOUT, is_lost_reply};
+use crate::error::Result;
+use crate::lease::{self, Lease};
+use crate::pool::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT, is_lost_reply};
 
 /// The name of a session's connection (`CLIENT SETNAME`), as `CLIENT LIST` shows it.
 pub const CONNECTION_NAME: &str = "leasehold-session";
@@ -51,6 +49,14 @@ pub const CONNECTION_NAME: &str = "leasehold-session";
 /// failover, a restart), or the session ended.
 pub(crate) fn is_no_such_session(error: &RedisError) -> bool {
     error.detail() == Some("no such session") || error.to_string().contains("no such session")
+}
+
+/// A holding the session can renew, to tie it to the session in use ([`Shared::retie`]).
+pub(crate) trait Renewable: Send + Sync {
+    /// Renews the holding for `ttl` in the place `tie` gives it in the session: the renewal
+    /// names the session [`Tie::naming`] says and moves the tie by its outcome ([`Tie::moved`],
+    /// [`Tie::gone`]). True while it holds, false once refused.
+    fn renew_tied(&self, tie: Tie, ttl: Duration) -> BoxFuture<'static, Result<bool>>;
 }
 
 /// The client's session: its heartbeat and the task that reports holdings lost when their
@@ -135,10 +141,15 @@ impl Tying {
         self.shared.reopen(&self.id).await
     }
 
-    /// Ties a holding just granted with this session to it: `held` renews it, `lease` is the
-    /// lease it counts on and `ended` tells its guard it is lost. A holding whose session's
-    /// deadline has already passed is lost at once (`ended` is told now).
-    pub(crate) fn tie(self, held: Held, lease: Arc<Lease>, ended: Arc<watch::Sender<bool>>) -> Tie {
+    /// Ties `holding`, just granted with this session, to it: `lease` is the lease it counts
+    /// on and `ended` tells its guard it is lost. A holding whose session's deadline has
+    /// already passed is lost at once (`ended` is told now).
+    pub(crate) fn tie(
+        self,
+        holding: impl Renewable + 'static,
+        lease: Arc<Lease>,
+        ended: Arc<watch::Sender<bool>>,
+    ) -> Tie {
         let now = Instant::now();
         let mut state = self.shared.state();
         let number = state.next;
@@ -158,7 +169,7 @@ impl Tying {
             Tied {
                 session: self.id,
                 retie,
-                held,
+                holding: Arc::new(holding),
                 lease,
                 ended,
                 lost_at,
@@ -307,8 +318,8 @@ struct Tied {
     /// It is still to be tied to the session in use by a renewal that names it (it was granted
     /// with an earlier session, or a renewal that named this one got no reply).
     retie: bool,
-    /// Its commands (without a tie of its own).
-    held: Held,
+    /// Renews it (its guard's commands, without a tie of their own).
+    holding: Arc<dyn Renewable>,
     lease: Arc<Lease>,
     /// Its guard's end signal.
     ended: Arc<watch::Sender<bool>>,
@@ -490,11 +501,14 @@ impl Shared {
             let Some(id) = state.current.as_ref().map(|current| current.id.clone()) else {
                 return;
             };
-            let stale: Vec<(u64, Held, Arc<Lease>)> = state
+            let stale: Vec<(u64, Arc<dyn Renewable>, Arc<Lease>)> = state
                 .tied
                 .iter()
                 .filter(|(_, tied)| tied.lost_at.is_none() && (tied.retie || tied.session != id))
-                .map(|(number, tied)| (*number, tied.held.clone(), Arc::clone(&tied.lease)))
+                .map(|(number, tied)| {
+                    let holding = Arc::clone(&tied.holding);
+                    (*number, holding, Arc::clone(&tied.lease))
+                })
                 .collect();
             if stale.is_empty() || state.retying {
                 return;
@@ -504,34 +518,33 @@ impl Shared {
         };
         let shared = Arc::clone(self);
         tokio::spawn(async move {
-            let renewals = stale.into_iter().map(|(number, mut held, lease)| {
-                let tie = Tie {
-                    shared: Arc::clone(&shared),
-                    number,
-                };
-                held.tie = Some(tie);
-                async move {
-                    let sent = Instant::now();
-                    let left = lease.end().saturating_duration_since(sent);
-                    if left < Duration::from_millis(1) {
-                        return;
-                    }
-                    // `renew` names the session in use and moves the tie (`Tie::moved`).
-                    match held.renew(left).await {
-                        Ok(true) => lease.renewed(sent, left),
-                        Ok(false) => {
-                            if let Some(tie) = &held.tie {
-                                tie.shared.lost(tie.number);
-                            }
-                        }
-                        Err(_) => lease.unsure(sent, left),
-                    }
-                }
-            });
+            let renewals = stale
+                .iter()
+                .map(|(number, holding, lease)| shared.renew(*number, &**holding, lease));
             join_all(renewals).await;
             shared.state().retying = false;
             shared.expiry.notify_one();
         });
+    }
+
+    /// Renews tied holding `number` for what is left of `lease`, naming the session in use:
+    /// renewed, it counts by that session; refused, it is lost; not counted (no reply, not
+    /// acknowledged), its lease is at most that renewal's.
+    async fn renew(self: &Arc<Self>, number: u64, holding: &dyn Renewable, lease: &Lease) {
+        let sent = Instant::now();
+        let left = lease.end().saturating_duration_since(sent);
+        if left < Duration::from_millis(1) {
+            return;
+        }
+        let tie = Tie {
+            shared: Arc::clone(self),
+            number,
+        };
+        match holding.renew_tied(tie, left).await {
+            Ok(true) => lease.renewed(sent, left),
+            Ok(false) => self.lost(number),
+            Err(_) => lease.unsure(sent, left),
+        }
     }
 
     /// Reports holding `number` lost now (a renewal was refused).
