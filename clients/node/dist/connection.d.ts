@@ -12,7 +12,12 @@
  * have (ioredis's `commandTimeout` would otherwise report a failure while the server still
  * grants the lock) or the connection failed. Closing the program's client closes its pools (a
  * connection lent to a wait once the wait ends).
+ *
+ * Each master's place also keeps the client's session there ({@link SessionKeeper}) on a
+ * connection of its own; closing the program's client closes the session (`LOCK.SESSION
+ * CLOSE`) and that connection.
  */
+import { Session, SessionOptions } from './session.js';
 import { Seen } from './sync.js';
 export { Exhausted, PoolClosed } from './pool.js';
 /** What the locks use of a node-redis client (`createClient()`, v4 and later). */
@@ -97,6 +102,9 @@ export interface Own {
     readonly master: string;
     /** What this client saw of its masters' in-sync sets. */
     readonly seen: Seen;
+    /** The client's session on that master, when the caller asked for it ({@link
+     * Connection.lend}): the one a command ending in `SESSION` names. */
+    readonly tie: Session | undefined;
     /**
      * Sends `commands` as one pipeline (never `MULTI`), and resolves to their replies in order,
      * an error reply as an `Error` value, with when each came (ms since the epoch). Rejects with
@@ -110,6 +118,14 @@ export interface Replies {
     replies: unknown[];
     arrived: number[];
 }
+/** A dedicated connection, as the pools (and the sessions) keep it. */
+export interface Dedicated {
+    /** Sends the commands together; each reply or error, a connection failure as an error too,
+     * with when it came. */
+    pipeline(commands: string[][]): Promise<Replied[]>;
+    alive(): boolean;
+    close(): void;
+}
 /** The client as the locks use it: commands on a lock go to the master serving it (in a
  * cluster, the master of its slot). */
 export declare class Connection {
@@ -120,15 +136,20 @@ export declare class Connection {
     /** Sends a quick command on a lock over the program's own connection, routed in a cluster by
      * `key` (default `args[1]`, a single lock's key; a set's first key otherwise). */
     send(args: string[], key?: string): Promise<unknown>;
+    /** Whether the locks of this client tie their holdings to a session ({@link
+     * setSessionOptions}; default true). */
+    get sessions(): boolean;
     /**
      * Lends `use` a connection of the `kind` pool to the master serving `key`, and takes it back
-     * when `use` settles (closed if a reply was lost or it reached a replica). In a cluster it
-     * follows `MOVED` (relearning the slots) and `ASK` (to the importing master) that `use`
-     * throws. Rejects with {@link Exhausted} when no connection came free before `deadline` (ms
-     * since the epoch; `undefined`: no limit), with the connect error when a new one could not
-     * connect.
+     * when `use` settles (closed if a reply was lost or it reached a replica). With `tied`, the
+     * client's session on that master comes with it (`own.tie`; opened first if need be). In a
+     * cluster it follows `MOVED` (relearning the slots) and `ASK` (to the importing master) that
+     * `use` throws — each master with its own session. Rejects with {@link Exhausted} when no
+     * connection came free before `deadline` (ms since the epoch; `undefined`: no limit), with
+     * the connect error when a new one could not connect, and with why a session could not be
+     * opened.
      */
-    lend<T>(kind: PoolKind, key: string, deadline: number | undefined, use: (own: Own) => Promise<T>): Promise<T>;
+    lend<T>(kind: PoolKind, key: string, deadline: number | undefined, use: (own: Own) => Promise<T>, tied?: boolean): Promise<T>;
     private lendOnce;
     /**
      * Gathers the `item`s given in one tick for keys served by the same master under the same
@@ -142,8 +163,11 @@ export declare class Connection {
     /** What this client saw of its masters' in-sync sets, shared by every lock of the client. */
     private get seen();
     /** The pools to the master at `address`, made on first use (and again when the cluster
-     * client replaced its client for that node); closed when that client closes. */
+     * client replaced its client for that node: the session stays, reconnecting through the new
+     * one); closed, with the session, when that client closes. */
     private place;
+    /** The client's session on the master of `place`, made (not yet opened) on first use. */
+    private keeper;
     /** The client the master serving `key` (or the node at `address`) is reached through. */
     private origin;
     /** `host:port` of the master serving `key`, as the cluster client knows it now (`''` for
@@ -157,6 +181,18 @@ export declare class Connection {
 /** Sets the sizes of the pools the locks of `client` borrow connections from; pools already
  * open take the new sizes too (a smaller one closes connections as they come back). */
 export declare function setPoolSizes(client: Client, sizes: PoolSizes): void;
+/**
+ * Sets how the locks of `client` tie their holdings to the client's session ({@link
+ * SessionOptions}): `enabled` (default true) and the `grace` in ms (default: the server's). Set
+ * it right after creating the client: `enabled` is read when a lock is created, `grace` when
+ * the session opens (on the first acquire; per master in a cluster). Throws `RangeError` for a
+ * grace that is not a whole number of at least 100 ms; the server refuses one above its
+ * `lock.session-max-grace-ms` (60 000 by default) when the session opens, and the acquire
+ * rejects with that error.
+ */
+export declare function setSessionOptions(client: Client, options: SessionOptions): void;
+/** A command's reply (an error as an `Error` value) and when it came, ms since the epoch. */
+type Replied = [unknown, number];
 /** A reply did not come: the server may have done the command, or not. */
 export declare class LostReply extends Error {
     name: string;

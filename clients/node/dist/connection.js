@@ -12,9 +12,14 @@
  * have (ioredis's `commandTimeout` would otherwise report a failure while the server still
  * grants the lock) or the connection failed. Closing the program's client closes its pools (a
  * connection lent to a wait once the wait ends).
+ *
+ * Each master's place also keeps the client's session there ({@link SessionKeeper}) on a
+ * connection of its own; closing the program's client closes the session (`LOCK.SESSION
+ * CLOSE`) and that connection.
  */
 import keySlot from 'cluster-key-slot';
 import { Pool } from './pool.js';
+import { SessionKeeper } from './session.js';
 import { Seen } from './sync.js';
 export { Exhausted, PoolClosed } from './pool.js';
 export const DEFAULT_POOL_SIZES = { wait: 32, sync: 16 };
@@ -40,19 +45,26 @@ export class Connection {
             return client.sendCommand(key, false, args);
         return client.sendCommand(args);
     }
+    /** Whether the locks of this client tie their holdings to a session ({@link
+     * setSessionOptions}; default true). */
+    get sessions() {
+        return SESSION_OPTIONS.get(this.client)?.enabled !== false;
+    }
     /**
      * Lends `use` a connection of the `kind` pool to the master serving `key`, and takes it back
-     * when `use` settles (closed if a reply was lost or it reached a replica). In a cluster it
-     * follows `MOVED` (relearning the slots) and `ASK` (to the importing master) that `use`
-     * throws. Rejects with {@link Exhausted} when no connection came free before `deadline` (ms
-     * since the epoch; `undefined`: no limit), with the connect error when a new one could not
-     * connect.
+     * when `use` settles (closed if a reply was lost or it reached a replica). With `tied`, the
+     * client's session on that master comes with it (`own.tie`; opened first if need be). In a
+     * cluster it follows `MOVED` (relearning the slots) and `ASK` (to the importing master) that
+     * `use` throws — each master with its own session. Rejects with {@link Exhausted} when no
+     * connection came free before `deadline` (ms since the epoch; `undefined`: no limit), with
+     * the connect error when a new one could not connect, and with why a session could not be
+     * opened.
      */
-    async lend(kind, key, deadline, use) {
+    async lend(kind, key, deadline, use, tied = false) {
         let asking;
         for (let redirects = 0;; redirects++) {
             try {
-                return await this.lendOnce(kind, key, deadline, asking, use);
+                return await this.lendOnce(kind, key, deadline, asking, use, tied);
             }
             catch (error) {
                 const redirect = /^(MOVED|ASK) \d+ (\S+)/.exec(error instanceof Error ? error.message : '');
@@ -64,11 +76,15 @@ export class Connection {
             }
         }
     }
-    async lendOnce(kind, key, deadline, asking, use) {
+    async lendOnce(kind, key, deadline, asking, use, tied) {
         const address = asking ?? this.masterAddress(key);
-        const pool = this.place(address, await this.origin(key, asking)).pools[kind];
+        const place = this.place(address, await this.origin(key, asking));
+        // The session first: one that cannot be opened (a replica: READONLY) costs no pooled
+        // connection.
+        const tie = tied && this.sessions ? await this.keeper(place).current() : undefined;
+        const pool = place.pools[kind];
         const dedicated = await pool.borrow(deadline);
-        const lent = new Lent(dedicated, address, this.seen, asking !== undefined);
+        const lent = new Lent(dedicated, address, this.seen, asking !== undefined, tie);
         try {
             return await use(lent);
         }
@@ -118,7 +134,8 @@ export class Connection {
         return seen;
     }
     /** The pools to the master at `address`, made on first use (and again when the cluster
-     * client replaced its client for that node); closed when that client closes. */
+     * client replaced its client for that node: the session stays, reconnecting through the new
+     * one); closed, with the session, when that client closes. */
     place(address, origin) {
         const places = perClient(PLACES, this.client);
         const known = places.get(address);
@@ -129,14 +146,25 @@ export class Connection {
         const place = { origin, pools: { wait: new Pool(factory, sizes.wait), sync: new Pool(factory, sizes.sync) } };
         known?.pools.wait.close();
         known?.pools.sync.close();
+        if (known?.session) {
+            place.session = known.session;
+            place.session.open = factory.open;
+        }
         places.set(address, place);
         origin.on('end', () => {
             place.pools.wait.close();
             place.pools.sync.close();
-            if (places.get(address) === place)
+            if (places.get(address) === place) {
                 places.delete(address);
+                void place.session?.close();
+            }
         });
         return place;
+    }
+    /** The client's session on the master of `place`, made (not yet opened) on first use. */
+    keeper(place) {
+        place.session ??= new SessionKeeper(dedicatedFactory(place.origin).open, SESSION_OPTIONS.get(this.client)?.grace);
+        return place.session;
     }
     /** The client the master serving `key` (or the node at `address`) is reached through. */
     async origin(key, address) {
@@ -199,20 +227,38 @@ export function setPoolSizes(client, sizes) {
         place.pools.sync.size = merged.sync;
     }
 }
+/**
+ * Sets how the locks of `client` tie their holdings to the client's session ({@link
+ * SessionOptions}): `enabled` (default true) and the `grace` in ms (default: the server's). Set
+ * it right after creating the client: `enabled` is read when a lock is created, `grace` when
+ * the session opens (on the first acquire; per master in a cluster). Throws `RangeError` for a
+ * grace that is not a whole number of at least 100 ms; the server refuses one above its
+ * `lock.session-max-grace-ms` (60 000 by default) when the session opens, and the acquire
+ * rejects with that error.
+ */
+export function setSessionOptions(client, options) {
+    const { grace } = options;
+    if (grace !== undefined && (!Number.isInteger(grace) || grace < 100)) {
+        throw new RangeError(`a session grace must be a whole number of at least 100 ms, not ${grace}`);
+    }
+    SESSION_OPTIONS.set(client, { ...SESSION_OPTIONS.get(client), ...options });
+}
 /** A pooled connection while it is lent: it knows whether it may be reused. */
 class Lent {
     dedicated;
     master;
     seen;
     asking;
+    tie;
     /** A reply did not come (or the connection failed), or the server is no longer a master
      * (`READONLY`: a failover demoted it; a new connection finds the new one): close it. */
     spent = false;
-    constructor(dedicated, master, seen, asking) {
+    constructor(dedicated, master, seen, asking, tie) {
         this.dedicated = dedicated;
         this.master = master;
         this.seen = seen;
         this.asking = asking;
+        this.tie = tie;
     }
     async pipeline(commands, timeoutMs) {
         // After ASK, `ASKING` goes right before each command on a key (it covers the next command;
@@ -301,6 +347,8 @@ const PLACES = new WeakMap();
 const GATHERINGS = new WeakMap();
 /** The pool sizes set per client. */
 const SIZES = new WeakMap();
+/** The session options set per client. */
+const SESSION_OPTIONS = new WeakMap();
 function perClient(map, client) {
     let known = map.get(client);
     if (!known) {

@@ -15,6 +15,12 @@
  * - Every holding has a fencing token, a JS `number` (tokens stay below 2^53).
  * - `using(routine)` renews the lease every third of it and hands the routine an `AbortSignal`
  *   that fires when the lease is lost; renewal failures never throw into nowhere.
+ * - Holdings are tied to the client's session (`LOCK.SESSION`, one per client and master, on a
+ *   connection of its own kept attached by a heartbeat): when the program dies, the server
+ *   releases them a grace after that connection closed, and hands them to the next waiter. The
+ *   holder learns first: its `signal` aborts when no heartbeat was answered for a grace (less
+ *   the drift allowance), before the server can hand the lock over ({@link setSessionOptions},
+ *   the `session` option).
  * - ioredis's `keyPrefix` is applied to the lock's key (ioredis does not apply it to module
  *   commands).
  *
@@ -35,7 +41,8 @@
 import { Client } from './connection.js';
 import { SyncOptions } from './sync.js';
 export type { Client, IORedisClient, NodeRedisClient, NodeRedisDuplicate, PoolSizes } from './connection.js';
-export { LostReply, PoolClosed, setPoolSizes } from './connection.js';
+export { LostReply, PoolClosed, setPoolSizes, setSessionOptions } from './connection.js';
+export type { SessionOptions } from './session.js';
 export type { SyncOptions } from './sync.js';
 export { NotReplicatedError } from './sync.js';
 /** How a lock is taken and kept. */
@@ -44,13 +51,26 @@ export interface LockOptions {
     ttl?: number;
     /** One owner for every acquire (1 to 256 bytes) instead of a new random UUID each time: for
      * holders in several processes that must count as one. The hazard: every call that uses this
-     * owner is then the holder too, so they no longer exclude each other. */
+     * owner is then the holder too, so they no longer exclude each other. (With sessions, the
+     * holding is tied to the session of whichever process acquired or renewed it last: when that
+     * one dies, the server releases it for all of them — turn `session` off for such a lock.) */
     owner?: string;
     /** With a fixed `owner`, each acquire by it counts one more hold (`REENTRANT`). Without one,
      * a holder re-enters with `holding.reenter()`. */
     reentrant?: boolean;
     /** Renew the lease every third of it until release (always on in `using`). */
     watchdog?: boolean;
+    /**
+     * Tie this lock's holdings to the client's session (default true, unless turned off for the
+     * client with {@link setSessionOptions}): when this program dies — killed, crashed, cut off
+     * — the server releases them a grace after its session connection closed (3 s by default)
+     * and hands them to the next waiter, instead of after the lease. The holder learns first: a
+     * holding counts only while its session does — until a grace, less the drift allowance,
+     * after the last heartbeat the server answered — and its `signal` aborts when that passes,
+     * before the server can hand the lock over. False: the holding ends with its lease only (a
+     * lease meant to outlive the program).
+     */
+    session?: boolean;
     /** How long after a reply should have come (a wait's end, the sync timeout) the client gives
      * up on it — closing its connection — and asks for itself, ms (default 1 000). */
     timeoutMargin?: number;
@@ -90,12 +110,14 @@ export interface Holding {
     readonly tokens: readonly number[];
     /** The owner of this holding: new for each acquire, unless the lock was given one. */
     readonly owner: string;
-    /** Aborted when the lease is known lost: a renewal was refused, or (with the watchdog) the
-     * last lease that counted ran out while renewals failed or were not synced. Never aborted by
-     * a release. */
+    /** Aborted when the lease is known lost: a renewal was refused, (with the watchdog) the last
+     * lease that counted ran out while renewals failed or were not synced, or its session may
+     * have ended — no heartbeat answered for the session's grace, or the client was closed
+     * (which releases it). Never aborted by a release. */
     readonly signal: AbortSignal;
-    /** Resets the lease to `ttl` ms (default: the lock's). False when it was lost (and then
-     * `signal` aborts); a lost lock is never taken back. Synced like a grant: rejects with
+    /** Resets the lease to `ttl` ms (default: the lock's), tied to the client's current session.
+     * False when it was lost (and then `signal` aborts); a lost lock is never taken back — nor
+     * one lost with its session, which is not even asked for. Synced like a grant: rejects with
      * {@link NotReplicatedError} (`write: 'renewal'`) when the master renewed it but too few
      * replicas had it in time — it does not count, the holding's lease stays the last synced
      * one — and with {@link LostReply} when the reply did not come. */

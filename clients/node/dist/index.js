@@ -15,6 +15,12 @@
  * - Every holding has a fencing token, a JS `number` (tokens stay below 2^53).
  * - `using(routine)` renews the lease every third of it and hands the routine an `AbortSignal`
  *   that fires when the lease is lost; renewal failures never throw into nowhere.
+ * - Holdings are tied to the client's session (`LOCK.SESSION`, one per client and master, on a
+ *   connection of its own kept attached by a heartbeat): when the program dies, the server
+ *   releases them a grace after that connection closed, and hands them to the next waiter. The
+ *   holder learns first: its `signal` aborts when no heartbeat was answered for a grace (less
+ *   the drift allowance), before the server can hand the lock over ({@link setSessionOptions},
+ *   the `session` option).
  * - ioredis's `keyPrefix` is applied to the lock's key (ioredis does not apply it to module
  *   commands).
  *
@@ -34,12 +40,18 @@
  */
 import { randomUUID } from 'node:crypto';
 import { Connection, Exhausted, LostReply, isTryAgain } from './connection.js';
+import { SESSION, countedLease, isNoSuchSession } from './session.js';
 import { NotReplicatedError } from './sync.js';
 import { Writes } from './writes.js';
-export { LostReply, PoolClosed, setPoolSizes } from './connection.js';
+export { LostReply, PoolClosed, setPoolSizes, setSessionOptions } from './connection.js';
 export { NotReplicatedError } from './sync.js';
 const DEFAULT_TTL = 30_000;
 const DEFAULT_MARGIN = 1_000;
+/** How many times in a row an acquire tries again after `ERR no such session` (each time with
+ * a new session) before it rejects with it. */
+const SESSION_RETRIES = 3;
+/** How soon a renewal that ties a holding to a new session is tried again after it failed, ms. */
+const RETIE_RETRY_MS = 50;
 const EXCLUSIVE = [];
 const SHARED = ['SHARED'];
 /** The key of a lock, or the keys of a set taken together (whose commands are `LOCK.M*`). */
@@ -68,6 +80,11 @@ class Keys {
 /** `LOCK.ACQUIRE key owner ttl [REENTRANT] [SHARED [LIMIT n]]` (a set: `LOCK.MACQUIRE`). */
 function acquireCommand(keys, owner, ttl, mode, reentrant) {
     return keys.command('ACQUIRE', owner, String(ttl), ...(reentrant ? ['REENTRANT'] : []), ...mode);
+}
+/** `command` naming the session of the master it is sent to, when `tied` (`SESSION`, the id
+ * put in as it is sent). */
+function tiedCommand(command, tied) {
+    return tied ? [...command, SESSION] : command;
 }
 /** An exclusive lock named `name`. */
 export function createLock(client, name, options = {}) {
@@ -109,6 +126,8 @@ class LeaseholdLock {
     keys;
     writes;
     ttl;
+    /** Its holdings are tied to the client's session. */
+    tied;
     constructor(connection, names, options, mode, set = false) {
         this.names = names;
         this.options = options;
@@ -116,6 +135,7 @@ class LeaseholdLock {
         this.keys = new Keys(names.map((name) => connection.prefix + name), set);
         this.writes = new Writes(connection, this.keys.first, options.sync, options.timeoutMargin ?? DEFAULT_MARGIN);
         this.ttl = options.ttl ?? DEFAULT_TTL;
+        this.tied = options.session !== false && connection.sessions;
     }
     get name() {
         return this.names[0];
@@ -131,7 +151,7 @@ class LeaseholdLock {
         const command = acquireCommand(this.keys, owner, this.ttl, this.mode, this.options.reentrant ?? false);
         if (waitMs !== undefined)
             command.push('WAIT', String(waitMs));
-        return command;
+        return tiedCommand(command, this.tied);
     }
     release(owner) {
         return this.keys.command('RELEASE', owner);
@@ -142,15 +162,20 @@ class LeaseholdLock {
     /** A grant without waiting, synced; a reply lost on its way back is released in the
      * background (the server may have granted it). */
     async tryAs(owner, watchdog) {
-        const began = Date.now();
-        try {
-            const tokens = await grantTokens(this.writes, this.command(owner), this.release(owner));
-            return await this.held(owner, tokens, watchdog, began);
-        }
-        catch (error) {
-            if (error instanceof LostReply)
-                void this.releaseEventually(owner);
-            throw error;
+        for (let retries = 0;; retries++) {
+            const began = Date.now();
+            try {
+                const grant = await grantTokens(this.writes, this.command(owner), this.release(owner));
+                return await this.held(owner, grant, watchdog, began);
+            }
+            catch (error) {
+                // The server did not know the session (a failover): a new one replaces it.
+                if (isNoSuchSession(error) && retries < SESSION_RETRIES)
+                    continue;
+                if (error instanceof LostReply)
+                    void this.releaseEventually(owner);
+                throw error;
+            }
         }
     }
     acquire(options = {}) {
@@ -158,7 +183,7 @@ class LeaseholdLock {
     }
     async acquireAs(owner, options, watchdog) {
         const deadline = options.wait === undefined ? undefined : Date.now() + options.wait;
-        for (;;) {
+        for (let sessionRetries = 0;;) {
             const left = deadline === undefined ? undefined : deadline - Date.now();
             if (left !== undefined && left <= 0)
                 return this.tryAs(owner, watchdog);
@@ -166,11 +191,20 @@ class LeaseholdLock {
             const waitMs = left === undefined ? 0 : Math.max(Math.ceil(left), 1);
             try {
                 const granted = await this.writes.wait(this.command(owner, waitMs), waitMs, deadline, this.release(owner));
+                const tokens = tokensOf(granted.reply);
+                if (tokens === null)
+                    return null;
                 // The server replies the moment it hands the lock over: the lease began just before.
-                return await this.held(owner, tokensOf(granted.reply), watchdog, granted.answered);
+                const holding = await this.held(owner, { tokens, tie: granted.tie }, watchdog, granted.answered);
+                if (holding)
+                    return holding;
+                // Granted, but lost with the session it was tied to before the grant came: wait again.
             }
             catch (error) {
-                if (isTryAgain(error)) {
+                if (isNoSuchSession(error) && sessionRetries++ < SESSION_RETRIES) {
+                    // The server did not know the session (a failover): a new one replaces it.
+                }
+                else if (isTryAgain(error)) {
                     await sleep(10);
                 }
                 else if (error instanceof NotReplicatedError) {
@@ -223,11 +257,17 @@ class LeaseholdLock {
             await holding.release().catch(() => false);
         }
     }
-    /** The holding a grant's tokens give, its lease begun at `began` (ms since the epoch), or
-     * null when it was no grant. A grant acknowledged only after that lease ended is one nobody
-     * can count on (the lock may have been handed on meanwhile): it is released and rejected
-     * with {@link NotReplicatedError}. */
-    async held(owner, tokens, watchdog, began) {
+    /**
+     * The holding a grant gives, its lease begun at `began` (ms since the epoch), or null when it
+     * was no grant. A grant acknowledged only after that lease ended is one nobody can count on
+     * (the lock may have been handed on meanwhile): it is released and rejected with
+     * {@link NotReplicatedError}. A grant tied to a session whose deadline passed before it came
+     * (the server may have ended that session, and released the lock) is renewed first, to the
+     * lease it has left, naming the client's current session: null when that is refused (or no
+     * lease is left: then it is released).
+     */
+    async held(owner, grant, watchdog, began) {
+        const { tokens, tie } = grant;
         if (tokens === null)
             return null;
         if (began + countedLease(this.ttl) <= Date.now()) {
@@ -235,7 +275,22 @@ class LeaseholdLock {
             const wanted = this.writes.connection.membersSeen(this.keys.first);
             throw new NotReplicatedError(0, wanted, 'grant', 'the replicas acknowledged it only after its lease had ended');
         }
-        return new Held(this.writes, this.keys, owner, tokens, this.ttl, this.mode, watchdog, began);
+        const holding = new Held(this.writes, this.keys, owner, tokens, this.ttl, this.mode, watchdog, began, this.tied);
+        if (!tie || tie.alive) {
+            holding.tieTo(tie);
+            return holding;
+        }
+        try {
+            if (await holding.renewLeft())
+                return holding;
+            if (!holding.signal.aborted)
+                await holding.release();
+            return null;
+        }
+        catch (error) {
+            void holding.release().catch(() => this.releaseEventually(owner));
+            throw error;
+        }
     }
 }
 class Held {
@@ -246,15 +301,23 @@ class Held {
     ttl;
     mode;
     watched;
+    tied;
     lost = new AbortController();
+    /** The session it is tied to, as far as this client knows. */
+    tie;
+    /** Lost with its session: never renewed (nor re-entered, nor changed) again. */
+    gone = false;
     /** The watchdog's next renewal. */
     timer;
-    /** Watched: reports the lease lost when the last one that counted ends. */
+    /** Watched: reports the lease lost when the last one that counted ends; not watched but
+     * tied to a session: lets the session go of it then. */
     expiry;
     /** When the lease the holder counts on ends, ms since the epoch. */
     leaseEnd = 0;
     released = false;
-    constructor(writes, keys, owner, tokens, ttl, mode, watched, began) {
+    constructor(writes, keys, owner, tokens, ttl, mode, watched, began, 
+    /** Its writes name the client's session. */
+    tied) {
         this.writes = writes;
         this.keys = keys;
         this.owner = owner;
@@ -262,6 +325,7 @@ class Held {
         this.ttl = ttl;
         this.mode = mode;
         this.watched = watched;
+        this.tied = tied;
         this.leaseEndsAt(began + countedLease(ttl));
         if (watched)
             this.schedule();
@@ -273,29 +337,48 @@ class Held {
         return Math.max(...this.tokens);
     }
     async renew(ttl = this.ttl) {
-        const sent = Date.now();
-        const command = this.keys.command('RENEW', this.owner, String(ttl));
-        const renewing = this.writes.renew(command, (reply) => this.keys.whole(reply));
-        const renewed = this.keys.whole(await this.counted(sent, ttl, renewing));
-        if (!renewed) {
-            this.lose();
-            return false;
+        for (let retries = 0;; retries++) {
+            if (this.gone)
+                return false;
+            const sent = Date.now();
+            const command = tiedCommand(this.keys.command('RENEW', this.owner, String(ttl)), this.tied);
+            let renewed;
+            try {
+                renewed = await this.counted(sent, ttl, this.writes.renew(command, (reply) => this.keys.whole(reply)));
+            }
+            catch (error) {
+                // The server did not know the session (a failover): a new one replaces it.
+                if (isNoSuchSession(error) && retries < SESSION_RETRIES)
+                    continue;
+                throw error;
+            }
+            if (!this.keys.whole(renewed.reply)) {
+                this.lose();
+                return false;
+            }
+            if (!this.tieTo(renewed.tie))
+                return false;
+            this.leaseEndsAt(sent + countedLease(ttl));
+            return true;
         }
-        this.leaseEndsAt(sent + countedLease(ttl));
-        return true;
     }
     async release() {
         this.released = true;
         this.stop();
+        this.untie();
         return this.keys.whole(await this.writes.connection.send(this.keys.command('RELEASE', this.owner), this.keys.first));
     }
     async reenter(ttl = this.ttl) {
+        if (this.gone)
+            return null;
         const sent = Date.now();
-        const tokens = await this.counted(sent, ttl, this.acquire('reenter', ttl, this.mode, true));
-        if (tokens === null)
+        const { tokens, tie } = await this.counted(sent, ttl, this.acquire('reenter', ttl, this.mode, true));
+        if (tokens === null || !this.tieTo(tie))
             return null;
         this.leaseEndsAt(sent + countedLease(ttl));
-        return new Held(this.writes, this.keys, this.owner, tokens, ttl, this.mode, false, sent);
+        const inner = new Held(this.writes, this.keys, this.owner, tokens, ttl, this.mode, false, sent, this.tied);
+        inner.tieTo(tie);
+        return inner;
     }
     downgrade(ttl = this.ttl) {
         return this.changeMode(ttl, SHARED);
@@ -306,10 +389,12 @@ class Held {
     /** The holding's mode becomes `mode`, with the token the grant gives, once the replicas have
      * it (else it rejects and nothing changes here). */
     async changeMode(ttl, mode) {
+        if (this.gone)
+            return false;
         const sent = Date.now();
         const changing = this.acquire(mode === SHARED ? 'downgrade' : 'upgrade', ttl, mode, false);
-        const tokens = await this.counted(sent, ttl, changing);
-        if (tokens === null)
+        const { tokens, tie } = await this.counted(sent, ttl, changing);
+        if (tokens === null || !this.tieTo(tie))
             return false;
         this.mode = mode;
         this.tokens = tokens;
@@ -323,7 +408,8 @@ class Held {
     async acquire(what, ttl, mode, reentrant) {
         if (this.keys.set)
             throw new Error(`${what} is not supported on a set of locks`);
-        const command = acquireCommand(this.keys, this.owner, ttl, mode, reentrant);
+        // Named without the session, the server would untie the holding from it.
+        const command = tiedCommand(acquireCommand(this.keys, this.owner, ttl, mode, reentrant), this.tied);
         return grantTokens(this.writes, command, reentrant ? this.keys.command('RELEASE', this.owner) : undefined);
     }
     /** `write`, sent at `sent` to reset the lease to `ttl` ms: when it does not count (not
@@ -342,13 +428,14 @@ class Held {
         }
     }
     /** The lease, as far as the holder knows, now ends at `until` (ms since the epoch): a grant,
-     * or a renewal that counted. */
+     * or a renewal that counted. Watched, the holding is lost then; not watched, its session lets
+     * go of it then (a renewal ties it again). */
     leaseEndsAt(until) {
         this.leaseEnd = until;
-        if (!this.watched || this.released || this.lost.signal.aborted)
+        if (!(this.watched || this.tied) || this.released || this.lost.signal.aborted)
             return;
         clearTimeout(this.expiry);
-        this.expiry = setTimeout(() => this.lose(), until - Date.now());
+        this.expiry = setTimeout(() => (this.watched ? this.lose() : this.untie()), until - Date.now());
         this.expiry.unref?.();
     }
     /** The watchdog: renews every third of the lease; stops for good on release and on loss. */
@@ -370,14 +457,68 @@ class Held {
         if (!this.released && !this.lost.signal.aborted)
             this.schedule();
     }
+    /**
+     * A write naming the client's session `tie` (none: no session) counted: the holding is tied
+     * to it from now on. False, and the holding lost, when its deadline passed before the reply
+     * came — or when the holding was lost with an earlier session. A session already replaced by
+     * a newer one: tied to the newer one too, in the background.
+     */
+    tieTo(tie) {
+        if (this.gone)
+            return false;
+        if (!tie || tie === this.tie)
+            return true;
+        if (!tie.alive) {
+            this.sessionLost(`its session's grace (${tie.grace} ms) passed before the reply came: the server may have released the lock`);
+            return false;
+        }
+        this.untie();
+        this.tie = tie;
+        tie.tie(this);
+        if (tie.over)
+            void this.retie(tie);
+        return true;
+    }
+    /** Its session may have ended: lost, for good. */
+    sessionLost(why) {
+        this.gone = true;
+        this.tie = undefined;
+        this.lose(`the lock was lost: ${why}`);
+    }
+    /** Its session `from` was replaced: a renewal to the lease it has left ties the holding to
+     * the new one — tried again until it counts, is refused (lost), no lease is left, or `from`'s
+     * deadline passes (lost with it). */
+    async retie(from) {
+        while (this.tie === from && !from.expired && !this.released && !this.lost.signal.aborted) {
+            try {
+                await this.renewLeft();
+                return;
+            }
+            catch {
+                await sleep(RETIE_RETRY_MS);
+            }
+        }
+    }
+    /** A renewal naming the client's current session, to the lease the holding has left (never
+     * longer: tying it to a session is no reason to extend it): true when renewed, false when
+     * refused (lost) or no lease is left. Rejects as {@link renew}. */
+    async renewLeft() {
+        const left = Math.floor(this.leaseEnd - Date.now());
+        return left >= 1 && this.renew(left);
+    }
+    untie() {
+        this.tie?.holdings.delete(this);
+        this.tie = undefined;
+    }
     stop() {
         clearTimeout(this.timer);
         clearTimeout(this.expiry);
     }
-    lose() {
+    lose(why = 'the lock lease was lost') {
         this.stop();
+        this.untie();
         if (!this.lost.signal.aborted)
-            this.lost.abort(new Error('the lock lease was lost'));
+            this.lost.abort(new Error(why));
     }
 }
 /** A grant's tokens: `LOCK.ACQUIRE`'s one, or `LOCK.MACQUIRE`'s array, one per key; null when
@@ -389,23 +530,17 @@ function tokensOf(reply) {
 }
 /** A grant without waiting, synced ({@link Writes.grant}; `release` gives it back when the
  * replicas lack it): the tokens, or null when busy (or when the server cannot issue a token
- * yet: `TRYAGAIN`). */
+ * yet: `TRYAGAIN`), and its session. */
 async function grantTokens(writes, command, release) {
     try {
-        return tokensOf(await writes.grant(command, release));
+        const { reply, tie } = await writes.grant(command, release);
+        return { tokens: tokensOf(reply), tie };
     }
     catch (error) {
         if (isTryAgain(error))
-            return null;
+            return { tokens: null };
         throw error;
     }
-}
-/** How long a lease of `ttl` ms counts for its holder, from when it began: `ttl` less a clock
- * drift allowance of 1% and 2 ms, the drift factor of the Redlock algorithm (the server's clock
- * may run a little fast, and a grant handed over after a wait was made a little before its
- * reply came). */
-function countedLease(ttl) {
-    return Math.max(ttl - (ttl / 100 + 2), 0);
 }
 function sleep(ms) {
     return new Promise((resolve) => setTimeout(resolve, ms));

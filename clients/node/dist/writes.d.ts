@@ -1,7 +1,8 @@
 /**
  * How a write on a lock reaches the master, and its replicas before it counts.
  *
- * - Sync off: a grant without waiting and a renewal go over the program's own connection.
+ * - Sync off: a grant without waiting and a renewal go over the program's own connection (one
+ *   tied to a session: over a connection of the sync pool, with no sync behind it).
  * - A grant without waiting, or a renewal, synced: one pipeline on a connection of the sync
  *   pool, never `MULTI` — the write, `LOCK.INSYNC`, `WAIT h`, `LOCK.INSYNC` — where `h` is the
  *   members the master's last `LOCK.INSYNC` showed; if the write does not count because `h`
@@ -12,9 +13,21 @@
  * - A wait in the server: on a connection of the wait pool, the acquire with the same tail
  *   pipelined behind it — the server runs it only once the acquire is answered.
  * - A fixed replica count (`sync.replicas`): `WAIT n` alone after the writes.
+ * - A write whose command ends in `SESSION` names the client's session on the master it is
+ *   sent to (each master has its own, and a redirected write goes to another): the id is put
+ *   in on the connection lent to it. `ERR no such session` tells that session's keeper it was
+ *   replaced.
  */
 import { Connection } from './connection.js';
+import { Session } from './session.js';
 import { SyncOptions } from './sync.js';
+/** A write's reply that counts (an error reply rejects), when it came (ms since the epoch), and
+ * the session it tied the holding to, if it named one. */
+export interface Written {
+    reply: unknown;
+    answered: number;
+    tie?: Session;
+}
 /** The writes of one lock (or set of locks), routed by `key`. */
 export declare class Writes {
     readonly connection: Connection;
@@ -35,22 +48,21 @@ export declare class Writes {
      * given (else it stays made on the master), and rejected with {@link NotReplicatedError}, as
      * is one that found no sync connection free within the sync timeout (then nothing was sent).
      */
-    grant(command: string[], release?: string[]): Promise<unknown>;
+    grant(command: string[], release?: string[]): Promise<Written>;
     /**
      * An acquire that waits in the server up to `waitMs` (0: no limit), on a connection of the
      * wait pool queued for until `deadline` (ms since the epoch; `undefined`: no limit), else
      * rejected with {@link Exhausted}. A grant too few replicas had is released with `release`
      * and rejected with {@link NotReplicatedError}.
      */
-    wait(command: string[], waitMs: number, deadline: number | undefined, release: string[]): Promise<{
-        reply: unknown;
-        answered: number;
-    }>;
+    wait(command: string[], waitMs: number, deadline: number | undefined, release: string[]): Promise<Written>;
     /** A renewal: the reply. One `applied` but too few replicas had in time — or that found no
      * sync connection free within the sync timeout — rejects with {@link NotReplicatedError}. */
-    renew(command: string[], applied: (reply: unknown) => boolean): Promise<unknown>;
-    /** The reply of a write that counts (or was not `applied`); otherwise the grant given back
-     * with `release` (if any) and the rejection. */
+    renew(command: string[], applied: (reply: unknown) => boolean): Promise<Written>;
+    /** A write over the program's own connection, not synced, naming no session. */
+    private sent;
+    /** The write that counts (or was not `applied`); otherwise the grant given back with
+     * `release` (if any) and the rejection. */
     private counted;
     /**
      * A write that does not wait, synced, in the pipeline of the synced writes made in this tick
@@ -61,9 +73,11 @@ export declare class Writes {
     private syncedWrite;
     /**
      * `commands` on a connection of the `kind` pool to the master serving `key`, with the sync
-     * behind them: each command's outcome. A lone command's error reply rejects (so that a
-     * redirection is followed); with several, each is its outcome's `reply`. Rejects with
-     * {@link LostReply} or {@link Exhausted} too.
+     * behind them: each command's outcome. A command ending in `SESSION` names the client's
+     * session on that master (opened first if need be; its outcome's `tie`). A lone command's
+     * error reply rejects (so that a redirection is followed); with several, each is its
+     * outcome's `reply`. Rejects with {@link LostReply} or {@link Exhausted} too, and with why a
+     * session could not be opened.
      */
     private exchange;
     /**

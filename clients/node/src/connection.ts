@@ -12,11 +12,16 @@
  * have (ioredis's `commandTimeout` would otherwise report a failure while the server still
  * grants the lock) or the connection failed. Closing the program's client closes its pools (a
  * connection lent to a wait once the wait ends).
+ *
+ * Each master's place also keeps the client's session there ({@link SessionKeeper}) on a
+ * connection of its own; closing the program's client closes the session (`LOCK.SESSION
+ * CLOSE`) and that connection.
  */
 
 import keySlot from 'cluster-key-slot';
 
 import { Exhausted, Factory, Pool } from './pool.js';
+import { Session, SessionKeeper, SessionOptions } from './session.js';
 import { Seen } from './sync.js';
 
 export { Exhausted, PoolClosed } from './pool.js';
@@ -104,6 +109,9 @@ export interface Own {
   readonly master: string;
   /** What this client saw of its masters' in-sync sets. */
   readonly seen: Seen;
+  /** The client's session on that master, when the caller asked for it ({@link
+   * Connection.lend}): the one a command ending in `SESSION` names. */
+  readonly tie: Session | undefined;
   /**
    * Sends `commands` as one pipeline (never `MULTI`), and resolves to their replies in order,
    * an error reply as an `Error` value, with when each came (ms since the epoch). Rejects with
@@ -119,8 +127,8 @@ export interface Replies {
   arrived: number[];
 }
 
-/** A dedicated connection, as the pools keep it. */
-interface Dedicated {
+/** A dedicated connection, as the pools (and the sessions) keep it. */
+export interface Dedicated {
   /** Sends the commands together; each reply or error, a connection failure as an error too,
    * with when it came. */
   pipeline(commands: string[][]): Promise<Replied[]>;
@@ -135,6 +143,8 @@ type Origin = NodeRedisClient | IORedisClient;
 interface Place {
   origin: Origin;
   pools: Record<PoolKind, Pool<Dedicated>>;
+  /** The client's session on this master, once a lock asked for it. */
+  session?: SessionKeeper;
 }
 
 /** The client as the locks use it: commands on a lock go to the master serving it (in a
@@ -159,19 +169,27 @@ export class Connection {
     return client.sendCommand(args);
   }
 
+  /** Whether the locks of this client tie their holdings to a session ({@link
+   * setSessionOptions}; default true). */
+  get sessions(): boolean {
+    return SESSION_OPTIONS.get(this.client)?.enabled !== false;
+  }
+
   /**
    * Lends `use` a connection of the `kind` pool to the master serving `key`, and takes it back
-   * when `use` settles (closed if a reply was lost or it reached a replica). In a cluster it
-   * follows `MOVED` (relearning the slots) and `ASK` (to the importing master) that `use`
-   * throws. Rejects with {@link Exhausted} when no connection came free before `deadline` (ms
-   * since the epoch; `undefined`: no limit), with the connect error when a new one could not
-   * connect.
+   * when `use` settles (closed if a reply was lost or it reached a replica). With `tied`, the
+   * client's session on that master comes with it (`own.tie`; opened first if need be). In a
+   * cluster it follows `MOVED` (relearning the slots) and `ASK` (to the importing master) that
+   * `use` throws — each master with its own session. Rejects with {@link Exhausted} when no
+   * connection came free before `deadline` (ms since the epoch; `undefined`: no limit), with
+   * the connect error when a new one could not connect, and with why a session could not be
+   * opened.
    */
-  async lend<T>(kind: PoolKind, key: string, deadline: number | undefined, use: (own: Own) => Promise<T>): Promise<T> {
+  async lend<T>(kind: PoolKind, key: string, deadline: number | undefined, use: (own: Own) => Promise<T>, tied = false): Promise<T> {
     let asking: string | undefined;
     for (let redirects = 0; ; redirects++) {
       try {
-        return await this.lendOnce(kind, key, deadline, asking, use);
+        return await this.lendOnce(kind, key, deadline, asking, use, tied);
       } catch (error) {
         const redirect = /^(MOVED|ASK) \d+ (\S+)/.exec(error instanceof Error ? error.message : '');
         if (!redirect || redirects >= REDIRECTS) throw error;
@@ -187,11 +205,16 @@ export class Connection {
     deadline: number | undefined,
     asking: string | undefined,
     use: (own: Own) => Promise<T>,
+    tied: boolean,
   ): Promise<T> {
     const address = asking ?? this.masterAddress(key);
-    const pool = this.place(address, await this.origin(key, asking)).pools[kind];
+    const place = this.place(address, await this.origin(key, asking));
+    // The session first: one that cannot be opened (a replica: READONLY) costs no pooled
+    // connection.
+    const tie = tied && this.sessions ? await this.keeper(place).current() : undefined;
+    const pool = place.pools[kind];
     const dedicated = await pool.borrow(deadline);
-    const lent = new Lent(dedicated, address, this.seen, asking !== undefined);
+    const lent = new Lent(dedicated, address, this.seen, asking !== undefined, tie);
     try {
       return await use(lent);
     } finally {
@@ -245,7 +268,8 @@ export class Connection {
   }
 
   /** The pools to the master at `address`, made on first use (and again when the cluster
-   * client replaced its client for that node); closed when that client closes. */
+   * client replaced its client for that node: the session stays, reconnecting through the new
+   * one); closed, with the session, when that client closes. */
   private place(address: string, origin: Origin): Place {
     const places = perClient(PLACES, this.client);
     const known = places.get(address);
@@ -255,13 +279,26 @@ export class Connection {
     const place: Place = { origin, pools: { wait: new Pool(factory, sizes.wait), sync: new Pool(factory, sizes.sync) } };
     known?.pools.wait.close();
     known?.pools.sync.close();
+    if (known?.session) {
+      place.session = known.session;
+      place.session.open = factory.open;
+    }
     places.set(address, place);
     origin.on('end', () => {
       place.pools.wait.close();
       place.pools.sync.close();
-      if (places.get(address) === place) places.delete(address);
+      if (places.get(address) === place) {
+        places.delete(address);
+        void place.session?.close();
+      }
     });
     return place;
+  }
+
+  /** The client's session on the master of `place`, made (not yet opened) on first use. */
+  private keeper(place: Place): SessionKeeper {
+    place.session ??= new SessionKeeper(dedicatedFactory(place.origin).open, SESSION_OPTIONS.get(this.client)?.grace);
+    return place.session;
   }
 
   /** The client the master serving `key` (or the node at `address`) is reached through. */
@@ -324,6 +361,23 @@ export function setPoolSizes(client: Client, sizes: PoolSizes): void {
   }
 }
 
+/**
+ * Sets how the locks of `client` tie their holdings to the client's session ({@link
+ * SessionOptions}): `enabled` (default true) and the `grace` in ms (default: the server's). Set
+ * it right after creating the client: `enabled` is read when a lock is created, `grace` when
+ * the session opens (on the first acquire; per master in a cluster). Throws `RangeError` for a
+ * grace that is not a whole number of at least 100 ms; the server refuses one above its
+ * `lock.session-max-grace-ms` (60 000 by default) when the session opens, and the acquire
+ * rejects with that error.
+ */
+export function setSessionOptions(client: Client, options: SessionOptions): void {
+  const { grace } = options;
+  if (grace !== undefined && (!Number.isInteger(grace) || grace < 100)) {
+    throw new RangeError(`a session grace must be a whole number of at least 100 ms, not ${grace}`);
+  }
+  SESSION_OPTIONS.set(client, { ...SESSION_OPTIONS.get(client), ...options });
+}
+
 /** A pooled connection while it is lent: it knows whether it may be reused. */
 class Lent implements Own {
   /** A reply did not come (or the connection failed), or the server is no longer a master
@@ -335,6 +389,7 @@ class Lent implements Own {
     readonly master: string,
     readonly seen: Seen,
     private readonly asking: boolean,
+    readonly tie: Session | undefined,
   ) {}
 
   async pipeline(commands: string[][], timeoutMs: number | undefined): Promise<Replies> {
@@ -436,6 +491,8 @@ const PLACES = new WeakMap<Client, Map<string, Place>>();
 const GATHERINGS = new WeakMap<Client, Map<string, Gathering<unknown, unknown>>>();
 /** The pool sizes set per client. */
 const SIZES = new WeakMap<Client, Required<PoolSizes>>();
+/** The session options set per client. */
+const SESSION_OPTIONS = new WeakMap<Client, SessionOptions>();
 
 function perClient<T>(map: WeakMap<Client, Map<string, T>>, client: Client): Map<string, T> {
   let known = map.get(client);

@@ -15,6 +15,12 @@
  * - Every holding has a fencing token, a JS `number` (tokens stay below 2^53).
  * - `using(routine)` renews the lease every third of it and hands the routine an `AbortSignal`
  *   that fires when the lease is lost; renewal failures never throw into nowhere.
+ * - Holdings are tied to the client's session (`LOCK.SESSION`, one per client and master, on a
+ *   connection of its own kept attached by a heartbeat): when the program dies, the server
+ *   releases them a grace after that connection closed, and hands them to the next waiter. The
+ *   holder learns first: its `signal` aborts when no heartbeat was answered for a grace (less
+ *   the drift allowance), before the server can hand the lock over ({@link setSessionOptions},
+ *   the `session` option).
  * - ioredis's `keyPrefix` is applied to the lock's key (ioredis does not apply it to module
  *   commands).
  *
@@ -36,11 +42,13 @@
 import { randomUUID } from 'node:crypto';
 
 import { Client, Connection, Exhausted, LostReply, isTryAgain } from './connection.js';
+import { SESSION, Session, Tied, countedLease, isNoSuchSession } from './session.js';
 import { NotReplicatedError, SyncOptions } from './sync.js';
 import { Writes } from './writes.js';
 
 export type { Client, IORedisClient, NodeRedisClient, NodeRedisDuplicate, PoolSizes } from './connection.js';
-export { LostReply, PoolClosed, setPoolSizes } from './connection.js';
+export { LostReply, PoolClosed, setPoolSizes, setSessionOptions } from './connection.js';
+export type { SessionOptions } from './session.js';
 export type { SyncOptions } from './sync.js';
 export { NotReplicatedError } from './sync.js';
 
@@ -50,13 +58,26 @@ export interface LockOptions {
   ttl?: number;
   /** One owner for every acquire (1 to 256 bytes) instead of a new random UUID each time: for
    * holders in several processes that must count as one. The hazard: every call that uses this
-   * owner is then the holder too, so they no longer exclude each other. */
+   * owner is then the holder too, so they no longer exclude each other. (With sessions, the
+   * holding is tied to the session of whichever process acquired or renewed it last: when that
+   * one dies, the server releases it for all of them — turn `session` off for such a lock.) */
   owner?: string;
   /** With a fixed `owner`, each acquire by it counts one more hold (`REENTRANT`). Without one,
    * a holder re-enters with `holding.reenter()`. */
   reentrant?: boolean;
   /** Renew the lease every third of it until release (always on in `using`). */
   watchdog?: boolean;
+  /**
+   * Tie this lock's holdings to the client's session (default true, unless turned off for the
+   * client with {@link setSessionOptions}): when this program dies — killed, crashed, cut off
+   * — the server releases them a grace after its session connection closed (3 s by default)
+   * and hands them to the next waiter, instead of after the lease. The holder learns first: a
+   * holding counts only while its session does — until a grace, less the drift allowance,
+   * after the last heartbeat the server answered — and its `signal` aborts when that passes,
+   * before the server can hand the lock over. False: the holding ends with its lease only (a
+   * lease meant to outlive the program).
+   */
+  session?: boolean;
   /** How long after a reply should have come (a wait's end, the sync timeout) the client gives
    * up on it — closing its connection — and asks for itself, ms (default 1 000). */
   timeoutMargin?: number;
@@ -98,12 +119,14 @@ export interface Holding {
   readonly tokens: readonly number[];
   /** The owner of this holding: new for each acquire, unless the lock was given one. */
   readonly owner: string;
-  /** Aborted when the lease is known lost: a renewal was refused, or (with the watchdog) the
-   * last lease that counted ran out while renewals failed or were not synced. Never aborted by
-   * a release. */
+  /** Aborted when the lease is known lost: a renewal was refused, (with the watchdog) the last
+   * lease that counted ran out while renewals failed or were not synced, or its session may
+   * have ended — no heartbeat answered for the session's grace, or the client was closed
+   * (which releases it). Never aborted by a release. */
   readonly signal: AbortSignal;
-  /** Resets the lease to `ttl` ms (default: the lock's). False when it was lost (and then
-   * `signal` aborts); a lost lock is never taken back. Synced like a grant: rejects with
+  /** Resets the lease to `ttl` ms (default: the lock's), tied to the client's current session.
+   * False when it was lost (and then `signal` aborts); a lost lock is never taken back — nor
+   * one lost with its session, which is not even asked for. Synced like a grant: rejects with
    * {@link NotReplicatedError} (`write: 'renewal'`) when the master renewed it but too few
    * replicas had it in time — it does not count, the holding's lease stays the last synced
    * one — and with {@link LostReply} when the reply did not come. */
@@ -179,6 +202,11 @@ type Mode = readonly string[];
 
 const DEFAULT_TTL = 30_000;
 const DEFAULT_MARGIN = 1_000;
+/** How many times in a row an acquire tries again after `ERR no such session` (each time with
+ * a new session) before it rejects with it. */
+const SESSION_RETRIES = 3;
+/** How soon a renewal that ties a holding to a new session is tried again after it failed, ms. */
+const RETIE_RETRY_MS = 50;
 
 const EXCLUSIVE: Mode = [];
 const SHARED: Mode = ['SHARED'];
@@ -210,6 +238,12 @@ class Keys {
 /** `LOCK.ACQUIRE key owner ttl [REENTRANT] [SHARED [LIMIT n]]` (a set: `LOCK.MACQUIRE`). */
 function acquireCommand(keys: Keys, owner: string, ttl: number, mode: Mode, reentrant: boolean): string[] {
   return keys.command('ACQUIRE', owner, String(ttl), ...(reentrant ? ['REENTRANT'] : []), ...mode);
+}
+
+/** `command` naming the session of the master it is sent to, when `tied` (`SESSION`, the id
+ * put in as it is sent). */
+function tiedCommand(command: string[], tied: boolean): string[] {
+  return tied ? [...command, SESSION] : command;
 }
 
 /** An exclusive lock named `name`. */
@@ -261,6 +295,8 @@ class LeaseholdLock implements Lock {
   private readonly keys: Keys;
   private readonly writes: Writes;
   private readonly ttl: number;
+  /** Its holdings are tied to the client's session. */
+  private readonly tied: boolean;
 
   constructor(
     connection: Connection,
@@ -272,6 +308,7 @@ class LeaseholdLock implements Lock {
     this.keys = new Keys(names.map((name) => connection.prefix + name), set);
     this.writes = new Writes(connection, this.keys.first, options.sync, options.timeoutMargin ?? DEFAULT_MARGIN);
     this.ttl = options.ttl ?? DEFAULT_TTL;
+    this.tied = options.session !== false && connection.sessions;
   }
 
   get name(): string {
@@ -290,7 +327,7 @@ class LeaseholdLock implements Lock {
   private command(owner: string, waitMs?: number): string[] {
     const command = acquireCommand(this.keys, owner, this.ttl, this.mode, this.options.reentrant ?? false);
     if (waitMs !== undefined) command.push('WAIT', String(waitMs));
-    return command;
+    return tiedCommand(command, this.tied);
   }
 
   private release(owner: string): string[] {
@@ -304,13 +341,17 @@ class LeaseholdLock implements Lock {
   /** A grant without waiting, synced; a reply lost on its way back is released in the
    * background (the server may have granted it). */
   private async tryAs(owner: string, watchdog: boolean): Promise<Holding | null> {
-    const began = Date.now();
-    try {
-      const tokens = await grantTokens(this.writes, this.command(owner), this.release(owner));
-      return await this.held(owner, tokens, watchdog, began);
-    } catch (error) {
-      if (error instanceof LostReply) void this.releaseEventually(owner);
-      throw error;
+    for (let retries = 0; ; retries++) {
+      const began = Date.now();
+      try {
+        const grant = await grantTokens(this.writes, this.command(owner), this.release(owner));
+        return await this.held(owner, grant, watchdog, began);
+      } catch (error) {
+        // The server did not know the session (a failover): a new one replaces it.
+        if (isNoSuchSession(error) && retries < SESSION_RETRIES) continue;
+        if (error instanceof LostReply) void this.releaseEventually(owner);
+        throw error;
+      }
     }
   }
 
@@ -320,17 +361,23 @@ class LeaseholdLock implements Lock {
 
   private async acquireAs(owner: string, options: WaitOptions, watchdog: boolean): Promise<Holding | null> {
     const deadline = options.wait === undefined ? undefined : Date.now() + options.wait;
-    for (;;) {
+    for (let sessionRetries = 0; ;) {
       const left = deadline === undefined ? undefined : deadline - Date.now();
       if (left !== undefined && left <= 0) return this.tryAs(owner, watchdog);
       // WAIT takes whole ms; 0 would mean "no limit".
       const waitMs = left === undefined ? 0 : Math.max(Math.ceil(left), 1);
       try {
         const granted = await this.writes.wait(this.command(owner, waitMs), waitMs, deadline, this.release(owner));
+        const tokens = tokensOf(granted.reply);
+        if (tokens === null) return null;
         // The server replies the moment it hands the lock over: the lease began just before.
-        return await this.held(owner, tokensOf(granted.reply), watchdog, granted.answered);
+        const holding = await this.held(owner, { tokens, tie: granted.tie }, watchdog, granted.answered);
+        if (holding) return holding;
+        // Granted, but lost with the session it was tied to before the grant came: wait again.
       } catch (error) {
-        if (isTryAgain(error)) {
+        if (isNoSuchSession(error) && sessionRetries++ < SESSION_RETRIES) {
+          // The server did not know the session (a failover): a new one replaces it.
+        } else if (isTryAgain(error)) {
           await sleep(10);
         } else if (error instanceof NotReplicatedError) {
           if (deadline === undefined || Date.now() >= deadline) throw error;
@@ -381,26 +428,49 @@ class LeaseholdLock implements Lock {
     }
   }
 
-  /** The holding a grant's tokens give, its lease begun at `began` (ms since the epoch), or
-   * null when it was no grant. A grant acknowledged only after that lease ended is one nobody
-   * can count on (the lock may have been handed on meanwhile): it is released and rejected
-   * with {@link NotReplicatedError}. */
-  private async held(owner: string, tokens: number[] | null, watchdog: boolean, began: number): Promise<Holding | null> {
+  /**
+   * The holding a grant gives, its lease begun at `began` (ms since the epoch), or null when it
+   * was no grant. A grant acknowledged only after that lease ended is one nobody can count on
+   * (the lock may have been handed on meanwhile): it is released and rejected with
+   * {@link NotReplicatedError}. A grant tied to a session whose deadline passed before it came
+   * (the server may have ended that session, and released the lock) is renewed first, to the
+   * lease it has left, naming the client's current session: null when that is refused (or no
+   * lease is left: then it is released).
+   */
+  private async held(owner: string, grant: Grant, watchdog: boolean, began: number): Promise<Holding | null> {
+    const { tokens, tie } = grant;
     if (tokens === null) return null;
     if (began + countedLease(this.ttl) <= Date.now()) {
       await this.writes.connection.send(this.release(owner), this.keys.first);
       const wanted = this.writes.connection.membersSeen(this.keys.first);
       throw new NotReplicatedError(0, wanted, 'grant', 'the replicas acknowledged it only after its lease had ended');
     }
-    return new Held(this.writes, this.keys, owner, tokens, this.ttl, this.mode, watchdog, began);
+    const holding = new Held(this.writes, this.keys, owner, tokens, this.ttl, this.mode, watchdog, began, this.tied);
+    if (!tie || tie.alive) {
+      holding.tieTo(tie);
+      return holding;
+    }
+    try {
+      if (await holding.renewLeft()) return holding;
+      if (!holding.signal.aborted) await holding.release();
+      return null;
+    } catch (error) {
+      void holding.release().catch(() => this.releaseEventually(owner));
+      throw error;
+    }
   }
 }
 
-class Held implements Holding {
+class Held implements Holding, Tied {
   private readonly lost = new AbortController();
+  /** The session it is tied to, as far as this client knows. */
+  private tie: Session | undefined;
+  /** Lost with its session: never renewed (nor re-entered, nor changed) again. */
+  private gone = false;
   /** The watchdog's next renewal. */
   private timer: NodeJS.Timeout | undefined;
-  /** Watched: reports the lease lost when the last one that counted ends. */
+  /** Watched: reports the lease lost when the last one that counted ends; not watched but
+   * tied to a session: lets the session go of it then. */
   private expiry: NodeJS.Timeout | undefined;
   /** When the lease the holder counts on ends, ms since the epoch. */
   private leaseEnd = 0;
@@ -415,6 +485,8 @@ class Held implements Holding {
     private mode: Mode,
     private readonly watched: boolean,
     began: number,
+    /** Its writes name the client's session. */
+    private readonly tied: boolean,
   ) {
     this.leaseEndsAt(began + countedLease(ttl));
     if (watched) this.schedule();
@@ -429,30 +501,44 @@ class Held implements Holding {
   }
 
   async renew(ttl: number = this.ttl): Promise<boolean> {
-    const sent = Date.now();
-    const command = this.keys.command('RENEW', this.owner, String(ttl));
-    const renewing = this.writes.renew(command, (reply) => this.keys.whole(reply));
-    const renewed = this.keys.whole(await this.counted(sent, ttl, renewing));
-    if (!renewed) {
-      this.lose();
-      return false;
+    for (let retries = 0; ; retries++) {
+      if (this.gone) return false;
+      const sent = Date.now();
+      const command = tiedCommand(this.keys.command('RENEW', this.owner, String(ttl)), this.tied);
+      let renewed;
+      try {
+        renewed = await this.counted(sent, ttl, this.writes.renew(command, (reply) => this.keys.whole(reply)));
+      } catch (error) {
+        // The server did not know the session (a failover): a new one replaces it.
+        if (isNoSuchSession(error) && retries < SESSION_RETRIES) continue;
+        throw error;
+      }
+      if (!this.keys.whole(renewed.reply)) {
+        this.lose();
+        return false;
+      }
+      if (!this.tieTo(renewed.tie)) return false;
+      this.leaseEndsAt(sent + countedLease(ttl));
+      return true;
     }
-    this.leaseEndsAt(sent + countedLease(ttl));
-    return true;
   }
 
   async release(): Promise<boolean> {
     this.released = true;
     this.stop();
+    this.untie();
     return this.keys.whole(await this.writes.connection.send(this.keys.command('RELEASE', this.owner), this.keys.first));
   }
 
   async reenter(ttl: number = this.ttl): Promise<Holding | null> {
+    if (this.gone) return null;
     const sent = Date.now();
-    const tokens = await this.counted(sent, ttl, this.acquire('reenter', ttl, this.mode, true));
-    if (tokens === null) return null;
+    const { tokens, tie } = await this.counted(sent, ttl, this.acquire('reenter', ttl, this.mode, true));
+    if (tokens === null || !this.tieTo(tie)) return null;
     this.leaseEndsAt(sent + countedLease(ttl));
-    return new Held(this.writes, this.keys, this.owner, tokens, ttl, this.mode, false, sent);
+    const inner = new Held(this.writes, this.keys, this.owner, tokens, ttl, this.mode, false, sent, this.tied);
+    inner.tieTo(tie);
+    return inner;
   }
 
   downgrade(ttl: number = this.ttl): Promise<boolean> {
@@ -466,10 +552,11 @@ class Held implements Holding {
   /** The holding's mode becomes `mode`, with the token the grant gives, once the replicas have
    * it (else it rejects and nothing changes here). */
   private async changeMode(ttl: number, mode: Mode): Promise<boolean> {
+    if (this.gone) return false;
     const sent = Date.now();
     const changing = this.acquire(mode === SHARED ? 'downgrade' : 'upgrade', ttl, mode, false);
-    const tokens = await this.counted(sent, ttl, changing);
-    if (tokens === null) return false;
+    const { tokens, tie } = await this.counted(sent, ttl, changing);
+    if (tokens === null || !this.tieTo(tie)) return false;
     this.mode = mode;
     this.tokens = tokens;
     this.leaseEndsAt(sent + countedLease(ttl));
@@ -480,9 +567,10 @@ class Held implements Holding {
    * the token, or null when not granted. One more hold (`reentrant`) the replicas lack is given
    * back; a change of mode they lack stays made on the master. Rejects with
    * {@link NotReplicatedError} then. */
-  private async acquire(what: string, ttl: number, mode: Mode, reentrant: boolean): Promise<number[] | null> {
+  private async acquire(what: string, ttl: number, mode: Mode, reentrant: boolean): Promise<Grant> {
     if (this.keys.set) throw new Error(`${what} is not supported on a set of locks`);
-    const command = acquireCommand(this.keys, this.owner, ttl, mode, reentrant);
+    // Named without the session, the server would untie the holding from it.
+    const command = tiedCommand(acquireCommand(this.keys, this.owner, ttl, mode, reentrant), this.tied);
     return grantTokens(this.writes, command, reentrant ? this.keys.command('RELEASE', this.owner) : undefined);
   }
 
@@ -501,12 +589,13 @@ class Held implements Holding {
   }
 
   /** The lease, as far as the holder knows, now ends at `until` (ms since the epoch): a grant,
-   * or a renewal that counted. */
+   * or a renewal that counted. Watched, the holding is lost then; not watched, its session lets
+   * go of it then (a renewal ties it again). */
   private leaseEndsAt(until: number): void {
     this.leaseEnd = until;
-    if (!this.watched || this.released || this.lost.signal.aborted) return;
+    if (!(this.watched || this.tied) || this.released || this.lost.signal.aborted) return;
     clearTimeout(this.expiry);
-    this.expiry = setTimeout(() => this.lose(), until - Date.now());
+    this.expiry = setTimeout(() => (this.watched ? this.lose() : this.untie()), until - Date.now());
     this.expiry.unref?.();
   }
 
@@ -527,14 +616,69 @@ class Held implements Holding {
     if (!this.released && !this.lost.signal.aborted) this.schedule();
   }
 
+  /**
+   * A write naming the client's session `tie` (none: no session) counted: the holding is tied
+   * to it from now on. False, and the holding lost, when its deadline passed before the reply
+   * came — or when the holding was lost with an earlier session. A session already replaced by
+   * a newer one: tied to the newer one too, in the background.
+   */
+  tieTo(tie: Session | undefined): boolean {
+    if (this.gone) return false;
+    if (!tie || tie === this.tie) return true;
+    if (!tie.alive) {
+      this.sessionLost(`its session's grace (${tie.grace} ms) passed before the reply came: the server may have released the lock`);
+      return false;
+    }
+    this.untie();
+    this.tie = tie;
+    tie.tie(this);
+    if (tie.over) void this.retie(tie);
+    return true;
+  }
+
+  /** Its session may have ended: lost, for good. */
+  sessionLost(why: string): void {
+    this.gone = true;
+    this.tie = undefined;
+    this.lose(`the lock was lost: ${why}`);
+  }
+
+  /** Its session `from` was replaced: a renewal to the lease it has left ties the holding to
+   * the new one — tried again until it counts, is refused (lost), no lease is left, or `from`'s
+   * deadline passes (lost with it). */
+  async retie(from: Session): Promise<void> {
+    while (this.tie === from && !from.expired && !this.released && !this.lost.signal.aborted) {
+      try {
+        await this.renewLeft();
+        return;
+      } catch {
+        await sleep(RETIE_RETRY_MS);
+      }
+    }
+  }
+
+  /** A renewal naming the client's current session, to the lease the holding has left (never
+   * longer: tying it to a session is no reason to extend it): true when renewed, false when
+   * refused (lost) or no lease is left. Rejects as {@link renew}. */
+  async renewLeft(): Promise<boolean> {
+    const left = Math.floor(this.leaseEnd - Date.now());
+    return left >= 1 && this.renew(left);
+  }
+
+  private untie(): void {
+    this.tie?.holdings.delete(this);
+    this.tie = undefined;
+  }
+
   private stop(): void {
     clearTimeout(this.timer);
     clearTimeout(this.expiry);
   }
 
-  private lose(): void {
+  private lose(why = 'the lock lease was lost'): void {
     this.stop();
-    if (!this.lost.signal.aborted) this.lost.abort(new Error('the lock lease was lost'));
+    this.untie();
+    if (!this.lost.signal.aborted) this.lost.abort(new Error(why));
   }
 }
 
@@ -545,24 +689,23 @@ function tokensOf(reply: unknown): number[] | null {
   return Array.isArray(reply) ? reply.map(Number) : [Number(reply)];
 }
 
-/** A grant without waiting, synced ({@link Writes.grant}; `release` gives it back when the
- * replicas lack it): the tokens, or null when busy (or when the server cannot issue a token
- * yet: `TRYAGAIN`). */
-async function grantTokens(writes: Writes, command: string[], release?: string[]): Promise<number[] | null> {
-  try {
-    return tokensOf(await writes.grant(command, release));
-  } catch (error) {
-    if (isTryAgain(error)) return null;
-    throw error;
-  }
+/** A grant's tokens (null when busy), and the session it was tied to, if any. */
+interface Grant {
+  tokens: number[] | null;
+  tie?: Session;
 }
 
-/** How long a lease of `ttl` ms counts for its holder, from when it began: `ttl` less a clock
- * drift allowance of 1% and 2 ms, the drift factor of the Redlock algorithm (the server's clock
- * may run a little fast, and a grant handed over after a wait was made a little before its
- * reply came). */
-function countedLease(ttl: number): number {
-  return Math.max(ttl - (ttl / 100 + 2), 0);
+/** A grant without waiting, synced ({@link Writes.grant}; `release` gives it back when the
+ * replicas lack it): the tokens, or null when busy (or when the server cannot issue a token
+ * yet: `TRYAGAIN`), and its session. */
+async function grantTokens(writes: Writes, command: string[], release?: string[]): Promise<Grant> {
+  try {
+    const { reply, tie } = await writes.grant(command, release);
+    return { tokens: tokensOf(reply), tie };
+  } catch (error) {
+    if (isTryAgain(error)) return { tokens: null };
+    throw error;
+  }
 }
 
 function sleep(ms: number): Promise<void> {

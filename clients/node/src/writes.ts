@@ -1,7 +1,8 @@
 /**
  * How a write on a lock reaches the master, and its replicas before it counts.
  *
- * - Sync off: a grant without waiting and a renewal go over the program's own connection.
+ * - Sync off: a grant without waiting and a renewal go over the program's own connection (one
+ *   tied to a session: over a connection of the sync pool, with no sync behind it).
  * - A grant without waiting, or a renewal, synced: one pipeline on a connection of the sync
  *   pool, never `MULTI` — the write, `LOCK.INSYNC`, `WAIT h`, `LOCK.INSYNC` — where `h` is the
  *   members the master's last `LOCK.INSYNC` showed; if the write does not count because `h`
@@ -12,9 +13,14 @@
  * - A wait in the server: on a connection of the wait pool, the acquire with the same tail
  *   pipelined behind it — the server runs it only once the acquire is answered.
  * - A fixed replica count (`sync.replicas`): `WAIT n` alone after the writes.
+ * - A write whose command ends in `SESSION` names the client's session on the master it is
+ *   sent to (each master has its own, and a redirected write goes to another): the id is put
+ *   in on the connection lent to it. `ERR no such session` tells that session's keeper it was
+ *   replaced.
  */
 
 import { Connection, Exhausted, Own, PoolKind } from './connection.js';
+import { Session, isNoSuchSession, wantsSession, withSession } from './session.js';
 import {
   DEFAULT_SYNC_TIMEOUT, INSYNC, NotReplicatedError, Shortfall, SyncOptions, acksOf, inSyncOf, shortfall, waitCommand,
 } from './sync.js';
@@ -28,6 +34,16 @@ interface Outcome {
   /** Why it does not count, if so: how far it got, or the server's error reply to a command of
    * the sync. */
   unsynced?: Shortfall | Error;
+  /** The session the write named, if it asked for one. */
+  tie?: Session;
+}
+
+/** A write's reply that counts (an error reply rejects), when it came (ms since the epoch), and
+ * the session it tied the holding to, if it named one. */
+export interface Written {
+  reply: unknown;
+  answered: number;
+  tie?: Session;
 }
 
 /** The writes of one lock (or set of locks), routed by `key`. */
@@ -61,8 +77,8 @@ export class Writes {
    * given (else it stays made on the master), and rejected with {@link NotReplicatedError}, as
    * is one that found no sync connection free within the sync timeout (then nothing was sent).
    */
-  async grant(command: string[], release?: string[]): Promise<unknown> {
-    if (!this.synced) return this.connection.send(command, this.key);
+  async grant(command: string[], release?: string[]): Promise<Written> {
+    if (!this.synced && !wantsSession(command)) return this.sent(command);
     const outcome = await this.syncedWrite(command, 'grant');
     return this.counted(outcome, outcome.reply !== null, 'grant', release);
   }
@@ -78,25 +94,30 @@ export class Writes {
     waitMs: number,
     deadline: number | undefined,
     release: string[],
-  ): Promise<{ reply: unknown; answered: number }> {
+  ): Promise<Written> {
     const [outcome] = await this.exchange('wait', this.key, [command], deadline, waitMs);
-    const reply = await this.counted(outcome, outcome.reply !== null, 'grant', release);
-    return { reply, answered: outcome.answered };
+    return this.counted(outcome, outcome.reply !== null, 'grant', release);
   }
 
   /** A renewal: the reply. One `applied` but too few replicas had in time — or that found no
    * sync connection free within the sync timeout — rejects with {@link NotReplicatedError}. */
-  async renew(command: string[], applied: (reply: unknown) => boolean): Promise<unknown> {
-    if (!this.synced) return this.connection.send(command, this.key);
+  async renew(command: string[], applied: (reply: unknown) => boolean): Promise<Written> {
+    if (!this.synced && !wantsSession(command)) return this.sent(command);
     const outcome = await this.syncedWrite(command, 'renewal');
     return this.counted(outcome, applied(outcome.reply), 'renewal');
   }
 
-  /** The reply of a write that counts (or was not `applied`); otherwise the grant given back
-   * with `release` (if any) and the rejection. */
-  private async counted(outcome: Outcome, applied: boolean, write: 'grant' | 'renewal', release?: string[]): Promise<unknown> {
+  /** A write over the program's own connection, not synced, naming no session. */
+  private async sent(command: string[]): Promise<Written> {
+    const reply = await this.connection.send(command, this.key);
+    return { reply, answered: Date.now() };
+  }
+
+  /** The write that counts (or was not `applied`); otherwise the grant given back with
+   * `release` (if any) and the rejection. */
+  private async counted(outcome: Outcome, applied: boolean, write: 'grant' | 'renewal', release?: string[]): Promise<Written> {
     const unsynced = outcome.unsynced;
-    if (!applied || !unsynced) return outcome.reply;
+    if (!applied || !unsynced) return { reply: outcome.reply, answered: outcome.answered, tie: outcome.tie };
     if (release) await this.connection.send(release, this.key);
     throw unsynced instanceof Error ? unsynced : new NotReplicatedError(unsynced.acked, unsynced.wanted, write, unsynced.reason);
   }
@@ -125,26 +146,32 @@ export class Writes {
 
   /**
    * `commands` on a connection of the `kind` pool to the master serving `key`, with the sync
-   * behind them: each command's outcome. A lone command's error reply rejects (so that a
-   * redirection is followed); with several, each is its outcome's `reply`. Rejects with
-   * {@link LostReply} or {@link Exhausted} too.
+   * behind them: each command's outcome. A command ending in `SESSION` names the client's
+   * session on that master (opened first if need be; its outcome's `tie`). A lone command's
+   * error reply rejects (so that a redirection is followed); with several, each is its
+   * outcome's `reply`. Rejects with {@link LostReply} or {@link Exhausted} too, and with why a
+   * session could not be opened.
    */
   private exchange(kind: PoolKind, key: string, commands: string[][], deadline: number | undefined, waitMs: number): Promise<Outcome[]> {
+    const tied = commands.some(wantsSession);
     return this.connection.lend(kind, key, deadline, async (own) => {
       const syncMs = kind === 'sync' ? Math.max((deadline ?? 0) - Date.now(), 1) : this.syncMs;
       const timeout = waitMs === 0 && kind === 'wait' ? undefined : waitMs + syncMs + this.margin;
       const hint = this.sync.replicas ?? own.seen.hint(own.master);
       const wait = waitCommand(this.sync, hint, syncMs);
       const tail = !this.synced ? [] : this.sync.replicas === undefined ? [INSYNC, wait, INSYNC] : [wait];
-      const { replies, arrived } = await own.pipeline([...commands, ...tail], timeout);
+      const writes = commands.map((command) => withSession(command, own.tie));
+      const { replies, arrived } = await own.pipeline([...writes, ...tail], timeout);
       const written = replies.slice(0, commands.length);
+      const tie = tied ? own.tie : undefined;
+      if (tie && written.some(isNoSuchSession)) tie.keeper.replaced(tie);
       if (commands.length === 1 && written[0] instanceof Error) throw written[0];
       const wrote = written.some((reply) => reply !== null && !(reply instanceof Error));
       // The sync began when the last write was answered.
       const syncEnd = arrived[commands.length - 1] + syncMs;
       const unsynced = this.synced ? await this.unsynced(own, replies.slice(commands.length), hint, syncEnd, wrote) : undefined;
-      return written.map((reply, at) => ({ reply, answered: arrived[at], unsynced }));
-    });
+      return written.map((reply, at) => ({ reply, answered: arrived[at], unsynced, tie: wantsSession(commands[at]) ? tie : undefined }));
+    }, tied);
   }
 
   /**

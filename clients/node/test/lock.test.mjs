@@ -57,7 +57,7 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
       const granted = await waiting;
       assert.ok(granted && granted.token > holding.token);
       const opened = (await infoField(server.admin, 'total_connections_received')) - received;
-      assert.equal(opened, 2, 'its own and one for the wait: the wait was not cut short and asked again');
+      assert.equal(opened, 3, 'its own, one for the wait and one for the session: the wait was not cut short and asked again');
       await granted.release();
       await close(impatient);
     });

@@ -1,12 +1,13 @@
 // The synced round trip as the client sends it, against a scripted stand-in for ioredis (no
 // server needed): the writes, `LOCK.INSYNC`, `WAIT h`, `LOCK.INSYNC`; one more `WAIT` for every
 // member when the hint was too small; writes of one tick behind one sync; a refusal with its
-// reason and the grant given back; a fixed count and no sync at all as opt-outs.
+// reason and the grant given back; a fixed count and no sync at all as opt-outs. Sessions are
+// off here (the stand-in does not answer LOCK.SESSION; session.test.mjs has them on a server).
 
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
 
-import { NotReplicatedError, createLock } from '../dist/index.js';
+import { NotReplicatedError, createLock, setSessionOptions } from '../dist/index.js';
 
 const ZEROS = '0'.repeat(40);
 
@@ -28,7 +29,9 @@ function scripted(answer) {
     disconnect: () => {},
     on: () => {},
   });
-  return { client: make(), sent };
+  const client = make();
+  setSessionOptions(client, { enabled: false });
+  return { client, sent };
 }
 
 /** A master whose set has `members` of `required` members; each acknowledges what it is sent

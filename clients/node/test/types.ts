@@ -6,7 +6,8 @@ import { Cluster, Redis } from 'ioredis';
 import { Cluster as Cluster5, Redis as Redis5 } from 'ioredis5';
 
 import {
-  NotReplicatedError, createLock, createMultiLock, createReadWriteLock, createSemaphore, setPoolSizes, type Holding, type PoolSizes,
+  NotReplicatedError, createLock, createMultiLock, createReadWriteLock, createSemaphore, setPoolSizes, setSessionOptions, type Holding,
+  type PoolSizes, type SessionOptions,
 } from '../dist/index.js';
 
 export async function typed(): Promise<number> {
@@ -15,6 +16,10 @@ export async function typed(): Promise<number> {
   const sizes: PoolSizes = { wait: 64 };
   setPoolSizes(nodeRedis, sizes);
   setPoolSizes(ioredis, { sync: 8 });
+  const session: SessionOptions = { grace: 1_000 };
+  setSessionOptions(nodeRedis, session);
+  setSessionOptions(ioredis, { enabled: false });
+  createLock(nodeRedis, 'order:5', { session: false });
   const lock = createLock(nodeRedis, 'order:1', { ttl: 10_000, sync: { replicas: 1, timeout: 500, aof: false } });
   createLock(ioredis, 'order:2', { sync: false });
   const holding: Holding | null = await lock.acquire({ wait: 1_000 });
@@ -33,6 +38,7 @@ export async function typed(): Promise<number> {
   await createLock(new Redis5(), 'old').tryAcquire();
   for (const cluster of [createCluster({ rootNodes: [] }), createCluster4({ rootNodes: [] }), new Cluster([]), new Cluster5([])]) {
     setPoolSizes(cluster, { wait: 8, sync: 4 });
+    setSessionOptions(cluster, { grace: 2_000 });
     await createLock(cluster, 'order:4').tryAcquire();
   }
   const set = await createMultiLock(nodeRedis, ['{order:3}:a', '{order:3}:b']).tryAcquire();
