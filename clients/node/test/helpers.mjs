@@ -1,6 +1,6 @@
 // A real redis-server with the leasehold module for the tests, on a free loopback port in a
 // temp dir, killed when the process exits; and a TCP proxy whose last connection can be
-// stalled. LEASEHOLD_SERVER names the server (default redis-server), LEASEHOLD_MODULE the
+// stalled, or that can be cut off altogether. LEASEHOLD_SERVER names the server (default redis-server), LEASEHOLD_MODULE the
 // module (default the repository's debug build).
 
 import { spawn } from 'node:child_process';
@@ -108,7 +108,8 @@ export async function waiters(admin, key) {
 
 /** A proxy to `target`; `stallLastConnection()` makes what the server sends the connection
  * opened last get lost on the way, and returns its number; `closedByClient(number)` tells
- * whether the client closed that connection. */
+ * whether the client closed that connection; `cut()` closes every connection through it and
+ * refuses new ones, as a network gone for the clients behind it. */
 export async function stallingProxy(target) {
   const sockets = [];
   const closedByClient = new Set();
@@ -130,6 +131,7 @@ export async function stallingProxy(target) {
     port: server.address().port,
     stallLastConnection: () => { stalled = connections[connections.length - 1]; return stalled; },
     closedByClient: (number) => closedByClient.has(number),
+    cut: () => { server.close(); sockets.forEach((s) => s.destroy()); },
     close: () => { server.close(); sockets.forEach((s) => s.destroy()); },
   };
 }

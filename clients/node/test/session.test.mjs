@@ -1,0 +1,220 @@
+// Sessions against a real server, with node-redis 6 and 4 and ioredis 6 and 5, a grace of
+// 500 ms: a holder process killed with kill -9 hands its lock to a waiter within the grace; a
+// killed session connection is reconnected within it and nothing is handed over; a holder cut
+// off for longer learns it lost the lock before the waiter is granted; one session per client,
+// closed with it; a session the server forgot (as after a failover) replaced, the holding
+// renewed onto the new one; a session ended by someone else losing its holding; and sessions
+// off (for the client, or one lock) leaving holdings to their leases.
+
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { after, afterEach, before, describe, it } from 'node:test';
+
+import { createLock, createMultiLock, setSessionOptions } from '../dist/index.js';
+import { CLIENTS, close, freePort, lockInfo, stallingProxy, startServer, until, waiters } from './helpers.mjs';
+
+const GRACE = 500;
+
+const server = await startServer();
+after(() => server.stop());
+
+let counter = 0;
+const unique = (what) => `${what}:${process.pid}:${counter++}`;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** The ids of the connections named `leasehold-session` (the clients' session connections). */
+async function sessionConnections() {
+  const list = await server.admin.call('CLIENT', 'LIST');
+  return list.split('\n').filter((line) => / name=leasehold-session /.test(line)).map((line) => /^id=(\d+)/.exec(line)[1]);
+}
+
+/** Whether `promise` is still pending. */
+async function pending(promise) {
+  const marker = Symbol('pending');
+  return (await Promise.race([promise, Promise.resolve(marker)])) === marker;
+}
+
+/** A child process that takes `name` with a 30 s lease through `label`'s client and a 500 ms
+ * session grace, and sleeps; resolves once it holds it, with the process and its token. */
+async function holderProcess(label, name) {
+  const code = `
+    import { CLIENTS } from ${JSON.stringify(new URL('./helpers.mjs', import.meta.url).href)};
+    import { createLock, setSessionOptions } from ${JSON.stringify(new URL('../dist/index.js', import.meta.url).href)};
+    const client = await CLIENTS[process.env.LABEL](Number(process.env.PORT));
+    setSessionOptions(client, { grace: ${GRACE} });
+    const holding = await createLock(client, process.env.NAME, { ttl: 30_000 }).tryAcquire();
+    process.stdout.write(holding.token + '\\n');
+    setInterval(() => {}, 60_000);
+  `;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', code], {
+    env: { ...process.env, LABEL: label, PORT: String(server.port), NAME: name },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  child.stdout.setEncoding('utf8');
+  const line = await new Promise((resolve, reject) => {
+    child.stdout.once('data', resolve);
+    child.once('exit', (code) => reject(new Error(`the holder process exited (${code}) before it held the lock`)));
+  });
+  return { child, token: Number(line.trim()) };
+}
+
+for (const [label, connect] of Object.entries(CLIENTS)) {
+  describe(label, () => {
+    let waiter;
+    const opened = [];
+    /** A client of `label` with a 500 ms session grace, closed after the test. */
+    const holderClient = async (port = server.port) => {
+      const client = await connect(port);
+      client.on('error', () => {}); // behind a proxy that is cut: reconnect attempts fail
+      setSessionOptions(client, { grace: GRACE });
+      opened.push(client);
+      return client;
+    };
+    before(async () => { waiter = await connect(server.port); });
+    after(() => close(waiter));
+    afterEach(async () => { await Promise.all(opened.splice(0).map(close)); });
+
+    it('a holder killed with kill -9 hands its lock to a waiter within the grace', async (t) => {
+      const name = unique('killed');
+      const { child, token } = await holderProcess(label, name);
+      t.after(() => child.kill('SIGKILL'));
+      const waiting = createLock(waiter, name, { ttl: 10_000 }).acquire({ wait: 10_000 });
+      await until(async () => (await waiters(server.admin, name)) === 1);
+      const killed = performance.now();
+      child.kill('SIGKILL');
+      const granted = await waiting;
+      const took = performance.now() - killed;
+      assert.ok(granted, 'granted');
+      assert.ok(took <= GRACE + 100, `granted ${took.toFixed(0)} ms after the kill, not within the grace (${GRACE} ms) + 100 ms`);
+      assert.ok(granted.token > token, 'a larger fencing token');
+      await granted.release();
+    });
+
+    it('a killed session connection is reconnected within the grace: nothing is handed over', async () => {
+      const name = unique('blip');
+      const client = await holderClient();
+      const before = new Set(await sessionConnections());
+      const holding = await createLock(client, name, { ttl: 30_000 }).tryAcquire();
+      const [link] = (await sessionConnections()).filter((id) => !before.has(id));
+      assert.ok(link, 'a connection named leasehold-session');
+      const waiting = createLock(waiter, name, { ttl: 10_000 }).acquire({ wait: 10_000 });
+      await until(async () => (await waiters(server.admin, name)) === 1);
+      assert.equal(await server.admin.call('CLIENT', 'KILL', 'ID', link), 1);
+      await sleep(GRACE + 300);
+      assert.ok(await pending(waiting), 'the waiter still waits');
+      const info = await lockInfo(server.admin, name);
+      assert.equal(info.owner, holding.owner, 'still held by the holder');
+      assert.ok(info.session, 'tied to its session');
+      assert.equal(holding.signal.aborted, false, 'the holder did not lose it');
+      assert.ok(!(await sessionConnections()).includes(link), 'on a new connection');
+      assert.equal(await holding.renew(), true);
+      await holding.release();
+      assert.ok(await waiting);
+      await (await waiting).release();
+    });
+
+    it('a holder cut off for longer than the grace learns it lost the lock before the waiter is granted', async () => {
+      const name = unique('cut');
+      const proxy = await stallingProxy(server.port);
+      const client = await holderClient(proxy.port);
+      const holding = await createLock(client, name, { ttl: 30_000 }).tryAcquire();
+      let lostAt;
+      holding.signal.addEventListener('abort', () => { lostAt = performance.now(); });
+      const waiting = createLock(waiter, name, { ttl: 10_000 }).acquire({ wait: 10_000 });
+      await until(async () => (await waiters(server.admin, name)) === 1);
+      const cutAt = performance.now();
+      proxy.cut();
+      const granted = await waiting;
+      const grantedAt = performance.now();
+      assert.ok(granted && granted.token > holding.token, 'handed over with a larger token');
+      assert.ok(lostAt !== undefined, 'the holder was told before the grant');
+      assert.ok(lostAt < grantedAt, `lost at ${(lostAt - cutAt).toFixed(0)} ms, granted at ${(grantedAt - cutAt).toFixed(0)} ms`);
+      assert.ok(lostAt - cutAt <= GRACE, 'within a grace of the cut');
+      assert.ok(grantedAt - cutAt < GRACE + 300, `granted ${(grantedAt - cutAt).toFixed(0)} ms after the cut`);
+      assert.match(holding.signal.reason.message, /grace/);
+      assert.equal(await holding.renew(), false, 'never taken back');
+      await granted.release();
+      proxy.close();
+    });
+
+    it('one session per client: every lock tied to it, and closed with the client', async () => {
+      const names = [unique('shared'), unique('shared')];
+      const client = await connect(server.port);
+      const before = new Set(await sessionConnections());
+      const holdings = await Promise.all([
+        ...names.map((name) => createLock(client, name, { ttl: 30_000 }).tryAcquire()),
+        createMultiLock(client, [`{${names[0]}}:a`, `{${names[0]}}:b`], { ttl: 30_000 }).tryAcquire(),
+      ]);
+      assert.ok(holdings.every(Boolean));
+      assert.equal((await sessionConnections()).filter((id) => !before.has(id)).length, 1, 'one session connection');
+      const ids = new Set();
+      for (const key of [...names, `{${names[0]}}:a`, `{${names[0]}}:b`]) ids.add((await lockInfo(server.admin, key)).session);
+      assert.equal(ids.size, 1, 'one session');
+      assert.match([...ids][0], /^[0-9a-f]{16}$/);
+      await close(client);
+      await until(async () => (await server.admin.exists(...names)) === 0, 2_000);
+      assert.ok(holdings.every((holding) => holding.signal.aborted), 'released with the session: lost');
+      await until(async () => (await sessionConnections()).every((id) => before.has(id)), 2_000);
+    });
+
+    it('a session the server forgot (as after a failover) is replaced, and the holding renewed onto the new one', async () => {
+      // A server of its own: once it was a replica, even for a moment, it requires an in-sync
+      // replica for synced writes (so this lock is not synced).
+      const alone = await startServer();
+      try {
+        const name = unique('forgot');
+        const client = await holderClient(alone.port);
+        const holding = await createLock(client, name, { ttl: 30_000, sync: false }).tryAcquire();
+        const first = (await lockInfo(alone.admin, name)).session;
+        // Demoted (to a master that is not there: the data stays) and promoted: it forgets its
+        // sessions, and keeps the lock with its lease.
+        await alone.admin.call('REPLICAOF', '127.0.0.1', String(await freePort()));
+        await alone.admin.call('REPLICAOF', 'NO', 'ONE');
+        await until(async () => {
+          const session = (await lockInfo(alone.admin, name))?.session;
+          return session && session !== first;
+        }, 3_000);
+        assert.equal(holding.signal.aborted, false, 'still held');
+        assert.equal(await alone.admin.call('LOCK.FENCE', name, holding.owner), holding.token);
+        // Renewed to the lease it had left (30 s less 1% and 2 ms from the grant), not longer.
+        assert.ok((await alone.admin.pttl(name)) < 29_700);
+        await holding.release();
+      } finally {
+        alone.stop();
+      }
+    });
+
+    it('a session ended by someone else: its holding is lost at the next heartbeat, and a new session serves', async () => {
+      const name = unique('ended');
+      const client = await holderClient();
+      const lock = createLock(client, name, { ttl: 30_000 });
+      const holding = await lock.tryAcquire();
+      const session = (await lockInfo(server.admin, name)).session;
+      assert.equal(await server.admin.call('LOCK.SESSION', 'CLOSE', session), 1, 'released');
+      await until(() => holding.signal.aborted, GRACE);
+      const again = await lock.tryAcquire();
+      assert.ok(again && again.token > holding.token);
+      const next = (await lockInfo(server.admin, name)).session;
+      assert.ok(next && next !== session, 'a new session');
+      await again.release();
+    });
+
+    it('with sessions off — for the client, or for one lock — holdings end with their leases only', async () => {
+      const client = await connect(server.port);
+      opened.push(client);
+      const off = unique('off');
+      const kept = await createLock(client, off, { ttl: 30_000, session: false }).tryAcquire();
+      assert.equal((await lockInfo(server.admin, off)).session, null, 'this lock: no session');
+      await kept.release();
+      setSessionOptions(client, { enabled: false });
+      const before = new Set(await sessionConnections());
+      const name = unique('lease');
+      const holding = await createLock(client, name, { ttl: 300 }).tryAcquire();
+      assert.equal((await lockInfo(server.admin, name)).session, null);
+      assert.deepEqual((await sessionConnections()).filter((id) => !before.has(id)), [], 'no session connection');
+      const next = await createLock(waiter, name, { ttl: 10_000 }).acquire({ wait: 2_000 });
+      assert.ok(next && next.token > holding.token, 'granted once the lease ended');
+      await next.release();
+    });
+  });
+}
