@@ -40,4 +40,4 @@ __all__ = [
     "LockNotOwnedError",
     "NotReplicatedError",
 ]
-__version__ = "0.4.0"
+__version__ = "0.5.0"
