@@ -302,6 +302,10 @@ fn bad_input_is_refused_and_changes_nothing() {
             &["CONFIG", "SET", "lock.session-grace-ms", "50"],
             "lock.session-grace-ms",
         ),
+        (
+            &["EVAL", "return redis.call('LOCK.SESSION', 'OPEN')", "0"],
+            "script",
+        ),
     ] {
         let message = error(&mut con, args);
         assert!(message.contains(expected), "{args:?}: {message}");
