@@ -48,10 +48,26 @@
 //! A summary line goes to stderr, with the seed, and one line per class: grants, double grants
 //! per 10 000 exclusive grants, `NotReplicated` refusals of grants and of renewals, holdings
 //! reported lost while held, and the acquire latency.
+//!
+//! `LEASEHOLD_CHAOS_KILL_CLIENTS=1` (set by `make chaos`, not by `make test`'s 20 s run; `=0`
+//! leaves it out) adds a crasher per class: again and again it starts a real holder process
+//! (bash with a connection of its own to the master, as in tests/session.rs) that opens a
+//! session (`GRACE` 1000 ms), queues with `WAIT` for one of the class's locks, tied to the
+//! session, with a lease five times the clients', and syncs the grant on its own connection as
+//! the class's clients do (`LOCK.INSYNC`/`WAIT`, judged as `leasehold-client` judges them). Only
+//! a grant that counted is recorded, in the class, believed until the `kill -9` that ends the
+//! process a short random time later (or its session's deadline, if earlier: the holder learns
+//! first), so killed holders take part in the class's double-grant check. A line then tells
+//! how many holders were killed, how long their locks took to pass on (from the kill to the
+//! next grant by the designated master, p50/p99/max), and how: by the session (within the
+//! grace and 200 ms), at the lease's end (a failover or restart lost the session), or otherwise.
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufReader, Write};
+use std::ops::Range;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -59,13 +75,14 @@ use std::time::{Duration, Instant};
 
 use common::history::{self, FencedStore, Grant, History};
 use common::sentinel::{Group, MASTER_NAME, Persistence};
+use leasehold_client::redlock::DRIFT_FACTOR;
 use leasehold_client::{Client, Error, Guard, Lock, ReadWriteLock, Sync};
 use rand::{
     RngExt, SeedableRng,
     rngs::StdRng,
     seq::{SliceRandom, index},
 };
-use redis::ConnectionAddr;
+use redis::{ConnectionAddr, Value};
 
 /// Clients per class of sync that hold briefly.
 const CLIENTS_PER_CLASS: usize = 6;
@@ -74,6 +91,8 @@ const HOLDERS_PER_CLASS: usize = 1;
 /// Locks per class: each class has locks of its own, so a double grant is within one class.
 const LOCKS: usize = 4;
 const LEASE: Duration = Duration::from_secs(1);
+/// How long a waiting acquire waits in the server's queue.
+const QUEUE_WAIT: Duration = Duration::from_millis(300);
 /// The in-sync set's timing: a replica that hears nothing from its master for 5 s is
 /// unpromotable (the Sentinels' down-after time is 1 s, so a failover picks a replica well
 /// before), and is dropped 11 s later (the Sentinels read a replica's priority every 10 s).
@@ -131,11 +150,15 @@ impl ClassStats {
 
     /// The `q`-quantile of the grant latencies, ms.
     fn latency_ms(&self, q: f64) -> f64 {
-        let mut latencies = self.latencies.lock().expect("latencies").clone();
-        latencies.sort_unstable();
-        let at = ((latencies.len() as f64 - 1.0) * q).round() as usize;
-        latencies.get(at).map_or(0.0, |us| *us as f64 / 1_000.0)
+        quantile_ms(self.latencies.lock().expect("latencies").clone(), q)
     }
+}
+
+/// The `q`-quantile of durations in µs, in ms (0 for none).
+fn quantile_ms(mut us: Vec<u64>, q: f64) -> f64 {
+    us.sort_unstable();
+    let at = ((us.len() as f64 - 1.0) * q).round() as usize;
+    us.get(at).map_or(0.0, |us| *us as f64 / 1_000.0)
 }
 
 #[test]
@@ -174,12 +197,31 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
             thread::spawn(move || client(seed ^ id as u64, kind, &urls, &history, &run))
         })
         .collect();
+    let crashers: Vec<_> = if kill_clients() {
+        Class::ALL
+            .into_iter()
+            .zip(1_000..)
+            .map(|(class, id)| {
+                let (urls, history, run) = (
+                    group.sentinel_urls(),
+                    Arc::clone(&history),
+                    Arc::clone(&run),
+                );
+                thread::spawn(move || crasher(seed ^ id, class, &urls, &history, &run))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
 
     let length = Duration::from_secs(seconds);
     let mut faults = nemesis(&mut group, &history, &run, length, seed);
     run.stop.store(true, Ordering::SeqCst);
     for client in clients {
         client.join().expect("client thread");
+    }
+    for crasher in crashers {
+        crasher.join().expect("crasher thread");
     }
     *faults.entry("client stalled past its lease").or_default() +=
         run.stalls.load(Ordering::SeqCst);
@@ -332,6 +374,16 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         share(lost_at, end),
         seconds_of(end - lost_at),
     );
+    if kill_clients() {
+        eprintln!(
+            "{}",
+            killed_holders(
+                &run.kills.lock().expect("kills"),
+                &designated,
+                run.holder_processes.load(Ordering::SeqCst)
+            )
+        );
+    }
     assert_eq!((across, own), (0, 0), "token regressions");
     // Outside the default rule's stated assumption (a Sentinel beside each server), double
     // grants are counted and printed, not failed on: lock.insync-strict is the rule there.
@@ -359,6 +411,13 @@ fn strict() -> bool {
     std::env::var_os("LEASEHOLD_CHAOS_STRICT").is_some()
 }
 
+/// `LEASEHOLD_CHAOS_KILL_CLIENTS` (but not `=0`): a crasher per class kills holder processes
+/// ([`crasher`]).
+fn kill_clients() -> bool {
+    std::env::var("LEASEHOLD_CHAOS_KILL_CLIENTS")
+        .is_ok_and(|value| !value.is_empty() && value != "0")
+}
+
 /// What the clients share.
 #[derive(Default)]
 struct Run {
@@ -371,6 +430,9 @@ struct Run {
     store: FencedStore,
     /// When each fault began (µs on the history's clock), and its kind.
     faults: Mutex<Vec<(u64, &'static str)>>,
+    /// Holder processes the crashers started, and those killed while holding.
+    holder_processes: AtomicU64,
+    kills: Mutex<Vec<Kill>>,
 }
 
 /// The double grants of `pairs` by the last fault that began before the later grant was
@@ -669,16 +731,24 @@ fn connect_to_master(
     runtime: &tokio::runtime::Runtime,
     last: Option<&Client>,
 ) -> Result<(Client, u16), Box<dyn std::error::Error>> {
-    let master = sentinel.master_for(MASTER_NAME, None)?;
-    let ConnectionAddr::Tcp(host, port) = master.get_connection_info().addr().clone() else {
-        unreachable!("the group listens on TCP");
-    };
+    let (host, port) = master_address(sentinel)?;
     let url = format!("redis://{host}:{port}");
     let client = match last {
         Some(last) => runtime.block_on(last.reopen(&url))?,
         None => runtime.block_on(Client::open(&url))?,
     };
     Ok((client, port))
+}
+
+/// The host and port of the master Sentinel names now.
+fn master_address(
+    sentinel: &mut redis::sentinel::Sentinel,
+) -> Result<(String, u16), Box<dyn std::error::Error>> {
+    let master = sentinel.master_for(MASTER_NAME, None)?;
+    let ConnectionAddr::Tcp(host, port) = master.get_connection_info().addr().clone() else {
+        unreachable!("the group listens on TCP");
+    };
+    Ok((host, port))
 }
 
 /// What one loop of a client does.
@@ -719,8 +789,7 @@ async fn hold(
     let lock = lock.with_watchdog(true);
     let requested_us = history.now_us();
     let acquired = if attempt.wait {
-        lock.acquire_timeout(LEASE, Duration::from_millis(300))
-            .await
+        lock.acquire_timeout(LEASE, QUEUE_WAIT).await
     } else {
         lock.try_acquire(LEASE).await
     };
@@ -807,4 +876,382 @@ async fn work_while_held(guard: &Guard, hold: Duration, write: impl Fn(), stats:
             }
         }
     }
+}
+
+/// A killed holder's session grace.
+const SESSION_GRACE: Duration = Duration::from_millis(1_000);
+/// A killed holder's lease, five of the clients': its session, not its lease, should end the
+/// holding (the kill comes within a second of the grant).
+const KILLED_LEASE: Duration = Duration::from_secs(5);
+/// How long a holder process holds before its `kill -9`, ms: less than the grace, so the kill
+/// comes before its session's deadline (from the heartbeat after the grant).
+const HOLD_MS: Range<u64> = 50..800;
+/// How long a crasher pauses between holder processes, ms.
+const CRASHER_PAUSE_MS: Range<u64> = 0..2_000;
+/// A hand-over within the grace and this long after the kill was the session's.
+const SESSION_SLACK: Duration = Duration::from_millis(200);
+/// How early a hand-over may come, against the grace or the lease, and still count as theirs:
+/// the server's timers and the kill's timing are not exact.
+const EDGE: Duration = Duration::from_millis(50);
+
+/// A holder process's script (`$1` host, `$2` port): a connection of its own to the server
+/// (bash's `/dev/tcp`); each line of stdin is sent on it as an inline command and the reply
+/// written to stdout as it came (RESP2). It waits on builtins only, so no other process shares
+/// the socket and `kill -9` closes it; it ends by itself when stdin closes (the test is gone) or
+/// a reply takes over 5 s (a stopped server).
+const HOLDER_SCRIPT: &str = r#"exec 3<>"/dev/tcp/$1/$2" || exit 1
+reply() {
+  local line n i
+  IFS= read -r -t 5 line <&3 || exit 1
+  printf '%s\n' "$line"
+  case $line in
+    '$-'* | '*-'*) ;;
+    '$'*) IFS= read -r -t 5 line <&3 || exit 1; printf '%s\n' "$line" ;;
+    '*'*) n=${line#?}; n=${n%$'\r'}; for ((i = 0; i < n; i++)); do reply; done ;;
+  esac
+}
+while IFS= read -r command; do printf '%s\r\n' "$command" >&3; reply; done"#;
+
+/// A running holder process ([`HOLDER_SCRIPT`]); dropping it kills and reaps it, so none
+/// outlives its crasher, on a panic too.
+struct HolderProcess {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    parser: redis::Parser,
+}
+
+impl HolderProcess {
+    /// Starts one connected to the server at `host`:`port`.
+    fn spawn(host: &str, port: u16) -> Self {
+        let mut child = Command::new("bash")
+            .args(["-c", HOLDER_SCRIPT, "holder", host, &port.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("bash");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        Self {
+            child,
+            stdin,
+            stdout,
+            parser: redis::Parser::new(),
+        }
+    }
+
+    /// Sends `command` (words without spaces, separated by one) on the process's connection:
+    /// its reply, or `None` once the process ended (its connection closed, or a reply was late).
+    fn call(&mut self, command: &str) -> Option<Value> {
+        writeln!(self.stdin, "{command}").ok()?;
+        self.parser.parse_value(&mut self.stdout).ok()
+    }
+
+    /// True while it runs: it has not ended by itself.
+    fn runs(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// `kill -9`, and reaps it.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for HolderProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// How long a lease or a session's grace of `ttl` counts for its holder: less
+/// `leasehold-client`'s clock drift allowance (1 % and 2 ms).
+fn counted(ttl: Duration) -> Duration {
+    ttl.saturating_sub(ttl.mul_f64(DRIFT_FACTOR) + Duration::from_millis(2))
+}
+
+/// A `LOCK.INSYNC` reply: the master's replication offset, the lowest offset every member of its
+/// in-sync set acknowledged, how many members it has and needs, its replication ID and the one
+/// it took over from (all zeros if none).
+#[derive(Clone)]
+struct InSyncReply {
+    offset: u64,
+    acked: u64,
+    members: u32,
+    required: u32,
+    replid: String,
+    replid2: String,
+}
+
+impl InSyncReply {
+    fn read(reply: Value) -> Option<Self> {
+        let (offset, acked, members, required, replid, replid2) =
+            redis::from_redis_value(reply).ok()?;
+        Some(Self {
+            offset,
+            acked,
+            members,
+            required,
+            replid,
+            replid2,
+        })
+    }
+}
+
+/// What a crasher heard from masters across its holder processes, as a `leasehold-client`
+/// client keeps it: the masters it saw replaced (a promoted replica's `replid2`), and the
+/// in-sync count last heard (how many the next `WAIT` waits for).
+#[derive(Default)]
+struct Heard {
+    replaced: HashSet<String>,
+    members: u32,
+}
+
+impl Heard {
+    /// Takes note of `insync`; true when its master is one seen replaced.
+    fn replaced(&mut self, insync: &InSyncReply) -> bool {
+        self.members = insync.members;
+        if insync.replid2.bytes().any(|byte| byte != b'0') {
+            self.replaced.insert(insync.replid2.clone());
+        }
+        self.replaced.contains(&insync.replid)
+    }
+}
+
+/// Whether the grant a holder process just got counts, synced on its own connection as
+/// `class`'s clients sync theirs (`leasehold-client`'s rules, with its default timeout).
+fn counts(process: &mut HolderProcess, class: Class, heard: &mut Heard) -> bool {
+    match class {
+        Class::NotSynced => true,
+        Class::OneReplica => {
+            matches!(process.call(&wait_command(1)), Some(Value::Int(acked)) if acked >= 1)
+        }
+        Class::InSync => in_sync_counts(process, heard).unwrap_or(false),
+    }
+}
+
+/// `WAIT replicas timeout`, with the client's default sync timeout.
+fn wait_command(replicas: u32) -> String {
+    format!("WAIT {replicas} {}", Sync::DEFAULT_TIMEOUT.as_millis())
+}
+
+/// The default rule (`leasehold-client`'s `sync` module): the writes before `LOCK.INSYNC ->
+/// before` count once a `WAIT` and a later `LOCK.INSYNC -> after` show every member of the set
+/// acknowledged `before`'s offset, the set has the members it needs, and its master was not
+/// replaced. As the client does, the `WAIT` is for as many as last heard (none before the first
+/// reply), and one more follows, for every member, if it counted fewer. `None`: a reply was an
+/// error or missing.
+fn in_sync_counts(process: &mut HolderProcess, heard: &mut Heard) -> Option<bool> {
+    let before = InSyncReply::read(process.call("LOCK.INSYNC")?)?;
+    let (mut after, mut wait, mut waited) = (before.clone(), heard.members, 0);
+    for _ in 0..2 {
+        if wait > 0 {
+            let Value::Int(acked) = process.call(&wait_command(wait))? else {
+                return None;
+            };
+            waited = u32::try_from(acked).ok()?;
+            after = InSyncReply::read(process.call("LOCK.INSYNC")?)?;
+        }
+        if heard.replaced(&after) || after.replid != before.replid || after.members < after.required
+        {
+            return Some(false);
+        }
+        if after.acked >= before.offset {
+            return Some(true);
+        }
+        if after.members <= waited {
+            return Some(false);
+        }
+        wait = after.members;
+    }
+    Some(false)
+}
+
+/// A crasher of `class`: every second or so a holder process on the master Sentinel names takes
+/// one of the class's locks and is killed with `kill -9` ([`hold_and_die`]).
+fn crasher(seed: u64, class: Class, sentinel_urls: &[String], history: &History, run: &Run) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut sentinel = redis::sentinel::Sentinel::build(sentinel_urls.to_vec()).expect("urls");
+    let mut heard = Heard::default();
+    while !run.stop.load(Ordering::SeqCst) {
+        thread::sleep(Duration::from_millis(rng.random_range(CRASHER_PAUSE_MS)));
+        let Ok((host, port)) = master_address(&mut sentinel) else {
+            continue;
+        };
+        let number = run.holder_processes.fetch_add(1, Ordering::SeqCst);
+        let holder = Holder {
+            lock: format!("{}-lock-{}", class.name(), rng.random_range(0..LOCKS)),
+            owner: format!("killed-holder-{number}"),
+            class,
+            server: port,
+        };
+        let mut process = HolderProcess::spawn(&host, port);
+        hold_and_die(&mut process, holder, &mut heard, &mut rng, history, run);
+    }
+}
+
+/// What a holder process takes, and where.
+struct Holder {
+    lock: String,
+    owner: String,
+    class: Class,
+    /// The port of the master it connected to.
+    server: u16,
+}
+
+/// One holder process's life: it opens a session, queues for the lock with `WAIT`, tied to the
+/// session, counts the grant as its class does, sends a heartbeat (`ATTACH`), holds a short
+/// random time, and is killed with `kill -9`. A grant that counted is written to the fenced store
+/// and recorded, believed until the kill — or the end of its session's grace, from the last
+/// heartbeat's send, or of its lease, less the drift allowance, if earlier. Every kill of a
+/// running holder is kept, to time the hand-over.
+fn hold_and_die(
+    process: &mut HolderProcess,
+    holder: Holder,
+    heard: &mut Heard,
+    rng: &mut StdRng,
+    history: &History,
+    run: &Run,
+) {
+    let mut heartbeat = Instant::now();
+    let open = format!("LOCK.SESSION OPEN GRACE {}", SESSION_GRACE.as_millis());
+    let Some(Value::Array(opened)) = process.call(&open) else {
+        return;
+    };
+    let Some(Ok(id)) = opened
+        .into_iter()
+        .next()
+        .map(redis::from_redis_value::<String>)
+    else {
+        return;
+    };
+    let requested_us = history.now_us();
+    let acquire = format!(
+        "LOCK.ACQUIRE {} {} {} WAIT {} SESSION {id}",
+        holder.lock,
+        holder.owner,
+        KILLED_LEASE.as_millis(),
+        QUEUE_WAIT.as_millis()
+    );
+    let Some(Value::Int(token)) = process.call(&acquire) else {
+        return;
+    };
+    // The server replies the moment it hands the lock over: the lease began then.
+    let granted = Instant::now();
+    let synced = counts(process, holder.class, heard);
+    let acknowledged_us = history.now_us();
+    let sent = Instant::now();
+    if let Some(Value::Int(_)) = process.call(&format!("LOCK.SESSION ATTACH {id}")) {
+        heartbeat = sent;
+    }
+    if synced {
+        run.store.write(&holder.lock, token);
+    }
+    thread::sleep(Duration::from_millis(rng.random_range(HOLD_MS)));
+    let killed = process.runs();
+    process.kill();
+    let killed_us = history.now_us();
+    let believed = (heartbeat + counted(SESSION_GRACE)).min(granted + counted(KILLED_LEASE));
+    if synced {
+        history.record(Grant {
+            lock: holder.lock.clone(),
+            token,
+            server: holder.server,
+            requested_us,
+            acknowledged_us,
+            exclusive: true,
+            held_until_us: killed_us.min(history.at_us(believed)),
+            renewed: false,
+        });
+    }
+    // One that ended by itself (a reply it waited 5 s for) is not timed.
+    if killed {
+        run.kills.lock().expect("kills").push(Kill {
+            lock: holder.lock,
+            granted_us: history.at_us(granted),
+            killed_us,
+            synced,
+        });
+    }
+}
+
+/// A holder process killed while it held its lock (µs on the history's clock).
+struct Kill {
+    lock: String,
+    granted_us: u64,
+    killed_us: u64,
+    /// Whether its grant counted (synced as its class's are), and so was recorded.
+    synced: bool,
+}
+
+/// How a killed holder's lock passed on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum HandOver {
+    /// Within the grace and [`SESSION_SLACK`] of the kill: its session ended.
+    Session,
+    /// At its lease's end or later: its session was gone (a failover, a restart).
+    Lease,
+    /// Before the grace ended: a fault had ended the holding (a master back without it).
+    Early,
+    /// Between the two: a fault delayed the next grant.
+    Delayed,
+}
+
+impl Kill {
+    /// The µs from the kill to the next grant of the lock to anyone in `grants` (those of the
+    /// designated masters: a server Sentinel already replaced grants on beside them, in a split
+    /// brain), and how it passed on; `None` if it was granted to no one after.
+    fn hand_over(&self, grants: &[&Grant]) -> Option<(u64, HandOver)> {
+        let next = grants
+            .iter()
+            .filter(|grant| grant.lock == self.lock && grant.acknowledged_us > self.killed_us)
+            .map(|grant| grant.acknowledged_us)
+            .min()?;
+        let us = |duration: Duration| u64::try_from(duration.as_micros()).expect("short");
+        let after = next - self.killed_us;
+        let how = if after + us(EDGE) < us(SESSION_GRACE) {
+            HandOver::Early
+        } else if after <= us(SESSION_GRACE + SESSION_SLACK) {
+            HandOver::Session
+        } else if next + us(EDGE) >= self.granted_us + us(KILLED_LEASE) {
+            HandOver::Lease
+        } else {
+            HandOver::Delayed
+        };
+        Some((after, how))
+    }
+}
+
+/// The summary line on the killed holders: how many, how long their locks took to pass on
+/// (from the kill to the next grant to anyone by a designated master, of `grants`), and how.
+fn killed_holders(kills: &[Kill], grants: &[&Grant], processes: u64) -> String {
+    let handed: Vec<(u64, HandOver)> = kills
+        .iter()
+        .filter_map(|kill| kill.hand_over(grants))
+        .collect();
+    let times: Vec<u64> = handed.iter().map(|(us, _)| *us).collect();
+    let count = |how: HandOver| handed.iter().filter(|(_, was)| *was == how).count();
+    format!(
+        "chaos killed holders: {} of {processes} holder processes killed with kill -9 while \
+         holding ({} of their grants counted as their class's, and were checked); grace {} ms, \
+         lease {} ms; from the kill to the next grant by the designated master p50 {:.0} ms p99 \
+         {:.0} ms max {:.0} ms: {} by the session (within the grace + {} ms), {} at the lease's \
+         end (the session was lost: a failover or restart), {} before the grace (a fault had \
+         ended the holding), {} in between (a fault delayed the next grant that counted), {} \
+         none by the end",
+        kills.len(),
+        kills.iter().filter(|kill| kill.synced).count(),
+        SESSION_GRACE.as_millis(),
+        KILLED_LEASE.as_millis(),
+        quantile_ms(times.clone(), 0.5),
+        quantile_ms(times.clone(), 0.99),
+        quantile_ms(times, 1.0),
+        count(HandOver::Session),
+        SESSION_SLACK.as_millis(),
+        count(HandOver::Lease),
+        count(HandOver::Early),
+        count(HandOver::Delayed),
+        kills.len() - handed.len(),
+    )
 }
