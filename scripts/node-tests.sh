@@ -18,4 +18,5 @@ if git rev-parse --git-dir >/dev/null 2>&1 && [ -n "$(git status --porcelain -- 
 fi
 # LEASEHOLD_NODE_CLIENTS=current: node-redis 6 and ioredis 6 only (test/helpers.mjs).
 echo "--- clients/node with node-redis 6.3.1 and 4.7.0, ioredis 6.0.0 and 5.9.2 (${LEASEHOLD_NODE_CLIENTS:-all})"
-node --test --test-concurrency=1 --test-reporter=dot test/
+# Four test files at once: the tests mostly wait on servers and timers, each on servers of its own.
+node --test --test-concurrency=4 --test-reporter=dot test/

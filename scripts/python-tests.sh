@@ -9,12 +9,13 @@ cd "$(dirname "$0")/.."
 # oldest the package supports).
 for redis_py in ${LEASEHOLD_REDIS_PY:-8.1.0 5.0.0}; do
   venv="build/venv/python-redis-$redis_py"
-  if [ ! -x "$venv/bin/pytest" ]; then
+  if ! "$venv/bin/python" -c "import pytest, xdist" 2>/dev/null; then
     python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check \
-      "redis==$redis_py" pytest==9.2.0 pytest-asyncio==1.5.0
+      "redis==$redis_py" pytest==9.2.0 pytest-asyncio==1.5.0 pytest-xdist==3.8.0
   fi
   "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --force-reinstall ./clients/python
   echo "--- clients/python with redis-py $redis_py"
-  (cd clients/python && "../../$venv/bin/python" -m pytest -q -p no:cacheprovider tests)
+  # Four workers: the tests mostly wait on servers and timers, each test on servers of its own.
+  (cd clients/python && "../../$venv/bin/python" -m pytest -q -p no:cacheprovider -n 4 tests)
 done

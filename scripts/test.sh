@@ -24,20 +24,6 @@ cargo test --workspace --doc
 stage scripts/install-tests.sh
 
 matrix=$(scripts/servers.sh)
-# Runs the Python and the Node suites at once (they mostly wait on servers and timers), each
-# into a log of its own, printed after; fails if either failed.
-clients() {
-  local logs status=0
-  logs=$(mktemp -d)
-  scripts/python-tests.sh > "$logs/python" 2>&1 & local python=$!
-  scripts/node-tests.sh > "$logs/node" 2>&1 & local node=$!
-  wait "$python" || status=1
-  wait "$node" || status=1
-  cat "$logs/python" "$logs/node"
-  rm -rf "$logs"
-  return "$status"
-}
-
 # On the first server only, to keep `make test` near 20 minutes on two cores: the oldest
 # redis-py, node-redis and ioredis the packages support (the current ones run on every server)
 # and the 20 s `make chaos` run (tests/chaos.rs; `make chaos` runs it on every server).
@@ -47,7 +33,8 @@ while read -r name server; do
   echo "=== integration tests on $name: $("$server" --version)"
   export LEASEHOLD_SERVER="$server"
   stage cargo test --workspace --exclude leasehold-core --test '*' -- "${skip[@]}"
-  stage clients
+  stage scripts/python-tests.sh
+  stage scripts/node-tests.sh
   export LEASEHOLD_REDIS_PY="8.1.0" LEASEHOLD_NODE_CLIENTS=current
   skip=(--skip fencing_holds_under_random_crashes)
 done <<< "$matrix"
