@@ -4,9 +4,10 @@
 //!
 //! A synced write is one round trip on a sync connection: the write, then `LOCK.INSYNC`, `WAIT
 //! h`, `LOCK.INSYNC` ([`crate::sync`]), and one more `WAIT` and `LOCK.INSYNC` on the same
-//! connection when that may still make it count. Writes that wait for a sync connection at the
-//! same time share that round trip: whoever gets a connection sends them all, before one
-//! `LOCK.INSYNC`, `WAIT`, `LOCK.INSYNC` ([`Pools::queue`]). A wait in the server is one round
+//! connection when that may still make it count. Synced writes queue per master, and a sender
+//! task sends every write queued with the same sync setting (up to 64) in one round trip,
+//! before one `LOCK.INSYNC`, `WAIT`, `LOCK.INSYNC` (group commit, [`Pools::take`]); each
+//! caller waits for its write's outcome. A wait in the server is one round
 //! trip on a wait connection: the blocking acquire, then the same commands, which the server
 //! runs only once the acquire was answered. The writes and what follows them go as two requests
 //! in one write to the socket, so the client sees when the writes' replies came (a wait's lease
@@ -24,9 +25,13 @@ use redis::{Cmd, FromRedisValue, IntoConnectionInfo, RedisError, Value};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::masters::Masters;
-use crate::pool::{Borrowed, ClientOptions, Pools, Purpose, RESPONSE_TIMEOUT, Sent};
+use crate::pool::{
+    Borrowed, ClientOptions, Pools, Purpose, Queued, RESPONSE_TIMEOUT, Sent, Ticket, Undo,
+    is_lost_reply,
+};
 use crate::session::{Session, Tying};
 use crate::sync::{Check, Place, Seen, Sync};
 
@@ -222,18 +227,21 @@ impl Client {
     }
 
     /// Sends `command`, a write to `key` that counts only once synced as `sync` says, and
-    /// syncs it: with syncing off on the shared connection, otherwise on a sync connection in
-    /// one round trip with what syncs it, together with the other writes that wait for a sync
-    /// connection meanwhile.
+    /// syncs it: with syncing off on the shared connection, otherwise queued for its master and
+    /// sent by a sender task on a sync connection, in one round trip with what syncs it,
+    /// together with the other writes queued meanwhile ([`Pools::take`]). If the caller drops
+    /// this future, a write still queued is withdrawn; one already taken is sent all the same,
+    /// and `undo` (a release) is sent if it granted something nobody received ([`Undo`]).
     ///
     /// # Errors
-    /// The server's error, no connection, or [`Error::NotReplicated`] when no sync connection
-    /// was free within the sync timeout (nothing was sent).
+    /// The server's error, no connection, or [`Error::NotReplicated`] when no sender took the
+    /// write within the sync timeout (nothing was sent).
     pub(crate) async fn synced<T: FromRedisValue>(
         &self,
         key: &str,
         command: &Cmd,
         sync: &Sync,
+        undo: Option<Undo>,
     ) -> Result<Synced<T>> {
         if sync.is_off() {
             let reply = self.query(command).await?;
@@ -244,67 +252,121 @@ impl Client {
             });
         }
         let pools = self.pools(key).await?;
-        let (id, mut outcome) = pools.queue(*sync, key, command);
-        let borrowed = tokio::select! {
-            biased;
-            sent = &mut outcome => return self.outcome(sent),
-            borrowed = pools.borrow(Purpose::Sync, Some(sync.timeout)) => borrowed,
+        let (ticket, outcome, start) = pools.queue(*sync, key, command, undo.clone());
+        let mut pending = Pending {
+            client: self,
+            pools: &pools,
+            ticket,
+            outcome: Some(outcome),
+            undo,
         };
-        match borrowed {
-            Ok(Some(connection)) => self.send_queued(connection, &pools, sync).await,
-            Ok(None) if pools.withdraw(sync, id) => {
-                let timeout = sync.timeout_ms();
-                let reason = format!("no sync connection was free within {timeout} ms");
-                return Err(Error::NotReplicated { reason });
-            }
-            Err(error) if pools.withdraw(sync, id) => return Err(error.into()),
-            // Another caller took it to send: its outcome comes.
-            Ok(None) | Err(_) => {}
+        if start {
+            tokio::spawn(self.clone().send_queued(pools.clone(), *sync));
         }
-        self.outcome(outcome.await)
-    }
-
-    /// A queued write's outcome; a sender gone before it (cancelled with it in flight) is a
-    /// lost reply.
-    fn outcome<T: FromRedisValue>(
-        &self,
-        sent: Result<Result<Sent, RedisError>, oneshot::error::RecvError>,
-    ) -> Result<Synced<T>> {
-        let sent = sent.map_err(|_| {
-            RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::ConnectionAborted,
-                "the round trip that carried the write was cancelled",
-            ))
-        })??;
+        let sent = pending.outcome(sync.timeout).await?;
         Ok(Synced::of(sent)?)
     }
 
-    /// Sends everything queued with `sync` on `connection`, a round trip at a time, until
-    /// nothing is left or the connection is lost; each write's outcome goes to its caller.
-    async fn send_queued(&self, mut connection: Borrowed, pools: &Pools, sync: &Sync) {
+    /// A sender: takes the writes queued for `pools`' master, starting in lane `lane`, a round
+    /// trip at a time on a sync connection, until no lane needs it ([`Pools::take`]), and tells
+    /// each write's caller its outcome — or, if the caller is gone, undoes a grant
+    /// ([`Client::unclaimed`]). A round trip lost, the connection is closed and the next one
+    /// borrowed; no connection, the taken writes are told why.
+    async fn send_queued(self, pools: Pools, lane: Sync) {
+        let mut sender = Sender {
+            pools: &pools,
+            lane,
+            stopped: false,
+        };
+        let mut connection: Option<Borrowed> = None;
         loop {
-            let queued = pools.take(sync);
+            let borrowed = match connection.take() {
+                Some(connection) => Ok(Some(connection)),
+                None => {
+                    // Taken first: the oldest write's timeout bounds the wait.
+                    let budget = Some(sender.lane.timeout);
+                    pools.borrow(Purpose::Sync, budget).await
+                }
+            };
+            let queued = pools.take(&mut sender.lane);
             if queued.is_empty() {
+                sender.stopped = true;
                 return;
             }
+            let sync = sender.lane;
+            let mut borrowed = match borrowed {
+                Ok(Some(borrowed)) => borrowed,
+                Ok(None) => {
+                    let timeout = sync.timeout_ms();
+                    let reason = format!("no sync connection was free within {timeout} ms");
+                    let refused = || Error::NotReplicated {
+                        reason: reason.clone(),
+                    };
+                    self.deliver(queued, |_| Err(refused()));
+                    continue;
+                }
+                Err(error) => {
+                    self.deliver(queued, |_| Err(Error::Redis(error.clone())));
+                    continue;
+                }
+            };
             let writes: Vec<(&str, &Cmd)> = queued
                 .iter()
                 .map(|queued| (queued.key.as_str(), &queued.command))
                 .collect();
             let timeout = Some(RESPONSE_TIMEOUT + sync.timeout);
-            match self.exchange(&mut connection, sync, &writes, timeout).await {
+            let sent = self.exchange(&mut borrowed, &sync, &writes, timeout).await;
+            drop(writes);
+            match sent {
                 Ok(sent) => {
-                    for (queued, sent) in queued.into_iter().zip(sent) {
-                        let _ = queued.done.send(Ok(sent));
-                    }
+                    let mut sent = sent.into_iter();
+                    self.deliver(queued, |_| sent.next().ok_or_else(|| no_reply().into()));
                 }
-                Err(error) => {
-                    for queued in queued {
-                        let _ = queued.done.send(Err(error.clone()));
-                    }
-                    return;
-                }
+                Err(error) => self.deliver(queued, |_| Err(Error::Redis(error.clone()))),
             }
+            // A lost reply closed it: the next round trip borrows another.
+            if borrowed.is_open() {
+                connection = Some(borrowed);
+            }
+        }
+    }
+
+    /// Tells each of `queued` its outcome, `outcome` of it; an outcome nobody receives is
+    /// undone ([`Client::unclaimed`]).
+    fn deliver(&self, queued: Vec<Queued>, mut outcome: impl FnMut(&Queued) -> Result<Sent>) {
+        for queued in queued {
+            let sent = outcome(&queued);
+            if let Err(sent) = queued.done.send(sent) {
+                self.unclaimed(queued.undo, &sent);
+            }
+        }
+    }
+
+    /// A synced write's `outcome` that its caller never received: when it granted something
+    /// (or, with [`Undo::if_lost`], its reply was lost), sends `undo`'s release in the
+    /// background, retrying with backoff while the server cannot be reached (a few seconds).
+    fn unclaimed(&self, undo: Option<Undo>, outcome: &Result<Sent>) {
+        let Some(undo) = undo else {
+            return;
+        };
+        let release = match outcome {
+            Ok(sent) => granted(&sent.reply),
+            Err(Error::Redis(error)) => undo.if_lost && is_lost_reply(error),
+            Err(_) => false,
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if release {
+            let client = self.clone();
+            runtime.spawn(async move {
+                for attempt in 0..20 {
+                    if client.query::<Value>(&undo.release).await.is_ok() {
+                        return;
+                    }
+                    tokio::time::sleep(Backoff::default().delay(attempt)).await;
+                }
+            });
         }
     }
 
@@ -444,6 +506,94 @@ impl Client {
             Inner::Server { .. } => None,
             Inner::Cluster { .. } => Some(Slot::for_key(key)),
         }
+    }
+}
+
+/// A caller's write queued for a sender ([`Client::synced`]): waits for its outcome, and if
+/// dropped first, withdraws the write while it is queued, or undoes an outcome that came but
+/// was not received ([`Client::unclaimed`]; one still to come is undone by its sender).
+struct Pending<'a> {
+    client: &'a Client,
+    pools: &'a Pools,
+    ticket: Ticket,
+    /// `None` once the outcome was received, or the write withdrawn.
+    outcome: Option<oneshot::Receiver<Result<Sent>>>,
+    undo: Option<Undo>,
+}
+
+impl Pending<'_> {
+    /// The write's outcome. Still queued after `budget`, it is withdrawn and not synced.
+    ///
+    /// # Errors
+    /// The round trip's error, [`Error::NotReplicated`] when withdrawn, or a lost reply when
+    /// its sender was gone before the outcome came.
+    async fn outcome(&mut self, budget: Duration) -> Result<Sent> {
+        let Some(outcome) = self.outcome.as_mut() else {
+            return Err(no_reply().into());
+        };
+        let came = match tokio::time::timeout(budget, &mut *outcome).await {
+            Ok(came) => came,
+            Err(_) if self.pools.withdraw(self.ticket) => {
+                self.outcome = None;
+                let timeout = budget.as_millis().max(1);
+                let reason = format!("no sync connection was free within {timeout} ms");
+                return Err(Error::NotReplicated { reason });
+            }
+            // A sender took it: its outcome comes.
+            Err(_) => outcome.await,
+        };
+        self.outcome = None;
+        came.map_err(|_| {
+            let error = std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "the round trip that carried the write was cancelled",
+            );
+            Error::Redis(error.into())
+        })?
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        let Some(mut outcome) = self.outcome.take() else {
+            return;
+        };
+        if self.pools.withdraw(self.ticket) {
+            return;
+        }
+        // Closed, no outcome can come any more: either it is here, or its sender undoes it.
+        outcome.close();
+        if let Ok(sent) = outcome.try_recv() {
+            self.client.unclaimed(self.undo.take(), &sent);
+        }
+    }
+}
+
+/// A running sender's place in its master's outbox: given up if its task ends before
+/// [`Pools::take`] stopped it (dropped with the runtime, or a panic), so writes queued later
+/// start another.
+struct Sender<'a> {
+    pools: &'a Pools,
+    /// The lane it sends, as [`Pools::take`] moved it.
+    lane: Sync,
+    stopped: bool,
+}
+
+impl Drop for Sender<'_> {
+    fn drop(&mut self) {
+        if !self.stopped {
+            self.pools.give_up(self.lane);
+        }
+    }
+}
+
+/// Whether a grant's reply granted something: a token (`LOCK.ACQUIRE`) or a set's tokens
+/// (`LOCK.MACQUIRE`), not a null (busy) or an error.
+fn granted(reply: &Value) -> bool {
+    match reply {
+        Value::Int(_) => true,
+        Value::Array(tokens) => !tokens.is_empty(),
+        _ => false,
     }
 }
 

@@ -10,7 +10,7 @@ use redis::{Cmd, FromRedisValue, ParsingError, RedisError, Value};
 use crate::backoff::Backoff;
 use crate::client::{Client, Synced};
 use crate::error::{Error, Result};
-use crate::pool::is_lost_reply;
+use crate::pool::{Undo, is_lost_reply};
 use crate::session::{Renewable, Tie, is_no_such_session};
 use crate::sync::Sync;
 
@@ -136,9 +136,15 @@ impl Held {
         }
         // Without `SESSION` the server would untie the holding.
         let naming = self.naming(&mut command);
+        // A re-entry nobody received is one hold too many: released. A mode change is no
+        // new hold: kept, as a refused one is.
+        let undo = reentrant.then(|| Undo {
+            release: self.release_command(),
+            if_lost: false,
+        });
         let synced = self
             .client
-            .synced::<Option<u64>>(self.name(), &command, &self.sync);
+            .synced::<Option<u64>>(self.name(), &command, &self.sync, undo);
         let synced = synced.await;
         self.named(naming.as_deref(), &synced, |synced| synced.reply.is_some())
             .await;
@@ -167,7 +173,9 @@ impl Held {
         let mut command = set_command("LOCK.RENEW", &self.names, self.mode());
         command.arg(&self.owner).arg(millis(ttl)?);
         let naming = self.naming(&mut command);
-        let synced = self.client.synced::<i64>(self.name(), &command, &self.sync);
+        let synced = self
+            .client
+            .synced::<i64>(self.name(), &command, &self.sync, None);
         let synced = synced.await;
         let count = self.count();
         self.named(naming.as_deref(), &synced, |synced| synced.reply == count)
@@ -212,9 +220,16 @@ impl Held {
 
     /// `LOCK.RELEASE` (a set: `LOCK.MRELEASE`): true if it still held every lock.
     pub(crate) async fn release(&self) -> Result<bool> {
+        let command = self.release_command();
+        Ok(self.client.query::<i64>(&command).await? == self.count())
+    }
+
+    /// `LOCK.RELEASE name owner` (a set: `LOCK.MRELEASE numkeys names... owner`): one hold of
+    /// this owner's.
+    pub(crate) fn release_command(&self) -> Cmd {
         let mut command = set_command("LOCK.RELEASE", &self.names, self.mode());
         command.arg(&self.owner);
-        Ok(self.client.query::<i64>(&command).await? == self.count())
+        command
     }
 
     /// The key its synced writes are routed by (a set's keys share a slot).

@@ -14,7 +14,7 @@ use crate::guard::{Guard, Holding, Keeping};
 use crate::held::{Held, Mode, Tokens, acquire_command, is_try_again};
 use crate::lease;
 use crate::owner::new_owner;
-use crate::pool::is_lost_reply;
+use crate::pool::{Undo, is_lost_reply};
 use crate::session::{Tying, is_no_such_session};
 use crate::sync::Sync;
 
@@ -242,7 +242,13 @@ impl Lock {
             let granted = Instant::now();
             let command = self.command(owner, ttl, None, tying.as_ref())?;
             let sync = &self.settings.sync;
-            let synced = self.client.synced(self.name(), &command, sync);
+            // A grant nobody received (the caller dropped this future) is released, as one
+            // whose reply was lost is ([`Lock::try_acquire`]).
+            let undo = Undo {
+                release: self.held(owner).release_command(),
+                if_lost: true,
+            };
+            let synced = self.client.synced(self.name(), &command, sync, Some(undo));
             let synced = match (synced.await, &tying) {
                 (Err(Error::Redis(error)), _) if is_try_again(&error) => return Ok(None),
                 // The server has no such session (a failover, a restart): nothing was done.

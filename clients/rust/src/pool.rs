@@ -1,5 +1,7 @@
 //! The dedicated connections of one server (or one cluster master): a bounded pool for waits in
-//! the server and one for synced writes, lent to one caller at a time (deadpool).
+//! the server and one for synced writes, lent to one caller (a waiter, or a sender of synced
+//! writes) at a time (deadpool), and the synced writes queued for the senders ([`Pools::queue`],
+//! group commit).
 //!
 //! A blocked command (`LOCK.ACQUIRE ... WAIT`, `WAIT`) stalls the connection it was sent on, so
 //! neither goes over the shared connection. Two pools, so that waiters — who keep their
@@ -9,7 +11,7 @@
 //! timeout fired, the connection dropped, the caller was cancelled with a command in flight) is
 //! closed and never lent again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -24,6 +26,7 @@ use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, Value};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::error::Error;
 use crate::sync::Sync;
 
 /// How long opening a connection may take.
@@ -42,7 +45,8 @@ const IDLE_CHECK: Duration = Duration::from_secs(30);
 /// its holdings are tied to a session ([`ClientOptions::sessions`], on by default). A caller
 /// that finds its pool exhausted queues for a connection within its own budget: an acquire
 /// within its wait (then it answers as a wait that timed out), a synced grant or renewal within
-/// the sync timeout (then it is not synced: [`crate::Error::NotReplicated`]).
+/// the sync timeout (then it is not synced, and nothing was sent:
+/// [`crate::Error::NotReplicated`]).
 ///
 /// ```no_run
 /// # async fn example() -> leasehold_client::Result<()> {
@@ -130,8 +134,11 @@ impl ClientOptions {
     }
 
     /// At most `connections` (at least 1) for synced writes — a grant made without waiting, a
-    /// renewal — and their `WAIT`, each kept for one round trip (or until its replicas
-    /// acknowledge).
+    /// renewal, a re-entry — and their `WAIT`: the most round trips of synced writes to one
+    /// server in flight at once. Concurrent writes share round trips (up to 64 writes each,
+    /// before one `WAIT`); another connection is used only while more writes are queued than the
+    /// round trips in flight take next, so a synced write waits for at most one round trip
+    /// ahead of it.
     #[must_use]
     pub const fn sync_connections(mut self, connections: usize) -> Self {
         self.sync = if connections == 0 { 1 } else { connections };
@@ -198,14 +205,40 @@ pub(crate) struct Pools {
 /// The most synced writes sent in one round trip.
 const MOST_PER_ROUND_TRIP: usize = 64;
 
-/// Synced writes waiting for a sync connection, by how they sync: whoever gets a connection
-/// sends all that wait with the same sync in one round trip, before one `LOCK.INSYNC`, `WAIT`,
-/// `LOCK.INSYNC` (a `WAIT` covers every write before it on its connection: group commit). So
-/// concurrent writes share a round trip instead of each waiting for a connection of its own.
-#[derive(Default)]
+/// The synced writes queued for one master (group commit), in a lane per sync setting, and the
+/// senders that take them. A sender is a task with a sync connection: it takes the oldest
+/// writes of a lane, up to [`MOST_PER_ROUND_TRIP`], and sends them in one round trip before one
+/// `LOCK.INSYNC`, `WAIT`, `LOCK.INSYNC` (a `WAIT` covers every write before it on its
+/// connection), then takes again, until no lane needs it.
+///
+/// A lane needs one more sender while it queues more writes than its senders take in their
+/// next round trips ([`MOST_PER_ROUND_TRIP`] each); at most the sync pool's size run at once.
+/// So a lone write is sent at once, a write queued behind a round trip in flight waits for at
+/// most that one, and concurrent writes share round trips instead of each paying its own
+/// `WAIT` (every round trip in flight to a master waits for the same replicas: more of them
+/// cost the master commands and acknowledgements, and make no write count sooner than the one
+/// ahead of it).
 struct Outbox {
     next: u64,
-    queued: HashMap<Sync, Vec<Queued>>,
+    lanes: HashMap<Sync, Lane>,
+    /// Senders running, in all lanes.
+    senders: usize,
+    /// The most senders that may run: the sync pool's size.
+    places: usize,
+}
+
+/// The writes queued with one sync setting, oldest first, and its senders.
+#[derive(Default)]
+struct Lane {
+    queued: VecDeque<Queued>,
+    senders: usize,
+}
+
+impl Lane {
+    /// Whether it queues more writes than its senders take in their next round trips.
+    fn needs_sender(&self) -> bool {
+        self.queued.len() > self.senders.saturating_mul(MOST_PER_ROUND_TRIP)
+    }
 }
 
 /// A synced write waiting to be sent.
@@ -214,8 +247,22 @@ pub(crate) struct Queued {
     /// The key it writes (in a cluster, its slot's master is the one asked).
     pub(crate) key: String,
     pub(crate) command: Cmd,
+    /// What undoes it when its caller is gone before its outcome came ([`Undo`]).
+    pub(crate) undo: Option<Undo>,
     /// Where its outcome goes.
-    pub(crate) done: oneshot::Sender<Result<Sent, RedisError>>,
+    pub(crate) done: oneshot::Sender<Result<Sent, Error>>,
+}
+
+/// The command that undoes a synced write nobody received the outcome of (its caller dropped
+/// its future after a sender took the write): a release as the write's owner, sent when the
+/// write granted something (a token, or a set's tokens) — and, with `if_lost`, when its reply
+/// was lost too (a grant to a new owner: releasing frees nothing else).
+#[derive(Clone)]
+pub(crate) struct Undo {
+    /// `LOCK.RELEASE name owner` (a set: `LOCK.MRELEASE`), sent on the shared connection.
+    pub(crate) release: Cmd,
+    /// Also sent when the write's reply was lost (it may have granted).
+    pub(crate) if_lost: bool,
 }
 
 /// What a synced write got: its reply (an error reply too), why it does not count (`None`: it
@@ -224,6 +271,13 @@ pub(crate) struct Sent {
     pub(crate) reply: Value,
     pub(crate) refused: Option<String>,
     pub(crate) answered: Instant,
+}
+
+/// A queued write's place in its master's queue, for [`Pools::withdraw`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ticket {
+    sync: Sync,
+    id: u64,
 }
 
 impl Pools {
@@ -244,18 +298,25 @@ impl Pools {
         Self {
             wait: pool(options.wait),
             sync: pool(options.sync),
-            outbox: Arc::default(),
+            outbox: Arc::new(Mutex::new(Outbox {
+                next: 0,
+                lanes: HashMap::new(),
+                senders: 0,
+                places: options.sync,
+            })),
         }
     }
 
-    /// Queues `command`, a write to `key` synced as `sync`; returns its place in the queue and
-    /// where its outcome will come.
+    /// Queues `command`, a write to `key` synced as `sync` and undone by `undo` if nobody
+    /// receives its outcome. Returns its ticket, where its outcome will come, and whether the
+    /// caller must start a sender for its lane ([`Pools::take`]): one is counted for it.
     pub(crate) fn queue(
         &self,
         sync: Sync,
         key: &str,
         command: &Cmd,
-    ) -> (u64, oneshot::Receiver<Result<Sent, RedisError>>) {
+        undo: Option<Undo>,
+    ) -> (Ticket, oneshot::Receiver<Result<Sent, Error>>, bool) {
         let (done, outcome) = oneshot::channel();
         let mut outbox = self.outbox();
         outbox.next += 1;
@@ -264,31 +325,62 @@ impl Pools {
             id,
             key: key.to_owned(),
             command: command.clone(),
+            undo,
             done,
         };
-        outbox.queued.entry(sync).or_default().push(queued);
-        (id, outcome)
+        let has_place = outbox.senders < outbox.places;
+        let lane = outbox.lanes.entry(sync).or_default();
+        lane.queued.push_back(queued);
+        let start = has_place && lane.needs_sender();
+        if start {
+            lane.senders += 1;
+            outbox.senders += 1;
+        }
+        (Ticket { sync, id }, outcome, start)
     }
 
-    /// Takes the writes queued with `sync` for one round trip, oldest first.
-    pub(crate) fn take(&self, sync: &Sync) -> Vec<Queued> {
+    /// The next round trip of a sender of lane `lane`: the oldest writes, up to
+    /// [`MOST_PER_ROUND_TRIP`], of the lane that needs a sender and queued the oldest write —
+    /// `lane` is set to it. Empty when no lane needs one: the sender stops, its place given up.
+    pub(crate) fn take(&self, lane: &mut Sync) -> Vec<Queued> {
         let mut outbox = self.outbox();
-        let Some(queued) = outbox.queued.get_mut(sync) else {
+        outbox.leave(*lane);
+        let Outbox { lanes, senders, .. } = &mut *outbox;
+        let next = lanes
+            .iter_mut()
+            .filter(|(_, queue)| queue.needs_sender())
+            .min_by_key(|(_, queue)| queue.queued.front().map(|queued| queued.id));
+        let Some((next, queue)) = next else {
+            *senders = senders.saturating_sub(1);
             return Vec::new();
         };
-        let count = queued.len().min(MOST_PER_ROUND_TRIP);
-        queued.drain(..count).collect()
+        *lane = *next;
+        queue.senders += 1;
+        let count = queue.queued.len().min(MOST_PER_ROUND_TRIP);
+        queue.queued.drain(..count).collect()
     }
 
-    /// Takes the write `id` out of the queue; false when it was already taken to be sent.
-    pub(crate) fn withdraw(&self, sync: &Sync, id: u64) -> bool {
+    /// A sender of lane `lane` stopped before [`Pools::take`] stopped it (its task was dropped
+    /// or panicked): gives up its place.
+    pub(crate) fn give_up(&self, lane: Sync) {
         let mut outbox = self.outbox();
-        let Some(queued) = outbox.queued.get_mut(sync) else {
+        outbox.leave(lane);
+        outbox.senders = outbox.senders.saturating_sub(1);
+    }
+
+    /// Takes the write of `ticket` out of the queue; false when a sender already took it.
+    pub(crate) fn withdraw(&self, ticket: Ticket) -> bool {
+        let mut outbox = self.outbox();
+        let Some(lane) = outbox.lanes.get_mut(&ticket.sync) else {
             return false;
         };
-        let before = queued.len();
-        queued.retain(|queued| queued.id != id);
-        queued.len() < before
+        let before = lane.queued.len();
+        lane.queued.retain(|queued| queued.id != ticket.id);
+        let withdrawn = lane.queued.len() < before;
+        if lane.queued.is_empty() && lane.senders == 0 {
+            outbox.lanes.remove(&ticket.sync);
+        }
+        withdrawn
     }
 
     fn outbox(&self) -> std::sync::MutexGuard<'_, Outbox> {
@@ -323,10 +415,28 @@ impl Pools {
     }
 }
 
+impl Outbox {
+    /// A sender leaves lane `sync` (to take again, or to stop); a lane left with neither
+    /// writes nor senders is forgotten.
+    fn leave(&mut self, sync: Sync) {
+        if let Some(lane) = self.lanes.get_mut(&sync) {
+            lane.senders = lane.senders.saturating_sub(1);
+            if lane.queued.is_empty() && lane.senders == 0 {
+                self.lanes.remove(&sync);
+            }
+        }
+    }
+}
+
 /// A connection borrowed from a pool; it goes back when dropped, unless a reply was lost on it.
 pub(crate) struct Borrowed(Option<Object<Dialer>>);
 
 impl Borrowed {
+    /// False once a reply was lost on it: it was closed, and the next exchange fails.
+    pub(crate) fn is_open(&self) -> bool {
+        self.0.is_some()
+    }
+
     /// Sends `head`, then `tail` behind it (one write, one round trip; the server runs them in
     /// that order), and reads all their replies — a command's error among them — within
     /// `timeout` (`None`: no limit). Returns `head`'s replies with the moment they came (before

@@ -1,7 +1,8 @@
 //! The client's dedicated connections, counted on real servers: waits and synced writes reuse
 //! them, a connection whose reply was lost is closed and never lent again, and an exhausted
 //! pool makes callers queue within their own budget without holding up a holder's renewal and
-//! release.
+//! release; concurrent synced writes share round trips, and a caller that drops its future
+//! loses only its own outcome.
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
@@ -9,7 +10,7 @@ mod replicated;
 
 use std::time::{Duration, Instant};
 
-use common::{Server, holder, info_field, queued, waiters};
+use common::{Server, call, holder, info_field, queued, waiters};
 use leasehold_client::{Client, ClientOptions, Error, Lock, Sync};
 use replicated::{calls, pair};
 
@@ -201,4 +202,103 @@ async fn an_exhausted_pool_makes_callers_queue_within_their_budget_and_never_hol
         slow,
         "acknowledged once the replica was back, within its timeout"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_synced_grants_share_round_trips() {
+    let (master, replica) = pair();
+    let client = client(&master, ClientOptions::new()).await;
+    // A synced grant first: the client hears the master's in-sync set, so every round trip
+    // after it carries a `WAIT`.
+    let first = Lock::new(&client, "first").try_acquire(TTL).await;
+    let first = first.expect("synced").expect("free");
+    assert!(first.release().await.expect("release"));
+    let (waits, acquires) = (calls(&master, "wait"), calls(&master, "lock.acquire"));
+
+    // 64 tasks, each on a lock of its own, acquire and release 20 times: a grant queued while
+    // a round trip is in flight goes in the next one, with every other queued meanwhile.
+    let tasks: Vec<_> = (0..64)
+        .map(|n| {
+            let lock = Lock::new(&client, &format!("k{n}"));
+            tokio::spawn(async move {
+                for _ in 0..20 {
+                    let guard = lock.try_acquire(TTL).await.expect("synced").expect("free");
+                    assert!(guard.release().await.expect("release"));
+                }
+                let guard = lock.try_acquire(TTL).await.expect("synced").expect("free");
+                (lock.name().to_owned(), guard)
+            })
+        })
+        .collect();
+    let mut guards = Vec::new();
+    for task in tasks {
+        guards.push(task.await.expect("task"));
+    }
+    let grants = calls(&master, "lock.acquire") - acquires;
+    assert_eq!(grants, 64 * 21);
+    let round_trips = calls(&master, "wait") - waits;
+    assert!(
+        round_trips * 8 <= grants,
+        "{round_trips} round trips for {grants} grants"
+    );
+    let mut on_replica = replica.client();
+    for (name, guard) in &guards {
+        let fence = call(&mut on_replica, &["LOCK.FENCE", name]);
+        let token = i64::try_from(guard.token()).expect("below 2^63");
+        assert_eq!(fence, redis::Value::Int(token), "{name} on the replica");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_caller_that_drops_its_future_loses_only_its_own_write_and_its_grant_is_released() {
+    let (master, replica) = pair();
+    let mut con = master.client();
+    let client = client(&master, ClientOptions::new().sync_connections(1)).await;
+    let long = Sync::to_replicas().timeout(Duration::from_secs(5));
+    let short = Sync::to_replicas().timeout(Duration::from_millis(700));
+    let first = Lock::new(&client, "first").with_sync(long);
+    let first = first.try_acquire(TTL).await.expect("synced").expect("free");
+    assert!(first.release().await.expect("release"));
+    let acquires = calls(&master, "lock.acquire");
+
+    // The only sync connection waits for a stopped replica; three grants queue behind it.
+    replica.signal("STOP");
+    let try_acquire = |name: &str, sync: Sync| {
+        let lock = Lock::new(&client, name).with_sync(sync);
+        tokio::spawn(async move { lock.try_acquire(TTL).await.map(|guard| guard.is_some()) })
+    };
+    let blocker = try_acquire("c", short);
+    common::wait_until("the blocker's grant is made", || {
+        holder(&mut con, "c").is_some()
+    });
+    let (a, b, d) = (
+        try_acquire("a", long),
+        try_acquire("b", long),
+        try_acquire("d", long),
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Dropped while queued: withdrawn, never sent.
+    d.abort();
+    let blocked = blocker.await.expect("task");
+    assert!(
+        matches!(blocked, Err(Error::NotReplicated { .. })),
+        "{blocked:?}"
+    );
+
+    // The next round trip carries a and b, and waits for the replica; a is dropped meanwhile.
+    common::wait_until("a and b are granted on the master", || {
+        holder(&mut con, "a").is_some() && holder(&mut con, "b").is_some()
+    });
+    a.abort();
+    assert!(a.await.expect_err("aborted").is_cancelled());
+    replica.signal("CONT");
+    let b = b.await.expect("task");
+    assert!(b.expect("b's write is answered"), "b is granted, synced");
+    // Nobody received a's grant: it is released, long before its lease ends.
+    let released = Instant::now();
+    common::wait_until("a's grant is released", || holder(&mut con, "a").is_none());
+    assert!(released.elapsed() < TTL / 4, "{:?}", released.elapsed());
+    assert!(d.await.expect_err("aborted").is_cancelled());
+    assert_eq!(holder(&mut con, "d"), None);
+    assert_eq!(calls(&master, "lock.acquire") - acquires, 3, "c, a and b");
 }
