@@ -16,6 +16,7 @@ for redis_py in ${LEASEHOLD_REDIS_PY:-8.1.0 5.0.0}; do
   fi
   "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --force-reinstall ./clients/python
   echo "--- clients/python with redis-py $redis_py"
-  # Four workers: the tests mostly wait on servers and timers, each test on servers of its own.
-  (cd clients/python && "../../$venv/bin/python" -m pytest -q -p no:cacheprovider -n 4 tests)
+  # Four workers, each taking whole files (a module-scoped cluster is made once): the tests
+  # mostly wait on servers and timers, each file on servers of its own.
+  (cd clients/python && "../../$venv/bin/python" -m pytest -q -p no:cacheprovider -n 4 --dist loadfile tests)
 done
