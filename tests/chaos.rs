@@ -73,6 +73,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::InSync;
 use common::history::{self, FencedStore, Grant, History};
 use common::sentinel::{Group, MASTER_NAME, Persistence};
 use leasehold_client::redlock::DRIFT_FACTOR;
@@ -971,32 +972,11 @@ fn counted(ttl: Duration) -> Duration {
     ttl.saturating_sub(ttl.mul_f64(DRIFT_FACTOR) + Duration::from_millis(2))
 }
 
-/// A `LOCK.INSYNC` reply: the master's replication offset, the lowest offset every member of its
-/// in-sync set acknowledged, how many members it has and needs, its replication ID and the one
-/// it took over from (all zeros if none).
-#[derive(Clone)]
-struct InSyncReply {
-    offset: u64,
-    acked: u64,
-    members: u32,
-    required: u32,
-    replid: String,
-    replid2: String,
-}
-
-impl InSyncReply {
-    fn read(reply: Value) -> Option<Self> {
-        let (offset, acked, members, required, replid, replid2) =
-            redis::from_redis_value(reply).ok()?;
-        Some(Self {
-            offset,
-            acked,
-            members,
-            required,
-            replid,
-            replid2,
-        })
-    }
+/// A `LOCK.INSYNC` reply ([`InSync`]), or `None` for an error or another shape.
+fn read_insync(reply: Value) -> Option<InSync> {
+    redis::from_redis_value::<common::Reply>(reply)
+        .ok()
+        .map(InSync::from)
 }
 
 /// What a crasher heard from masters across its holder processes, as a `leasehold-client`
@@ -1005,12 +985,12 @@ impl InSyncReply {
 #[derive(Default)]
 struct Heard {
     replaced: HashSet<String>,
-    members: u32,
+    members: u64,
 }
 
 impl Heard {
     /// Takes note of `insync`; true when its master is one seen replaced.
-    fn replaced(&mut self, insync: &InSyncReply) -> bool {
+    fn replaced(&mut self, insync: &InSync) -> bool {
         self.members = insync.members;
         if insync.replid2.bytes().any(|byte| byte != b'0') {
             self.replaced.insert(insync.replid2.clone());
@@ -1032,7 +1012,7 @@ fn counts(process: &mut HolderProcess, class: Class, heard: &mut Heard) -> bool 
 }
 
 /// `WAIT replicas timeout`, with the client's default sync timeout.
-fn wait_command(replicas: u32) -> String {
+fn wait_command(replicas: u64) -> String {
     format!("WAIT {replicas} {}", Sync::DEFAULT_TIMEOUT.as_millis())
 }
 
@@ -1043,15 +1023,15 @@ fn wait_command(replicas: u32) -> String {
 /// reply), and one more follows, for every member, if it counted fewer. `None`: a reply was an
 /// error or missing.
 fn in_sync_counts(process: &mut HolderProcess, heard: &mut Heard) -> Option<bool> {
-    let before = InSyncReply::read(process.call("LOCK.INSYNC")?)?;
+    let before = read_insync(process.call("LOCK.INSYNC")?)?;
     let (mut after, mut wait, mut waited) = (before.clone(), heard.members, 0);
     for _ in 0..2 {
         if wait > 0 {
             let Value::Int(acked) = process.call(&wait_command(wait))? else {
                 return None;
             };
-            waited = u32::try_from(acked).ok()?;
-            after = InSyncReply::read(process.call("LOCK.INSYNC")?)?;
+            waited = u64::try_from(acked).ok()?;
+            after = read_insync(process.call("LOCK.INSYNC")?)?;
         }
         if heard.replaced(&after) || after.replid != before.replid || after.members < after.required
         {
