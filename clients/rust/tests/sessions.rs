@@ -35,6 +35,21 @@ async fn session_client(url: &str) -> Client {
 
 /// The session `key`'s holder is tied to (`LOCK.INFO`'s `session`), `None` when it is tied to
 /// none or the lock is free.
+/// A client of its own waiting up to 10 s for the lock `k`: its guard, and when it got it.
+async fn waiter_for_k(
+    url: &str,
+) -> tokio::task::JoinHandle<(
+    leasehold_client::Result<Option<leasehold_client::Guard>>,
+    Instant,
+)> {
+    let waiter = client(url, ClientOptions::new()).await;
+    tokio::spawn(async move {
+        let lock = Lock::new(&waiter, "k");
+        let guard = lock.acquire_timeout(TTL, Duration::from_secs(10)).await;
+        (guard, Instant::now())
+    })
+}
+
 fn tied_to(con: &mut redis::Connection, key: &str) -> Option<String> {
     match info_fields(con, key)?.get("session") {
         Some(Value::BulkString(id)) => Some(String::from_utf8_lossy(id).into_owned()),
@@ -133,12 +148,7 @@ async fn a_holder_killed_with_kill_9_is_handed_over_a_grace_later_not_after_its_
     .expect("reading the holder");
     assert!(tied_to(&mut con, "k").is_some(), "tied to its session");
 
-    let waiter = client(&server.url(), ClientOptions::new()).await;
-    let waiting = tokio::spawn(async move {
-        let lock = Lock::new(&waiter, "k");
-        let guard = lock.acquire_timeout(TTL, Duration::from_secs(10)).await;
-        (guard, Instant::now())
-    });
+    let waiting = waiter_for_k(&server.url()).await;
     queued(&mut con, "k", 1);
     let killed = Instant::now();
     drop(child); // kill -9
@@ -214,12 +224,7 @@ async fn a_holder_cut_off_longer_than_the_grace_learns_it_lost_the_lock_before_t
         lost.wait().await;
         Instant::now()
     });
-    let waiter = client(&server.url(), ClientOptions::new()).await;
-    let waiting = tokio::spawn(async move {
-        let lock = Lock::new(&waiter, "k");
-        let guard = lock.acquire_timeout(TTL, Duration::from_secs(10)).await;
-        (guard, Instant::now())
-    });
+    let waiting = waiter_for_k(&server.url()).await;
     queued(&mut con, "k", 1);
     // Heartbeats go on through the proxy: still held after several of them.
     tokio::time::sleep(GRACE * 2).await;
