@@ -411,6 +411,16 @@ fn a_cluster_fails_over_only_to_an_in_sync_replica_which_holds_every_synced_lock
     }
     drop(mine);
 
+    // The other masters vote only for a replica they know: gossip must have reached them all.
+    let replica_id = node_id(&replica);
+    wait_until("every node knows the replica", || {
+        nodes.iter().all(|node| {
+            redis::cmd("CLUSTER")
+                .arg("NODES")
+                .query::<String>(&mut node.client())
+                .is_ok_and(|known| known.contains(&replica_id))
+        })
+    });
     nodes[0].kill();
     common::wait_within(Duration::from_secs(30), "the replica is promoted", || {
         common::info_field(&mut replica.client(), "replication", "role").as_deref()
