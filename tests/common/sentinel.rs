@@ -116,6 +116,14 @@ impl Group {
         for replica in &servers[1..] {
             replica.replicate_through(addresses[0]);
         }
+        // A replica is promotable only once the master took it into its in-sync set; the
+        // Sentinels read its priority when they first see it, so they start after that.
+        for replica in &servers[1..] {
+            let mut con = replica.client();
+            wait_until("the replica is in the in-sync set", || {
+                info_field(&mut con, "lock", "lock_insync_promotable").as_deref() == Some("1")
+            });
+        }
         let config = format!(
             "sentinel monitor {MASTER_NAME} 127.0.0.1 {} 2\n\
              sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n\
