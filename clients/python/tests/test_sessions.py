@@ -345,3 +345,41 @@ async def test_asyncio_a_holder_cut_off_longer_than_the_grace_learns_it_lost_fir
     waiter.lock.release()
     await leasehold.asyncio.close_pools(client)
     await client.aclose() if hasattr(client, "aclose") else await client.close()
+
+
+def test_a_blocking_acquire_keeps_its_session_attached_however_long_it_waits(
+        server, admin, name, monkeypatch):
+    monkeypatch.setattr(leasehold._protocol, "IDLE_AFTER", 0.1)
+    holder = leasehold.Lock(redis.Redis(port=server.port), name, timeout=30)
+    assert holder.acquire()
+    waiter = Waiter(sessions_client(server.port), name)
+    wait_until(lambda: waiters(admin, name) == 1)
+    time.sleep(GRACE * 4)  # far past the idle time and the grace: the heartbeat goes on
+    token = holder.fencing_token
+    holder.release()
+    waiter.join()
+    # The grant that ended the wait counted: it was not released and taken again.
+    assert waiter.lock.fencing_token == token + 1
+    waiter.lock.release()
+
+
+async def test_asyncio_a_blocking_acquire_keeps_its_session_attached_however_long_it_waits(
+        server, admin, name, monkeypatch):
+    monkeypatch.setattr(leasehold._protocol, "IDLE_AFTER", 0.1)
+    holder = leasehold.Lock(redis.Redis(port=server.port), name, timeout=30)
+    assert holder.acquire()
+    client = redis.asyncio.Redis(port=server.port)
+    leasehold.asyncio.configure_sessions(client, grace=GRACE)
+    waiter = leasehold.asyncio.Lock(client, name, timeout=30, blocking_timeout=10,
+                                    thread_local=False)
+    waiting = asyncio.ensure_future(waiter.acquire())
+    while waiters(admin, name) != 1:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(GRACE * 4)
+    token = holder.fencing_token
+    holder.release()
+    assert await waiting
+    assert waiter.fencing_token == token + 1
+    await waiter.release()
+    await leasehold.asyncio.close_pools(client)
+    await client.aclose() if hasattr(client, "aclose") else await client.close()

@@ -8,8 +8,10 @@ import logging
 import threading
 import time
 import uuid
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
+from typing import (Any, Callable, ContextManager, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple,
+                    Union)
 
 from redis.exceptions import LockError, ResponseError
 
@@ -568,9 +570,10 @@ SESSION_CONNECTION_NAME = "leasehold-session"
 #: in seconds: how long the session's connection may take to connect or to answer.
 DEFAULT_GRACE = 3.0
 
-#: How long, in seconds, a session with no holding and no acquire or renewal keeps its heartbeat
-#: (and its watcher) running: then they stop — a client no longer used costs no thread and no
-#: traffic — and the next acquire attaches the session again (or opens a new one) first.
+#: How long, in seconds, a session with no holding and no acquire or renewal (a blocking acquire
+#: counts while it waits) keeps its heartbeat (and its watcher) running: then they stop — a
+#: client no longer used costs no thread and no traffic — and the next acquire attaches the
+#: session again (or opens a new one) first.
 IDLE_AFTER = 10.0
 
 
@@ -582,6 +585,12 @@ class SessionSettings:
 
     enabled: bool = True
     grace_ms: Optional[int] = None
+
+
+def writing(session: Any) -> ContextManager[None]:
+    """:meth:`SessionState.writing` of ``session`` (a lock module's ``Session``); nothing when
+    sessions are off (``None``)."""
+    return nullcontext() if session is None else session.state.writing()
 
 
 class Term:
@@ -643,6 +652,32 @@ class SessionState:
         self.watching = False
         self.watchers = 0
         self._watched: List[Term] = []
+        #: The acquires and renewals under way (:meth:`writing`), and when the last one started
+        #: or ended (``time.monotonic()`` seconds).
+        self._writes = 0
+        self._used = time.monotonic()
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """An acquire or a renewal under way, from before it asks for its term until its reply
+        came: the session is not idle meanwhile, however long a blocking acquire waits (a grant
+        tied to a term the heartbeat stopped attaching would come too late to count)."""
+        with self.cond:
+            self._writes += 1
+            self._used = time.monotonic()
+        try:
+            yield
+        finally:
+            with self.cond:
+                self._writes -= 1
+                self._used = time.monotonic()
+
+    def idle(self) -> bool:
+        """Whether the heartbeat may stop: no holding, and no acquire or renewal under way or
+        for :data:`IDLE_AFTER`."""
+        with self.cond:
+            return (self._writes == 0 and time.monotonic() - self._used > IDLE_AFTER
+                    and not any(term.leases for term in self._watched))
 
     def usable(self) -> Optional[Term]:
         """The current term if holdings may be tied to it now (:meth:`Term.holds`)."""
@@ -719,11 +754,6 @@ class SessionState:
         with self.cond:
             self.watching = False
             self._changed()
-
-    def has_leases(self) -> bool:
-        """Whether any holding is tied to a term of the session."""
-        with self.cond:
-            return any(term.leases for term in self._watched)
 
     def tie(self, lease: Lease, term: Term) -> None:
         """Ties a new holding, granted with ``term``'s id, to it; lost at once when ``term`` no

@@ -44,7 +44,6 @@ from ._pools import (
     session_connection_kwargs,
 )
 from ._protocol import (
-    IDLE_AFTER,
     REDIRECTS,
     TRY_AGAIN_DELAY,
     Grant,
@@ -74,6 +73,7 @@ from ._protocol import (
     time_left,
     to_ms,
     unknown_command,
+    writing,
 )
 
 if sys.version_info >= (3, 11, 3):
@@ -260,14 +260,12 @@ class Session:
         self._wake = asyncio.Event()
         self.state.on_change = self._wake.set
         self._running = False
-        self._used = time.monotonic()
         self._heart: Optional["asyncio.Task[None]"] = None
         self._watcher: Optional["asyncio.Task[None]"] = None
         weakref.finalize(self, self.state.stop)
 
     async def term(self) -> Optional[Term]:
         """As :meth:`leasehold.lock.Session.term`."""
-        self._used = time.monotonic()
         term = self.state.usable()
         if (term is not None and self._running) or self.state.unsupported or self._stopped.is_set():
             return term
@@ -388,7 +386,7 @@ class Session:
         async with self._io:
             if self._stopped.is_set():
                 return None
-            if not self.state.has_leases() and time.monotonic() - self._used > IDLE_AFTER:
+            if self.state.idle():
                 self._running = False
                 self.state.stop_watching()
                 return None
@@ -660,8 +658,9 @@ class Lock(LockBase):
         for attempt in range(REDIRECTS):
             master = await self._master(redirect)
             session = pools_of(self.redis).session(master, Session)
-            term = None if session is None else await session.term()
-            write = await send(master, redirect is not None, term)
+            with writing(session):
+                term = None if session is None else await session.term()
+                write = await send(master, redirect is not None, term)
             if isinstance(write.reply, MovedError):
                 redirect = None
                 await self.redis.nodes_manager.initialize()

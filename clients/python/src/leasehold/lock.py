@@ -41,7 +41,6 @@ from ._pools import (
     session_connection_kwargs,
 )
 from ._protocol import (
-    IDLE_AFTER,
     REDIRECTS,
     TRY_AGAIN_DELAY,
     Grant,
@@ -70,6 +69,7 @@ from ._protocol import (
     time_left,
     to_ms,
     unknown_command,
+    writing,
 )
 
 class BudgetedPool(Budgeted, redis.BlockingConnectionPool):
@@ -218,7 +218,6 @@ class Session:
         self._line = Line()
         self._stopped = threading.Event()
         self._running = False
-        self._used = time.monotonic()
         weakref.finalize(self, self.state.stop)
 
     def term(self) -> Optional[Term]:
@@ -226,7 +225,6 @@ class Session:
         when its deadline passed (the heartbeat started again if idle); ``None`` when the
         server has no sessions. Raises what the server's connection raised, or its error reply
         to ``OPEN``."""
-        self._used = time.monotonic()
         term = self.state.usable()
         if (term is not None and self._running) or self.state.unsupported or self._stopped.is_set():
             return term
@@ -357,7 +355,7 @@ class Session:
         with self._io:
             if self._stopped.is_set():
                 return None
-            if not self.state.has_leases() and time.monotonic() - self._used > IDLE_AFTER:
+            if self.state.idle():
                 self._running = False
                 self.state.stop_watching()
                 return None
@@ -644,8 +642,9 @@ class Lock(LockBase):
         for attempt in range(REDIRECTS):
             master = self._master(redirect)
             session = pools_of(self.redis).session(master, Session)
-            term = None if session is None else session.term()
-            write = send(master, redirect is not None, term)
+            with writing(session):
+                term = None if session is None else session.term()
+                write = send(master, redirect is not None, term)
             if isinstance(write.reply, MovedError):
                 redirect = None
                 self.redis.nodes_manager.initialize()
