@@ -136,6 +136,7 @@ fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
             .field("insync_promotable", u64::from(set.promotable))?,
     };
     let (open, detached) = state::sessions().counts();
+    let ties = state::sessions().ties();
     let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
     builder
         .field(
@@ -146,6 +147,7 @@ fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .add_section("sessions")
         .field("sessions", count(open))?
         .field("sessions_detached", count(detached))?
+        .field("session_ties", count(ties))?
         .field("sessions_expired", SESSIONS_EXPIRED.get())?
         .field("session_releases", SESSION_RELEASES.get())?
         .build_section()?

@@ -33,6 +33,11 @@ use crate::state::sessions;
 /// How often a session's end is retried while writes are paused, in ms.
 const PAUSED_RETRY_MS: u64 = 10;
 
+/// How often the sweep unties holdings that are gone ([`Sessions::to_sweep`]), in ms.
+///
+/// [`Sessions::to_sweep`]: leasehold_core::session::Sessions::to_sweep
+const SWEEP_MS: u64 = 100;
+
 /// `LOCK.SESSION OPEN [GRACE grace-ms]`: opens a session attached to this connection, that
 /// outlives it by `grace-ms` (default `lock.session-grace-ms`). Replies `[id, grace-ms]`.
 ///
@@ -177,6 +182,44 @@ fn on_due(ctx: &Context, id: Id) {
     }
 }
 
+/// Every [`SWEEP_MS`]: unties each of the next ties the registry names whose holding is gone
+/// (its lease ended, its key was deleted or holds something else), so that ties do not pile
+/// up in a long-lived session. Not while writes are paused (a lookup may expire a key).
+fn sweep(ctx: &Context, (): ()) {
+    if !replication_paused()
+        && let Err(error) = untie_gone(ctx)
+    {
+        ctx.log_warning(&format!(
+            "lock: the sweep of session ties stopped: {error:?}"
+        ));
+    }
+    ctx.create_timer(Duration::from_millis(SWEEP_MS), sweep, ());
+}
+
+/// The sweep's work: looks at each tie [`Sessions::to_sweep`] names in its database; the
+/// caller's database is selected again after.
+///
+/// [`Sessions::to_sweep`]: leasehold_core::session::Sessions::to_sweep
+///
+/// # Errors
+/// A database that cannot be selected.
+fn untie_gone(ctx: &Context) -> Result<(), RedisError> {
+    let ties = sessions().to_sweep();
+    if ties.is_empty() {
+        return Ok(());
+    }
+    let caller_db = selected_db(ctx);
+    for (db, key, owner) in ties {
+        select_db(ctx, db)?;
+        let held = LockKey::read(ctx, &ctx.create_string(&*key))
+            .is_ok_and(|lock| lock.lock().and_then(|lock| lock.holds_of(&owner)).is_some());
+        if !held {
+            sessions().untie(db, &key, &owner);
+        }
+    }
+    select_db(ctx, caller_db)
+}
+
 /// A connection closed: each session attached to it ends after its grace, unless attached again.
 fn disconnected(ctx: &Context, client: u64) {
     let now = clock::now_ms();
@@ -198,11 +241,12 @@ fn client_id(ctx: &Context) -> Result<u64, RedisError> {
     Ok(unsafe { api(raw::RedisModule_GetClientId)?(ctx.get_raw()) })
 }
 
-/// Subscribes to connections closing.
+/// Starts the sweep and subscribes to connections closing.
 ///
 /// # Errors
 /// The server lacks the event or refuses the subscription.
 pub fn register(ctx: &Context) -> Result<(), RedisError> {
+    ctx.create_timer(Duration::from_millis(SWEEP_MS), sweep, ());
     let subscribe = api(unsafe { raw::RedisModule_SubscribeToServerEvent })?;
     let event = raw::RedisModuleEvent {
         id: raw::REDISMODULE_EVENT_CLIENT_CHANGE,

@@ -6,6 +6,8 @@
 //!   handed over; `CLOSE` then frees at once.
 //! - Every hold of a reentrant holding, shared holdings and sets end with the session; a release
 //!   or an acquire without the session unties a holding; `RENEW ... SESSION` ties it again.
+//! - A tie whose holding is gone without a release (its lease ended, its key was deleted) is
+//!   swept; a live one stays.
 //! - Bad input is refused and changes nothing; a replica refuses sessions.
 //! - A failover: the new master has the holdings' leases only.
 
@@ -242,6 +244,39 @@ fn a_session_ends_every_kind_of_holding_and_only_what_is_still_tied() {
         .collect();
     assert_eq!(owners, ["reader"]);
     assert_eq!(holder(&mut con, "released").as_deref(), Some("alice"));
+}
+
+#[test]
+fn ties_whose_holdings_are_gone_are_swept_and_live_ones_kept() {
+    let server = Server::start(&[]);
+    let mut session_con = server.client();
+    let id = open(&mut session_con, 60_000);
+    let mut con = server.client();
+    let ties = |con: &mut Connection| info_field(con, "lock", "lock_session_ties");
+    // Leases that end unreleased, and a key deleted: gone without a release.
+    for n in 0..500 {
+        acquire(
+            &mut con,
+            &format!("short:{n}"),
+            "alice",
+            100,
+            &["SESSION", &id],
+        )
+        .expect("held");
+    }
+    acquire(&mut con, "deleted", "alice", 60_000, &["SESSION", &id]).expect("held");
+    call(&mut con, &["DEL", "deleted"]);
+    acquire(&mut con, "live", "alice", 60_000, &["SESSION", &id]).expect("held");
+    assert_eq!(ties(&mut con).as_deref(), Some("502"));
+    wait_until("the sweep untied the holdings that are gone", || {
+        ties(&mut con).as_deref() == Some("1")
+    });
+    assert_eq!(session_of(&mut con, "live"), Some(id.clone()));
+    assert_eq!(
+        call(&mut con, &["LOCK.SESSION", "CLOSE", &id]),
+        Value::Int(1)
+    );
+    assert_eq!(ties(&mut con).as_deref(), Some("0"));
 }
 
 #[test]

@@ -7,8 +7,11 @@
 //! - A command that names the session (`SESSION id`) **ties** its holding — a lock's key in a
 //!   database, and the owner — to it (a waiter's when it is queued). A tie ends when the
 //!   holding is released, when the same owner takes the key without a session, when another
-//!   session ties it, or on `FLUSHALL`/`FLUSHDB`. A tie whose holding's lease ended stays until
-//!   then or until the session ends, which finds nothing to release.
+//!   session ties it, or on `FLUSHALL`/`FLUSHDB`. A tie whose holding is gone otherwise — its
+//!   lease ended, its key was deleted — is found by a **sweep** that looks at a few ties at a
+//!   time, round the registry, twice as many as were made since the last look
+//!   ([`Sessions::to_sweep`]): a session kept for months does not gather the ties of every
+//!   lease that ran out.
 //! - When the attached connection closes, the session is *detached*; unless some connection
 //!   **attaches** it again within its grace (`LOCK.SESSION ATTACH`, which clients also send as
 //!   their heartbeat), it **ends** at the close plus the grace, and the server releases each of
@@ -29,8 +32,17 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 
+use indexmap::IndexMap;
+
 /// The shortest grace a session may ask for, in ms.
 pub const MIN_GRACE_MS: u64 = 100;
+
+/// The fewest ties a sweep looks at ([`Sessions::to_sweep`]), however few were made since the
+/// last: the registry is gone round even when no tie is made.
+pub const SWEEP_MIN: usize = 64;
+
+/// The most ties a sweep looks at: each costs a key lookup, and a sweep runs between commands.
+pub const SWEEP_MAX: usize = 4096;
 
 /// A session's id: unique for the life of the server process, and unlike any id of an earlier
 /// process (see [`Sessions::new`]).
@@ -118,8 +130,12 @@ struct Session {
 pub struct Sessions {
     sessions: HashMap<Id, Session>,
     by_client: HashMap<u64, HashSet<Id>>,
-    /// The session each holding ([`encode`]d) is tied to.
-    ties: HashMap<Box<[u8]>, Id>,
+    /// The session each holding ([`encode`]d) is tied to, in an order the sweep goes round.
+    ties: IndexMap<Box<[u8]>, Id>,
+    /// Where the next sweep starts in `ties`.
+    cursor: usize,
+    /// Ties made since the last sweep.
+    made: usize,
     next: Id,
     /// Where lookups encode their tie.
     scratch: Vec<u8>,
@@ -133,7 +149,9 @@ impl Sessions {
         Self {
             sessions: HashMap::new(),
             by_client: HashMap::new(),
-            ties: HashMap::new(),
+            ties: IndexMap::new(),
+            cursor: 0,
+            made: 0,
             next: seed,
             scratch: Vec::new(),
         }
@@ -202,6 +220,7 @@ impl Sessions {
             Some(tied) => Some(std::mem::replace(tied, id)),
             None => {
                 self.ties.insert(self.scratch.as_slice().into(), id);
+                self.made += 1;
                 None
             }
         };
@@ -214,7 +233,7 @@ impl Sessions {
     /// Unties `owner`'s holding of `key` in `db` (released, or taken again without a session).
     pub fn untie(&mut self, db: i32, key: &[u8], owner: &[u8]) {
         encode(&mut self.scratch, db, key, owner);
-        if let Some(id) = self.ties.remove(self.scratch.as_slice())
+        if let Some(id) = self.ties.swap_remove(self.scratch.as_slice())
             && let Some(session) = self.sessions.get_mut(&id)
         {
             session.ties.remove(self.scratch.as_slice());
@@ -240,6 +259,33 @@ impl Sessions {
     pub fn tied_to(&mut self, db: i32, key: &[u8], owner: &[u8]) -> Option<Id> {
         encode(&mut self.scratch, db, key, owner);
         self.ties.get(self.scratch.as_slice()).copied()
+    }
+
+    /// The next ties for the sweep to look at, round the registry from where the last sweep
+    /// stopped: twice as many as were made since (so the sweep outpaces the ties made, and at
+    /// most as many ties are gone as live), within [`SWEEP_MIN`] and [`SWEEP_MAX`]. The caller
+    /// unties ([`Self::untie`]) each whose holding is gone.
+    pub fn to_sweep(&mut self) -> Vec<Tie> {
+        let count = self
+            .made
+            .saturating_mul(2)
+            .clamp(SWEEP_MIN, SWEEP_MAX)
+            .min(self.ties.len());
+        self.made = 0;
+        let start = if self.cursor < self.ties.len() {
+            self.cursor
+        } else {
+            0
+        };
+        let (earlier, later) = self.ties.as_slice().split_at(start);
+        let swept: Vec<Tie> = later
+            .keys()
+            .chain(earlier.keys())
+            .take(count)
+            .filter_map(|tie| decode(tie))
+            .collect();
+        self.cursor = start.saturating_add(count);
+        swept
     }
 
     /// The connection `client` closed at `now_ms`: each session attached to it is detached.
@@ -284,6 +330,12 @@ impl Sessions {
         self.ties.clear();
     }
 
+    /// How many holdings are tied to a session (the sweep unties those that are gone).
+    #[must_use]
+    pub fn ties(&self) -> usize {
+        self.ties.len()
+    }
+
     /// How many sessions are open, and how many of them are detached.
     #[must_use]
     pub fn counts(&self) -> (usize, usize) {
@@ -326,7 +378,7 @@ impl Sessions {
             self.forget_client(client, id);
         }
         for tie in &session.ties {
-            self.ties.remove(tie);
+            self.ties.swap_remove(tie);
         }
         session.ties.iter().filter_map(|tie| decode(tie)).collect()
     }

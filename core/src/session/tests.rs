@@ -126,3 +126,35 @@ fn a_flush_unties_every_holding() {
     assert!(!sessions.has_ties());
     assert_eq!(sessions.close(id, "default"), Ok(vec![]));
 }
+
+#[test]
+fn the_sweep_goes_round_every_tie_twice_as_fast_as_ties_are_made() {
+    let mut sessions = Sessions::new(7);
+    let id = sessions.open(1, "default", 3_000);
+    let made = SWEEP_MIN * 3;
+    for n in 0..made {
+        sessions.tie(id, 0, n.to_string().as_bytes(), b"alice");
+    }
+    let first = sessions.to_sweep();
+    assert_eq!(first.len(), made, "every tie, once");
+    assert_eq!(sessions.to_sweep().len(), SWEEP_MIN, "none made since");
+    // Round the registry from where the last sweep stopped, wrapping at its end.
+    let mut seen: Vec<Tie> = (0..3).flat_map(|_| sessions.to_sweep()).collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), made, "every tie within one round");
+    for (db, key, owner) in first.iter().take(made - 10) {
+        sessions.untie(*db, key, owner);
+    }
+    assert_eq!(sessions.to_sweep().len(), 10, "never more than there are");
+}
+
+#[test]
+fn a_sweep_looks_at_no_more_than_its_most() {
+    let mut sessions = Sessions::new(7);
+    let id = sessions.open(1, "default", 3_000);
+    for n in 0..SWEEP_MAX * 2 {
+        sessions.tie(id, 0, n.to_string().as_bytes(), b"alice");
+    }
+    assert_eq!(sessions.to_sweep().len(), SWEEP_MAX);
+}
