@@ -28,7 +28,7 @@ use crate::info;
 use crate::key::{LockKey, select_db, selected_db};
 use crate::looks;
 use crate::replies;
-use crate::state::sessions;
+use crate::state::{self, sessions};
 
 /// How often a session's end is retried while writes are paused, in ms.
 const PAUSED_RETRY_MS: u64 = 10;
@@ -183,8 +183,8 @@ fn on_due(ctx: &Context, id: Id) {
 }
 
 /// Every [`SWEEP_MS`]: unties each of the next ties the registry names whose holding is gone
-/// (its lease ended, its key was deleted or holds something else), so that ties do not pile
-/// up in a long-lived session. Not while writes are paused (a lookup may expire a key).
+/// (its lease ended, its key was deleted or holds something else) and that no waiter may be
+/// granted, so that ties do not pile up in a long-lived session. Not while writes are paused (a lookup may expire a key).
 fn sweep(ctx: &Context, (): ()) {
     if !replication_paused()
         && let Err(error) = untie_gone(ctx)
@@ -213,7 +213,8 @@ fn untie_gone(ctx: &Context) -> Result<(), RedisError> {
         select_db(ctx, db)?;
         let held = LockKey::read(ctx, &ctx.create_string(&*key))
             .is_ok_and(|lock| lock.lock().and_then(|lock| lock.holds_of(&owner)).is_some());
-        if !held {
+        // A waiter's tie is made when it queues: kept while anyone waits for the key.
+        if !held && !state::has_waiters(db, &key) {
             sessions().untie(db, &key, &owner);
         }
     }

@@ -10,8 +10,8 @@
 //!   session ties it, or on `FLUSHALL`/`FLUSHDB`. A tie whose holding is gone otherwise — its
 //!   lease ended, its key was deleted — is found by a **sweep** that looks at a few ties at a
 //!   time, round the registry, twice as many as were made since the last look
-//!   ([`Sessions::to_sweep`]): a session kept for months does not gather the ties of every
-//!   lease that ran out.
+//!   ([`Sessions::to_sweep`]; the server keeps a waiter's tie while anyone waits for the key):
+//!   a session kept for months does not gather the ties of every lease that ran out.
 //! - When the attached connection closes, the session is *detached*; unless some connection
 //!   **attaches** it again within its grace (`LOCK.SESSION ATTACH`, which clients also send as
 //!   their heartbeat), it **ends** at the close plus the grace, and the server releases each of
