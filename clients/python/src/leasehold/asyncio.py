@@ -7,6 +7,7 @@ close_pools(r)`` before the event loop ends."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import math
 import os
 import sys
@@ -210,12 +211,36 @@ async def send(
 ) -> List[Tuple[Any, float]]:
     """As :func:`leasehold.lock.send`; the connection's socket timeout does not apply."""
     deadline = on_loop_clock(deadline_of(within, until))
-    await connection.send_packed_command(connection.pack_commands(commands))
+    await send_packed(connection, connection.pack_commands(commands))
     try:
         async with timeout_at(deadline):
             return [await read(connection) for _ in commands]
     except asyncio.TimeoutError:
         raise TimeoutError("no reply in time; the connection is closed") from None
+
+
+#: How many cancellations of the task were pending (:func:`cancel_requests`) when its lock call
+#: began (:meth:`Lock._routed`).
+CANCELS_BEFORE: contextvars.ContextVar[int] = contextvars.ContextVar("cancels_before", default=0)
+
+
+def cancel_requests() -> int:
+    """How many cancellations of the current task are pending (``Task.cancelling``, Python
+    3.11+; always 0 before)."""
+    counted = getattr(asyncio.current_task(), "cancelling", None)
+    return counted() if counted is not None else 0
+
+
+async def send_packed(connection: Any, packed: Any) -> None:
+    """``connection.send_packed_command(packed)``, raising a cancellation redis-py lost. It
+    connects and writes under ``asyncio.wait_for``, which before Python 3.12 returns as if
+    nothing happened when its caller is cancelled just as the awaited step completes (CPython
+    gh-86296): a cancelled blocking acquire would go on waiting. Python 3.11's task still counts
+    the request (``Task.cancelling``): one made since the lock call began (:data:`CANCELS_BEFORE`)
+    is raised here, before the replies are awaited. 3.9 and 3.10 keep no trace of it."""
+    await connection.send_packed_command(packed)
+    if cancel_requests() > CANCELS_BEFORE.get():
+        raise asyncio.CancelledError()
 
 
 async def read(connection: Any) -> Tuple[Any, float]:
@@ -655,22 +680,26 @@ class Lock(LockBase):
     ) -> Write:
         """As :meth:`leasehold.Lock._routed`."""
         redirect = None
-        for attempt in range(REDIRECTS):
-            master = await self._master(redirect)
-            session = pools_of(self.redis).session(master, Session)
-            with writing(session):
-                term = None if session is None else await session.term()
-                write = await send(master, redirect is not None, term)
-            if isinstance(write.reply, MovedError):
-                redirect = None
-                await self.redis.nodes_manager.initialize()
-            elif isinstance(write.reply, AskError):
-                redirect = (write.reply.host, int(write.reply.port))
-            elif no_such_session(write.reply) and term is not None and attempt < REDIRECTS - 1:
-                await session.gone(term)
-            else:
-                return write
-        raise TryAgainError("the lock's slot kept moving")
+        cancels = CANCELS_BEFORE.set(cancel_requests())
+        try:
+            for attempt in range(REDIRECTS):
+                master = await self._master(redirect)
+                session = pools_of(self.redis).session(master, Session)
+                with writing(session):
+                    term = None if session is None else await session.term()
+                    write = await send(master, redirect is not None, term)
+                if isinstance(write.reply, MovedError):
+                    redirect = None
+                    await self.redis.nodes_manager.initialize()
+                elif isinstance(write.reply, AskError):
+                    redirect = (write.reply.host, int(write.reply.port))
+                elif no_such_session(write.reply) and term is not None and attempt < REDIRECTS - 1:
+                    await session.gone(term)
+                else:
+                    return write
+            raise TryAgainError("the lock's slot kept moving")
+        finally:
+            CANCELS_BEFORE.reset(cancels)
 
     async def _alone(
         self,
