@@ -93,12 +93,13 @@ pub fn check(id: Id) -> Result<(), RedisError> {
     sessions().check(id).map_err(session_error)
 }
 
-/// Ties `owner`'s holding of `key` in the selected database to session `id` (checked before);
+/// Ties `owner`'s holding of `key` in the selected database to session `id` (checked before),
+/// for the sweep to look up from `until_ms` (unix ms: the lease end asked, 0 for a waiter);
 /// with `None`, unties it (it was taken without a session).
-pub fn tie(ctx: &Context, id: Option<Id>, key: &[u8], owner: &[u8]) {
+pub fn tie(ctx: &Context, id: Option<Id>, key: &[u8], owner: &[u8], until_ms: i64) {
     let mut sessions = sessions();
     match id {
-        Some(id) => sessions.tie(id, selected_db(ctx), key, owner),
+        Some(id) => sessions.tie(id, selected_db(ctx), key, owner, until_ms),
         None if sessions.has_ties() => sessions.untie(selected_db(ctx), key, owner),
         None => {}
     }
@@ -204,18 +205,23 @@ fn sweep(ctx: &Context, (): ()) {
 /// # Errors
 /// A database that cannot be selected.
 fn untie_gone(ctx: &Context) -> Result<(), RedisError> {
-    let ties = sessions().to_sweep();
+    let now = i64::try_from(clock::now_ms()).unwrap_or(i64::MAX);
+    let ties = sessions().to_sweep(now);
     if ties.is_empty() {
         return Ok(());
     }
     let caller_db = selected_db(ctx);
     for (db, key, owner) in ties {
         select_db(ctx, db)?;
-        let held = LockKey::read(ctx, &ctx.create_string(&*key))
-            .is_ok_and(|lock| lock.lock().and_then(|lock| lock.holds_of(&owner)).is_some());
-        // A waiter's tie is made when it queues: kept while anyone waits for the key.
-        if !held && !state::has_waiters(db, &key) {
-            sessions().untie(db, &key, &owner);
+        let lease_left = LockKey::read(ctx, &ctx.create_string(&*key))
+            .ok()
+            .filter(|lock| lock.lock().and_then(|lock| lock.holds_of(&owner)).is_some())
+            .map(|lock| lock.remaining_ms().unwrap_or(0));
+        match lease_left {
+            Some(left) => sessions().recheck_at(db, &key, &owner, now.saturating_add(left)),
+            // A waiter's tie is made when it queues: kept while anyone waits for the key.
+            None if state::has_waiters(db, &key) => {}
+            None => sessions().untie(db, &key, &owner),
         }
     }
     select_db(ctx, caller_db)

@@ -5,13 +5,16 @@
 //! - A client **opens** a session on a connection it keeps (`LOCK.SESSION OPEN`); the session
 //!   is *attached* to that connection.
 //! - A command that names the session (`SESSION id`) **ties** its holding — a lock's key in a
-//!   database, and the owner — to it (a waiter's when it is queued). A tie ends when the
+//!   database, and the owner — to it (a waiter's when it is queued), with the lease end it asked
+//!   for. A tie ends when the
 //!   holding is released, when the same owner takes the key without a session, when another
 //!   session ties it, or on `FLUSHALL`/`FLUSHDB`. A tie whose holding is gone otherwise — its
-//!   lease ended, its key was deleted — is found by a **sweep** that looks at a few ties at a
-//!   time, round the registry, twice as many as were made since the last look
-//!   ([`Sessions::to_sweep`]; the server keeps a waiter's tie while anyone waits for the key):
-//!   a session kept for months does not gather the ties of every lease that ran out.
+//!   lease ended, its key was deleted — is found by a **sweep** that goes round the registry a
+//!   few ties at a time, twice as many as were made since it last looked, and names those whose
+//!   lease end has passed for the server to look up ([`Sessions::to_sweep`]; a holding still
+//!   there gets its current lease end, [`Sessions::recheck_at`], and a waiter's tie is kept
+//!   while anyone waits for the key): a session kept for months does not gather the ties of
+//!   every lease that ran out, and a live tie costs a comparison, not a lookup.
 //! - When the attached connection closes, the session is *detached*; unless some connection
 //!   **attaches** it again within its grace (`LOCK.SESSION ATTACH`, which clients also send as
 //!   their heartbeat), it **ends** at the close plus the grace, and the server releases each of
@@ -41,8 +44,16 @@ pub const MIN_GRACE_MS: u64 = 100;
 /// last: the registry is gone round even when no tie is made.
 pub const SWEEP_MIN: usize = 64;
 
-/// The most ties a sweep looks at: each costs a key lookup, and a sweep runs between commands.
+/// The most ties a sweep looks at: a sweep runs between commands.
 pub const SWEEP_MAX: usize = 4096;
+
+/// A holding tied to a session, and from when (unix ms) the sweep looks it up: its lease end
+/// as last known.
+#[derive(Debug, Clone, Copy)]
+struct Tied {
+    session: Id,
+    recheck_ms: i64,
+}
 
 /// A session's id: unique for the life of the server process, and unlike any id of an earlier
 /// process (see [`Sessions::new`]).
@@ -131,7 +142,7 @@ pub struct Sessions {
     sessions: HashMap<Id, Session>,
     by_client: HashMap<u64, HashSet<Id>>,
     /// The session each holding ([`encode`]d) is tied to, in an order the sweep goes round.
-    ties: IndexMap<Box<[u8]>, Id>,
+    ties: IndexMap<Box<[u8]>, Tied>,
     /// Where the next sweep starts in `ties`.
     cursor: usize,
     /// Ties made since the last sweep.
@@ -209,17 +220,25 @@ impl Sessions {
     }
 
     /// Ties `owner`'s holding of `key` in `db` to session `id` (checked before), untying it
-    /// from any other. Tying it again to the same session (a renewal) allocates nothing.
-    pub fn tie(&mut self, id: Id, db: i32, key: &[u8], owner: &[u8]) {
+    /// from any other; the sweep need not look it up before `until_ms` (unix ms: its lease end,
+    /// or 0 for a waiter). Tying it again to the same session (a renewal) allocates nothing.
+    pub fn tie(&mut self, id: Id, db: i32, key: &[u8], owner: &[u8], until_ms: i64) {
         let Some(session) = self.sessions.get_mut(&id) else {
             return;
         };
         encode(&mut self.scratch, db, key, owner);
+        let tied = Tied {
+            session: id,
+            recheck_ms: until_ms,
+        };
         let previous = match self.ties.get_mut(self.scratch.as_slice()) {
-            Some(tied) if *tied == id => return,
-            Some(tied) => Some(std::mem::replace(tied, id)),
+            Some(current) if current.session == id => {
+                current.recheck_ms = until_ms;
+                return;
+            }
+            Some(current) => Some(std::mem::replace(current, tied).session),
             None => {
-                self.ties.insert(self.scratch.as_slice().into(), id);
+                self.ties.insert(self.scratch.as_slice().into(), tied);
                 self.made += 1;
                 None
             }
@@ -233,8 +252,8 @@ impl Sessions {
     /// Unties `owner`'s holding of `key` in `db` (released, or taken again without a session).
     pub fn untie(&mut self, db: i32, key: &[u8], owner: &[u8]) {
         encode(&mut self.scratch, db, key, owner);
-        if let Some(id) = self.ties.swap_remove(self.scratch.as_slice())
-            && let Some(session) = self.sessions.get_mut(&id)
+        if let Some(tied) = self.ties.swap_remove(self.scratch.as_slice())
+            && let Some(session) = self.sessions.get_mut(&tied.session)
         {
             session.ties.remove(self.scratch.as_slice());
         }
@@ -258,14 +277,18 @@ impl Sessions {
     #[must_use]
     pub fn tied_to(&mut self, db: i32, key: &[u8], owner: &[u8]) -> Option<Id> {
         encode(&mut self.scratch, db, key, owner);
-        self.ties.get(self.scratch.as_slice()).copied()
+        self.ties
+            .get(self.scratch.as_slice())
+            .map(|tied| tied.session)
     }
 
-    /// The next ties for the sweep to look at, round the registry from where the last sweep
-    /// stopped: twice as many as were made since (so the sweep outpaces the ties made, and at
-    /// most as many ties are gone as live), within [`SWEEP_MIN`] and [`SWEEP_MAX`]. The caller
-    /// unties ([`Self::untie`]) each whose holding is gone.
-    pub fn to_sweep(&mut self) -> Vec<Tie> {
+    /// The ties for the server to look up at `now_ms`: of the next ones round the registry
+    /// from where the last sweep stopped — twice as many as were made since (so the sweep
+    /// outpaces the ties made, and at most as many ties are gone as live), within
+    /// [`SWEEP_MIN`] and [`SWEEP_MAX`] — those whose lease end as last known has passed. The
+    /// caller unties ([`Self::untie`]) each whose holding is gone and gives the others their
+    /// current lease end ([`Self::recheck_at`]).
+    pub fn to_sweep(&mut self, now_ms: i64) -> Vec<Tie> {
         let count = self
             .made
             .saturating_mul(2)
@@ -279,13 +302,23 @@ impl Sessions {
         };
         let (earlier, later) = self.ties.as_slice().split_at(start);
         let swept: Vec<Tie> = later
-            .keys()
-            .chain(earlier.keys())
+            .iter()
+            .chain(earlier.iter())
             .take(count)
-            .filter_map(|tie| decode(tie))
+            .filter(|(_, tied)| tied.recheck_ms <= now_ms)
+            .filter_map(|(tie, _)| decode(tie))
             .collect();
         self.cursor = start.saturating_add(count);
         swept
+    }
+
+    /// The sweep found `owner`'s holding of `key` in `db` still there, its lease ending at
+    /// `until_ms` (unix ms): it is not looked up again before.
+    pub fn recheck_at(&mut self, db: i32, key: &[u8], owner: &[u8], until_ms: i64) {
+        encode(&mut self.scratch, db, key, owner);
+        if let Some(tied) = self.ties.get_mut(self.scratch.as_slice()) {
+            tied.recheck_ms = until_ms;
+        }
     }
 
     /// The connection `client` closed at `now_ms`: each session attached to it is detached.

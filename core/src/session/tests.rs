@@ -8,7 +8,7 @@ fn tie(key: &str, owner: &str) -> Tie {
 fn a_session_ends_a_grace_after_its_connection_closed_unless_attached_again() {
     let mut sessions = Sessions::new(7);
     let id = sessions.open(1, "default", 3_000);
-    sessions.tie(id, 0, b"order", b"alice");
+    sessions.tie(id, 0, b"order", b"alice", 0);
     assert_eq!(sessions.detach(1, 10_000), vec![(id, 13_000)]);
     assert_eq!(sessions.counts(), (1, 1));
     assert_eq!(sessions.end_if_due(id, 12_999), None, "still in its grace");
@@ -27,7 +27,7 @@ fn a_session_ends_a_grace_after_its_connection_closed_unless_attached_again() {
 fn attaching_within_the_grace_keeps_every_tie() {
     let mut sessions = Sessions::new(7);
     let id = sessions.open(1, "default", 3_000);
-    sessions.tie(id, 0, b"order", b"alice");
+    sessions.tie(id, 0, b"order", b"alice", 0);
     sessions.detach(1, 10_000);
     assert_eq!(sessions.attach(id, 2, "default"), Ok(3_000));
     assert_eq!(sessions.end_if_due(id, 20_000), None, "attached");
@@ -73,9 +73,9 @@ fn a_holding_has_one_tie_at_most() {
     let mut sessions = Sessions::new(7);
     let first = sessions.open(1, "default", 500);
     let second = sessions.open(2, "default", 500);
-    sessions.tie(first, 0, b"order", b"alice");
-    sessions.tie(first, 0, b"invoice", b"alice");
-    sessions.tie(second, 0, b"order", b"alice");
+    sessions.tie(first, 0, b"order", b"alice", 0);
+    sessions.tie(first, 0, b"invoice", b"alice", 0);
+    sessions.tie(second, 0, b"order", b"alice", 0);
     assert_eq!(
         sessions.close(first, "default"),
         Ok(vec![tie("invoice", "alice")])
@@ -90,7 +90,7 @@ fn clear_forgets_without_ending() {
     let id = sessions.open(1, "default", 500);
     assert_eq!(id, u64::MAX);
     assert_eq!(sessions.open(1, "default", 500), 0, "ids wrap");
-    sessions.tie(id, 0, b"order", b"alice");
+    sessions.tie(id, 0, b"order", b"alice", 0);
     sessions.clear();
     assert_eq!(sessions.counts(), (0, 0));
     assert_eq!(sessions.detach(1, 0), vec![]);
@@ -117,11 +117,11 @@ fn ids_are_sixteen_hexadecimal_digits() {
 fn a_flush_unties_every_holding() {
     let mut sessions = Sessions::new(7);
     let id = sessions.open(1, "default", 500);
-    sessions.tie(id, 0, b"order", b"alice");
-    sessions.tie(id, 0, b"order", b"bob");
+    sessions.tie(id, 0, b"order", b"alice", 0);
+    sessions.tie(id, 0, b"order", b"bob", 0);
     sessions.untie(0, b"order", b"alice");
     assert_eq!(sessions.tied_to(0, b"order", b"bob"), Some(id));
-    sessions.tie(id, 1, b"order", b"alice");
+    sessions.tie(id, 1, b"order", b"alice", 0);
     sessions.untie_all();
     assert!(!sessions.has_ties());
     assert_eq!(sessions.close(id, "default"), Ok(vec![]));
@@ -133,20 +133,20 @@ fn the_sweep_goes_round_every_tie_twice_as_fast_as_ties_are_made() {
     let id = sessions.open(1, "default", 3_000);
     let made = SWEEP_MIN * 3;
     for n in 0..made {
-        sessions.tie(id, 0, n.to_string().as_bytes(), b"alice");
+        sessions.tie(id, 0, n.to_string().as_bytes(), b"alice", 0);
     }
-    let first = sessions.to_sweep();
+    let first = sessions.to_sweep(0);
     assert_eq!(first.len(), made, "every tie, once");
-    assert_eq!(sessions.to_sweep().len(), SWEEP_MIN, "none made since");
+    assert_eq!(sessions.to_sweep(0).len(), SWEEP_MIN, "none made since");
     // Round the registry from where the last sweep stopped, wrapping at its end.
-    let mut seen: Vec<Tie> = (0..3).flat_map(|_| sessions.to_sweep()).collect();
+    let mut seen: Vec<Tie> = (0..3).flat_map(|_| sessions.to_sweep(0)).collect();
     seen.sort();
     seen.dedup();
     assert_eq!(seen.len(), made, "every tie within one round");
     for (db, key, owner) in first.iter().take(made - 10) {
         sessions.untie(*db, key, owner);
     }
-    assert_eq!(sessions.to_sweep().len(), 10, "never more than there are");
+    assert_eq!(sessions.to_sweep(0).len(), 10, "never more than there are");
 }
 
 #[test]
@@ -154,7 +154,22 @@ fn a_sweep_looks_at_no_more_than_its_most() {
     let mut sessions = Sessions::new(7);
     let id = sessions.open(1, "default", 3_000);
     for n in 0..SWEEP_MAX * 2 {
-        sessions.tie(id, 0, n.to_string().as_bytes(), b"alice");
+        sessions.tie(id, 0, n.to_string().as_bytes(), b"alice", 0);
     }
-    assert_eq!(sessions.to_sweep().len(), SWEEP_MAX);
+    assert_eq!(sessions.to_sweep(0).len(), SWEEP_MAX);
+}
+
+#[test]
+fn the_sweep_names_only_ties_whose_lease_end_has_passed() {
+    let mut sessions = Sessions::new(7);
+    let id = sessions.open(1, "default", 3_000);
+    sessions.tie(id, 0, b"order", b"alice", 10_000);
+    sessions.tie(id, 0, b"waiting", b"bob", 5_000);
+    assert_eq!(sessions.to_sweep(4_999), vec![]);
+    assert_eq!(sessions.to_sweep(5_000), vec![tie("waiting", "bob")]);
+    // Still held, its lease now ending later; a renewal with the session moves it too.
+    sessions.recheck_at(0, b"waiting", b"bob", 20_000);
+    sessions.tie(id, 0, b"order", b"alice", 30_000);
+    assert_eq!(sessions.to_sweep(19_999), vec![]);
+    assert_eq!(sessions.to_sweep(20_000), vec![tie("waiting", "bob")]);
 }
