@@ -5,7 +5,7 @@
 
 use std::os::raw::c_int;
 
-use redis_module::{RedisError, raw};
+use redis_module::{Context, RedisError, raw};
 
 /// `Ok` for a module API call that returned `REDISMODULE_OK`, else the error reply `error`.
 ///
@@ -28,4 +28,21 @@ pub fn api<F>(function: Option<F>) -> Result<F, RedisError> {
     function.ok_or(RedisError::Str(
         "ERR this server lacks a module API function the lock module needs",
     ))
+}
+
+/// Subscribes `callback` to the server event `id` (`RedisModule_SubscribeToServerEvent`, data
+/// version 1), for the events `redis-module` 2.0.8 does not wrap.
+///
+/// # Errors
+/// The server lacks the call, or refuses the subscription: `error`.
+pub fn subscribe(
+    ctx: &Context,
+    id: u64,
+    callback: raw::RedisModuleEventCallback,
+    error: &'static str,
+) -> Result<(), RedisError> {
+    let subscribe = api(unsafe { raw::RedisModule_SubscribeToServerEvent })?;
+    let event = raw::RedisModuleEvent { id, dataver: 1 };
+    let status = unsafe { subscribe(ctx.get_raw(), event, callback) };
+    ok_or_error(status, error)
 }

@@ -75,7 +75,9 @@ fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
     let delay = config::restart_delay_ms();
     state::counter().delay_until(clock::now_ms().saturating_add(delay));
     if promotion::register(ctx) == Status::Err {
-        ctx.log_warning("the command filter that sees promotions could not be registered");
+        ctx.log_warning(
+            "the command filter and the replica watch that see promotions could not be registered",
+        );
         return Status::Err;
     }
     if let Err(error) = session::register(ctx) {

@@ -22,17 +22,26 @@
 //! them: a server that renames these commands (`rename-command`) is outside it
 //! (docs/guarantees.md, "What counts as a promotion").
 //!
+//! A command can be lost on the way, and Sentinel takes an old master's `role:master` as the
+//! promotion done whether or not its `SLAVEOF NO ONE` arrived. So a master that loses a replica
+//! (`RedisModuleEvent_ReplicaChange`: that replica may have been promoted in its place) holds
+//! the reserve for every token until it is a replica itself ([`Counter::hold_reserve`]): if it
+//! is named master again, unseen, its tokens are still above the other's.
+//!
 //! `redis-module` 2.0.8 has no command-filter API, so this is the one place that calls it.
+//!
+//! [`Counter::hold_reserve`]: leasehold_core::fence::Counter::hold_reserve
 
-use std::os::raw::c_int;
+use std::os::raw::{c_int, c_void};
 use std::ptr::NonNull;
 use std::slice;
 
 use redis_module::raw;
 use redis_module::server_events::ServerRole;
-use redis_module::{Context, Status};
+use redis_module::{Context, ContextFlags, Status};
 use redis_module_macros::role_changed_event_handler;
 
+use crate::api::subscribe;
 use crate::insync;
 use crate::session;
 use crate::state;
@@ -48,24 +57,45 @@ fn on_role_changed(ctx: &Context, role: ServerRole) {
     if master {
         state::counter().reserve();
     } else {
+        state::counter().hold_reserve(false);
         session::on_demoted();
     }
     insync::on_role_changed(ctx, master);
 }
 
-/// Registers the filter that sees promotions which change no role.
+/// Registers the filter that sees promotions which change no role, and the watch on replicas
+/// going offline.
 ///
 /// # Errors
-/// `Status::Err` when the server lacks the command-filter API or refuses the filter.
+/// `Status::Err` when the server lacks the command-filter API or the event, or refuses either.
 pub fn register(ctx: &Context) -> Status {
     let registered = unsafe { raw::RedisModule_RegisterCommandFilter }.and_then(|register| {
         let flags = raw::REDISMODULE_CMDFILTER_NOSELF as c_int;
         NonNull::new(unsafe { register(ctx.get_raw(), Some(filter), flags) })
     });
-    if registered.is_some() {
+    let watched = subscribe(
+        ctx,
+        raw::REDISMODULE_EVENT_REPLICA_CHANGE,
+        Some(on_replica_change),
+        "ERR could not watch replicas going offline",
+    );
+    if registered.is_some() && watched.is_ok() {
         Status::Ok
     } else {
         Status::Err
+    }
+}
+
+/// `RedisModuleEvent_ReplicaChange`: a master whose replica went offline holds the reserve.
+unsafe extern "C" fn on_replica_change(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    let is_master = Context::new(ctx).get_flags().contains(ContextFlags::MASTER);
+    if subevent == raw::REDISMODULE_SUBEVENT_REPLICA_CHANGE_OFFLINE && is_master {
+        state::counter().hold_reserve(true);
     }
 }
 

@@ -20,7 +20,7 @@ use leasehold_core::outcome::Reply;
 use leasehold_core::session::{self, Id, Tie};
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue, raw};
 
-use crate::api::{api, ok_or_error};
+use crate::api::{api, subscribe};
 use crate::clock;
 use crate::config;
 use crate::effects::replication_paused;
@@ -254,13 +254,12 @@ fn client_id(ctx: &Context) -> Result<u64, RedisError> {
 /// The server lacks the event or refuses the subscription.
 pub fn register(ctx: &Context) -> Result<(), RedisError> {
     ctx.create_timer(Duration::from_millis(SWEEP_MS), sweep, ());
-    let subscribe = api(unsafe { raw::RedisModule_SubscribeToServerEvent })?;
-    let event = raw::RedisModuleEvent {
-        id: raw::REDISMODULE_EVENT_CLIENT_CHANGE,
-        dataver: 1,
-    };
-    let status = unsafe { subscribe(ctx.get_raw(), event, Some(on_client_change)) };
-    ok_or_error(status, "ERR could not watch connections closing")
+    subscribe(
+        ctx,
+        raw::REDISMODULE_EVENT_CLIENT_CHANGE,
+        Some(on_client_change),
+        "ERR could not watch connections closing",
+    )
 }
 
 /// `RedisModuleEvent_ClientChange`: `data` is a `RedisModuleClientInfo` (version 1).

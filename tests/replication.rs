@@ -1,9 +1,10 @@
 //! A real master–replica pair: the replica holds the same owner, token and lease deadline;
-//! its reads work; the digest agrees; a promoted replica continues the counter.
+//! its reads work; the digest agrees; a promoted replica continues the counter; an old master
+//! named master again without a command it sees still issues larger tokens.
 
 mod common;
 
-use common::{Server, acquire, call, error, lock_info, wait_replicas};
+use common::{Server, acquire, call, error, info_field, lock_info, wait_replicas, wait_until};
 use redis::{Connection, Value};
 
 fn expiretime(con: &mut Connection, key: &str) -> i64 {
@@ -104,6 +105,29 @@ fn a_promoted_replica_issues_larger_tokens_than_its_old_master() {
         next > last,
         "promotion continues the counter: {next} after {last}"
     );
+}
+
+#[test]
+fn an_old_master_named_master_again_unseen_issues_larger_tokens() {
+    // The replica is promoted; the old master, not yet made a replica, is later named master
+    // again by a Sentinel whose `SLAVEOF NO ONE` never reached it: it sees no command, only its
+    // replica gone.
+    let (master, replica) = pair();
+    let mut m = master.client();
+    acquire(&mut m, "before", "alice", 60_000, &[]).expect("granted");
+    wait_replicas(&mut m, 1);
+    let mut r = replica.client();
+    call(&mut r, &["REPLICAOF", "NO", "ONE"]);
+    let mut newest = 0;
+    for i in 0..20 {
+        newest = acquire(&mut r, &format!("k{i}"), "bob", 60_000, &[]).expect("granted");
+    }
+    wait_until("the old master saw its replica go", || {
+        info_field(&mut m, "replication", "connected_slaves").as_deref() == Some("0")
+    });
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let token = acquire(&mut m, "after", "carol", 60_000, &[]).expect("granted");
+    assert!(token > newest, "{token} after {newest}");
 }
 
 #[test]

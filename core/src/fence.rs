@@ -10,7 +10,9 @@
 //!
 //! - `max(last + 1, floor)`, or
 //! - `max(last + 1, floor + RESERVE)` for the first token after the module starts or the
-//!   server is promoted to master,
+//!   server is promoted to master, and for every token while the reserve is *held*: from when
+//!   one of this master's replicas goes offline until it is a replica itself
+//!   ([`Counter::hold_reserve`]),
 //!
 //! and it is refused ([`Refused::AheadOfClock`], retry a few ms later) when it would pass the
 //! ceiling.
@@ -29,7 +31,10 @@
 //! RDB or AOF, or received it from its master — then `y ≥ last + 1 > x`. Otherwise B's state
 //! lost `x`, so B started or was promoted after `x` was issued, with its clock reading `b` then;
 //! B's first token since is at least `b × 1000 + RESERVE` and later ones are larger, while the
-//! invariant gives `x < (a + 1) × 1000 + RESERVE`. So `y > x` whenever `b ≥ a + 1`:
+//! invariant gives `x < (a + 1) × 1000 + RESERVE`. (A master that Sentinel names master again
+//! without a command it sees — an old master that came back, was not yet made a replica, and
+//! whose `SLAVEOF NO ONE` was lost — counts as promoted at every token: it lost the replica that
+//! was promoted in its place, so it holds the reserve.) So `y > x` whenever `b ≥ a + 1`:
 //! **the start or promotion that lost `x` happened at least 1 ms later, by B's clock, than `x`
 //! by A's clock.** That is the only clock assumption, and it comes in two cases:
 //! - A restart of the same server (with full, stale or no state, any number of times, at any
@@ -91,6 +96,8 @@ pub struct Counter {
     last: u64,
     /// True until the first token after a start or promotion is issued.
     reserve_pending: bool,
+    /// True while every token lands at least a reserve above the clock ([`Self::hold_reserve`]).
+    reserve_held: bool,
     /// No token is issued before this unix time in ms (a delayed restart); 0: none.
     not_before_ms: u64,
 }
@@ -122,6 +129,7 @@ impl Counter {
         Self {
             last: 0,
             reserve_pending: true,
+            reserve_held: false,
             not_before_ms: 0,
         }
     }
@@ -136,7 +144,7 @@ impl Counter {
             return Err(Refused::Starting { retry_in_ms });
         }
         let floor = now_ms.saturating_mul(TOKENS_PER_MS);
-        let lowest = if self.reserve_pending {
+        let lowest = if self.reserve_pending || self.reserve_held {
             floor.saturating_add(RESERVE)
         } else {
             floor
@@ -192,6 +200,16 @@ impl Counter {
     /// master, whose predecessor may have issued tokens that never reached it.
     pub fn reserve(&mut self) {
         self.reserve_pending = true;
+    }
+
+    /// With `held`, makes every token at least floor + [`RESERVE`], not only the next: called
+    /// when a replica of this master goes offline, since it may have been promoted, and Sentinel
+    /// may then name this server master again without a command it sees (Sentinel sends
+    /// `SLAVEOF NO ONE` to an old master it promotes as it is, and takes its `role:master` as
+    /// done even when that command was lost). Without, back to the next token only: called when
+    /// this server becomes a replica. Tokens stay below the ceiling either way.
+    pub fn hold_reserve(&mut self, held: bool) {
+        self.reserve_held = held;
     }
 }
 
@@ -327,6 +345,31 @@ mod tests {
         assert_eq!(
             counter.issue(later + 1),
             Ok((later + 1) * TOKENS_PER_MS + RESERVE)
+        );
+    }
+
+    #[test]
+    fn a_held_reserve_lands_every_token_above_the_clock_until_let_go() {
+        let mut counter = Counter::new();
+        let first = counter.issue(NOW).unwrap_or_default();
+        assert_eq!(
+            counter.issue(NOW + 5),
+            Ok(first + 1),
+            "the reserve was the first's only"
+        );
+        counter.hold_reserve(true);
+        for later in [NOW + 10, NOW + 11] {
+            assert_eq!(counter.issue(later), Ok(later * TOKENS_PER_MS + RESERVE));
+        }
+        assert_eq!(
+            counter.issue(NOW + 11),
+            Ok((NOW + 11) * TOKENS_PER_MS + RESERVE + 1),
+            "within a ms, one above the last"
+        );
+        counter.hold_reserve(false);
+        assert_eq!(
+            counter.issue(NOW + 20),
+            Ok((NOW + 11) * TOKENS_PER_MS + RESERVE + 2)
         );
     }
 
