@@ -61,13 +61,8 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         scope.acquire(&request);
     })?;
     if parsed.session.is_some() || matches!(reply, Reply::Token(_)) {
-        // The sweep looks a holding's tie up from its lease end, a waiter's at once.
-        let until = if matches!(reply, Reply::Token(_)) {
-            deadline_ms
-        } else {
-            0
-        };
-        session::tie(ctx, parsed.session, name, owner, until);
+        let granted = matches!(reply, Reply::Token(_)).then_some(deadline_ms);
+        session::tie(ctx, parsed.session, name, owner, granted);
     }
     let busy = matches!(reply, Reply::Busy | Reply::Refused(Refusal::TooSoon { .. }));
     match parsed.wait_ms {
@@ -147,7 +142,7 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         scope.renew(owner, deadline);
     })?;
     if parsed.session.is_some() && reply == Reply::Integer(1) {
-        session::tie(ctx, parsed.session, name, owner, deadline);
+        session::tie(ctx, parsed.session, name, owner, Some(deadline));
     }
     reply_for(reply, "lock.renew")
 }

@@ -135,8 +135,11 @@ fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
             .field("insync_role", "replica")?
             .field("insync_promotable", u64::from(set.promotable))?,
     };
-    let (open, detached) = state::sessions().counts();
-    let ties = state::sessions().ties();
+    let (open, detached, ties) = {
+        let sessions = state::sessions();
+        let (open, detached) = sessions.counts();
+        (open, detached, sessions.ties())
+    };
     let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
     builder
         .field(

@@ -57,8 +57,8 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         set.acquire(owner, deadline);
     })?;
     if parsed.session.is_some() || reply == Reply::Tokens {
-        let until = if reply == Reply::Tokens { deadline } else { 0 };
-        tie_all(ctx, parsed.session, names, owner, until);
+        let granted = (reply == Reply::Tokens).then_some(deadline);
+        tie_all(ctx, parsed.session, names, owner, granted);
     }
     let busy = matches!(reply, Reply::Busy | Reply::Refused(Refusal::TooSoon { .. }));
     match (reply, parsed.wait_ms) {
@@ -139,22 +139,22 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         set.renew(owner, deadline);
     })?;
     if parsed.session.is_some() && !matches!(reply, Reply::Integer(0)) {
-        tie_all(ctx, parsed.session, names, owner, deadline);
+        tie_all(ctx, parsed.session, names, owner, Some(deadline));
     }
     reply_for(reply, "lock.mrenew")
 }
 
-/// Ties `owner`'s holding of each of `names` to session `id` (`None`: unties them), looked up
-/// by the sweep from `until_ms` (unix ms).
+/// Ties `owner`'s holding of each of `names` to session `id` (`None`: unties them), as
+/// [`session::tie`] does with `lease_end_ms`.
 fn tie_all(
     ctx: &Context,
     id: Option<leasehold_core::session::Id>,
     names: &[RedisString],
     owner: &RedisString,
-    until_ms: i64,
+    lease_end_ms: Option<i64>,
 ) {
     for name in names {
-        session::tie(ctx, id, name, owner, until_ms);
+        session::tie(ctx, id, name, owner, lease_end_ms);
     }
 }
 

@@ -93,8 +93,9 @@ unsafe extern "C" fn on_replica_change(
     subevent: u64,
     _data: *mut c_void,
 ) {
-    let is_master = Context::new(ctx).get_flags().contains(ContextFlags::MASTER);
-    if subevent == raw::REDISMODULE_SUBEVENT_REPLICA_CHANGE_OFFLINE && is_master {
+    if subevent == raw::REDISMODULE_SUBEVENT_REPLICA_CHANGE_OFFLINE
+        && Context::new(ctx).get_flags().contains(ContextFlags::MASTER)
+    {
         state::counter().hold_reserve(true);
     }
 }

@@ -93,13 +93,14 @@ pub fn check(id: Id) -> Result<(), RedisError> {
     sessions().check(id).map_err(session_error)
 }
 
-/// Ties `owner`'s holding of `key` in the selected database to session `id` (checked before),
-/// for the sweep to look up from `until_ms` (unix ms: the lease end asked, 0 for a waiter);
-/// with `None`, unties it (it was taken without a session).
-pub fn tie(ctx: &Context, id: Option<Id>, key: &[u8], owner: &[u8], until_ms: i64) {
+/// Ties `owner`'s holding of `key` in the selected database to session `id` (checked before);
+/// with `None`, unties it (it was taken without a session). `lease_end_ms` is the lease end
+/// granted (unix ms), `None` for a waiter: the sweep looks the tie up from then, a waiter's at
+/// once.
+pub fn tie(ctx: &Context, id: Option<Id>, key: &[u8], owner: &[u8], lease_end_ms: Option<i64>) {
     let mut sessions = sessions();
     match id {
-        Some(id) => sessions.tie(id, selected_db(ctx), key, owner, until_ms),
+        Some(id) => sessions.tie(id, selected_db(ctx), key, owner, lease_end_ms.unwrap_or(0)),
         None if sessions.has_ties() => sessions.untie(selected_db(ctx), key, owner),
         None => {}
     }
@@ -185,7 +186,8 @@ fn on_due(ctx: &Context, id: Id) {
 
 /// Every [`SWEEP_MS`]: unties each of the next ties the registry names whose holding is gone
 /// (its lease ended, its key was deleted or holds something else) and that no waiter may be
-/// granted, so that ties do not pile up in a long-lived session. Not while writes are paused (a lookup may expire a key).
+/// granted, so that ties do not pile up in a long-lived session. Not while writes are paused
+/// (a lookup may expire a key).
 fn sweep(ctx: &Context, (): ()) {
     if !replication_paused()
         && let Err(error) = untie_gone(ctx)

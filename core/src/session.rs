@@ -6,9 +6,8 @@
 //!   is *attached* to that connection.
 //! - A command that names the session (`SESSION id`) **ties** its holding — a lock's key in a
 //!   database, and the owner — to it (a waiter's when it is queued), with the lease end it asked
-//!   for. A tie ends when the
-//!   holding is released, when the same owner takes the key without a session, when another
-//!   session ties it, or on `FLUSHALL`/`FLUSHDB`. A tie whose holding is gone otherwise — its
+//!   for. A tie ends when the holding is released, when the same owner takes the key without a
+//!   session, when another session ties it, or on `FLUSHALL`/`FLUSHDB`. A tie whose holding is gone otherwise — its
 //!   lease ended, its key was deleted — is found by a **sweep** that goes round the registry a
 //!   few ties at a time, twice as many as were made since it last looked, and names those whose
 //!   lease end has passed for the server to look up ([`Sessions::to_sweep`]; a holding still

@@ -4,10 +4,16 @@ fn tie(key: &str, owner: &str) -> Tie {
     (0, key.as_bytes().into(), owner.as_bytes().into())
 }
 
+/// A registry with one session of user `default` on connection 1, outliving it by `grace_ms`.
+fn one_session(grace_ms: u64) -> (Sessions, Id) {
+    let mut sessions = Sessions::new(7);
+    let id = sessions.open(1, "default", grace_ms);
+    (sessions, id)
+}
+
 #[test]
 fn a_session_ends_a_grace_after_its_connection_closed_unless_attached_again() {
-    let mut sessions = Sessions::new(7);
-    let id = sessions.open(1, "default", 3_000);
+    let (mut sessions, id) = one_session(3_000);
     sessions.tie(id, 0, b"order", b"alice", 0);
     assert_eq!(sessions.detach(1, 10_000), vec![(id, 13_000)]);
     assert_eq!(sessions.counts(), (1, 1));
@@ -25,8 +31,7 @@ fn a_session_ends_a_grace_after_its_connection_closed_unless_attached_again() {
 
 #[test]
 fn attaching_within_the_grace_keeps_every_tie() {
-    let mut sessions = Sessions::new(7);
-    let id = sessions.open(1, "default", 3_000);
+    let (mut sessions, id) = one_session(3_000);
     sessions.tie(id, 0, b"order", b"alice", 0);
     sessions.detach(1, 10_000);
     assert_eq!(sessions.attach(id, 2, "default"), Ok(3_000));
@@ -43,8 +48,7 @@ fn attaching_within_the_grace_keeps_every_tie() {
 
 #[test]
 fn attaching_from_another_connection_moves_the_session() {
-    let mut sessions = Sessions::new(7);
-    let id = sessions.open(1, "default", 500);
+    let (mut sessions, id) = one_session(500);
     sessions.attach(id, 2, "default").expect("attached");
     assert_eq!(
         sessions.detach(1, 0),
@@ -115,8 +119,7 @@ fn ids_are_sixteen_hexadecimal_digits() {
 
 #[test]
 fn a_flush_unties_every_holding() {
-    let mut sessions = Sessions::new(7);
-    let id = sessions.open(1, "default", 500);
+    let (mut sessions, id) = one_session(500);
     sessions.tie(id, 0, b"order", b"alice", 0);
     sessions.tie(id, 0, b"order", b"bob", 0);
     sessions.untie(0, b"order", b"alice");
@@ -129,8 +132,7 @@ fn a_flush_unties_every_holding() {
 
 #[test]
 fn the_sweep_goes_round_every_tie_twice_as_fast_as_ties_are_made() {
-    let mut sessions = Sessions::new(7);
-    let id = sessions.open(1, "default", 3_000);
+    let (mut sessions, id) = one_session(3_000);
     let made = SWEEP_MIN * 3;
     for n in 0..made {
         sessions.tie(id, 0, n.to_string().as_bytes(), b"alice", 0);
@@ -151,8 +153,7 @@ fn the_sweep_goes_round_every_tie_twice_as_fast_as_ties_are_made() {
 
 #[test]
 fn a_sweep_looks_at_no_more_than_its_most() {
-    let mut sessions = Sessions::new(7);
-    let id = sessions.open(1, "default", 3_000);
+    let (mut sessions, id) = one_session(3_000);
     for n in 0..SWEEP_MAX * 2 {
         sessions.tie(id, 0, n.to_string().as_bytes(), b"alice", 0);
     }
@@ -161,8 +162,7 @@ fn a_sweep_looks_at_no_more_than_its_most() {
 
 #[test]
 fn the_sweep_names_only_ties_whose_lease_end_has_passed() {
-    let mut sessions = Sessions::new(7);
-    let id = sessions.open(1, "default", 3_000);
+    let (mut sessions, id) = one_session(3_000);
     sessions.tie(id, 0, b"order", b"alice", 10_000);
     sessions.tie(id, 0, b"waiting", b"bob", 5_000);
     assert_eq!(sessions.to_sweep(4_999), vec![]);

@@ -10,8 +10,8 @@ import time
 import uuid
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import (Any, Callable, ContextManager, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple,
-                    Union)
+from typing import (Any, Callable, ContextManager, Iterator, List, NamedTuple, Optional, Sequence,
+                    Set, Tuple, Union)
 
 from redis.exceptions import LockError, ResponseError
 
