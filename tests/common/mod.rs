@@ -13,11 +13,12 @@ pub mod history;
 pub mod proxy;
 pub mod sentinel;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -27,6 +28,9 @@ use tempfile::TempDir;
 /// How long a server may take to start answering `PING`.
 const READY_WITHIN: Duration = Duration::from_secs(20);
 
+/// How many ports a first start tries before it gives up.
+const PORT_ATTEMPTS: usize = 5;
+
 /// A running `redis-server` with the lock module, or a Sentinel.
 pub struct Server {
     pub port: u16,
@@ -34,6 +38,18 @@ pub struct Server {
     kind: Kind,
     args: Vec<String>,
     child: Option<Child>,
+    /// Whether the server was started before: a restart keeps its port.
+    launched: bool,
+}
+
+/// How a start ended.
+enum Ready {
+    /// The server's own process answers on its port.
+    Yes,
+    /// The process exited because another one holds its port.
+    PortTaken,
+    /// The process exited for another reason (its log says which).
+    Exited,
 }
 
 /// What a [`Server`] runs as.
@@ -147,12 +163,29 @@ impl Server {
             kind: Kind::Data(module_args.map(owned)),
             args: owned(args),
             child: None,
+            launched: false,
         }
     }
 
+    /// Starts the process and waits until it answers. A first start whose port another
+    /// process took since [`free_port`] picked it (a test binary's servers start in parallel,
+    /// and outgoing connections draw from the same ports) moves to a new port; a restart keeps
+    /// its port, which others already know.
     fn launch(&mut self) {
-        self.child = Some(self.spawn());
-        self.wait_ready();
+        let first = !self.launched;
+        self.launched = true;
+        for _ in 0..PORT_ATTEMPTS {
+            let logged_before = self.log().len();
+            self.child = Some(self.spawn());
+            match self.wait_ready(logged_before) {
+                Ready::Yes => return,
+                Ready::PortTaken if first => self.port = free_port(),
+                Ready::PortTaken | Ready::Exited => {
+                    panic!("server exited at start:\n{}", self.log())
+                }
+            }
+        }
+        panic!("no free port in {PORT_ATTEMPTS} attempts:\n{}", self.log());
     }
 
     fn spawn(&self) -> Child {
@@ -197,22 +230,31 @@ impl Server {
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", server_binary()))
     }
 
-    fn wait_ready(&mut self) {
+    /// Waits until this server's own process answers `PING` (not while it loads its data):
+    /// another server that holds the port answers too, so the answer is checked against
+    /// `INFO server`'s `process_id`. What the server logged from `logged_before` (bytes) on
+    /// is this start's.
+    fn wait_ready(&mut self, logged_before: usize) -> Ready {
         let deadline = Instant::now() + READY_WITHIN;
+        let pid = self.child.as_ref().expect("spawned").id();
         loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!("server exited at start ({status}):\n{}", self.log());
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(_)) = child.try_wait() {
+                    self.child = None;
+                    let this_start = self.log().split_off(logged_before);
+                    return if this_start.contains("Address already in use") {
+                        Ready::PortTaken
+                    } else {
+                        Ready::Exited
+                    };
+                }
             }
-            let ready = self
-                .try_client()
-                .and_then(|mut con| redis::cmd("PING").query::<String>(&mut con))
-                .is_ok();
-            if ready {
-                return;
+            let answering = self.try_client().ok().and_then(|mut con| {
+                redis::cmd("PING").query::<String>(&mut con).ok()?;
+                info_field(&mut con, "server", "process_id")
+            });
+            if answering == Some(pid.to_string()) {
+                return Ready::Yes;
             }
             assert!(
                 Instant::now() < deadline,
@@ -361,12 +403,20 @@ impl Drop for Server {
     }
 }
 
-/// A free port on 127.0.0.1 (bound, read, released).
+/// A free port on 127.0.0.1 (bound, read, released), never one this process handed out
+/// before: the kernel may offer a port again as soon as it is released, and this binary's
+/// tests start servers in parallel.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .expect("free port")
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .map(|addr| addr.port())
+            .expect("free port");
+        if HANDED_OUT.lock().expect("ports").insert(port) {
+            return port;
+        }
+    }
 }
 
 fn server_binary() -> String {

@@ -4,7 +4,7 @@
 // module (default the repository's debug build).
 
 import { spawn } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readFileSync, statSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -29,12 +29,31 @@ export function freePort() {
 /** A server with the module, given `extra` server arguments and `moduleArgs` for the module
  * (`min-insync-replicas 2`, ...). */
 export async function startServer(extra = [], moduleArgs = []) {
-  const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'leasehold-node-'));
+  // A port may be taken between freePort() and the server's bind (test files run in parallel
+  // processes, and connections draw from the same ports): the server exits, and a new port is
+  // tried.
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const server = await startOn(await freePort(), dir, extra, moduleArgs);
+    if (server) return server;
+  }
+  throw new Error(`no free port for the server:\n${readFileSync(join(dir, 'server.log'), 'utf8')}`);
+}
+
+/** Starts the server on `port`; resolves once its own process answers (another server on the
+ * port would answer PING too), or to null if the port was taken. */
+async function startOn(port, dir, extra, moduleArgs) {
   const binary = process.env.LEASEHOLD_SERVER ?? 'redis-server';
   const module = process.env.LEASEHOLD_MODULE ?? join(ROOT, 'target', 'debug', 'libleasehold.so');
+  const logPath = join(dir, 'server.log');
+  const log = openSync(logPath, 'a');
+  const loggedBefore = statSync(logPath).size;
   const child = spawn(binary, ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir,
-    '--save', '', '--appendonly', 'no', '--loadmodule', module, ...moduleArgs, ...extra], { stdio: 'ignore' });
+    '--save', '', '--appendonly', 'no', '--loadmodule', module, ...moduleArgs, ...extra],
+  { stdio: ['ignore', log, log] });
+  closeSync(log);
+  let exited = false;
+  child.on('exit', () => { exited = true; });
   process.on('exit', () => child.kill('SIGKILL'));
   const deadline = Date.now() + 20_000;
   for (;;) {
@@ -42,7 +61,8 @@ export async function startServer(extra = [], moduleArgs = []) {
     admin.on('error', () => {}); // a refused connection before the server listens rejects connect()
     try {
       await admin.connect();
-      if ((await admin.ping()) === 'PONG') {
+      const pid = /^process_id:(\d+)/m.exec(await admin.call('INFO', 'server'))?.[1];
+      if ((await admin.ping()) === 'PONG' && Number(pid) === child.pid) {
         return {
           port,
           url: `redis://127.0.0.1:${port}`,
@@ -51,8 +71,14 @@ export async function startServer(extra = [], moduleArgs = []) {
           stop: () => { admin.disconnect(); child.kill('SIGKILL'); },
         };
       }
+      admin.disconnect();
     } catch {
       admin.disconnect();
+    }
+    if (exited) {
+      const logged = readFileSync(logPath, 'utf8').slice(loggedBefore);
+      if (logged.includes('Address already in use')) return null;
+      throw new Error(`the server exited at start:\n${logged}`);
     }
     if (Date.now() > deadline) throw new Error('the server did not start');
     await new Promise((r) => setTimeout(r, 20));

@@ -30,11 +30,22 @@ class Server:
     e.g. ``("min-insync-replicas", "2")``)."""
 
     def __init__(self, *args: str, module_args: Sequence[str] = ()) -> None:
-        self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="leasehold-py-")
+        self.log = open(Path(self.dir) / "server.log", "w")
+        # A port may be taken between free_port() and the server's bind (by a connection, or a
+        # server another test process started): the server exits, and a new port is tried.
+        for _ in range(5):
+            self.port = free_port()
+            if self._start(args, module_args):
+                return
+        raise RuntimeError(Path(self.dir, "server.log").read_text())
+
+    def _start(self, args: Sequence[str], module_args: Sequence[str]) -> bool:
+        """Starts the server on ``self.port``; True once its own process answers (another
+        server on the port would answer ``PING`` too), False if the port was taken."""
         binary = os.environ.get("LEASEHOLD_SERVER", "redis-server")
         module = os.environ.get("LEASEHOLD_MODULE", str(ROOT / "target" / "debug" / "libleasehold.so"))
-        self.log = open(Path(self.dir) / "server.log", "w")
+        logged_before = os.path.getsize(Path(self.dir, "server.log"))
         self.process = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
              "--save", "", "--appendonly", "no", "--loadmodule", module, *module_args, *args],
@@ -42,10 +53,16 @@ class Server:
         deadline = time.monotonic() + 20
         while True:
             try:
-                if redis.Redis(port=self.port).ping():
-                    return
+                client = redis.Redis(port=self.port)
+                if client.ping() and client.info("server")["process_id"] == self.process.pid:
+                    return True
             except redis.ConnectionError:
                 pass
+            if self.process.poll() is not None:
+                with open(Path(self.dir, "server.log")) as log:
+                    log.seek(logged_before)
+                    if "Address already in use" in log.read():
+                        return False
             if time.monotonic() > deadline or self.process.poll() is not None:
                 raise RuntimeError(Path(self.dir, "server.log").read_text())
             time.sleep(0.02)
