@@ -35,6 +35,8 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use indexmap::IndexMap;
+use indexmap::map::RawEntryApiV1;
+use indexmap::map::raw_entry_v1::RawEntryMut;
 
 /// The shortest grace a session may ask for, in ms.
 pub const MIN_GRACE_MS: u64 = 100;
@@ -46,13 +48,19 @@ pub const SWEEP_MIN: usize = 64;
 /// The most ties a sweep looks at: a sweep runs between commands.
 pub const SWEEP_MAX: usize = 4096;
 
-/// A holding tied to a session, and from when (unix ms) the sweep looks it up: its lease end
-/// as last known.
+/// A holding tied to a session: from when (unix ms) the sweep looks it up — its lease end as
+/// last known — and its neighbours in the session's list of ties (indexes in
+/// [`Sessions::ties`], [`NONE`] at an end), so that a tie is one entry in one map.
 #[derive(Debug, Clone, Copy)]
 struct Tied {
     session: Id,
     recheck_ms: i64,
+    previous: usize,
+    next: usize,
 }
+
+/// No tie: the end of a session's list.
+const NONE: usize = usize::MAX;
 
 /// A session's id: unique for the life of the server process, and unlike any id of an earlier
 /// process (see [`Sessions::new`]).
@@ -130,8 +138,8 @@ struct Session {
     grace_ms: u64,
     /// When its connection closed (unix ms), while detached.
     detached_at: u64,
-    /// The holdings it ends ([`encode`]d).
-    ties: HashSet<Box<[u8]>>,
+    /// The first of the holdings it ends (an index in [`Sessions::ties`]), or [`NONE`].
+    first_tie: usize,
 }
 
 /// Every session of this server, by id, with the connection each is attached to and the
@@ -140,7 +148,8 @@ struct Session {
 pub struct Sessions {
     sessions: HashMap<Id, Session>,
     by_client: HashMap<u64, HashSet<Id>>,
-    /// The session each holding ([`encode`]d) is tied to, in an order the sweep goes round.
+    /// The session each holding ([`encode`]d) is tied to, in an order the sweep goes round;
+    /// each session's ties are linked into a list through their entries.
     ties: IndexMap<Box<[u8]>, Tied>,
     /// Where the next sweep starts in `ties`.
     cursor: usize,
@@ -179,7 +188,7 @@ impl Sessions {
                 user: user.into(),
                 grace_ms,
                 detached_at: 0,
-                ties: HashSet::new(),
+                first_tie: NONE,
             },
         );
         self.by_client.entry(client).or_default().insert(id);
@@ -220,41 +229,48 @@ impl Sessions {
 
     /// Ties `owner`'s holding of `key` in `db` to session `id` (checked before), untying it
     /// from any other; the sweep need not look it up before `until_ms` (unix ms: its lease end,
-    /// or 0 for a waiter). Tying it again to the same session (a renewal) allocates nothing.
+    /// or 0 for a waiter). A new tie costs one lookup and one allocation; tying a holding
+    /// again to the same session (a renewal) allocates nothing.
     pub fn tie(&mut self, id: Id, db: i32, key: &[u8], owner: &[u8], until_ms: i64) {
-        let Some(session) = self.sessions.get_mut(&id) else {
+        if !self.sessions.contains_key(&id) {
             return;
-        };
+        }
         encode(&mut self.scratch, db, key, owner);
         let tied = Tied {
             session: id,
             recheck_ms: until_ms,
+            previous: NONE,
+            next: NONE,
         };
-        let previous = match self.ties.get_mut(self.scratch.as_slice()) {
-            Some(current) if current.session == id => {
-                current.recheck_ms = until_ms;
+        let index = match self
+            .ties
+            .raw_entry_mut_v1()
+            .from_key(self.scratch.as_slice())
+        {
+            RawEntryMut::Occupied(mut entry) if entry.get().session == id => {
+                entry.get_mut().recheck_ms = until_ms;
                 return;
             }
-            Some(current) => Some(std::mem::replace(current, tied).session),
-            None => {
-                self.ties.insert(self.scratch.as_slice().into(), tied);
+            RawEntryMut::Occupied(entry) => {
+                let index = entry.index();
+                self.unlink(index);
+                index
+            }
+            RawEntryMut::Vacant(entry) => {
+                let index = entry.index();
+                entry.insert(self.scratch.as_slice().into(), tied);
                 self.made += 1;
-                None
+                index
             }
         };
-        session.ties.insert(self.scratch.as_slice().into());
-        if let Some(other) = previous.and_then(|previous| self.sessions.get_mut(&previous)) {
-            other.ties.remove(self.scratch.as_slice());
-        }
+        self.link(index, tied);
     }
 
     /// Unties `owner`'s holding of `key` in `db` (released, or taken again without a session).
     pub fn untie(&mut self, db: i32, key: &[u8], owner: &[u8]) {
         encode(&mut self.scratch, db, key, owner);
-        if let Some(tied) = self.ties.swap_remove(self.scratch.as_slice())
-            && let Some(session) = self.sessions.get_mut(&tied.session)
-        {
-            session.ties.remove(self.scratch.as_slice());
+        if let Some(index) = self.ties.get_index_of(self.scratch.as_slice()) {
+            self.remove(index);
         }
     }
 
@@ -262,7 +278,7 @@ impl Sessions {
     pub fn untie_all(&mut self) {
         self.ties.clear();
         for session in self.sessions.values_mut() {
-            session.ties.clear();
+            session.first_tie = NONE;
         }
     }
 
@@ -403,16 +419,98 @@ impl Sessions {
 
     /// Removes session `id` and returns its ties.
     fn end(&mut self, id: Id) -> Vec<Tie> {
-        let Some(session) = self.sessions.remove(&id) else {
+        let Some(first) = self.sessions.get(&id).map(|session| session.first_tie) else {
             return Vec::new();
         };
-        if let Some(client) = session.client {
+        let mut indexes = Vec::new();
+        let mut index = first;
+        while let Some((_, tied)) = self.ties.get_index(index) {
+            indexes.push(index);
+            index = tied.next;
+        }
+        // From the last index down, so that no entry still to remove is moved by a removal.
+        indexes.sort_unstable_by(|a, b| b.cmp(a));
+        let ties = indexes
+            .into_iter()
+            .filter_map(|index| decode(&self.remove(index)))
+            .collect();
+        if let Some(client) = self.sessions.remove(&id).and_then(|session| session.client) {
             self.forget_client(client, id);
         }
-        for tie in &session.ties {
-            self.ties.swap_remove(tie);
+        ties
+    }
+
+    /// Puts the tie at `index` first in its session's list, as `tied` (its session, its recheck
+    /// time).
+    fn link(&mut self, index: usize, tied: Tied) {
+        let Some(session) = self.sessions.get_mut(&tied.session) else {
+            return;
+        };
+        let next = std::mem::replace(&mut session.first_tie, index);
+        if let Some((_, first)) = self.ties.get_index_mut(next) {
+            first.previous = index;
         }
-        session.ties.iter().filter_map(|tie| decode(tie)).collect()
+        if let Some((_, entry)) = self.ties.get_index_mut(index) {
+            *entry = Tied { next, ..tied };
+        }
+    }
+
+    /// Takes the tie at `index` out of its session's list (it stays in the map).
+    fn unlink(&mut self, index: usize) {
+        let Some((
+            _,
+            &Tied {
+                session,
+                previous,
+                next,
+                ..
+            },
+        )) = self.ties.get_index(index)
+        else {
+            return;
+        };
+        self.point(previous, session, next);
+        if let Some((_, after)) = self.ties.get_index_mut(next) {
+            after.previous = previous;
+        }
+    }
+
+    /// Points what comes before a tie in `session`'s list — the tie at `previous`, or the
+    /// session itself when that is [`NONE`] — at the tie at `to`.
+    fn point(&mut self, previous: usize, session: Id, to: usize) {
+        match self.ties.get_index_mut(previous) {
+            Some((_, before)) => before.next = to,
+            None => {
+                if let Some(session) = self.sessions.get_mut(&session) {
+                    session.first_tie = to;
+                }
+            }
+        }
+    }
+
+    /// Removes the tie at `index` from the map and its session's list; the last entry moves
+    /// into its place, and its neighbours are told. Returns its [`encode`]d holding.
+    fn remove(&mut self, index: usize) -> Box<[u8]> {
+        self.unlink(index);
+        let Some((tie, _)) = self.ties.swap_remove_index(index) else {
+            return Box::default();
+        };
+        if let Some((
+            _,
+            &Tied {
+                session,
+                previous,
+                next,
+                ..
+            },
+        )) = self.ties.get_index(index)
+        {
+            self.point(previous, session, index);
+            if let Some((_, after)) = self.ties.get_index_mut(next) {
+                after.previous = index;
+            }
+        }
+        tie
     }
 }
 

@@ -1,3 +1,8 @@
+use std::collections::{BTreeMap, BTreeSet};
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
 use super::*;
 
 fn tie(key: &str, owner: &str) -> Tie {
@@ -172,4 +177,72 @@ fn the_sweep_names_only_ties_whose_lease_end_has_passed() {
     sessions.tie(id, 0, b"order", b"alice", 30_000);
     assert_eq!(sessions.to_sweep(19_999), vec![]);
     assert_eq!(sessions.to_sweep(20_000), vec![tie("waiting", "bob")]);
+}
+
+/// Each session's ties as its list links them, checking every backward link on the way.
+fn listed(sessions: &Sessions, id: Id) -> BTreeSet<Tie> {
+    let mut listed = BTreeSet::new();
+    let (mut previous, mut index) = (NONE, sessions.sessions[&id].first_tie);
+    while index != NONE {
+        let (tie, tied) = sessions
+            .ties
+            .get_index(index)
+            .expect("a linked tie is in the map");
+        assert_eq!((tied.session, tied.previous), (id, previous), "tie {index}");
+        assert!(listed.insert(decode(tie).expect("encoded")), "listed twice");
+        (previous, index) = (index, tied.next);
+    }
+    listed
+}
+
+#[test]
+fn every_session_lists_exactly_its_ties_under_random_changes() {
+    for seed in 0..200 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut sessions = Sessions::new(seed);
+        let mut model: BTreeMap<Id, BTreeSet<Tie>> = BTreeMap::new();
+        for step in 0..300 {
+            let open: Vec<Id> = model.keys().copied().collect();
+            let key = format!("k{}", rng.random_range(0..12));
+            let owner = format!("o{}", rng.random_range(0..3));
+            let held = tie(&key, &owner);
+            match (rng.random_range(0..10), open.is_empty()) {
+                (0, _) | (_, true) => {
+                    model.insert(sessions.open(1, "default", 500), BTreeSet::new());
+                }
+                (1..6, false) => {
+                    let id = open[rng.random_range(0..open.len())];
+                    sessions.tie(id, 0, key.as_bytes(), owner.as_bytes(), 0);
+                    for ties in model.values_mut() {
+                        ties.remove(&held);
+                    }
+                    model.get_mut(&id).expect("open").insert(held);
+                }
+                (6..8, false) => {
+                    sessions.untie(0, key.as_bytes(), owner.as_bytes());
+                    for ties in model.values_mut() {
+                        ties.remove(&held);
+                    }
+                }
+                (8, false) => {
+                    let id = open[rng.random_range(0..open.len())];
+                    let ended: BTreeSet<Tie> = sessions
+                        .close(id, "default")
+                        .expect("open")
+                        .into_iter()
+                        .collect();
+                    assert_eq!(Some(ended), model.remove(&id), "seed {seed} step {step}");
+                }
+                _ => {
+                    sessions.untie_all();
+                    model.values_mut().for_each(BTreeSet::clear);
+                }
+            }
+            for (id, ties) in &model {
+                assert_eq!(&listed(&sessions, *id), ties, "seed {seed} step {step}");
+            }
+            let tied: usize = model.values().map(BTreeSet::len).sum();
+            assert_eq!(sessions.ties(), tied, "seed {seed} step {step}");
+        }
+    }
 }
