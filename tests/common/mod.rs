@@ -238,16 +238,16 @@ impl Server {
         let deadline = Instant::now() + READY_WITHIN;
         let pid = self.child.as_ref().expect("spawned").id();
         loop {
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(_)) = child.try_wait() {
-                    self.child = None;
-                    let this_start = self.log().split_off(logged_before);
-                    return if this_start.contains("Address already in use") {
-                        Ready::PortTaken
-                    } else {
-                        Ready::Exited
-                    };
-                }
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(_)) = child.try_wait()
+            {
+                self.child = None;
+                let this_start = self.log().split_off(logged_before);
+                return if this_start.contains("Address already in use") {
+                    Ready::PortTaken
+                } else {
+                    Ready::Exited
+                };
             }
             let answering = self.try_client().ok().and_then(|mut con| {
                 redis::cmd("PING").query::<String>(&mut con).ok()?;
