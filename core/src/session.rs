@@ -443,48 +443,36 @@ impl Sessions {
     /// Puts the tie at `index` first in its session's list, as `tied` (its session, its recheck
     /// time).
     fn link(&mut self, index: usize, tied: Tied) {
-        let Some(session) = self.sessions.get_mut(&tied.session) else {
+        let Some(first) = self.sessions.get(&tied.session).map(|s| s.first_tie) else {
             return;
         };
-        let next = std::mem::replace(&mut session.first_tie, index);
-        if let Some((_, first)) = self.ties.get_index_mut(next) {
-            first.previous = index;
-        }
         if let Some((_, entry)) = self.ties.get_index_mut(index) {
-            *entry = Tied { next, ..tied };
+            *entry = tied;
         }
+        self.join(tied.session, NONE, index);
+        self.join(tied.session, index, first);
     }
 
     /// Takes the tie at `index` out of its session's list (it stays in the map).
     fn unlink(&mut self, index: usize) {
-        let Some((
-            _,
-            &Tied {
-                session,
-                previous,
-                next,
-                ..
-            },
-        )) = self.ties.get_index(index)
-        else {
-            return;
-        };
-        self.point(previous, session, next);
-        if let Some((_, after)) = self.ties.get_index_mut(next) {
-            after.previous = previous;
+        if let Some((_, &tied)) = self.ties.get_index(index) {
+            self.join(tied.session, tied.previous, tied.next);
         }
     }
 
-    /// Points what comes before a tie in `session`'s list — the tie at `previous`, or the
-    /// session itself when that is [`NONE`] — at the tie at `to`.
-    fn point(&mut self, previous: usize, session: Id, to: usize) {
-        match self.ties.get_index_mut(previous) {
-            Some((_, before)) => before.next = to,
+    /// Makes the tie at `after` follow the one at `before` in `session`'s list; [`NONE`] for
+    /// `before` makes `after` the session's first tie, for `after` makes `before` its last.
+    fn join(&mut self, session: Id, before: usize, after: usize) {
+        match self.ties.get_index_mut(before) {
+            Some((_, tied)) => tied.next = after,
             None => {
                 if let Some(session) = self.sessions.get_mut(&session) {
-                    session.first_tie = to;
+                    session.first_tie = after;
                 }
             }
+        }
+        if let Some((_, tied)) = self.ties.get_index_mut(after) {
+            tied.previous = before;
         }
     }
 
@@ -495,20 +483,9 @@ impl Sessions {
         let Some((tie, _)) = self.ties.swap_remove_index(index) else {
             return Box::default();
         };
-        if let Some((
-            _,
-            &Tied {
-                session,
-                previous,
-                next,
-                ..
-            },
-        )) = self.ties.get_index(index)
-        {
-            self.point(previous, session, index);
-            if let Some((_, after)) = self.ties.get_index_mut(next) {
-                after.previous = index;
-            }
+        if let Some((_, &moved)) = self.ties.get_index(index) {
+            self.join(moved.session, moved.previous, index);
+            self.join(moved.session, index, moved.next);
         }
         tie
     }
