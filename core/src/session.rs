@@ -323,7 +323,11 @@ impl Sessions {
             .filter(|(_, tied)| tied.recheck_ms <= now_ms)
             .filter_map(|(tie, _)| decode(tie))
             .collect();
-        self.cursor = start.saturating_add(count);
+        // Past the end, the round goes on from where it wrapped to, not from the start again.
+        self.cursor = start
+            .saturating_add(count)
+            .checked_rem(self.ties.len())
+            .unwrap_or(0);
         swept
     }
 
@@ -441,16 +445,18 @@ impl Sessions {
     }
 
     /// Puts the tie at `index` first in its session's list, as `tied` (its session, its recheck
-    /// time).
+    /// time): one lookup of the session, on every new tie.
     fn link(&mut self, index: usize, tied: Tied) {
-        let Some(first) = self.sessions.get(&tied.session).map(|s| s.first_tie) else {
+        let Some(session) = self.sessions.get_mut(&tied.session) else {
             return;
         };
+        let next = std::mem::replace(&mut session.first_tie, index);
         if let Some((_, entry)) = self.ties.get_index_mut(index) {
-            *entry = tied;
+            *entry = Tied { next, ..tied };
         }
-        self.join(tied.session, NONE, index);
-        self.join(tied.session, index, first);
+        if let Some((_, first)) = self.ties.get_index_mut(next) {
+            first.previous = index;
+        }
     }
 
     /// Takes the tie at `index` out of its session's list (it stays in the map).

@@ -246,3 +246,23 @@ fn every_session_lists_exactly_its_ties_under_random_changes() {
         }
     }
 }
+
+#[test]
+fn a_sweep_that_wraps_goes_on_from_where_it_wrapped() {
+    let (mut sessions, id) = one_session(3_000);
+    let made = SWEEP_MIN + SWEEP_MIN / 2;
+    for n in 0..made {
+        sessions.tie(id, 0, n.to_string().as_bytes(), b"alice", 0);
+    }
+    sessions.to_sweep(0);
+    let first = sessions.to_sweep(0);
+    let second = sessions.to_sweep(0);
+    let third = sessions.to_sweep(0);
+    assert_eq!(first[0], tie("0", "alice"));
+    assert_eq!(second[0], tie(&SWEEP_MIN.to_string(), "alice"));
+    assert_eq!(
+        third[0],
+        tie(&(2 * SWEEP_MIN - made).to_string(), "alice"),
+        "on from the wrap, not from the start"
+    );
+}
