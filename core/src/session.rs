@@ -34,6 +34,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 
+use foldhash::fast::RandomState;
 use indexmap::IndexMap;
 use indexmap::map::RawEntryApiV1;
 use indexmap::map::raw_entry_v1::RawEntryMut;
@@ -114,11 +115,15 @@ impl fmt::Display for SessionError {
 /// # Errors
 /// [`SessionError::InvalidId`] for anything else.
 pub fn parse_id(text: &[u8]) -> Result<Id, SessionError> {
-    if text.len() != 16 || !text.iter().all(u8::is_ascii_hexdigit) {
+    if text.len() != 16 {
         return Err(SessionError::InvalidId);
     }
-    let text = std::str::from_utf8(text).map_err(|_| SessionError::InvalidId)?;
-    u64::from_str_radix(text, 16).map_err(|_| SessionError::InvalidId)
+    text.iter().try_fold(0, |id: Id, &digit| {
+        let value = char::from(digit)
+            .to_digit(16)
+            .ok_or(SessionError::InvalidId)?;
+        Ok(id << 4 | Id::from(value))
+    })
 }
 
 /// The form of `id` clients see: 16 hexadecimal digits.
@@ -144,13 +149,17 @@ struct Session {
 
 /// Every session of this server, by id, with the connection each is attached to and the
 /// session each holding is tied to.
+///
+/// Its maps hash with foldhash, seeded at random per map (the seed is what keeps a client
+/// from choosing keys that collide), not SipHash: hashing a tie's key is most of what a new tie
+/// costs after the cache misses of a big map.
 #[derive(Debug)]
 pub struct Sessions {
-    sessions: HashMap<Id, Session>,
-    by_client: HashMap<u64, HashSet<Id>>,
+    sessions: HashMap<Id, Session, RandomState>,
+    by_client: HashMap<u64, HashSet<Id>, RandomState>,
     /// The session each holding ([`encode`]d) is tied to, in an order the sweep goes round;
     /// each session's ties are linked into a list through their entries.
-    ties: IndexMap<Box<[u8]>, Tied>,
+    ties: IndexMap<Box<[u8]>, Tied, RandomState>,
     /// Where the next sweep starts in `ties`.
     cursor: usize,
     /// Ties made since the last sweep.
@@ -166,9 +175,9 @@ impl Sessions {
     #[must_use]
     pub fn new(seed: u64) -> Self {
         Self {
-            sessions: HashMap::new(),
-            by_client: HashMap::new(),
-            ties: IndexMap::new(),
+            sessions: HashMap::default(),
+            by_client: HashMap::default(),
+            ties: IndexMap::default(),
             cursor: 0,
             made: 0,
             next: seed,
@@ -400,7 +409,7 @@ impl Sessions {
     }
 
     fn owned<'a>(
-        sessions: &'a mut HashMap<Id, Session>,
+        sessions: &'a mut HashMap<Id, Session, RandomState>,
         id: Id,
         user: &str,
     ) -> Result<&'a mut Session, SessionError> {

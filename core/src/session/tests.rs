@@ -116,6 +116,8 @@ fn ids_are_sixteen_hexadecimal_digits() {
         b"00000000000000abc",
         b"0000000000000-ab",
         b"000000000000000g",
+        b"+00000000000000a",
+        b"00000000000000\xc3\xa9",
         b"\xff",
     ] {
         assert_eq!(parse_id(bad), Err(SessionError::InvalidId));
