@@ -38,6 +38,7 @@ use foldhash::fast::RandomState;
 use indexmap::IndexMap;
 use indexmap::map::RawEntryApiV1;
 use indexmap::map::raw_entry_v1::RawEntryMut;
+use smallvec::SmallVec;
 
 /// The shortest grace a session may ask for, in ms.
 pub const MIN_GRACE_MS: u64 = 100;
@@ -80,6 +81,10 @@ fn encode(buffer: &mut Vec<u8>, db: i32, key: &[u8], owner: &[u8]) {
     buffer.extend_from_slice(key);
     buffer.extend_from_slice(owner);
 }
+
+/// A tie as [`encode`] writes it, kept in the map's entry itself when it is as short as most
+/// are (a key and a UUID-sized owner), so that a new tie allocates nothing.
+type Encoded = SmallVec<[u8; 64]>;
 
 /// The tie [`encode`] wrote into `bytes`.
 fn decode(bytes: &[u8]) -> Option<Tie> {
@@ -159,7 +164,7 @@ pub struct Sessions {
     by_client: HashMap<u64, HashSet<Id>, RandomState>,
     /// The session each holding ([`encode`]d) is tied to, in an order the sweep goes round;
     /// each session's ties are linked into a list through their entries.
-    ties: IndexMap<Box<[u8]>, Tied, RandomState>,
+    ties: IndexMap<Encoded, Tied, RandomState>,
     /// Where the next sweep starts in `ties`.
     cursor: usize,
     /// Ties made since the last sweep.
@@ -238,8 +243,9 @@ impl Sessions {
 
     /// Ties `owner`'s holding of `key` in `db` to session `id` (checked before), untying it
     /// from any other; the sweep need not look it up before `until_ms` (unix ms: its lease end,
-    /// or 0 for a waiter). A new tie costs one lookup and one allocation; tying a holding
-    /// again to the same session (a renewal) allocates nothing.
+    /// or 0 for a waiter). A new tie costs one lookup, and an allocation only when its key and
+    /// owner take more than 56 bytes; tying a holding again to the same session (a renewal)
+    /// allocates nothing.
     pub fn tie(&mut self, id: Id, db: i32, key: &[u8], owner: &[u8], until_ms: i64) {
         if !self.sessions.contains_key(&id) {
             return;
@@ -267,7 +273,7 @@ impl Sessions {
             }
             RawEntryMut::Vacant(entry) => {
                 let index = entry.index();
-                entry.insert(self.scratch.as_slice().into(), tied);
+                entry.insert(Encoded::from_slice(&self.scratch), tied);
                 self.made += 1;
                 index
             }
@@ -493,10 +499,10 @@ impl Sessions {
 
     /// Removes the tie at `index` from the map and its session's list; the last entry moves
     /// into its place, and its neighbours are told. Returns its [`encode`]d holding.
-    fn remove(&mut self, index: usize) -> Box<[u8]> {
+    fn remove(&mut self, index: usize) -> Encoded {
         self.unlink(index);
         let Some((tie, _)) = self.ties.swap_remove_index(index) else {
-            return Box::default();
+            return Encoded::new();
         };
         if let Some((_, &moved)) = self.ties.get_index(index) {
             self.join(moved.session, moved.previous, index);
