@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 MODULE = ROOT / "target" / "release" / "libleasehold.so"
 ROUNDS = 5
+SESSION_COST_ROUNDS = 15  # what SESSION costs is small beside this machine's drift
 CLIENTS = 50
 PIPELINE = 16
 OPS = 1_000_000
@@ -149,13 +150,13 @@ def one_round(server, command, keyspace, setup, ops):
 
 
 def compare(server, ours, baseline, keyspace, ours_setup=None, baseline_setup=None, ops=OPS,
-            baseline_server=None):
+            baseline_server=None, rounds=ROUNDS):
     """Runs ours and the baseline (on baseline_server, by default the same server) in
     alternating rounds, each going first in every other round (so drift hits both alike);
-    returns the medians of ops/s and CPU µs/op for each, and the medians of the per-round
-    ratios."""
+    returns the medians of ops/s and CPU µs/op for each, the medians of the per-round
+    ratios, and the per-round throughput ratios in order."""
     samples = []
-    for round_number in range(ROUNDS):
+    for round_number in range(rounds):
         def ours_round():
             return one_round(server, ours, keyspace, ours_setup, ops)
 
@@ -175,6 +176,7 @@ def compare(server, ours, baseline, keyspace, ours_setup=None, baseline_setup=No
         "baseline": med(b[0] for _, b in samples),
         "ratio": med(a[0] / b[0] for a, b in samples),
         "cpu_ratio": med(b[1] / a[1] for a, b in samples),  # > 1: ours uses less CPU per op
+        "ratios": sorted(a[0] / b[0] for a, b in samples),
     }
 
 
@@ -492,7 +494,8 @@ def handover_times(server, session, holders):
 def sessions(binary):
     """Hand-over after `kill -9` of a holder with a 30 s lease: with a session (the server's
     default grace), 10 rounds of 10 holders killed at once; with the lease only, one round of
-    10. And what `SESSION id` costs `LOCK.ACQUIRE` (redis-benchmark, as `throughput`)."""
+    10. And what `SESSION id` costs `LOCK.ACQUIRE` (redis-benchmark, as `throughput`, in
+    SESSION_COST_ROUNDS rounds: the difference is small beside this machine's drift)."""
     server = Server(binary)
     try:
         grace = int(server.cli("CONFIG", "GET", "lock.session-grace-ms").split()[-1])
@@ -503,7 +506,8 @@ def sessions(binary):
         with socket.create_connection(("127.0.0.1", server.port)) as session:
             session.sendall(resp(["LOCK.SESSION", "OPEN"]).encode())
             session_id = session.recv(128).split(b"\r\n")[2].decode()
-            cost = compare(server, ACQUIRE + ["SESSION", session_id], ACQUIRE, FREE)
+            cost = compare(server, ACQUIRE + ["SESSION", session_id], ACQUIRE, FREE,
+                           rounds=SESSION_COST_ROUNDS)
         return grace, with_session, lease_only, cost
     finally:
         server.stop()
@@ -538,7 +542,10 @@ def sessions_table(grace, with_session, lease_only, cost):
         "",
         "What `SESSION id` costs `LOCK.ACQUIRE` (redis-benchmark as above, free keys): "
         f"{cost['ours']:,.0f} ops/s with it, {cost['baseline']:,.0f} without: "
-        f"**{cost['ratio']:.2f}×** the throughput, {cost['cpu_ratio']:.2f}× the CPU efficiency. "
+        f"**{cost['ratio']:.2f}×** the throughput, {cost['cpu_ratio']:.2f}× the CPU efficiency "
+        f"(medians of {len(cost['ratios'])} alternating rounds; the middle half of the rounds' "
+        f"throughput ratios from {percentile(cost['ratios'], 0.25):.2f}× to "
+        f"{percentile(cost['ratios'], 0.75):.2f}×). "
         "A client attaches its session once per connection and sends `LOCK.SESSION ATTACH` every "
         "grace/3 on its own connection; nothing else is added to a grant's round trip.",
         "",
