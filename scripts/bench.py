@@ -32,6 +32,7 @@ CLIENTS = 50
 PIPELINE = 16
 OPS = 1_000_000
 KEYS = 300_000  # keyspace of the benchmarks that need held locks
+CHURN_KEYS = 100_000  # keyspace of acquires and releases side by side (about half held)
 OWNER = "8d3c2f4e-1b2a-4c5d-9e8f-0a1b2c3d4e5f:1"  # a UUID and a thread id, as Redisson's
 
 # The commands the throughput rounds run (and set up with): locks on random keys.
@@ -121,8 +122,8 @@ def resp(args):
     return f"*{len(args)}\r\n" + "".join(f"${len(a.encode())}\r\n{a}\r\n" for a in args)
 
 
-def benchmark_command(server, command, keyspace, ops):
-    return ["redis-benchmark", "-p", str(server.port), "-c", str(CLIENTS), "-P", str(PIPELINE),
+def benchmark_command(server, command, keyspace, ops, clients=CLIENTS):
+    return ["redis-benchmark", "-p", str(server.port), "-c", str(clients), "-P", str(PIPELINE),
             "-n", str(ops), "-r", str(keyspace), "--csv", *command]
 
 
@@ -138,15 +139,26 @@ def populate(server, command, keyspace):
 
 
 def one_round(server, command, keyspace, setup, ops):
-    """(ops/s, server CPU µs per op) of one redis-benchmark run on a fresh keyspace."""
+    """(ops/s, server CPU µs per op) of one redis-benchmark run on a fresh keyspace. A tuple of
+    commands runs them side by side, a redis-benchmark each with its share of the clients
+    (ops/s: their sum)."""
     server.cli("FLUSHALL")
     if setup:
         populate(server, setup, keyspace)
+    commands = command if isinstance(command, tuple) else (command,)
     cpu = cpu_seconds(server)
-    out = subprocess.run(benchmark_command(server, command, keyspace, ops),
-                         capture_output=True, text=True, check=True).stdout
-    rate = float(out.strip().splitlines()[-1].split(",")[1].strip('"'))
-    return rate, (cpu_seconds(server) - cpu) * 1e6 / ops
+    runs = [subprocess.Popen(benchmark_command(server, each, keyspace, ops, CLIENTS // len(commands)),
+                             stdout=subprocess.PIPE, text=True) for each in commands]
+    rate = sum(benchmark_rate(run) for run in runs)
+    return rate, (cpu_seconds(server) - cpu) * 1e6 / (ops * len(commands))
+
+
+def benchmark_rate(run):
+    """The ops/s a redis-benchmark process (`--csv`) reports when it ends."""
+    out = run.communicate()[0]
+    if run.returncode:
+        raise subprocess.CalledProcessError(run.returncode, run.args, out)
+    return float(out.strip().splitlines()[-1].split(",")[1].strip('"'))
 
 
 def compare(server, ours, baseline, keyspace, ours_setup=None, baseline_setup=None, ops=OPS,
@@ -495,7 +507,9 @@ def sessions(binary):
     """Hand-over after `kill -9` of a holder with a 30 s lease: with a session (the server's
     default grace), 10 rounds of 10 holders killed at once; with the lease only, one round of
     10. And what `SESSION id` costs `LOCK.ACQUIRE` (redis-benchmark, as `throughput`, in
-    SESSION_COST_ROUNDS rounds: the difference is small beside this machine's drift)."""
+    SESSION_COST_ROUNDS rounds: the difference is small beside this machine's drift): on free
+    keys, every tie kept (the most the registry holds), and beside `LOCK.RELEASE` on the same
+    CHURN_KEYS keys, where ties are made and undone as locks come and go."""
     server = Server(binary)
     try:
         grace = int(server.cli("CONFIG", "GET", "lock.session-grace-ms").split()[-1])
@@ -506,9 +520,12 @@ def sessions(binary):
         with socket.create_connection(("127.0.0.1", server.port)) as session:
             session.sendall(resp(["LOCK.SESSION", "OPEN"]).encode())
             session_id = session.recv(128).split(b"\r\n")[2].decode()
-            cost = compare(server, ACQUIRE + ["SESSION", session_id], ACQUIRE, FREE,
-                           rounds=SESSION_COST_ROUNDS)
-        return grace, with_session, lease_only, cost
+            tied = ACQUIRE + ["SESSION", session_id]
+            print("  what SESSION costs LOCK.ACQUIRE", file=sys.stderr)
+            cost = compare(server, tied, ACQUIRE, FREE, rounds=SESSION_COST_ROUNDS)
+            churn = compare(server, (tied, RELEASE), (ACQUIRE, RELEASE), CHURN_KEYS,
+                            rounds=SESSION_COST_ROUNDS)
+        return grace, with_session, lease_only, cost, churn
     finally:
         server.stop()
 
@@ -518,8 +535,12 @@ def percentile(samples, fraction):
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def sessions_table(grace, with_session, lease_only, cost):
+def sessions_table(grace, with_session, lease_only, cost, churn):
     """The Markdown lines of `sessions`' results."""
+    def cost_row(workload, result):
+        return (f"| {workload} | {result['ours']:,.0f} | {result['baseline']:,.0f} | "
+                f"**{result['ratio']:.2f}×** | {result['cpu_ratio']:.2f}× | "
+                f"{percentile(result['ratios'], 0.25):.2f}×–{percentile(result['ratios'], 0.75):.2f}× |")
     return [
         "## A crashed holder's locks (sessions)",
         "",
@@ -540,14 +561,19 @@ def sessions_table(grace, with_session, lease_only, cost):
         "| ZooKeeper ephemeral node (Curator default session timeout) | | 60 000 | | |",
         "| Consul session (TTL 10 s minimum + lock-delay 15 s) | | ≥ 25 000 | | |",
         "",
-        "What `SESSION id` costs `LOCK.ACQUIRE` (redis-benchmark as above, free keys): "
-        f"{cost['ours']:,.0f} ops/s with it, {cost['baseline']:,.0f} without: "
-        f"**{cost['ratio']:.2f}×** the throughput, {cost['cpu_ratio']:.2f}× the CPU efficiency "
-        f"(medians of {len(cost['ratios'])} alternating rounds; the middle half of the rounds' "
-        f"throughput ratios from {percentile(cost['ratios'], 0.25):.2f}× to "
-        f"{percentile(cost['ratios'], 0.75):.2f}×). "
-        "A client attaches its session once per connection and sends `LOCK.SESSION ATTACH` every "
-        "grace/3 on its own connection; nothing else is added to a grant's round trip.",
+        f"What `SESSION id` costs `LOCK.ACQUIRE` (redis-benchmark as above; medians of "
+        f"{len(cost['ratios'])} alternating rounds, and the middle half of the rounds' throughput "
+        f"ratios): on free keys, where no lock is released and every tie stays (a million by a "
+        f"round's end), and with `LOCK.RELEASE` running beside it on the same "
+        f"{CHURN_KEYS:,} keys (half the clients each), where ties are made and undone as locks "
+        f"come and go. A client attaches its session once per connection and sends "
+        f"`LOCK.SESSION ATTACH` every grace/3 on its own connection; nothing else is added to a "
+        f"grant's round trip.",
+        "",
+        "| workload | with `SESSION id`, ops/s | without, ops/s | ratio | CPU ratio | middle half |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        cost_row("acquire free locks, every tie kept", cost),
+        cost_row(f"acquire and release side by side, {CHURN_KEYS:,} keys", churn),
         "",
     ]
 
