@@ -166,7 +166,7 @@ def compare(server, ours, baseline, keyspace, ours_setup=None, baseline_setup=No
     """Runs ours and the baseline (on baseline_server, by default the same server) in
     alternating rounds, each going first in every other round (so drift hits both alike);
     returns the medians of ops/s and CPU µs/op for each, the medians of the per-round
-    ratios, and the per-round throughput ratios in order."""
+    ratios, and the per-round throughput ratios, sorted."""
     samples = []
     for round_number in range(rounds):
         def ours_round():

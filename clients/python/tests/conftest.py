@@ -53,9 +53,9 @@ class Server:
         deadline = time.monotonic() + 20
         while True:
             try:
-                client = redis.Redis(port=self.port)
-                if client.ping() and client.info("server")["process_id"] == self.process.pid:
-                    return True
+                with redis.Redis(port=self.port) as client:
+                    if client.ping() and client.info("server")["process_id"] == self.process.pid:
+                        return True
             except redis.ConnectionError:
                 pass
             if self.process.poll() is not None:
@@ -63,7 +63,8 @@ class Server:
                     log.seek(logged_before)
                     if "Address already in use" in log.read():
                         return False
-            if time.monotonic() > deadline or self.process.poll() is not None:
+                raise RuntimeError(Path(self.dir, "server.log").read_text())
+            if time.monotonic() > deadline:
                 raise RuntimeError(Path(self.dir, "server.log").read_text())
             time.sleep(0.02)
 
