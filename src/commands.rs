@@ -17,6 +17,7 @@ use leasehold_core::lock::Lock;
 use leasehold_core::machine::{self, Request};
 use leasehold_core::outcome::{Refusal, Reply};
 use leasehold_core::queue::Waiter;
+use leasehold_core::session::Number;
 
 use crate::blocking;
 use crate::clock;
@@ -44,9 +45,7 @@ use crate::state;
 /// no fencing token to issue, and a session id that is invalid or unknown.
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let parsed = args::acquire(&args, &config::limits()).map_err(replies::arg_error)?;
-    if let Some(id) = parsed.session {
-        session::check(id)?;
-    }
+    let session = parsed.session.map(session::number).transpose()?;
     let now = clock::now_ms();
     let deadline_ms = lease_deadline(now, parsed.ttl_ms, "lock.acquire")?;
     let (name, owner) = (parsed.key, parsed.owner);
@@ -55,24 +54,26 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         mode: parsed.mode,
         reentrant: parsed.reentrant,
         deadline_ms,
+        session,
     };
     let mut key = LockKey::write(ctx, name)?;
+    let was = session::tied_to(&key, owner);
     let reply = looks::decide(ctx, &mut key, name, Some(owner), now, |scope| {
         scope.acquire(&request);
     })?;
-    if parsed.session.is_some() || matches!(reply, Reply::Token(_)) {
-        let granted = matches!(reply, Reply::Token(_)).then_some(deadline_ms);
-        session::tie(ctx, parsed.session, name, owner, granted);
+    if matches!(reply, Reply::Token(_)) {
+        session::log(ctx, session, was, name, owner, Some(deadline_ms));
     }
     let busy = matches!(reply, Reply::Busy | Reply::Refused(Refusal::TooSoon { .. }));
     match parsed.wait_ms {
-        Some(timeout) if busy && can_block(ctx) => wait(ctx, &key, &parsed, timeout),
+        Some(timeout) if busy && can_block(ctx) => wait(ctx, &key, &parsed, session, timeout),
         _ => reply_for(reply, "lock.acquire"),
     }
 }
 
 /// Blocks the caller of `LOCK.ACQUIRE` until the lock is handed to it or `timeout_ms` passes
-/// (0: no limit), queued last for the open lock `key`. Replies nothing now.
+/// (0: no limit), queued last for the open lock `key`; the holding it is granted is tied to
+/// `session`, which logs it now. Replies nothing now.
 ///
 /// # Errors
 /// When the server cannot block the client (nothing is queued then).
@@ -80,6 +81,7 @@ fn wait(
     ctx: &Context,
     key: &LockKey,
     parsed: &Acquire<'_, RedisString>,
+    session: Option<Number>,
     timeout_ms: i64,
 ) -> RedisResult {
     let handle = blocking::block::<Leaving>(ctx, timeout_ms)?;
@@ -90,8 +92,10 @@ fn wait(
         ttl_ms: parsed.ttl_ms,
         mode: parsed.mode,
         reentrant: parsed.reentrant,
+        session,
         set: false,
     };
+    session::log(ctx, session, None, name, &waiter.owner, None);
     let next = machine::wait(key.lock(), &mut state::waiters(), db, name, waiter);
     looks::look_again(ctx, key, db, name, next);
     Ok(RedisValue::NoReply)
@@ -113,9 +117,6 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let reply = looks::decide(ctx, &mut key, name, Some(owner), now, |scope| {
         scope.release(owner);
     })?;
-    if reply == Reply::Integer(1) {
-        session::released(ctx, &key, name, owner);
-    }
     reply_for(reply, "lock.release")
 }
 
@@ -131,18 +132,17 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// Arity, syntax, owner, TTL, `WRONGTYPE`, a session id that is invalid or unknown.
 pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let parsed = args::renew(&args, &config::limits()).map_err(replies::arg_error)?;
-    if let Some(id) = parsed.session {
-        session::check(id)?;
-    }
+    let session = parsed.session.map(session::number).transpose()?;
     let (name, owner) = (parsed.key, parsed.owner);
     let now = clock::now_ms();
     let deadline = lease_deadline(now, parsed.ttl_ms, "lock.renew")?;
     let mut key = LockKey::write(ctx, name)?;
+    let was = session::tied_to(&key, owner);
     let reply = looks::decide(ctx, &mut key, name, Some(owner), now, |scope| {
-        scope.renew(owner, deadline);
+        scope.renew(owner, deadline, session);
     })?;
-    if parsed.session.is_some() && reply == Reply::Integer(1) {
-        session::tie(ctx, parsed.session, name, owner, Some(deadline));
+    if reply == Reply::Integer(1) {
+        session::log(ctx, session, was, name, owner, Some(deadline));
     }
     reply_for(reply, "lock.renew")
 }
@@ -223,7 +223,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             ("holds", RedisValue::Integer(i64::from(holding.holds))),
             ("waiters", waiting),
             ("mode", RedisValue::SimpleStringStatic("exclusive")),
-            ("session", session_of(ctx, name, &holding.owner)),
+            ("session", session_id(holding.session)),
         ]),
         Some(Lock::Shared(shared)) => {
             let now = now_signed();
@@ -237,7 +237,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                         ("token", replies::token(holder.token)),
                         ("ttl", RedisValue::Integer(holder.deadline_ms - now)),
                         ("holds", RedisValue::Integer(i64::from(holder.holds))),
-                        ("session", session_of(ctx, name, &holder.owner)),
+                        ("session", session_id(holder.session)),
                     ])
                 })
                 .collect();
@@ -258,9 +258,11 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     })
 }
 
-/// The session `owner`'s holding of `key` is tied to, or null.
-fn session_of(ctx: &Context, key: &RedisString, owner: &[u8]) -> RedisValue {
-    session::tied_to(ctx, key, owner).map_or(RedisValue::Null, RedisValue::BulkString)
+/// The id of the session a holding is tied to, or null (none, or it ended).
+fn session_id(number: Option<Number>) -> RedisValue {
+    number
+        .and_then(session::id_of)
+        .map_or(RedisValue::Null, RedisValue::BulkString)
 }
 
 /// A reply map with fields in this order (RESP3 map, RESP2 flat array).

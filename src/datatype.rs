@@ -285,8 +285,10 @@ unsafe extern "C" fn copy(
     _to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
-    let lock = unsafe { &*value.cast::<Lock>() };
-    Box::into_raw(Box::new(lock.clone())).cast::<c_void>()
+    let mut lock = unsafe { &*value.cast::<Lock>() }.clone();
+    // No session logged the copy's key ([`crate::session`]).
+    lock.untie_all();
+    Box::into_raw(Box::new(lock)).cast::<c_void>()
 }
 
 /// How much work freeing takes: a shared lock with many holders is freed in the background
@@ -298,8 +300,12 @@ unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *cons
     }
 }
 
-/// Redis is removing a lock key from the keyspace; the event that says why follows.
-unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
+/// Redis is removing a lock key from the keyspace; the event that says why follows. Its
+/// holdings are untied: a key that `RENAME` or `MOVE` takes elsewhere keeps the lock under a
+/// name no session logged ([`crate::session`]), so only its lease ends it.
+unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    // Redis hands back the value it stores for the module, which is ours to change.
+    unsafe { &mut *value.cast_mut().cast::<Lock>() }.untie_all();
     let (Some(name_of), Some(db_of)) = (unsafe {
         (
             raw::RedisModule_GetKeyNameFromOptCtx,

@@ -266,14 +266,12 @@ fn holds_lock(ctx: &Context, key: &[u8]) -> bool {
     LockKey::read(ctx, &ctx.create_string(key)).is_ok_and(|key| key.lock().is_some())
 }
 
-/// `FLUSHALL`/`FLUSHDB` freed locks: look at every lock with waiters. No session ends a holding
-/// from before any more (the event does not say which database was flushed, and untying is
-/// always safe: the holding keeps its lease).
+/// `FLUSHALL`/`FLUSHDB` freed locks: look at every lock with waiters. (The sessions' log
+/// entries of the flushed locks are dropped by the sweep, as those of any holding gone.)
 pub fn on_flush(ctx: &Context, event: FlushSubevent) {
     if event != FlushSubevent::Ended {
         return;
     }
-    state::sessions().untie_all();
     let locks: Vec<(i32, Box<[u8]>)> = state::waiters()
         .keys()
         .map(|(db, key)| (db, key.into()))

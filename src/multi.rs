@@ -15,12 +15,14 @@ use leasehold_core::args;
 use leasehold_core::lock::Mode;
 use leasehold_core::outcome::{Refusal, Reply};
 use leasehold_core::queue::Waiter;
+use leasehold_core::session::Number;
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use crate::blocking;
 use crate::clock;
 use crate::commands::{can_block, lease_deadline, reply_for};
 use crate::config;
+use crate::key::LockKey;
 use crate::looks::{self, Leaving};
 use crate::replies;
 use crate::session;
@@ -46,19 +48,17 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Ok(RedisValue::NoReply);
     }
     let parsed = args::macquire(&args, &config::limits()).map_err(replies::arg_error)?;
-    if let Some(id) = parsed.session {
-        session::check(id)?;
-    }
+    let session = parsed.session.map(session::number).transpose()?;
     let (names, owner) = (parsed.keys, parsed.owner);
     let now = clock::now_ms();
     let deadline = lease_deadline(now, parsed.ttl_ms, "lock.macquire")?;
     let mut keys = looks::open_all(ctx, names)?;
+    let was = tied_to(&keys, owner);
     let (reply, replies) = looks::decide_set(ctx, &mut keys, names, Some(owner), now, |set| {
-        set.acquire(owner, deadline);
+        set.acquire(owner, deadline, session);
     })?;
-    if parsed.session.is_some() || reply == Reply::Tokens {
-        let granted = (reply == Reply::Tokens).then_some(deadline);
-        tie_all(ctx, parsed.session, names, owner, granted);
+    if reply == Reply::Tokens {
+        log_all(ctx, session, &was, names, owner, Some(deadline));
     }
     let busy = matches!(reply, Reply::Busy | Reply::Refused(Refusal::TooSoon { .. }));
     match (reply, parsed.wait_ms) {
@@ -78,8 +78,10 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 ttl_ms: parsed.ttl_ms,
                 mode: Mode::Exclusive,
                 reentrant: false,
+                session,
                 set: true,
             };
+            log_all(ctx, session, &[], names, owner, None);
             looks::decide_set(ctx, &mut keys, names, None, now, |set| set.wait(waiter))?;
             Ok(RedisValue::NoReply)
         }
@@ -107,9 +109,6 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let (reply, _) = looks::decide_set(ctx, &mut keys, names, Some(owner), now, |set| {
         set.release(owner);
     })?;
-    for (key, name) in keys.iter().zip(names) {
-        session::released(ctx, key, name, owner);
-    }
     reply_for(reply, "lock.mrelease")
 }
 
@@ -128,33 +127,41 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Ok(RedisValue::NoReply);
     }
     let parsed = args::mrenew(&args, &config::limits()).map_err(replies::arg_error)?;
-    if let Some(id) = parsed.session {
-        session::check(id)?;
-    }
+    let session = parsed.session.map(session::number).transpose()?;
     let (names, owner) = (parsed.keys, parsed.owner);
     let now = clock::now_ms();
     let deadline = lease_deadline(now, parsed.ttl_ms, "lock.mrenew")?;
     let mut keys = looks::open_all(ctx, names)?;
+    let was = tied_to(&keys, owner);
     let (reply, _) = looks::decide_set(ctx, &mut keys, names, Some(owner), now, |set| {
-        set.renew(owner, deadline);
+        set.renew(owner, deadline, session);
     })?;
-    if parsed.session.is_some() && !matches!(reply, Reply::Integer(0)) {
-        tie_all(ctx, parsed.session, names, owner, Some(deadline));
+    if !matches!(reply, Reply::Integer(0)) {
+        log_all(ctx, session, &was, names, owner, Some(deadline));
     }
     reply_for(reply, "lock.mrenew")
 }
 
-/// Ties `owner`'s holding of each of `names` to session `id` (`None`: unties them), as
-/// [`session::tie`] does with `lease_end_ms`.
-fn tie_all(
+/// The session `owner`'s holding of each of `keys` is tied to, before a command changes them.
+fn tied_to(keys: &[LockKey], owner: &[u8]) -> Vec<Option<Number>> {
+    keys.iter()
+        .map(|key| session::tied_to(key, owner))
+        .collect()
+}
+
+/// `owner`'s holding of each of `names` is tied to `session` now, as [`session::log`] logs it
+/// with `lease_end_ms`; `was` is what each was tied to before (none where it is short).
+fn log_all(
     ctx: &Context,
-    id: Option<leasehold_core::session::Id>,
+    session: Option<Number>,
+    was: &[Option<Number>],
     names: &[RedisString],
     owner: &RedisString,
     lease_end_ms: Option<i64>,
 ) {
-    for name in names {
-        session::tie(ctx, id, name, owner, lease_end_ms);
+    for (at, name) in names.iter().enumerate() {
+        let was = was.get(at).copied().flatten();
+        session::log(ctx, session, was, name, owner, lease_end_ms);
     }
 }
 

@@ -1,6 +1,6 @@
 //! Sessions on this server ([`leasehold_core::session`] has the rules): `LOCK.SESSION`, the
-//! ties that commands naming a session make and undo, and the end of a session a grace after
-//! its connection closed — each tied holding released as `LOCK.RELEASE` would release it (every
+//! log entries that commands naming a session make and the sweep drops, and the end of a
+//! session a grace after its connection closed — each holding still tied to it released as `LOCK.RELEASE` would release it (every
 //! hold at once), replicated and handed over to its waiters like one.
 //!
 //! Redis reports a closed connection with `RedisModuleEvent_ClientChange` (with the client's
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use leasehold_core::args;
 use leasehold_core::outcome::Reply;
-use leasehold_core::session::{self, Id, Tie};
+use leasehold_core::session::{self, Id, Number, Tie};
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue, raw};
 
 use crate::api::{api, subscribe};
@@ -33,7 +33,7 @@ use crate::state::{self, sessions};
 /// How often a session's end is retried while writes are paused, in ms.
 const PAUSED_RETRY_MS: u64 = 10;
 
-/// How often the sweep unties holdings that are gone ([`Sessions::to_sweep`]), in ms.
+/// How often the sweep drops log entries whose holdings are gone ([`Sessions::to_sweep`]), in ms.
 ///
 /// [`Sessions::to_sweep`]: leasehold_core::session::Sessions::to_sweep
 const SWEEP_MS: u64 = 100;
@@ -78,47 +78,48 @@ pub fn command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             ))
         }
         args::Session::Close(id) => {
-            let ties = sessions().close(id, &user).map_err(session_error)?;
-            let released = release(ctx, ties)?;
+            let (number, ties) = sessions().close(id, &user).map_err(session_error)?;
+            let released = release(ctx, number, ties)?;
             Ok(RedisValue::Integer(i64::from(released)))
         }
     }
 }
 
-/// Checks that the session a command names exists, before the command changes anything.
+/// The number of the session a command names, before the command changes anything: the
+/// holding keeps it ([`leasehold_core::lock::Lock::tie`]).
 ///
 /// # Errors
 /// No such session.
-pub fn check(id: Id) -> Result<(), RedisError> {
-    sessions().check(id).map_err(session_error)
+pub fn number(id: Id) -> Result<Number, RedisError> {
+    sessions().number(id).map_err(session_error)
 }
 
-/// Ties `owner`'s holding of `key` in the selected database to session `id` (checked before);
-/// with `None`, unties it (it was taken without a session). `lease_end_ms` is the lease end
-/// granted (unix ms), `None` for a waiter: the sweep looks the tie up from then, a waiter's at
-/// once.
-pub fn tie(ctx: &Context, id: Option<Id>, key: &[u8], owner: &[u8], lease_end_ms: Option<i64>) {
-    let mut sessions = sessions();
-    match id {
-        Some(id) => sessions.tie(id, selected_db(ctx), key, owner, lease_end_ms.unwrap_or(0)),
-        None if sessions.has_ties() => sessions.untie(selected_db(ctx), key, owner),
-        None => {}
+/// `owner`'s holding of `key` in the selected database is tied to `session` now (a waiter's
+/// when it is granted): the session logs where it is, unless the holding was tied to it before
+/// (`was`: a renewal, a retry). `lease_end_ms` is the lease end granted (unix ms), `None` for
+/// a waiter: the sweep looks the entry up from then, a waiter's at once.
+pub fn log(
+    ctx: &Context,
+    session: Option<Number>,
+    was: Option<Number>,
+    key: &[u8],
+    owner: &[u8],
+    lease_end_ms: Option<i64>,
+) {
+    if let Some(number) = session.filter(|number| was != Some(*number)) {
+        let until = lease_end_ms.unwrap_or(0);
+        sessions().log(number, selected_db(ctx), key, owner, until);
     }
 }
 
-/// `owner` released `key` in the selected database: unties it when nothing of it is held.
-pub fn released(ctx: &Context, key: &LockKey, name: &[u8], owner: &[u8]) {
-    let mut sessions = sessions();
-    if sessions.has_ties() && key.lock().and_then(|lock| lock.holds_of(owner)).is_none() {
-        sessions.untie(selected_db(ctx), name, owner);
-    }
+/// The session `owner`'s holding of the lock `key` is tied to, if any.
+pub fn tied_to(key: &LockKey, owner: &[u8]) -> Option<Number> {
+    key.lock().and_then(|lock| lock.session_of(owner))
 }
 
-/// The session `owner`'s holding of `key` in the selected database is tied to, for `LOCK.INFO`.
-pub fn tied_to(ctx: &Context, key: &[u8], owner: &[u8]) -> Option<String> {
-    sessions()
-        .tied_to(selected_db(ctx), key, owner)
-        .map(session::format_id)
+/// The id of the open session numbered `number`, for `LOCK.INFO`.
+pub fn id_of(number: Number) -> Option<String> {
+    sessions().id_of(number).map(session::format_id)
 }
 
 /// This server stopped being a master: its sessions are forgotten, not ended.
@@ -126,23 +127,26 @@ pub fn on_demoted() {
     sessions().clear();
 }
 
-/// Releases every holding of `ties` (each in its own database, every hold at once), as
-/// `LOCK.RELEASE` would; the caller's database is selected again after. Returns how many were
-/// released.
+/// Releases every holding of `ties` (each in its own database, every hold at once) that is
+/// still tied to session `number`, as `LOCK.RELEASE` would; the caller's database is selected
+/// again after. Returns how many were released.
 ///
 /// # Errors
 /// A database that cannot be selected.
-fn release(ctx: &Context, ties: Vec<Tie>) -> Result<u32, RedisError> {
+fn release(ctx: &Context, number: Number, ties: Vec<Tie>) -> Result<u32, RedisError> {
     let caller_db = selected_db(ctx);
     let mut released = 0;
     for (db, key, owner) in ties {
         select_db(ctx, db)?;
         let name = ctx.create_string(&*key);
         let owner_name = ctx.create_string(&*owner);
-        // A key of another type now: nothing of the session's is there.
+        // A key of another type now, or a holding untied since: nothing of the session's.
         let Ok(mut key) = LockKey::write(ctx, &name) else {
             continue;
         };
+        if tied_to(&key, &owner) != Some(number) {
+            continue;
+        }
         let reply = looks::decide(
             ctx,
             &mut key,
@@ -172,11 +176,11 @@ fn on_due(ctx: &Context, id: Id) {
         ctx.create_timer(Duration::from_millis(PAUSED_RETRY_MS), on_due, id);
         return;
     }
-    let Some(ties) = sessions().end_if_due(id, clock::now_ms()) else {
+    let Some((number, ties)) = sessions().end_if_due(id, clock::now_ms()) else {
         return;
     };
     info::session_expired();
-    if let Err(error) = release(ctx, ties) {
+    if let Err(error) = release(ctx, number, ties) {
         ctx.log_warning(&format!(
             "lock: session {} ended, its holdings not all released: {error:?}",
             session::format_id(id)
@@ -184,46 +188,46 @@ fn on_due(ctx: &Context, id: Id) {
     }
 }
 
-/// Every [`SWEEP_MS`]: unties each of the next ties the registry names whose holding is gone
-/// (its lease ended, its key was deleted or holds something else) and that no waiter may be
-/// granted, so that ties do not pile up in a long-lived session. Not while writes are paused
-/// (a lookup may expire a key).
+/// Every [`SWEEP_MS`]: drops each of the next log entries the registry names whose holding is
+/// no longer tied to the session (its lease ended, it was released or taken again, its key was
+/// deleted or holds something else) and that no waiter may be granted, so that logs do not
+/// grow in a long-lived session. Not while writes are paused (a lookup may expire a key).
 fn sweep(ctx: &Context, (): ()) {
     if !replication_paused()
-        && let Err(error) = untie_gone(ctx)
+        && let Err(error) = drop_gone(ctx)
     {
         ctx.log_warning(&format!(
-            "lock: the sweep of session ties stopped: {error:?}"
+            "lock: the sweep of session logs stopped: {error:?}"
         ));
     }
     ctx.create_timer(Duration::from_millis(SWEEP_MS), sweep, ());
 }
 
-/// The sweep's work: looks at each tie [`Sessions::to_sweep`] names in its database; the
-/// caller's database is selected again after.
+/// The sweep's work: looks up each entry [`Sessions::to_sweep`] names in its database, in the
+/// order named; the caller's database is selected again after.
 ///
 /// [`Sessions::to_sweep`]: leasehold_core::session::Sessions::to_sweep
 ///
 /// # Errors
 /// A database that cannot be selected.
-fn untie_gone(ctx: &Context) -> Result<(), RedisError> {
+fn drop_gone(ctx: &Context) -> Result<(), RedisError> {
     let now = i64::try_from(clock::now_ms()).unwrap_or(i64::MAX);
-    let ties = sessions().to_sweep(now);
-    if ties.is_empty() {
+    let due = sessions().to_sweep(now);
+    if due.is_empty() {
         return Ok(());
     }
     let caller_db = selected_db(ctx);
-    for (db, key, owner) in ties {
+    for (number, place, (db, key, owner)) in due {
         select_db(ctx, db)?;
         let lease_left = LockKey::read(ctx, &ctx.create_string(&*key))
             .ok()
-            .filter(|lock| lock.lock().and_then(|lock| lock.holds_of(&owner)).is_some())
+            .filter(|lock| tied_to(lock, &owner) == Some(number))
             .map(|lock| lock.remaining_ms().unwrap_or(0));
         match lease_left {
-            Some(left) => sessions().recheck_at(db, &key, &owner, now.saturating_add(left)),
-            // A waiter's tie is made when it queues: kept while anyone waits for the key.
+            Some(left) => sessions().recheck_at(number, place, now.saturating_add(left)),
+            // A waiter's entry is logged when it queues: kept while anyone waits for the key.
             None if state::has_waiters(db, &key) => {}
-            None => sessions().untie(db, &key, &owner),
+            None => sessions().drop_entry(number, place),
         }
     }
     select_db(ctx, caller_db)

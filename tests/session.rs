@@ -6,6 +6,9 @@
 //!   handed over; `CLOSE` then frees at once.
 //! - Every hold of a reentrant holding, shared holdings and sets end with the session; a release
 //!   or an acquire without the session unties a holding; `RENEW ... SESSION` ties it again.
+//! - A session ends only the holdings that still keep its number: not one another session or a
+//!   plain acquire took over, nor one `RENAME` or `COPY` put under a name it did not log;
+//!   renewals and retries log nothing more.
 //! - A tie whose holding is gone without a release (its lease ended, its key was deleted) is
 //!   swept; a live one stays.
 //! - Bad input is refused and changes nothing; a replica refuses sessions.
@@ -244,6 +247,60 @@ fn a_session_ends_every_kind_of_holding_and_only_what_is_still_tied() {
         .collect();
     assert_eq!(owners, ["reader"]);
     assert_eq!(holder(&mut con, "released").as_deref(), Some("alice"));
+}
+
+#[test]
+fn a_session_ends_only_the_holdings_that_still_keep_its_number() {
+    let server = Server::start(&[]);
+    let (mut first_con, mut second_con) = (server.client(), server.client());
+    let first = open(&mut first_con, 60_000);
+    let second = open(&mut second_con, 60_000);
+    let mut con = server.client();
+    let with = |id: &str| ["SESSION".to_owned(), id.to_owned()];
+    let take = |con: &mut Connection, key: &str, id: &str| {
+        let with = with(id);
+        let with: Vec<&str> = with.iter().map(String::as_str).collect();
+        acquire(con, key, "alice", 30_000, &with).expect("held");
+    };
+    take(&mut con, "renewed", &first);
+    for _ in 0..5 {
+        take(&mut con, "renewed", &first);
+        let renew = ["LOCK.RENEW", "renewed", "alice", "30000", "SESSION", &first];
+        assert_eq!(call(&mut con, &renew), Value::Int(1));
+    }
+    let ties = |con: &mut Connection| info_field(con, "lock", "lock_session_ties");
+    assert_eq!(ties(&mut con).as_deref(), Some("1"), "logged once");
+    take(&mut con, "taken-over", &first);
+    take(&mut con, "taken-over", &second);
+    assert_eq!(session_of(&mut con, "taken-over"), Some(second.clone()));
+    take(&mut con, "renamed", &first);
+    call(&mut con, &["RENAME", "renamed", "elsewhere"]);
+    assert_eq!(session_of(&mut con, "elsewhere"), None, "its lease only");
+    take(&mut con, "copied", &first);
+    call(&mut con, &["COPY", "copied", "copy"]);
+    assert_eq!(session_of(&mut con, "copy"), None);
+    assert_eq!(session_of(&mut con, "copied"), Some(first.clone()));
+    take(&mut con, "moved-back", &first);
+    call(&mut con, &["RENAME", "moved-back", "away"]);
+    call(&mut con, &["RENAME", "away", "moved-back"]);
+    take(&mut con, "moved-back", &first);
+    assert_eq!(
+        session_of(&mut con, "moved-back"),
+        Some(first.clone()),
+        "tied again"
+    );
+
+    // renewed, copied, moved-back.
+    assert_eq!(
+        call(&mut con, &["LOCK.SESSION", "CLOSE", &first]),
+        Value::Int(3)
+    );
+    for key in ["renewed", "copied", "moved-back"] {
+        assert_eq!(holder(&mut con, key), None, "{key}");
+    }
+    for key in ["taken-over", "elsewhere", "copy"] {
+        assert_eq!(holder(&mut con, key).as_deref(), Some("alice"), "{key}");
+    }
 }
 
 #[test]

@@ -11,7 +11,7 @@
 //!   holding gets a new, larger token. A holder that leaves leaves a dead slot behind, dropped
 //!   when it is last and compacted away once the dead outnumber the living (amortized O(1)).
 //!
-//! A holder takes 64 bytes, plus about 12 for the index and the heap.
+//! A holder takes 72 bytes, plus about 12 for the index and the heap.
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::LazyLock;
@@ -20,9 +20,10 @@ use hashbrown::HashTable;
 
 use crate::heap::{MinMaxHeap, Slots, grow_gently};
 use crate::owner::Owner;
+use crate::session::Number;
 
-/// One shared holding. Two are equal when their owner, token, deadline and hold count are:
-/// where the deadline heap keeps them is not part of the holding.
+/// One shared holding. Two are equal when their owner, token, deadline, hold count and
+/// session are: where the deadline heap keeps them is not part of the holding.
 #[derive(Debug, Clone)]
 pub struct Holder {
     /// The owner identifier (1 to 256 bytes).
@@ -35,6 +36,8 @@ pub struct Holder {
     pub holds: u32,
     /// Where this holder sits in the deadline heap.
     position: u32,
+    /// The session it is tied to ([`crate::session`]), on the master that tied it.
+    pub session: Option<Number>,
 }
 
 impl Holder {
@@ -47,6 +50,7 @@ impl Holder {
             deadline_ms,
             holds,
             position: 0,
+            session: None,
         }
     }
 
@@ -57,8 +61,19 @@ impl Holder {
 
 impl PartialEq for Holder {
     fn eq(&self, other: &Self) -> bool {
-        (&self.owner, self.token, self.deadline_ms, self.holds)
-            == (&other.owner, other.token, other.deadline_ms, other.holds)
+        (
+            &self.owner,
+            self.token,
+            self.deadline_ms,
+            self.holds,
+            self.session,
+        ) == (
+            &other.owner,
+            other.token,
+            other.deadline_ms,
+            other.holds,
+            other.session,
+        )
     }
 }
 
@@ -193,6 +208,23 @@ impl Holders {
         let position = holder.position;
         self.by_deadline.changed(&mut self.slab, position);
         true
+    }
+
+    /// Ties `owner`'s holding to `session`, or with `None` unties it ([`crate::session`]).
+    pub fn tie(&mut self, owner: &[u8], session: Option<Number>) {
+        if let Some(holder) = self
+            .slot_of(owner)
+            .and_then(|slot| self.slab.holder_mut(slot))
+        {
+            holder.session = session;
+        }
+    }
+
+    /// Unties every holding.
+    pub fn untie_all(&mut self) {
+        for holder in &mut self.slab.0 {
+            holder.session = None;
+        }
     }
 
     /// Sets `holder` as given (a master's effect on a replica): in place when its owner holds

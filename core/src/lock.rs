@@ -12,6 +12,7 @@
 use crate::fence::MAX_TOKEN;
 use crate::holders::{Holder, Holders};
 use crate::owner::{Owner, check_owner};
+use crate::session::Number;
 
 /// An exclusive holding. Its lease is the key's expiry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +23,9 @@ pub struct Holding {
     pub token: u64,
     /// The reentrant hold count: how many `LOCK.RELEASE` calls free the lock (at least 1).
     pub holds: u32,
+    /// The session it is tied to ([`crate::session`]), on the master that tied it: neither
+    /// saved nor replicated.
+    pub session: Option<Number>,
 }
 
 /// A lock held shared: its holders, and the `LIMIT` they were granted under.
@@ -132,6 +136,7 @@ impl Holding {
             owner: Owner::new(owner),
             token,
             holds,
+            session: None,
         })
     }
 }
@@ -146,6 +151,7 @@ impl Lock {
                 owner: Owner::new(owner),
                 token,
                 holds,
+                session: None,
             }),
             Mode::Shared(limit) => {
                 let mut holders = Holders::default();
@@ -174,6 +180,33 @@ impl Lock {
         match self {
             Self::Exclusive(holding) => (*holding.owner == *owner).then_some(holding.holds),
             Self::Shared(shared) => shared.holders.get(owner).map(|holder| holder.holds),
+        }
+    }
+
+    /// The session `owner`'s holding is tied to, if it holds the lock and its holding is tied.
+    #[must_use]
+    pub fn session_of(&self, owner: &[u8]) -> Option<Number> {
+        match self {
+            Self::Exclusive(holding) if *holding.owner == *owner => holding.session,
+            Self::Exclusive(_) => None,
+            Self::Shared(shared) => shared.holders.get(owner)?.session,
+        }
+    }
+
+    /// Ties `owner`'s holding to `session` (from any other), or with `None` unties it.
+    pub fn tie(&mut self, owner: &[u8], session: Option<Number>) {
+        match self {
+            Self::Exclusive(holding) if *holding.owner == *owner => holding.session = session,
+            Self::Exclusive(_) => {}
+            Self::Shared(shared) => shared.holders.tie(owner, session),
+        }
+    }
+
+    /// Unties every holding (a copy of the lock under another key, which no session logged).
+    pub fn untie_all(&mut self) {
+        match self {
+            Self::Exclusive(holding) => holding.session = None,
+            Self::Shared(shared) => shared.holders.untie_all(),
         }
     }
 

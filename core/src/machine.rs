@@ -27,6 +27,7 @@ use crate::outcome::{
     Answer, Event, KeyLease, Lease, Next, Outcome, Party, Refusal, Reply, Step, asked_limit,
 };
 use crate::queue::{Waiter, Waiters};
+use crate::session::Number;
 
 mod set;
 
@@ -43,6 +44,8 @@ pub struct Request<'a> {
     pub reentrant: bool,
     /// When a lease granted now ends, unix ms ([`lease_deadline`]).
     pub deadline_ms: i64,
+    /// The session the holding is tied to (`SESSION`, [`crate::session`]); `None` unties it.
+    pub session: Option<Number>,
 }
 
 /// One lock, the state an event on it reads and changes, and the outcome the event fills.
@@ -136,15 +139,16 @@ impl<H> Deciding<'_, H> {
         };
     }
 
-    /// Decides `owner`'s request and, when it is granted, carries it out on the lock.
-    fn try_grant(
-        &mut self,
-        owner: &[u8],
-        mode: Mode,
-        reentrant: bool,
-        queued: bool,
-        deadline_ms: i64,
-    ) -> Tried {
+    /// Decides `request` and, when it is granted, carries it out on the lock, the holding tied
+    /// to the request's session or to none.
+    fn try_grant(&mut self, request: &Request, queued: bool) -> Tried {
+        let Request {
+            owner,
+            mode,
+            reentrant,
+            deadline_ms,
+            session,
+        } = *request;
         let decision = lock::acquire(self.lock.as_ref(), owner, mode, reentrant, queued);
         match decision {
             Acquire::Busy => return Tried::Busy,
@@ -172,6 +176,9 @@ impl<H> Deciding<'_, H> {
             deadline_ms,
         ) {
             *self.lock = Some(new);
+        }
+        if let Some(lock) = self.lock.as_mut() {
+            lock.tie(owner, session);
         }
         if decision.needs_token() {
             self.out.counts.acquisitions += 1;
@@ -264,9 +271,14 @@ impl<'a, H: Copy + Eq + Hash> Run<'a, H> {
                 self.answer_first(Answer::Failed(Refusal::InvalidExpire));
                 continue;
             };
-            let tried =
-                self.deciding
-                    .try_grant(&first.owner, first.mode, first.reentrant, false, deadline);
+            let request = Request {
+                owner: &first.owner,
+                mode: first.mode,
+                reentrant: first.reentrant,
+                deadline_ms: deadline,
+                session: first.session,
+            };
+            let tried = self.deciding.try_grant(&request, false);
             let answer = match tried {
                 Tried::Busy => return,
                 Tried::Refused(Refusal::TooSoon { retry_in_ms, .. }) => {
@@ -370,7 +382,7 @@ impl<H: Copy + Eq + Hash> Run<'_, H> {
     }
 
     /// [`Scope::renew`], without its end.
-    fn renew(&mut self, owner: &[u8], deadline_ms: i64) {
+    fn renew(&mut self, owner: &[u8], deadline_ms: i64, session: Option<Number>) {
         let deciding = &mut self.deciding;
         deciding.expire_shared();
         let decision = lock::renew(deciding.lock.as_ref(), owner);
@@ -381,6 +393,9 @@ impl<H: Copy + Eq + Hash> Run<'_, H> {
                 if let Some(lock) = deciding.lock.as_mut() {
                     let holds = lock.holds_of(owner).unwrap_or(1);
                     lock.set_holds(owner, holds, Some(deadline_ms));
+                    if session.is_some() {
+                        lock.tie(owner, session);
+                    }
                 }
                 deciding.set_lease(Some(deadline_ms));
                 deciding.wrote(Party::Caller, owner, Some(deadline_ms), Event::Renew);
@@ -424,14 +439,9 @@ impl<H: Copy + Eq + Hash> Scope<'_, H> {
         run.deciding.expire_shared();
         run.hand_over();
         let queued = run.waiting();
-        let Request {
-            owner,
-            mode,
-            reentrant,
-            deadline_ms,
-        } = *request;
+        let (owner, deadline_ms) = (request.owner, request.deadline_ms);
         let deciding = &mut run.deciding;
-        deciding.out.reply = match deciding.try_grant(owner, mode, reentrant, queued, deadline_ms) {
+        deciding.out.reply = match deciding.try_grant(request, queued) {
             Tried::Held(token) => {
                 deciding.wrote(Party::Caller, owner, Some(deadline_ms), Event::Acquire);
                 Reply::Token(token)
@@ -474,11 +484,12 @@ impl<H: Copy + Eq + Hash> Scope<'_, H> {
         run.finish();
     }
 
-    /// `LOCK.RENEW key owner ttl`: `owner`'s lease ends at `deadline_ms` now. A lease that has
-    /// ended is not brought back. Replies 1 renewed, 0 no lock, -1 held by another.
-    pub fn renew(self, owner: &[u8], deadline_ms: i64) {
+    /// `LOCK.RENEW key owner ttl [SESSION id]`: `owner`'s lease ends at `deadline_ms` now, and
+    /// with a `session` its holding is tied to it. A lease that has ended is not brought back.
+    /// Replies 1 renewed, 0 no lock, -1 held by another.
+    pub fn renew(self, owner: &[u8], deadline_ms: i64, session: Option<Number>) {
         let mut run = Run::new(self);
-        run.renew(owner, deadline_ms);
+        run.renew(owner, deadline_ms, session);
         run.finish();
     }
 
@@ -603,6 +614,7 @@ pub fn apply(
                         owner,
                         token,
                         holds,
+                        ..
                     } = holding;
                     shared
                         .holders

@@ -10,7 +10,7 @@ pub const MAX_OWNER_LEN: usize = 256;
 
 /// Owners up to this many bytes live inside the lock itself — a UUID (36 bytes) with a short
 /// thread id, as Redisson's owners are — so a typical lock is one 56-byte allocation and a
-/// shared holder 64 bytes.
+/// shared holder 72 bytes.
 pub const INLINE_OWNER_LEN: usize = 38;
 
 /// An owner identifier (any bytes), stored inline up to [`INLINE_OWNER_LEN`] bytes.

@@ -20,6 +20,7 @@ use std::hash::Hash;
 use smallvec::SmallVec;
 
 use crate::lock::Mode;
+use crate::session::Number;
 
 /// A client waiting for a lock (or a set of locks), and what it asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +35,8 @@ pub struct Waiter<H> {
     pub mode: Mode,
     /// Whether it asked `REENTRANT`.
     pub reentrant: bool,
+    /// The session its holding is tied to when it is granted (`SESSION`).
+    pub session: Option<Number>,
     /// Whether it waits for a set (`LOCK.MACQUIRE`): granted all its keys in one step, or
     /// none ([`crate::machine::Set`]).
     pub set: bool,
@@ -206,6 +209,7 @@ mod tests {
             ttl_ms: 1_000,
             mode: Mode::Exclusive,
             reentrant: false,
+            session: None,
             set: false,
         }
     }

@@ -20,6 +20,7 @@ use leasehold_core::lock::{Lock, Mode};
 use leasehold_core::machine::{self, Request, Scope};
 use leasehold_core::outcome::{Answer, KeyLease, Next, Outcome, Refusal, Reply, Step};
 use leasehold_core::queue::{Waiter, Waiters};
+use leasehold_core::session::Number;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -34,6 +35,9 @@ struct Held {
     token: u64,
     holds: u32,
     deadline: i64,
+    /// The session it is tied to: the one its last acquire named, or its last renewal that
+    /// named one.
+    session: Option<Number>,
 }
 
 /// A queued request as the model keeps it.
@@ -44,6 +48,7 @@ struct Queued {
     mode: Mode,
     reentrant: bool,
     ttl: i64,
+    session: Option<Number>,
 }
 
 /// What the model expects for a request.
@@ -99,6 +104,7 @@ impl Model {
     }
 
     /// Carries out a granting expectation with the machine's `token`.
+    #[allow(clippy::too_many_arguments)]
     fn grant(
         &mut self,
         expect: Expect,
@@ -106,6 +112,7 @@ impl Model {
         mode: Mode,
         reentrant: bool,
         deadline: i64,
+        session: Option<Number>,
         token: u64,
     ) {
         let more = u32::from(reentrant);
@@ -122,6 +129,7 @@ impl Model {
                     token,
                     holds: 1,
                     deadline,
+                    session,
                 });
                 self.shared = shared_under(mode);
             }
@@ -135,6 +143,7 @@ impl Model {
                 assert_eq!(held.token, token, "re-entry and downgrade keep the token");
                 held.holds = held.holds.saturating_add(more);
                 held.deadline = deadline;
+                held.session = session;
             }
             Expect::Upgrade => {
                 assert!(token > self.last_token, "an upgrade takes a new token");
@@ -144,6 +153,7 @@ impl Model {
                 held.token = token;
                 held.holds = held.holds.saturating_add(more);
                 held.deadline = deadline;
+                held.session = session;
             }
             _ => unreachable!(),
         }
@@ -181,6 +191,7 @@ impl Model {
                         head.mode,
                         head.reentrant,
                         now + head.ttl,
+                        head.session,
                         token,
                     );
                 }
@@ -290,6 +301,11 @@ impl Harness {
         self.run_and_hand_over(|scope| scope.look());
     }
 
+    /// No session, or one of two.
+    fn session(&mut self) -> Option<Number> {
+        Number::new(self.rng.random_range(0..3))
+    }
+
     fn owner(&mut self) -> String {
         format!("o{}", self.rng.random_range(0..6))
     }
@@ -303,11 +319,13 @@ impl Harness {
         };
         let reentrant = self.rng.random_bool(0.3);
         let ttl = self.rng.random_range(1..50);
+        let session = self.session();
         let request = Request {
             owner: owner.as_bytes(),
             mode,
             reentrant,
             deadline_ms: self.now + ttl,
+            session,
         };
         self.model.expire_shared(self.now);
         let outcome = self.run(|scope| scope.acquire(&request));
@@ -326,6 +344,7 @@ impl Harness {
                         ttl_ms: ttl,
                         mode,
                         reentrant,
+                        session,
                         set: false,
                     };
                     let next =
@@ -337,14 +356,22 @@ impl Harness {
                         mode,
                         reentrant,
                         ttl,
+                        session,
                     });
                 }
             }
             (Expect::Null, Reply::Null) => {}
             (Expect::LimitDiffers, Reply::Refused(Refusal::LimitDiffers { .. })) => {}
             (_, Reply::Token(token)) if expect != Expect::Busy => {
-                self.model
-                    .grant(expect, &owner, mode, reentrant, self.now + ttl, token);
+                self.model.grant(
+                    expect,
+                    &owner,
+                    mode,
+                    reentrant,
+                    self.now + ttl,
+                    session,
+                    token,
+                );
                 // A downgrade lets the readers queued behind it join.
                 self.model.hand_over(self.now, &mut answers);
             }
@@ -388,17 +415,19 @@ impl Harness {
     fn renew(&mut self) {
         let owner = self.owner();
         let deadline = self.now + self.rng.random_range(1..50);
+        let session = self.session();
         self.model.expire_shared(self.now);
         let free = self.model.held.is_empty();
         let expected = match self.model.held.iter_mut().find(|h| h.owner == owner) {
             Some(held) => {
                 held.deadline = deadline;
+                held.session = session.or(held.session);
                 1
             }
             None if free => 0,
             None => -1,
         };
-        let outcome = self.run(|scope| scope.renew(owner.as_bytes(), deadline));
+        let outcome = self.run(|scope| scope.renew(owner.as_bytes(), deadline, session));
         assert_eq!(outcome.reply, Reply::Integer(expected), "renew by {owner}");
     }
 
@@ -467,6 +496,7 @@ impl Harness {
                 token: holding.token,
                 holds: holding.holds,
                 deadline: self.key_deadline.unwrap_or(i64::MIN),
+                session: holding.session,
             }],
             Some(Lock::Shared(shared)) => {
                 assert_eq!(self.model.shared, Some(shared.limit), "the limit");
@@ -484,6 +514,7 @@ impl Harness {
                         token: holder.token,
                         holds: holder.holds,
                         deadline: holder.deadline_ms,
+                        session: holder.session,
                     })
                     .collect()
             }

@@ -19,6 +19,7 @@ use crate::fence::Counter;
 use crate::lock::{self, Lock, Mode, Renew};
 use crate::outcome::{Answer, Event, KeyLease, Lease, Next, Outcome, Party, Refusal, Reply, Step};
 use crate::queue::{Waiter, Waiters};
+use crate::session::Number;
 
 use super::{Run, Scope, check_in, free_for, lease_deadline};
 
@@ -111,8 +112,14 @@ impl<H: Copy + Eq + Hash> Set<'_, '_, H> {
     /// Gives `owner` (for `party`) every lock with a lease ending at `deadline_ms`: the free
     /// ones with one new fencing token, shared by them all; the ones it holds keep their token
     /// and hold count and have their lease reset, as `LOCK.ACQUIRE` by a holder does. Each
-    /// member's reply is its token.
-    fn grant(&mut self, owner: &[u8], deadline_ms: i64, party: &Party) -> Result<(), Refusal> {
+    /// member's reply is its token. Each holding is tied to `session`, or to none.
+    fn grant(
+        &mut self,
+        owner: &[u8],
+        deadline_ms: i64,
+        session: Option<Number>,
+        party: &Party,
+    ) -> Result<(), Refusal> {
         let token = if self.members.iter().any(|member| member.lock.is_none()) {
             Some(self.counter.issue(self.now_ms).map_err(Refusal::from)?)
         } else {
@@ -125,6 +132,7 @@ impl<H: Copy + Eq + Hash> Set<'_, '_, H> {
             let Lock::Exclusive(holding) = lock else {
                 continue;
             };
+            holding.session = session;
             let out = &mut member.out;
             out.lease = KeyLease::At(deadline_ms);
             out.steps.push(Step::Hold {
@@ -156,10 +164,11 @@ impl<H: Copy + Eq + Hash> Set<'_, '_, H> {
     /// waiters, takes every lock exclusively for `owner` with a lease ending at `deadline_ms`
     /// ([`Reply::Tokens`]), or none: [`Reply::Busy`] when any is held by another, held
     /// shared, or has waiters (the caller then queues with [`Set::wait`] or answers null).
-    pub fn acquire(mut self, owner: &[u8], deadline_ms: i64) {
+    /// Each holding is tied to `session`, or to none.
+    pub fn acquire(mut self, owner: &[u8], deadline_ms: i64, session: Option<Number>) {
         self.settle(None);
         *self.reply = if self.grantable(owner, None) {
-            match self.grant(owner, deadline_ms, &Party::Caller) {
+            match self.grant(owner, deadline_ms, session, &Party::Caller) {
                 Ok(()) => Reply::Tokens,
                 Err(refusal) => {
                     if let Refusal::TooSoon { retry_in_ms, .. } = refusal {
@@ -196,9 +205,9 @@ impl<H: Copy + Eq + Hash> Set<'_, '_, H> {
         self.settle(Some(handle));
         let first = self.members.first().map(|member| member.key);
         let waiter = first.and_then(|key| self.waiters.first(self.db, key));
-        let Some((owner, ttl_ms)) = waiter
+        let Some((owner, ttl_ms, session)) = waiter
             .filter(|waiter| waiter.handle == handle)
-            .map(|waiter| (waiter.owner.clone(), waiter.ttl_ms))
+            .map(|waiter| (waiter.owner.clone(), waiter.ttl_ms, waiter.session))
         else {
             return self.finish();
         };
@@ -207,7 +216,9 @@ impl<H: Copy + Eq + Hash> Set<'_, '_, H> {
         }
         let granted = lease_deadline(self.now_ms, ttl_ms)
             .ok_or(Refusal::InvalidExpire)
-            .and_then(|deadline| self.grant(&owner, deadline, &Party::Waiter(owner.clone())));
+            .and_then(|deadline| {
+                self.grant(&owner, deadline, session, &Party::Waiter(owner.clone()))
+            });
         let answer = match granted {
             Ok(()) => {
                 let tokens = self.members.iter().map(|member| match member.out.reply {
@@ -252,8 +263,9 @@ impl<H: Copy + Eq + Hash> Set<'_, '_, H> {
 
     /// `LOCK.MRENEW numkeys key [key ...] owner ttl`: when `owner` holds every lock, resets
     /// each lease to end at `deadline_ms` and replies how many (all); otherwise renews none
-    /// and replies 0 — a set is held whole or not at all.
-    pub fn renew(mut self, owner: &[u8], deadline_ms: i64) {
+    /// and replies 0 — a set is held whole or not at all. With a `session`, each holding is
+    /// tied to it.
+    pub fn renew(mut self, owner: &[u8], deadline_ms: i64, session: Option<Number>) {
         self.each(None, |run| run.deciding.expire_shared());
         let all_held = self
             .members
@@ -262,7 +274,7 @@ impl<H: Copy + Eq + Hash> Set<'_, '_, H> {
         let mut renewed = 0;
         if all_held {
             self.each(None, |run| {
-                run.renew(owner, deadline_ms);
+                run.renew(owner, deadline_ms, session);
                 renewed += 1;
             });
         }
