@@ -17,7 +17,7 @@ use leasehold_core::lock::Lock;
 use leasehold_core::machine::{self, Request};
 use leasehold_core::outcome::{Refusal, Reply};
 use leasehold_core::queue::Waiter;
-use leasehold_core::session::Number;
+use leasehold_core::session::Tie;
 
 use crate::blocking;
 use crate::clock;
@@ -49,31 +49,32 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let now = clock::now_ms();
     let deadline_ms = lease_deadline(now, parsed.ttl_ms, "lock.acquire")?;
     let (name, owner) = (parsed.key, parsed.owner);
+    let mut key = LockKey::write(ctx, name)?;
+    let was = session::tied_to(&key, owner);
+    let tie = session::log(ctx, session, name, owner, deadline_ms);
     let request = Request {
         owner,
         mode: parsed.mode,
         reentrant: parsed.reentrant,
         deadline_ms,
-        session,
+        tie,
     };
-    let mut key = LockKey::write(ctx, name)?;
-    let was = session::tied_to(&key, owner);
     let reply = looks::decide(ctx, &mut key, name, Some(owner), now, |scope| {
         scope.acquire(&request);
     })?;
-    if matches!(reply, Reply::Token(_)) {
-        session::log(ctx, session, was, name, owner, Some(deadline_ms));
-    }
     let busy = matches!(reply, Reply::Busy | Reply::Refused(Refusal::TooSoon { .. }));
     match parsed.wait_ms {
-        Some(timeout) if busy && can_block(ctx) => wait(ctx, &key, &parsed, session, timeout),
-        _ => reply_for(reply, "lock.acquire"),
+        Some(timeout) if busy && can_block(ctx) => wait(ctx, &key, &parsed, tie, timeout),
+        _ => {
+            session::settle(ctx, &key, name, owner, was, tie);
+            reply_for(reply, "lock.acquire")
+        }
     }
 }
 
 /// Blocks the caller of `LOCK.ACQUIRE` until the lock is handed to it or `timeout_ms` passes
-/// (0: no limit), queued last for the open lock `key`; the holding it is granted is tied to
-/// `session`, which logs it now. Replies nothing now.
+/// (0: no limit), queued last for the open lock `key`; the holding it is granted keeps `tie`
+/// (logged already). Replies nothing now.
 ///
 /// # Errors
 /// When the server cannot block the client (nothing is queued then).
@@ -81,7 +82,7 @@ fn wait(
     ctx: &Context,
     key: &LockKey,
     parsed: &Acquire<'_, RedisString>,
-    session: Option<Number>,
+    tie: Option<Tie>,
     timeout_ms: i64,
 ) -> RedisResult {
     let handle = blocking::block::<Leaving>(ctx, timeout_ms)?;
@@ -92,10 +93,9 @@ fn wait(
         ttl_ms: parsed.ttl_ms,
         mode: parsed.mode,
         reentrant: parsed.reentrant,
-        session,
+        ties: tie.into_iter().collect(),
         set: false,
     };
-    session::log(ctx, session, None, name, &waiter.owner, None);
     let next = machine::wait(key.lock(), &mut state::waiters(), db, name, waiter);
     looks::look_again(ctx, key, db, name, next);
     Ok(RedisValue::NoReply)
@@ -113,10 +113,12 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let parsed = args::release(&args).map_err(replies::arg_error)?;
     let (name, owner) = (parsed.key, parsed.owner);
     let mut key = LockKey::write(ctx, name)?;
+    let was = session::tied_to(&key, owner);
     let now = clock::now_ms();
     let reply = looks::decide(ctx, &mut key, name, Some(owner), now, |scope| {
         scope.release(owner);
     })?;
+    session::settle(ctx, &key, name, owner, was, None);
     reply_for(reply, "lock.release")
 }
 
@@ -138,12 +140,11 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let deadline = lease_deadline(now, parsed.ttl_ms, "lock.renew")?;
     let mut key = LockKey::write(ctx, name)?;
     let was = session::tied_to(&key, owner);
+    let tie = session::log(ctx, session, name, owner, deadline);
     let reply = looks::decide(ctx, &mut key, name, Some(owner), now, |scope| {
-        scope.renew(owner, deadline, session);
+        scope.renew(owner, deadline, tie);
     })?;
-    if reply == Reply::Integer(1) {
-        session::log(ctx, session, was, name, owner, Some(deadline));
-    }
+    session::settle(ctx, &key, name, owner, was, tie);
     reply_for(reply, "lock.renew")
 }
 
@@ -223,7 +224,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             ("holds", RedisValue::Integer(i64::from(holding.holds))),
             ("waiters", waiting),
             ("mode", RedisValue::SimpleStringStatic("exclusive")),
-            ("session", session_id(holding.session)),
+            ("session", session_id(holding.tie)),
         ]),
         Some(Lock::Shared(shared)) => {
             let now = now_signed();
@@ -237,7 +238,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                         ("token", replies::token(holder.token)),
                         ("ttl", RedisValue::Integer(holder.deadline_ms - now)),
                         ("holds", RedisValue::Integer(i64::from(holder.holds))),
-                        ("session", session_id(holder.session)),
+                        ("session", session_id(holder.tie)),
                     ])
                 })
                 .collect();
@@ -259,9 +260,8 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// The id of the session a holding is tied to, or null (none, or it ended).
-fn session_id(number: Option<Number>) -> RedisValue {
-    number
-        .and_then(session::id_of)
+fn session_id(tie: Option<Tie>) -> RedisValue {
+    tie.and_then(session::id_of)
         .map_or(RedisValue::Null, RedisValue::BulkString)
 }
 

@@ -301,30 +301,39 @@ unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *cons
 }
 
 /// Redis is removing a lock key from the keyspace; the event that says why follows. Its
-/// holdings are untied: a key that `RENAME` or `MOVE` takes elsewhere keeps the lock under a
-/// name no session logged ([`crate::session`]), so only its lease ends it.
+/// holdings are untied and their sessions' log entries freed ([`crate::session`]; skipped while
+/// a command up the stack holds the sessions, the sweep frees them then): a key that `RENAME`
+/// or `MOVE` takes elsewhere keeps the lock under a name no session logged, so only its lease
+/// ends it.
 unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
     // Redis hands back the value it stores for the module, which is ours to change.
-    unsafe { &mut *value.cast_mut().cast::<Lock>() }.untie_all();
-    let (Some(name_of), Some(db_of)) = (unsafe {
+    let lock = unsafe { &mut *value.cast_mut().cast::<Lock>() };
+    if let Some((db, key)) = unsafe { unlinked_key(ctx) } {
+        if let Some(mut sessions) = state::try_sessions() {
+            sessions.free_all(db, key, lock.ties());
+        }
+        info::lock_unlinked(db, key);
+    }
+    lock.untie_all();
+}
+
+/// The database and name of the key an `unlink` callback is about.
+unsafe fn unlinked_key<'a>(ctx: *mut raw::RedisModuleKeyOptCtx) -> Option<(i32, &'a [u8])> {
+    let (name_of, db_of, get) = unsafe {
         (
-            raw::RedisModule_GetKeyNameFromOptCtx,
-            raw::RedisModule_GetDbIdFromOptCtx,
+            raw::RedisModule_GetKeyNameFromOptCtx?,
+            raw::RedisModule_GetDbIdFromOptCtx?,
+            raw::RedisModule_StringPtrLen?,
         )
-    }) else {
-        return;
     };
     let name = unsafe { name_of(ctx) };
     let mut len = 0;
-    let Some(get) = (unsafe { raw::RedisModule_StringPtrLen }) else {
-        return;
-    };
     let bytes = unsafe { get(name, &mut len) };
     if bytes.is_null() {
-        return;
+        return None;
     }
     let key = unsafe { std::slice::from_raw_parts(bytes.cast::<u8>(), len) };
-    info::lock_unlinked(unsafe { db_of(ctx) }, key);
+    Some((unsafe { db_of(ctx) }, key))
 }
 
 unsafe extern "C" fn free(value: *mut c_void) {

@@ -185,7 +185,7 @@ fn vacant() -> Lock {
         owner: Owner::new(b""),
         token: 0,
         holds: 0,
-        session: None,
+        tie: None,
     })
 }
 

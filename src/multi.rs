@@ -15,7 +15,7 @@ use leasehold_core::args;
 use leasehold_core::lock::Mode;
 use leasehold_core::outcome::{Refusal, Reply};
 use leasehold_core::queue::Waiter;
-use leasehold_core::session::Number;
+use leasehold_core::session::{Number, Tie};
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use crate::blocking;
@@ -54,13 +54,15 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let deadline = lease_deadline(now, parsed.ttl_ms, "lock.macquire")?;
     let mut keys = looks::open_all(ctx, names)?;
     let was = tied_to(&keys, owner);
+    let ties = log_all(ctx, session, names, owner, deadline);
     let (reply, replies) = looks::decide_set(ctx, &mut keys, names, Some(owner), now, |set| {
-        set.acquire(owner, deadline, session);
+        set.acquire(owner, deadline, &ties);
     })?;
-    if reply == Reply::Tokens {
-        log_all(ctx, session, &was, names, owner, Some(deadline));
-    }
     let busy = matches!(reply, Reply::Busy | Reply::Refused(Refusal::TooSoon { .. }));
+    let waits = busy && parsed.wait_ms.is_some() && can_block(ctx);
+    if !waits {
+        settle_all(ctx, &keys, names, owner, &was, &ties);
+    }
     match (reply, parsed.wait_ms) {
         (Reply::Tokens, _) => Ok(RedisValue::Array(
             replies
@@ -71,17 +73,16 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 })
                 .collect(),
         )),
-        (_, Some(timeout)) if busy && can_block(ctx) => {
+        (_, Some(timeout)) if waits => {
             let waiter = Waiter {
                 handle: blocking::block::<Leaving>(ctx, timeout)?,
                 owner: owner.as_slice().into(),
                 ttl_ms: parsed.ttl_ms,
                 mode: Mode::Exclusive,
                 reentrant: false,
-                session,
+                ties: ties.into_iter().collect(),
                 set: true,
             };
-            log_all(ctx, session, &[], names, owner, None);
             looks::decide_set(ctx, &mut keys, names, None, now, |set| set.wait(waiter))?;
             Ok(RedisValue::NoReply)
         }
@@ -105,10 +106,12 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let parsed = args::mrelease(&args, &config::limits()).map_err(replies::arg_error)?;
     let (names, owner) = (parsed.keys, parsed.owner);
     let mut keys = looks::open_all(ctx, names)?;
+    let was = tied_to(&keys, owner);
     let now = clock::now_ms();
     let (reply, _) = looks::decide_set(ctx, &mut keys, names, Some(owner), now, |set| {
         set.release(owner);
     })?;
+    settle_all(ctx, &keys, names, owner, &was, &[]);
     reply_for(reply, "lock.mrelease")
 }
 
@@ -133,35 +136,55 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let deadline = lease_deadline(now, parsed.ttl_ms, "lock.mrenew")?;
     let mut keys = looks::open_all(ctx, names)?;
     let was = tied_to(&keys, owner);
+    let ties = log_all(ctx, session, names, owner, deadline);
     let (reply, _) = looks::decide_set(ctx, &mut keys, names, Some(owner), now, |set| {
-        set.renew(owner, deadline, session);
+        set.renew(owner, deadline, &ties);
     })?;
-    if !matches!(reply, Reply::Integer(0)) {
-        log_all(ctx, session, &was, names, owner, Some(deadline));
-    }
+    settle_all(ctx, &keys, names, owner, &was, &ties);
     reply_for(reply, "lock.mrenew")
 }
 
-/// The session `owner`'s holding of each of `keys` is tied to, before a command changes them.
-fn tied_to(keys: &[LockKey], owner: &[u8]) -> Vec<Option<Number>> {
+/// The tie `owner`'s holding of each of `keys` keeps, before a command changes them.
+fn tied_to(keys: &[LockKey], owner: &[u8]) -> Vec<Option<Tie>> {
     keys.iter()
         .map(|key| session::tied_to(key, owner))
         .collect()
 }
 
-/// `owner`'s holding of each of `names` is tied to `session` now, as [`session::log`] logs it
-/// with `lease_end_ms`; `was` is what each was tied to before (none where it is short).
+/// [`session::log`] for each of `names`: the ties, one per key, or none without a session.
 fn log_all(
     ctx: &Context,
     session: Option<Number>,
-    was: &[Option<Number>],
     names: &[RedisString],
     owner: &RedisString,
-    lease_end_ms: Option<i64>,
+    lease_end_ms: i64,
+) -> Vec<Tie> {
+    names
+        .iter()
+        .map_while(|name| session::log(ctx, session, name, owner, lease_end_ms))
+        .collect()
+}
+
+/// [`session::settle`] for each of `keys` (`names`), with what each was tied by before and
+/// the tie logged for it (none where `ties` is short).
+fn settle_all(
+    ctx: &Context,
+    keys: &[LockKey],
+    names: &[RedisString],
+    owner: &RedisString,
+    was: &[Option<Tie>],
+    ties: &[Tie],
 ) {
-    for (at, name) in names.iter().enumerate() {
-        let was = was.get(at).copied().flatten();
-        session::log(ctx, session, was, name, owner, lease_end_ms);
+    for (at, (key, name)) in keys.iter().zip(names).enumerate() {
+        let logged = ties.get(at).copied();
+        session::settle(
+            ctx,
+            key,
+            name,
+            owner,
+            was.get(at).copied().flatten(),
+            logged,
+        );
     }
 }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use leasehold_core::args;
 use leasehold_core::outcome::Reply;
-use leasehold_core::session::{self, Id, Number, Tie};
+use leasehold_core::session::{self, Entry, Id, Number, Tie};
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue, raw};
 
 use crate::api::{api, subscribe};
@@ -78,15 +78,14 @@ pub fn command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             ))
         }
         args::Session::Close(id) => {
-            let (number, ties) = sessions().close(id, &user).map_err(session_error)?;
-            let released = release(ctx, number, ties)?;
+            let ties = sessions().close(id, &user).map_err(session_error)?;
+            let released = release(ctx, ties)?;
             Ok(RedisValue::Integer(i64::from(released)))
         }
     }
 }
 
-/// The number of the session a command names, before the command changes anything: the
-/// holding keeps it ([`leasehold_core::lock::Lock::tie`]).
+/// The number of the session a command names, checked before the command changes anything.
 ///
 /// # Errors
 /// No such session.
@@ -94,32 +93,55 @@ pub fn number(id: Id) -> Result<Number, RedisError> {
     sessions().number(id).map_err(session_error)
 }
 
-/// `owner`'s holding of `key` in the selected database is tied to `session` now (a waiter's
-/// when it is granted): the session logs where it is, unless the holding was tied to it before
-/// (`was`: a renewal, a retry). `lease_end_ms` is the lease end granted (unix ms), `None` for
-/// a waiter: the sweep looks the entry up from then, a waiter's at once.
+/// Logs `owner`'s holding of `key` in the selected database in `session`'s log, for the command
+/// about to tie it: the tie the holding is to keep ([`Lock::tie`] keeps the one it has for
+/// the same session), with the lease end asked for (unix ms). [`settle`] frees it after the
+/// command when the holding did not take it.
 pub fn log(
     ctx: &Context,
     session: Option<Number>,
-    was: Option<Number>,
     key: &[u8],
     owner: &[u8],
-    lease_end_ms: Option<i64>,
+    lease_end_ms: i64,
+) -> Option<Tie> {
+    let number = session?;
+    sessions().log(number, selected_db(ctx), key, owner, lease_end_ms)
+}
+
+/// After a command on `owner`'s holding of `key` (in the selected database): frees the entry
+/// of the tie the holding kept before (`was`) and of the one [`log`]ged for the command
+/// (`logged`), each unless the holding keeps it now — so a release, an untying or a renewal
+/// leaves no entry behind. Nothing to do, and no lock taken, for a holding that was not tied
+/// and a command that named no session.
+pub fn settle(
+    ctx: &Context,
+    key: &LockKey,
+    name: &[u8],
+    owner: &[u8],
+    was: Option<Tie>,
+    logged: Option<Tie>,
 ) {
-    if let Some(number) = session.filter(|number| was != Some(*number)) {
-        let until = lease_end_ms.unwrap_or(0);
-        sessions().log(number, selected_db(ctx), key, owner, until);
+    if was.is_none() && logged.is_none() {
+        return;
+    }
+    let now = tied_to(key, owner);
+    let db = selected_db(ctx);
+    let mut sessions = sessions();
+    for tie in [was, logged].into_iter().flatten() {
+        if Some(tie) != now {
+            sessions.free(tie, db, name, owner);
+        }
     }
 }
 
-/// The session `owner`'s holding of the lock `key` is tied to, if any.
-pub fn tied_to(key: &LockKey, owner: &[u8]) -> Option<Number> {
-    key.lock().and_then(|lock| lock.session_of(owner))
+/// The tie `owner`'s holding of the lock `key` keeps, if any.
+pub fn tied_to(key: &LockKey, owner: &[u8]) -> Option<Tie> {
+    key.lock().and_then(|lock| lock.tie_of(owner))
 }
 
-/// The id of the open session numbered `number`, for `LOCK.INFO`.
-pub fn id_of(number: Number) -> Option<String> {
-    sessions().id_of(number).map(session::format_id)
+/// The id of the open session a holding's `tie` names, for `LOCK.INFO`.
+pub fn id_of(tie: Tie) -> Option<String> {
+    sessions().id_of(tie.number).map(session::format_id)
 }
 
 /// This server stopped being a master: its sessions are forgotten, not ended.
@@ -127,16 +149,16 @@ pub fn on_demoted() {
     sessions().clear();
 }
 
-/// Releases every holding of `ties` (each in its own database, every hold at once) that is
-/// still tied to session `number`, as `LOCK.RELEASE` would; the caller's database is selected
+/// Releases the holding of each entry of `ties` that still keeps its tie (each in its own
+/// database, every hold at once), as `LOCK.RELEASE` would; the caller's database is selected
 /// again after. Returns how many were released.
 ///
 /// # Errors
 /// A database that cannot be selected.
-fn release(ctx: &Context, number: Number, ties: Vec<Tie>) -> Result<u32, RedisError> {
+fn release(ctx: &Context, ties: Vec<(Tie, Entry)>) -> Result<u32, RedisError> {
     let caller_db = selected_db(ctx);
     let mut released = 0;
-    for (db, key, owner) in ties {
+    for (tie, (db, key, owner)) in ties {
         select_db(ctx, db)?;
         let name = ctx.create_string(&*key);
         let owner_name = ctx.create_string(&*owner);
@@ -144,7 +166,7 @@ fn release(ctx: &Context, number: Number, ties: Vec<Tie>) -> Result<u32, RedisEr
         let Ok(mut key) = LockKey::write(ctx, &name) else {
             continue;
         };
-        if tied_to(&key, &owner) != Some(number) {
+        if tied_to(&key, &owner) != Some(tie) {
             continue;
         }
         let reply = looks::decide(
@@ -176,11 +198,11 @@ fn on_due(ctx: &Context, id: Id) {
         ctx.create_timer(Duration::from_millis(PAUSED_RETRY_MS), on_due, id);
         return;
     }
-    let Some((number, ties)) = sessions().end_if_due(id, clock::now_ms()) else {
+    let Some(ties) = sessions().end_if_due(id, clock::now_ms()) else {
         return;
     };
     info::session_expired();
-    if let Err(error) = release(ctx, number, ties) {
+    if let Err(error) = release(ctx, ties) {
         ctx.log_warning(&format!(
             "lock: session {} ended, its holdings not all released: {error:?}",
             session::format_id(id)
@@ -188,13 +210,13 @@ fn on_due(ctx: &Context, id: Id) {
     }
 }
 
-/// Every [`SWEEP_MS`]: drops each of the next log entries the registry names whose holding is
-/// no longer tied to the session (its lease ended, it was released or taken again, its key was
-/// deleted or holds something else) and that no waiter may be granted, so that logs do not
-/// grow in a long-lived session. Not while writes are paused (a lookup may expire a key).
+/// Every [`SWEEP_MS`]: frees each of the next log entries the registry names whose holding
+/// went without the server seeing it (a shared holder's lease ended, a flush, an entry logged
+/// by a command that failed) and that no waiter may be granted, so that logs do not grow in a
+/// long-lived session. Not while writes are paused (a lookup may expire a key).
 fn sweep(ctx: &Context, (): ()) {
     if !replication_paused()
-        && let Err(error) = drop_gone(ctx)
+        && let Err(error) = free_gone(ctx)
     {
         ctx.log_warning(&format!(
             "lock: the sweep of session logs stopped: {error:?}"
@@ -203,31 +225,31 @@ fn sweep(ctx: &Context, (): ()) {
     ctx.create_timer(Duration::from_millis(SWEEP_MS), sweep, ());
 }
 
-/// The sweep's work: looks up each entry [`Sessions::to_sweep`] names in its database, in the
-/// order named; the caller's database is selected again after.
+/// The sweep's work: looks up each entry [`Sessions::to_sweep`] names in its database; the
+/// caller's database is selected again after.
 ///
 /// [`Sessions::to_sweep`]: leasehold_core::session::Sessions::to_sweep
 ///
 /// # Errors
 /// A database that cannot be selected.
-fn drop_gone(ctx: &Context) -> Result<(), RedisError> {
+fn free_gone(ctx: &Context) -> Result<(), RedisError> {
     let now = i64::try_from(clock::now_ms()).unwrap_or(i64::MAX);
     let due = sessions().to_sweep(now);
     if due.is_empty() {
         return Ok(());
     }
     let caller_db = selected_db(ctx);
-    for (number, place, (db, key, owner)) in due {
+    for (tie, (db, key, owner)) in due {
         select_db(ctx, db)?;
         let lease_left = LockKey::read(ctx, &ctx.create_string(&*key))
             .ok()
-            .filter(|lock| tied_to(lock, &owner) == Some(number))
+            .filter(|lock| tied_to(lock, &owner) == Some(tie))
             .map(|lock| lock.remaining_ms().unwrap_or(0));
         match lease_left {
-            Some(left) => sessions().recheck_at(number, place, now.saturating_add(left)),
+            Some(left) => sessions().recheck_at(tie, now.saturating_add(left)),
             // A waiter's entry is logged when it queues: kept while anyone waits for the key.
             None if state::has_waiters(db, &key) => {}
-            None => sessions().drop_entry(number, place),
+            None => sessions().drop_entry(tie),
         }
     }
     select_db(ctx, caller_db)

@@ -6,7 +6,7 @@
 //! the module (a keyspace event), which takes them again.
 
 use std::hash::{BuildHasher, RandomState};
-use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
+use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError, TryLockError};
 
 use leasehold_core::fence::Counter;
 use leasehold_core::lock::Lock;
@@ -28,6 +28,16 @@ static SESSIONS: LazyLock<Mutex<Sessions>> =
 /// The sessions ([`crate::session`]).
 pub fn sessions() -> MutexGuard<'static, Sessions> {
     SESSIONS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The sessions, unless they are in use further up the stack (a callback Redis makes while a
+/// command holds them).
+pub fn try_sessions() -> Option<MutexGuard<'static, Sessions>> {
+    match SESSIONS.try_lock() {
+        Ok(sessions) => Some(sessions),
+        Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
 }
 
 /// The server's fencing counter.

@@ -9,6 +9,7 @@
 //! - A session ends only the holdings that still keep its number: not one another session or a
 //!   plain acquire took over, nor one `RENAME` or `COPY` put under a name it did not log;
 //!   renewals and retries log nothing more.
+//! - A holding released, deleted, expired, untied or not granted leaves no log entry behind.
 //! - A tie whose holding is gone without a release (its lease ended, its key was deleted) is
 //!   swept; a live one stays.
 //! - Bad input is refused and changes nothing; a replica refuses sessions.
@@ -301,6 +302,40 @@ fn a_session_ends_only_the_holdings_that_still_keep_its_number() {
     for key in ["taken-over", "elsewhere", "copy"] {
         assert_eq!(holder(&mut con, key).as_deref(), Some("alice"), "{key}");
     }
+}
+
+#[test]
+fn a_holding_that_ends_or_is_untied_leaves_nothing_in_the_sessions_log() {
+    let server = Server::start(&[]);
+    let mut session_con = server.client();
+    let id = open(&mut session_con, 60_000);
+    let mut con = server.client();
+    let with = ["SESSION", id.as_str()];
+    let ties = |con: &mut Connection| info_field(con, "lock", "lock_session_ties");
+    for n in 0..100 {
+        let key = format!("churn:{n}");
+        acquire(&mut con, &key, "alice", 30_000, &with).expect("held");
+        assert_eq!(
+            call(&mut con, &["LOCK.RELEASE", &key, "alice"]),
+            Value::Int(1)
+        );
+    }
+    assert_eq!(ties(&mut con).as_deref(), Some("0"), "released");
+    acquire(&mut con, "deleted", "alice", 30_000, &with).expect("held");
+    call(&mut con, &["DEL", "deleted"]);
+    acquire(&mut con, "untied", "alice", 30_000, &with).expect("held");
+    acquire(&mut con, "untied", "alice", 30_000, &[]).expect("held again");
+    acquire(&mut con, "busy", "bob", 30_000, &[]).expect("held");
+    assert_eq!(acquire(&mut con, "busy", "alice", 30_000, &with), None);
+    assert_eq!(
+        ties(&mut con).as_deref(),
+        Some("0"),
+        "deleted, untied, not granted"
+    );
+    acquire(&mut con, "expired", "alice", 100, &with).expect("held");
+    wait_until("the expired key's entry is freed", || {
+        ties(&mut con).as_deref() == Some("0")
+    });
 }
 
 #[test]

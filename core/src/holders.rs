@@ -20,10 +20,10 @@ use hashbrown::HashTable;
 
 use crate::heap::{MinMaxHeap, Slots, grow_gently};
 use crate::owner::Owner;
-use crate::session::Number;
+use crate::session::Tie;
 
 /// One shared holding. Two are equal when their owner, token, deadline, hold count and
-/// session are: where the deadline heap keeps them is not part of the holding.
+/// tie are: where the deadline heap keeps them is not part of the holding.
 #[derive(Debug, Clone)]
 pub struct Holder {
     /// The owner identifier (1 to 256 bytes).
@@ -36,8 +36,9 @@ pub struct Holder {
     pub holds: u32,
     /// Where this holder sits in the deadline heap.
     position: u32,
-    /// The session it is tied to ([`crate::session`]), on the master that tied it.
-    pub session: Option<Number>,
+    /// The session it is tied to and its entry there ([`crate::session`]), on the master that
+    /// tied it.
+    pub tie: Option<Tie>,
 }
 
 impl Holder {
@@ -50,7 +51,7 @@ impl Holder {
             deadline_ms,
             holds,
             position: 0,
-            session: None,
+            tie: None,
         }
     }
 
@@ -66,13 +67,13 @@ impl PartialEq for Holder {
             self.token,
             self.deadline_ms,
             self.holds,
-            self.session,
+            self.tie,
         ) == (
             &other.owner,
             other.token,
             other.deadline_ms,
             other.holds,
-            other.session,
+            other.tie,
         )
     }
 }
@@ -210,20 +211,16 @@ impl Holders {
         true
     }
 
-    /// Ties `owner`'s holding to `session`, or with `None` unties it ([`crate::session`]).
-    pub fn tie(&mut self, owner: &[u8], session: Option<Number>) {
-        if let Some(holder) = self
-            .slot_of(owner)
-            .and_then(|slot| self.slab.holder_mut(slot))
-        {
-            holder.session = session;
-        }
+    /// The tie `owner`'s holding keeps, to change ([`crate::lock::Lock::tie`]).
+    pub fn tie_mut(&mut self, owner: &[u8]) -> Option<&mut Option<Tie>> {
+        let slot = self.slot_of(owner)?;
+        Some(&mut self.slab.holder_mut(slot)?.tie)
     }
 
     /// Unties every holding.
     pub fn untie_all(&mut self) {
         for holder in &mut self.slab.0 {
-            holder.session = None;
+            holder.tie = None;
         }
     }
 

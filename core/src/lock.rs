@@ -12,7 +12,7 @@
 use crate::fence::MAX_TOKEN;
 use crate::holders::{Holder, Holders};
 use crate::owner::{Owner, check_owner};
-use crate::session::Number;
+use crate::session::Tie;
 
 /// An exclusive holding. Its lease is the key's expiry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,9 +23,9 @@ pub struct Holding {
     pub token: u64,
     /// The reentrant hold count: how many `LOCK.RELEASE` calls free the lock (at least 1).
     pub holds: u32,
-    /// The session it is tied to ([`crate::session`]), on the master that tied it: neither
-    /// saved nor replicated.
-    pub session: Option<Number>,
+    /// The session it is tied to and its entry there ([`crate::session`]), on the master that
+    /// tied it: neither saved nor replicated.
+    pub tie: Option<Tie>,
 }
 
 /// A lock held shared: its holders, and the `LIMIT` they were granted under.
@@ -136,7 +136,7 @@ impl Holding {
             owner: Owner::new(owner),
             token,
             holds,
-            session: None,
+            tie: None,
         })
     }
 }
@@ -151,7 +151,7 @@ impl Lock {
                 owner: Owner::new(owner),
                 token,
                 holds,
-                session: None,
+                tie: None,
             }),
             Mode::Shared(limit) => {
                 let mut holders = Holders::default();
@@ -183,29 +183,50 @@ impl Lock {
         }
     }
 
-    /// The session `owner`'s holding is tied to, if it holds the lock and its holding is tied.
+    /// The tie `owner`'s holding keeps, if it holds the lock and its holding is tied.
     #[must_use]
-    pub fn session_of(&self, owner: &[u8]) -> Option<Number> {
+    pub fn tie_of(&self, owner: &[u8]) -> Option<Tie> {
         match self {
-            Self::Exclusive(holding) if *holding.owner == *owner => holding.session,
+            Self::Exclusive(holding) if *holding.owner == *owner => holding.tie,
             Self::Exclusive(_) => None,
-            Self::Shared(shared) => shared.holders.get(owner)?.session,
+            Self::Shared(shared) => shared.holders.get(owner)?.tie,
         }
     }
 
-    /// Ties `owner`'s holding to `session` (from any other), or with `None` unties it.
-    pub fn tie(&mut self, owner: &[u8], session: Option<Number>) {
-        match self {
-            Self::Exclusive(holding) if *holding.owner == *owner => holding.session = session,
-            Self::Exclusive(_) => {}
-            Self::Shared(shared) => shared.holders.tie(owner, session),
+    /// Ties `owner`'s holding with `tie` — unless it is tied to that session already, when it
+    /// keeps the entry it has — or with `None` unties it.
+    pub fn tie(&mut self, owner: &[u8], tie: Option<Tie>) {
+        let kept = match self {
+            Self::Exclusive(holding) if *holding.owner == *owner => &mut holding.tie,
+            Self::Exclusive(_) => return,
+            Self::Shared(shared) => match shared.holders.tie_mut(owner) {
+                Some(kept) => kept,
+                None => return,
+            },
+        };
+        if kept.map(|kept| kept.number) != tie.map(|tie| tie.number) || tie.is_none() {
+            *kept = tie;
         }
+    }
+
+    /// Every tie its holdings keep, with their owners.
+    pub fn ties(&self) -> impl Iterator<Item = (&[u8], Tie)> {
+        let (exclusive, shared) = match self {
+            Self::Exclusive(holding) => (Some(holding), None),
+            Self::Shared(shared) => (None, Some(shared.holders.iter())),
+        };
+        let exclusive = exclusive.and_then(|holding| Some((&*holding.owner, holding.tie?)));
+        let shared = shared
+            .into_iter()
+            .flatten()
+            .filter_map(|holder| Some((&*holder.owner, holder.tie?)));
+        exclusive.into_iter().chain(shared)
     }
 
     /// Unties every holding (a copy of the lock under another key, which no session logged).
     pub fn untie_all(&mut self) {
         match self {
-            Self::Exclusive(holding) => holding.session = None,
+            Self::Exclusive(holding) => holding.tie = None,
             Self::Shared(shared) => shared.holders.untie_all(),
         }
     }

@@ -27,7 +27,7 @@ use crate::outcome::{
     Answer, Event, KeyLease, Lease, Next, Outcome, Party, Refusal, Reply, Step, asked_limit,
 };
 use crate::queue::{Waiter, Waiters};
-use crate::session::Number;
+use crate::session::Tie;
 
 mod set;
 
@@ -44,8 +44,10 @@ pub struct Request<'a> {
     pub reentrant: bool,
     /// When a lease granted now ends, unix ms ([`lease_deadline`]).
     pub deadline_ms: i64,
-    /// The session the holding is tied to (`SESSION`, [`crate::session`]); `None` unties it.
-    pub session: Option<Number>,
+    /// The tie the holding is to keep (`SESSION`: the session and the place of the entry it
+    /// logged for the holding, [`crate::session`]), unless it is tied to that session already
+    /// ([`Lock::tie`]); `None` unties it.
+    pub tie: Option<Tie>,
 }
 
 /// One lock, the state an event on it reads and changes, and the outcome the event fills.
@@ -140,14 +142,14 @@ impl<H> Deciding<'_, H> {
     }
 
     /// Decides `request` and, when it is granted, carries it out on the lock, the holding tied
-    /// to the request's session or to none.
+    /// as the request says ([`Lock::tie`]).
     fn try_grant(&mut self, request: &Request, queued: bool) -> Tried {
         let Request {
             owner,
             mode,
             reentrant,
             deadline_ms,
-            session,
+            tie,
         } = *request;
         let decision = lock::acquire(self.lock.as_ref(), owner, mode, reentrant, queued);
         match decision {
@@ -178,7 +180,7 @@ impl<H> Deciding<'_, H> {
             *self.lock = Some(new);
         }
         if let Some(lock) = self.lock.as_mut() {
-            lock.tie(owner, session);
+            lock.tie(owner, tie);
         }
         if decision.needs_token() {
             self.out.counts.acquisitions += 1;
@@ -276,7 +278,7 @@ impl<'a, H: Copy + Eq + Hash> Run<'a, H> {
                 mode: first.mode,
                 reentrant: first.reentrant,
                 deadline_ms: deadline,
-                session: first.session,
+                tie: first.ties.first().copied(),
             };
             let tried = self.deciding.try_grant(&request, false);
             let answer = match tried {
@@ -382,7 +384,7 @@ impl<H: Copy + Eq + Hash> Run<'_, H> {
     }
 
     /// [`Scope::renew`], without its end.
-    fn renew(&mut self, owner: &[u8], deadline_ms: i64, session: Option<Number>) {
+    fn renew(&mut self, owner: &[u8], deadline_ms: i64, tie: Option<Tie>) {
         let deciding = &mut self.deciding;
         deciding.expire_shared();
         let decision = lock::renew(deciding.lock.as_ref(), owner);
@@ -393,8 +395,8 @@ impl<H: Copy + Eq + Hash> Run<'_, H> {
                 if let Some(lock) = deciding.lock.as_mut() {
                     let holds = lock.holds_of(owner).unwrap_or(1);
                     lock.set_holds(owner, holds, Some(deadline_ms));
-                    if session.is_some() {
-                        lock.tie(owner, session);
+                    if tie.is_some() {
+                        lock.tie(owner, tie);
                     }
                 }
                 deciding.set_lease(Some(deadline_ms));
@@ -485,11 +487,11 @@ impl<H: Copy + Eq + Hash> Scope<'_, H> {
     }
 
     /// `LOCK.RENEW key owner ttl [SESSION id]`: `owner`'s lease ends at `deadline_ms` now, and
-    /// with a `session` its holding is tied to it. A lease that has ended is not brought back.
-    /// Replies 1 renewed, 0 no lock, -1 held by another.
-    pub fn renew(self, owner: &[u8], deadline_ms: i64, session: Option<Number>) {
+    /// with a `tie` its holding is tied ([`Lock::tie`]). A lease that has ended is not brought
+    /// back. Replies 1 renewed, 0 no lock, -1 held by another.
+    pub fn renew(self, owner: &[u8], deadline_ms: i64, tie: Option<Tie>) {
         let mut run = Run::new(self);
-        run.renew(owner, deadline_ms, session);
+        run.renew(owner, deadline_ms, tie);
         run.finish();
     }
 

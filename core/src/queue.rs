@@ -20,7 +20,7 @@ use std::hash::Hash;
 use smallvec::SmallVec;
 
 use crate::lock::Mode;
-use crate::session::Number;
+use crate::session::Tie;
 
 /// A client waiting for a lock (or a set of locks), and what it asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,12 +35,16 @@ pub struct Waiter<H> {
     pub mode: Mode,
     /// Whether it asked `REENTRANT`.
     pub reentrant: bool,
-    /// The session its holding is tied to when it is granted (`SESSION`).
-    pub session: Option<Number>,
+    /// The ties its holdings keep when it is granted (`SESSION`): none, or one per key (the
+    /// entries its session logged when it queued).
+    pub ties: Ties,
     /// Whether it waits for a set (`LOCK.MACQUIRE`): granted all its keys in one step, or
     /// none ([`crate::machine::Set`]).
     pub set: bool,
 }
+
+/// The ties of a waiter's holdings: none, one, or one per key of a set.
+pub type Ties = SmallVec<[Tie; 1]>;
 
 /// The key names a waiter queues for: one, or a set's.
 pub type Keys = SmallVec<[Box<[u8]>; 1]>;
@@ -209,7 +213,7 @@ mod tests {
             ttl_ms: 1_000,
             mode: Mode::Exclusive,
             reentrant: false,
-            session: None,
+            ties: Ties::new(),
             set: false,
         }
     }

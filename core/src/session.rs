@@ -4,22 +4,21 @@
 //!
 //! - A client **opens** a session on a connection it keeps (`LOCK.SESSION OPEN`); the session
 //!   is *attached* to that connection.
-//! - A command that names the session (`SESSION id`) **ties** its holding to it: the holding
-//!   itself keeps the session's [`Number`] ([`crate::lock::Lock::tie`]; a waiter's holding
-//!   when it is granted), and the session **logs** where the holding is — the lock's database,
-//!   its key and the owner — once: when the holding was not tied to it already, or when the
-//!   waiter queues.
-//!   Taking the holding again without a session, or with another, changes the number it
-//!   keeps; releasing it, its lease ending, its key deleted or renamed take the number away
-//!   with it. A log entry is only where to look: a session ends a holding only when the holding
-//!   still keeps its number. So tying costs a write to the holding in hand and, for a new tie,
-//!   an append; a renewal or a release costs nothing here.
-//! - Entries whose holding is gone are dropped by a **sweep** that goes round the logs a few
-//!   entries at a time, twice as many as were logged since it last looked, and names those
-//!   whose lease end has passed for the server to look up ([`Sessions::to_sweep`]; a holding
-//!   still tied gets its current lease end, [`Sessions::recheck_at`], and a waiter's entry is
-//!   kept while anyone waits for the key): a session kept for months does not gather an entry
-//!   for every lease that ran out.
+//! - A command that names the session (`SESSION id`) **ties** its holding to it: the session
+//!   **logs** where the holding is — the lock's database, its key and the owner — at a place in
+//!   its log that does not move, and the holding itself keeps the session's number and that
+//!   place, its [`Tie`] ([`crate::lock::Lock::tie`]; a waiter's holding when it is granted,
+//!   logged when it queues). A holding tied to the session already keeps its tie.
+//!   When the holding ends or keeps its tie no more — released, taken again without a session
+//!   or with another, its key deleted, expired or renamed — its entry is freed through the tie
+//!   it kept ([`Sessions::free`]): no lookup, no map of every tie. A session ends a holding only
+//!   while the holding keeps its tie.
+//! - Entries whose holding went without the server seeing it (a shared holder's lease ending,
+//!   a flush) are freed by a **sweep** that goes round the logs a few places at a time, twice
+//!   as many as were filled since it last looked, and names those whose lease end has passed
+//!   for the server to look up ([`Sessions::to_sweep`]; a holding still tied gets its current
+//!   lease end, [`Sessions::recheck_at`], and a waiter's entry is kept while anyone waits for
+//!   the key).
 //! - When the attached connection closes, the session is *detached*; unless some connection
 //!   **attaches** it again within its grace (`LOCK.SESSION ATTACH`, which clients also send as
 //!   their heartbeat), it **ends** at the close plus the grace, and the server releases each
@@ -35,7 +34,7 @@
 //! later attach answered — learns of the loss before the server can hand any of them over
 //! (docs/guarantees.md, "Sessions").
 //!
-//! The registry and the numbers holdings keep are the master's own memory: neither is saved
+//! The registry and the ties holdings keep are the master's own memory: neither is saved
 //! nor replicated, so after a restart or a failover the holdings keep only their leases.
 
 use std::collections::{HashMap, HashSet};
@@ -61,14 +60,25 @@ pub const SWEEP_MAX: usize = 4096;
 pub type Id = u64;
 
 /// A session's number: the low 32 bits of its id, never 0, unique among the sessions of a
-/// server process until four billion more have been opened. A holding tied to the session
-/// keeps it: 4 bytes that fit in an exclusive holding's padding.
+/// server process until four billion more have been opened.
 pub type Number = NonZeroU32;
 
-/// One holding a session logged: the lock's database, its key and the owner.
-pub type Tie = (i32, Box<[u8]>, Box<[u8]>);
+/// What a holding tied to a session keeps: the session's number and the place of the
+/// holding's entry in the session's log, so that ending the holding finds its entry without a
+/// lookup. 8 bytes, which an exclusive lock's allocation has room for (Redis's jemalloc rounds
+/// its 56 bytes up to 64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tie {
+    /// The session's number.
+    pub number: Number,
+    /// The entry's place in the session's log.
+    pub place: u32,
+}
 
-/// A tie as one run of bytes — the database (4 bytes), the key's length (4 bytes), the key,
+/// Where a holding a session logged is: the lock's database, its key and the owner.
+pub type Entry = (i32, Box<[u8]>, Box<[u8]>);
+
+/// An entry as one run of bytes — the database (4 bytes), the key's length (4 bytes), the key,
 /// the owner — kept in the log entry itself when it is as short as most are (a key and a
 /// UUID-sized owner), so that logging allocates nothing.
 type Encoded = SmallVec<[u8; 64]>;
@@ -82,8 +92,8 @@ fn encode(db: i32, key: &[u8], owner: &[u8]) -> Encoded {
     bytes
 }
 
-/// The tie [`encode`] wrote into `bytes`.
-fn decode(bytes: &[u8]) -> Option<Tie> {
+/// The entry [`encode`] wrote into `bytes`.
+fn decode(bytes: &[u8]) -> Option<Entry> {
     let (db, rest) = bytes.split_first_chunk::<4>()?;
     let (length, rest) = rest.split_first_chunk::<4>()?;
     let (key, owner) = rest.split_at_checked(usize::try_from(u32::from_le_bytes(*length)).ok()?)?;
@@ -160,10 +170,43 @@ struct Session {
     grace_ms: u64,
     /// When its connection closed (unix ms), while detached.
     detached_at: u64,
-    /// Where the holdings tied to it are, and some that are no longer.
-    log: Vec<Logged>,
+    /// Where the holdings tied to it are (and some that are no longer), at places that do not
+    /// move; `None` at a free place.
+    log: Vec<Option<Logged>>,
+    /// The free places of `log`, the last freed last.
+    free: Vec<u32>,
     /// Where the sweep goes on in `log`.
     swept_to: usize,
+}
+
+impl Session {
+    /// Puts `logged` at a free place of the log, or a new one at its end.
+    fn place(&mut self, logged: Logged) -> Option<u32> {
+        match self.free.pop() {
+            Some(place) => {
+                *self.log.get_mut(place as usize)? = Some(logged);
+                Some(place)
+            }
+            None => {
+                let place = u32::try_from(self.log.len()).ok()?;
+                self.log.push(Some(logged));
+                Some(place)
+            }
+        }
+    }
+
+    /// Frees `place`; false when it was free.
+    fn free(&mut self, place: u32) -> bool {
+        let freed = self
+            .log
+            .get_mut(place as usize)
+            .and_then(Option::take)
+            .is_some();
+        if freed {
+            self.free.push(place);
+        }
+        freed
+    }
 }
 
 /// Every session of this server, by number, with the connection each is attached to.
@@ -218,6 +261,7 @@ impl Sessions {
                 grace_ms,
                 detached_at: 0,
                 log: Vec::new(),
+                free: Vec::new(),
                 swept_to: 0,
             },
         );
@@ -261,36 +305,59 @@ impl Sessions {
         self.sessions.get(&number).map(|session| session.id)
     }
 
-    /// Logs where a holding newly tied to session `number` is: `owner`'s of `key` in `db`.
-    /// The sweep need not look it up before `until_ms` (unix ms: its lease end, or 0 for a
-    /// waiter). One append, and an allocation only when key and owner take more than 56 bytes.
-    pub fn log(&mut self, number: Number, db: i32, key: &[u8], owner: &[u8], until_ms: i64) {
-        if let Some(session) = self.sessions.get_mut(&number) {
-            session.log.push(Logged {
-                recheck_ms: until_ms,
-                tie: encode(db, key, owner),
-            });
-            self.made += 1;
-            self.logged += 1;
+    /// Logs where a holding a command may tie to session `number` is — `owner`'s of `key` in
+    /// `db` — at a free place of its log: the tie the holding is to keep. The sweep need not look
+    /// it up before `until_ms` (unix ms: the lease end asked for). A command that does not tie
+    /// the holding with it frees it ([`Self::free`]); one that cannot (an error) leaves it to
+    /// the sweep. An allocation only when key and owner take more than 56 bytes. `None` when
+    /// the session does not exist or its log is full (2^32 places).
+    pub fn log(
+        &mut self,
+        number: Number,
+        db: i32,
+        key: &[u8],
+        owner: &[u8],
+        until_ms: i64,
+    ) -> Option<Tie> {
+        let logged = Logged {
+            recheck_ms: until_ms,
+            tie: encode(db, key, owner),
+        };
+        let place = self.sessions.get_mut(&number)?.place(logged)?;
+        self.made += 1;
+        self.logged += 1;
+        Some(Tie { number, place })
+    }
+
+    /// The holding of `tie`'s entry — `owner`'s of `key` in `db` — does not keep it (it ended,
+    /// was tied otherwise, or kept the tie it had): the entry goes, if the entry is that holding's (a holding `SWAPDB` moved keeps a tie
+    /// whose entry names another database, and another holding's entry may be there since).
+    pub fn free(&mut self, tie: Tie, db: i32, key: &[u8], owner: &[u8]) {
+        let Some(session) = self.sessions.get_mut(&tie.number) else {
+            return;
+        };
+        let theirs = session
+            .log
+            .get(tie.place as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|logged| logged.tie == encode(db, key, owner));
+        if theirs && session.free(tie.place) {
+            self.logged -= 1;
         }
     }
 
-    /// The entries for the server to look up at `now_ms`: of the next ones round the logs
+    /// The entries for the server to look up at `now_ms`: of the next places round the logs
     /// from where the last sweep stopped — twice as many as were logged since (so the sweep
-    /// outpaces the logging, and at most as many entries are stale as live), within
-    /// [`SWEEP_MIN`] and [`SWEEP_MAX`] — those whose lease end as last known has passed, each
-    /// with its session's number and its place in the log, the places of a session falling.
-    /// The caller, with nothing else between, drops ([`Self::drop_entry`]) each whose holding
-    /// no longer keeps the number and gives the others their current lease end
-    /// ([`Self::recheck_at`]), in the order given.
-    pub fn to_sweep(&mut self, now_ms: i64) -> Vec<(Number, usize, Tie)> {
-        let mut budget = self
-            .made
-            .saturating_mul(2)
-            .clamp(SWEEP_MIN, SWEEP_MAX)
-            .min(self.logged);
+    /// outpaces the logging), within [`SWEEP_MIN`] and [`SWEEP_MAX`] — the entries whose lease
+    /// end as last known has passed, each with its tie. The caller frees ([`Self::drop_entry`])
+    /// each whose holding no longer keeps the tie and gives the others their current lease end
+    /// ([`Self::recheck_at`]).
+    pub fn to_sweep(&mut self, now_ms: i64) -> Vec<(Tie, Entry)> {
+        let mut budget = self.made.saturating_mul(2).clamp(SWEEP_MIN, SWEEP_MAX);
         self.made = 0;
         let mut swept = Vec::new();
+        // The session it starts in is come back to at most up to where it started.
+        let mut first_start: Option<(Number, usize)> = None;
         for _ in 0..=self.sessions.len() {
             if budget == 0 {
                 break;
@@ -302,17 +369,25 @@ impl Sessions {
                 break;
             };
             let start = session.swept_to.min(session.log.len());
-            let end = start.saturating_add(budget).min(session.log.len());
+            let stop = match first_start {
+                Some(first_start) if first_start.0 == number => first_start.1,
+                Some(_) => session.log.len(),
+                None => {
+                    first_start = Some((number, start));
+                    session.log.len()
+                }
+            };
+            let end = start.saturating_add(budget).min(stop.max(start));
             budget -= end - start;
             let due = session
                 .log
                 .get(start..end)
                 .unwrap_or_default()
                 .iter()
-                .enumerate()
-                .rev()
-                .filter(|(_, logged)| logged.recheck_ms <= now_ms)
-                .filter_map(|(at, logged)| Some((number, start + at, decode(&logged.tie)?)));
+                .zip(start..)
+                .filter_map(|(slot, at)| Some((slot.as_ref()?, u32::try_from(at).ok()?)))
+                .filter(|(logged, _)| logged.recheck_ms <= now_ms)
+                .filter_map(|(logged, place)| Some((Tie { number, place }, decode(&logged.tie)?)));
             swept.extend(due);
             if end < session.log.len() {
                 session.swept_to = end;
@@ -324,22 +399,33 @@ impl Sessions {
         swept
     }
 
-    /// The sweep found the holding at `place` in session `number`'s log still tied, its lease
-    /// ending at `until_ms` (unix ms): it is not looked up again before.
-    pub fn recheck_at(&mut self, number: Number, place: usize, until_ms: i64) {
-        if let Some(logged) = self.entry(number, place) {
+    /// The sweep found the holding of `tie`'s entry still keeping it, its lease ending at
+    /// `until_ms` (unix ms): it is not looked up again before.
+    pub fn recheck_at(&mut self, tie: Tie, until_ms: i64) {
+        if let Some(logged) = self.entry(tie) {
             logged.recheck_ms = until_ms;
         }
     }
 
-    /// The sweep found the holding at `place` in session `number`'s log gone: the entry goes
-    /// (the last one takes its place).
-    pub fn drop_entry(&mut self, number: Number, place: usize) {
-        if let Some(session) = self.sessions.get_mut(&number)
-            && place < session.log.len()
+    /// The sweep found no holding keeping `tie`: its entry goes.
+    pub fn drop_entry(&mut self, tie: Tie) {
+        if let Some(session) = self.sessions.get_mut(&tie.number)
+            && session.free(tie.place)
         {
-            session.log.swap_remove(place);
             self.logged -= 1;
+        }
+    }
+
+    /// The lock `key` of `db` is gone: the entries of the ties its holdings kept (`(owner,
+    /// tie)`) are freed, as [`Self::free`] frees each.
+    pub fn free_all<'a>(
+        &mut self,
+        db: i32,
+        key: &[u8],
+        ties: impl Iterator<Item = (&'a [u8], Tie)>,
+    ) {
+        for (owner, tie) in ties {
+            self.free(tie, db, key, owner);
         }
     }
 
@@ -361,13 +447,13 @@ impl Sessions {
     }
 
     /// Ends session `id` if at `now_ms` it is detached and its grace has passed. Returns its
-    /// number and its log: the holdings to release, those of them that still keep the number.
-    pub fn end_if_due(&mut self, id: Id, now_ms: u64) -> Option<(Number, Vec<Tie>)> {
+    /// log, each entry with its tie: the holdings to release, those of them that still keep it.
+    pub fn end_if_due(&mut self, id: Id, now_ms: u64) -> Option<Vec<(Tie, Entry)>> {
         let number = self.number(id).ok()?;
         let session = self.sessions.get(&number)?;
         let due = session.client.is_none()
             && now_ms >= session.detached_at.saturating_add(session.grace_ms);
-        due.then(|| (number, self.end(number)))
+        due.then(|| self.end(number))
     }
 
     /// Ends session `id` of `user` now (`LOCK.SESSION CLOSE`). Returns what
@@ -375,9 +461,9 @@ impl Sessions {
     ///
     /// # Errors
     /// No such session; another user's.
-    pub fn close(&mut self, id: Id, user: &str) -> Result<(Number, Vec<Tie>), SessionError> {
+    pub fn close(&mut self, id: Id, user: &str) -> Result<Vec<(Tie, Entry)>, SessionError> {
         let (number, _) = self.owned(id, user)?;
-        Ok((number, self.end(number)))
+        Ok(self.end(number))
     }
 
     /// Forgets every session without ending any (this server stopped being a master: its
@@ -429,23 +515,31 @@ impl Sessions {
         }
     }
 
-    fn entry(&mut self, number: Number, place: usize) -> Option<&mut Logged> {
-        self.sessions.get_mut(&number)?.log.get_mut(place)
+    fn entry(&mut self, tie: Tie) -> Option<&mut Logged> {
+        self.sessions
+            .get_mut(&tie.number)?
+            .log
+            .get_mut(tie.place as usize)?
+            .as_mut()
     }
 
     /// Removes session `number` and returns its log.
-    fn end(&mut self, number: Number) -> Vec<Tie> {
+    fn end(&mut self, number: Number) -> Vec<(Tie, Entry)> {
         let Some(session) = self.sessions.swap_remove(&number) else {
             return Vec::new();
         };
         if let Some(client) = session.client {
             self.forget_client(client, number);
         }
-        self.logged -= session.log.len();
+        self.logged -= session.log.len() - session.free.len();
         session
             .log
             .iter()
-            .filter_map(|logged| decode(&logged.tie))
+            .zip(0..)
+            .filter_map(|(slot, place)| {
+                let entry = decode(&slot.as_ref()?.tie)?;
+                Some((Tie { number, place }, entry))
+            })
             .collect()
     }
 }

@@ -20,7 +20,7 @@ use leasehold_core::lock::{Lock, Mode};
 use leasehold_core::machine::{self, Request, Scope};
 use leasehold_core::outcome::{Answer, KeyLease, Next, Outcome, Refusal, Reply, Step};
 use leasehold_core::queue::{Waiter, Waiters};
-use leasehold_core::session::Number;
+use leasehold_core::session::{Number, Tie};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -35,9 +35,9 @@ struct Held {
     token: u64,
     holds: u32,
     deadline: i64,
-    /// The session it is tied to: the one its last acquire named, or its last renewal that
-    /// named one.
-    session: Option<Number>,
+    /// Its tie: the one its last acquire or renewal named, unless it kept the tie it had to
+    /// that session ([`tied`]).
+    tie: Option<Tie>,
 }
 
 /// A queued request as the model keeps it.
@@ -48,7 +48,7 @@ struct Queued {
     mode: Mode,
     reentrant: bool,
     ttl: i64,
-    session: Option<Number>,
+    tie: Option<Tie>,
 }
 
 /// What the model expects for a request.
@@ -112,7 +112,7 @@ impl Model {
         mode: Mode,
         reentrant: bool,
         deadline: i64,
-        session: Option<Number>,
+        tie: Option<Tie>,
         token: u64,
     ) {
         let more = u32::from(reentrant);
@@ -129,7 +129,7 @@ impl Model {
                     token,
                     holds: 1,
                     deadline,
-                    session,
+                    tie,
                 });
                 self.shared = shared_under(mode);
             }
@@ -143,7 +143,11 @@ impl Model {
                 assert_eq!(held.token, token, "re-entry and downgrade keep the token");
                 held.holds = held.holds.saturating_add(more);
                 held.deadline = deadline;
-                held.session = session;
+                held.tie = if expect == Expect::Again {
+                    tied(held.tie, tie)
+                } else {
+                    tie // a new holding in the other mode
+                };
             }
             Expect::Upgrade => {
                 assert!(token > self.last_token, "an upgrade takes a new token");
@@ -153,7 +157,7 @@ impl Model {
                 held.token = token;
                 held.holds = held.holds.saturating_add(more);
                 held.deadline = deadline;
-                held.session = session;
+                held.tie = tie;
             }
             _ => unreachable!(),
         }
@@ -191,7 +195,7 @@ impl Model {
                         head.mode,
                         head.reentrant,
                         now + head.ttl,
-                        head.session,
+                        head.tie,
                         token,
                     );
                 }
@@ -203,6 +207,15 @@ impl Model {
     /// The key's lease as the model sees it.
     fn key_deadline(&self) -> Option<i64> {
         self.held.iter().map(|held| held.deadline).max()
+    }
+}
+
+/// The tie a holding that kept `kept` keeps after a request with `asked`: its own when both
+/// name one session, else the request's.
+fn tied(kept: Option<Tie>, asked: Option<Tie>) -> Option<Tie> {
+    match (kept, asked) {
+        (Some(kept), Some(asked)) if kept.number == asked.number => Some(kept),
+        _ => asked,
     }
 }
 
@@ -224,6 +237,8 @@ struct Harness {
     look_at: Option<i64>,
     model: Model,
     next_id: u32,
+    /// The last place a tie was given.
+    next_place: u32,
     rng: StdRng,
 }
 
@@ -238,6 +253,7 @@ impl Harness {
             look_at: None,
             model: Model::default(),
             next_id: 0,
+            next_place: 0,
             rng: StdRng::seed_from_u64(seed),
         }
     }
@@ -301,9 +317,14 @@ impl Harness {
         self.run_and_hand_over(|scope| scope.look());
     }
 
-    /// No session, or one of two.
-    fn session(&mut self) -> Option<Number> {
-        Number::new(self.rng.random_range(0..3))
+    /// No tie, or a new place in the log of one of two sessions.
+    fn tie(&mut self) -> Option<Tie> {
+        let number = Number::new(self.rng.random_range(0..3))?;
+        self.next_place += 1;
+        Some(Tie {
+            number,
+            place: self.next_place,
+        })
     }
 
     fn owner(&mut self) -> String {
@@ -319,13 +340,13 @@ impl Harness {
         };
         let reentrant = self.rng.random_bool(0.3);
         let ttl = self.rng.random_range(1..50);
-        let session = self.session();
+        let tie = self.tie();
         let request = Request {
             owner: owner.as_bytes(),
             mode,
             reentrant,
             deadline_ms: self.now + ttl,
-            session,
+            tie,
         };
         self.model.expire_shared(self.now);
         let outcome = self.run(|scope| scope.acquire(&request));
@@ -344,7 +365,7 @@ impl Harness {
                         ttl_ms: ttl,
                         mode,
                         reentrant,
-                        session,
+                        ties: tie.into_iter().collect(),
                         set: false,
                     };
                     let next =
@@ -356,22 +377,15 @@ impl Harness {
                         mode,
                         reentrant,
                         ttl,
-                        session,
+                        tie,
                     });
                 }
             }
             (Expect::Null, Reply::Null) => {}
             (Expect::LimitDiffers, Reply::Refused(Refusal::LimitDiffers { .. })) => {}
             (_, Reply::Token(token)) if expect != Expect::Busy => {
-                self.model.grant(
-                    expect,
-                    &owner,
-                    mode,
-                    reentrant,
-                    self.now + ttl,
-                    session,
-                    token,
-                );
+                self.model
+                    .grant(expect, &owner, mode, reentrant, self.now + ttl, tie, token);
                 // A downgrade lets the readers queued behind it join.
                 self.model.hand_over(self.now, &mut answers);
             }
@@ -415,19 +429,21 @@ impl Harness {
     fn renew(&mut self) {
         let owner = self.owner();
         let deadline = self.now + self.rng.random_range(1..50);
-        let session = self.session();
+        let tie = self.tie();
         self.model.expire_shared(self.now);
         let free = self.model.held.is_empty();
         let expected = match self.model.held.iter_mut().find(|h| h.owner == owner) {
             Some(held) => {
                 held.deadline = deadline;
-                held.session = session.or(held.session);
+                if tie.is_some() {
+                    held.tie = tied(held.tie, tie);
+                }
                 1
             }
             None if free => 0,
             None => -1,
         };
-        let outcome = self.run(|scope| scope.renew(owner.as_bytes(), deadline, session));
+        let outcome = self.run(|scope| scope.renew(owner.as_bytes(), deadline, tie));
         assert_eq!(outcome.reply, Reply::Integer(expected), "renew by {owner}");
     }
 
@@ -496,7 +512,7 @@ impl Harness {
                 token: holding.token,
                 holds: holding.holds,
                 deadline: self.key_deadline.unwrap_or(i64::MIN),
-                session: holding.session,
+                tie: holding.tie,
             }],
             Some(Lock::Shared(shared)) => {
                 assert_eq!(self.model.shared, Some(shared.limit), "the limit");
@@ -514,7 +530,7 @@ impl Harness {
                         token: holder.token,
                         holds: holder.holds,
                         deadline: holder.deadline_ms,
-                        session: holder.session,
+                        tie: holder.tie,
                     })
                     .collect()
             }

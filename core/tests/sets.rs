@@ -301,7 +301,7 @@ impl Harness {
             ttl_ms: ttl,
             mode: Mode::Exclusive,
             reentrant: false,
-            session: None,
+            ties: Default::default(),
             set,
         }
     }
@@ -317,7 +317,7 @@ impl Harness {
             mode: Mode::Exclusive,
             reentrant: false,
             deadline_ms: self.now + ttl,
-            session: None,
+            tie: None,
         };
         let out = self.single(key, |scope| scope.acquire(&request));
         let grantable = self.model.queued_on(key).next().is_none()
@@ -354,7 +354,7 @@ impl Harness {
 
     fn macquire_keys(&mut self, owner: String, keys: Vec<usize>, ttl: i64, wait: bool) {
         let deadline = self.now + ttl;
-        let (reply, replies) = self.set(&keys, |set| set.acquire(owner.as_bytes(), deadline, None));
+        let (reply, replies) = self.set(&keys, |set| set.acquire(owner.as_bytes(), deadline, &[]));
         let grantable = keys.iter().all(|&key| {
             self.model.queued_on(key).next().is_none() && self.model.free_for(key, &owner)
         });
@@ -425,7 +425,7 @@ impl Harness {
                 self.model.held[key].as_mut().expect("held").deadline = deadline;
             }
         }
-        let (reply, _) = self.set(&keys, |set| set.renew(owner.as_bytes(), deadline, None));
+        let (reply, _) = self.set(&keys, |set| set.renew(owner.as_bytes(), deadline, &[]));
         let renewed = if all { keys.len() } else { 0 };
         assert_eq!(
             reply,

@@ -36,11 +36,11 @@ fn owner_must_be_1_to_256_bytes() {
 }
 
 #[test]
-fn a_typical_owner_lives_inside_a_56_byte_lock_and_a_72_byte_holder() {
+fn a_typical_owner_lives_inside_a_64_byte_lock_and_a_72_byte_holder() {
     assert_eq!(size_of::<Owner>(), 40);
     assert_eq!(
         size_of::<Lock>(),
-        56,
+        64,
         "the owner's tag leaves room for the lock's"
     );
     assert_eq!(
@@ -61,7 +61,7 @@ fn only_holdings_a_server_could_have_written_are_taken_in() {
         owner: Owner::new(owner.as_bytes()),
         token,
         holds,
-        session: None,
+        tie: None,
     };
     assert_eq!(Holding::from_parts(b"a", 7, 2), Some(holding("a", 7, 2)));
     assert_eq!(Holding::from_parts(b"", 7, 1), None, "no owner");

@@ -19,7 +19,7 @@ use crate::fence::Counter;
 use crate::lock::{self, Lock, Mode, Renew};
 use crate::outcome::{Answer, Event, KeyLease, Lease, Next, Outcome, Party, Refusal, Reply, Step};
 use crate::queue::{Waiter, Waiters};
-use crate::session::Number;
+use crate::session::Tie;
 
 use super::{Run, Scope, check_in, free_for, lease_deadline};
 
@@ -112,12 +112,13 @@ impl<H: Copy + Eq + Hash> Set<'_, '_, H> {
     /// Gives `owner` (for `party`) every lock with a lease ending at `deadline_ms`: the free
     /// ones with one new fencing token, shared by them all; the ones it holds keep their token
     /// and hold count and have their lease reset, as `LOCK.ACQUIRE` by a holder does. Each
-    /// member's reply is its token. Each holding is tied to `session`, or to none.
+    /// member's reply is its token. Each holding is tied with the tie of `ties` at its place
+    /// ([`Lock::tie`]), or untied when `ties` is empty.
     fn grant(
         &mut self,
         owner: &[u8],
         deadline_ms: i64,
-        session: Option<Number>,
+        ties: &[Tie],
         party: &Party,
     ) -> Result<(), Refusal> {
         let token = if self.members.iter().any(|member| member.lock.is_none()) {
@@ -125,14 +126,14 @@ impl<H: Copy + Eq + Hash> Set<'_, '_, H> {
         } else {
             None
         };
-        for member in self.members.iter_mut() {
+        for (at, member) in self.members.iter_mut().enumerate() {
             let lock = member
                 .lock
                 .get_or_insert_with(|| Lock::new(owner, token.unwrap_or(0), 1, Mode::Exclusive, 0));
+            lock.tie(owner, ties.get(at).copied());
             let Lock::Exclusive(holding) = lock else {
                 continue;
             };
-            holding.session = session;
             let out = &mut member.out;
             out.lease = KeyLease::At(deadline_ms);
             out.steps.push(Step::Hold {
@@ -164,11 +165,11 @@ impl<H: Copy + Eq + Hash> Set<'_, '_, H> {
     /// waiters, takes every lock exclusively for `owner` with a lease ending at `deadline_ms`
     /// ([`Reply::Tokens`]), or none: [`Reply::Busy`] when any is held by another, held
     /// shared, or has waiters (the caller then queues with [`Set::wait`] or answers null).
-    /// Each holding is tied to `session`, or to none.
-    pub fn acquire(mut self, owner: &[u8], deadline_ms: i64, session: Option<Number>) {
+    /// Each holding is tied with the tie of `ties` at its place, or untied when it is empty.
+    pub fn acquire(mut self, owner: &[u8], deadline_ms: i64, ties: &[Tie]) {
         self.settle(None);
         *self.reply = if self.grantable(owner, None) {
-            match self.grant(owner, deadline_ms, session, &Party::Caller) {
+            match self.grant(owner, deadline_ms, ties, &Party::Caller) {
                 Ok(()) => Reply::Tokens,
                 Err(refusal) => {
                     if let Refusal::TooSoon { retry_in_ms, .. } = refusal {
@@ -205,9 +206,9 @@ impl<H: Copy + Eq + Hash> Set<'_, '_, H> {
         self.settle(Some(handle));
         let first = self.members.first().map(|member| member.key);
         let waiter = first.and_then(|key| self.waiters.first(self.db, key));
-        let Some((owner, ttl_ms, session)) = waiter
+        let Some((owner, ttl_ms, ties)) = waiter
             .filter(|waiter| waiter.handle == handle)
-            .map(|waiter| (waiter.owner.clone(), waiter.ttl_ms, waiter.session))
+            .map(|waiter| (waiter.owner.clone(), waiter.ttl_ms, waiter.ties.clone()))
         else {
             return self.finish();
         };
@@ -217,7 +218,7 @@ impl<H: Copy + Eq + Hash> Set<'_, '_, H> {
         let granted = lease_deadline(self.now_ms, ttl_ms)
             .ok_or(Refusal::InvalidExpire)
             .and_then(|deadline| {
-                self.grant(&owner, deadline, session, &Party::Waiter(owner.clone()))
+                self.grant(&owner, deadline, &ties, &Party::Waiter(owner.clone()))
             });
         let answer = match granted {
             Ok(()) => {
@@ -263,9 +264,9 @@ impl<H: Copy + Eq + Hash> Set<'_, '_, H> {
 
     /// `LOCK.MRENEW numkeys key [key ...] owner ttl`: when `owner` holds every lock, resets
     /// each lease to end at `deadline_ms` and replies how many (all); otherwise renews none
-    /// and replies 0 — a set is held whole or not at all. With a `session`, each holding is
-    /// tied to it.
-    pub fn renew(mut self, owner: &[u8], deadline_ms: i64, session: Option<Number>) {
+    /// and replies 0 — a set is held whole or not at all. Each holding is tied with the tie of
+    /// `ties` at its place ([`Lock::tie`]; untouched when `ties` is empty).
+    pub fn renew(mut self, owner: &[u8], deadline_ms: i64, ties: &[Tie]) {
         self.each(None, |run| run.deciding.expire_shared());
         let all_held = self
             .members
@@ -274,7 +275,8 @@ impl<H: Copy + Eq + Hash> Set<'_, '_, H> {
         let mut renewed = 0;
         if all_held {
             self.each(None, |run| {
-                run.renew(owner, deadline_ms, session);
+                let at = usize::try_from(renewed).unwrap_or(usize::MAX);
+                run.renew(owner, deadline_ms, ties.get(at).copied());
                 renewed += 1;
             });
         }

@@ -5,8 +5,13 @@ use rand::{RngExt, SeedableRng};
 
 use super::*;
 
-fn tie(key: &str, owner: &str) -> Tie {
+fn entry(key: &str, owner: &str) -> Entry {
     (0, key.as_bytes().into(), owner.as_bytes().into())
+}
+
+/// Logs `owner`'s holding of `key` in database 0. Returns its tie.
+fn log(sessions: &mut Sessions, number: Number, key: &[u8], owner: &[u8], until_ms: i64) -> Tie {
+    sessions.log(number, 0, key, owner, until_ms).expect("open")
 }
 
 /// A registry with one session of user `default` on connection 1, outliving it by `grace_ms`.
@@ -17,27 +22,27 @@ fn one_session(grace_ms: u64) -> (Sessions, Id, Number) {
     (sessions, id, number)
 }
 
-/// The ties the sweep names at `now_ms`, without their places.
-fn swept(sessions: &mut Sessions, now_ms: i64) -> Vec<Tie> {
-    let mut ties: Vec<Tie> = sessions
+/// The entries the sweep names at `now_ms`, without their ties.
+fn swept(sessions: &mut Sessions, now_ms: i64) -> Vec<Entry> {
+    let mut entries: Vec<Entry> = sessions
         .to_sweep(now_ms)
         .into_iter()
-        .map(|(_, _, tie)| tie)
+        .map(|(_, entry)| entry)
         .collect();
-    ties.sort();
-    ties
+    entries.sort();
+    entries
 }
 
 #[test]
 fn a_session_ends_a_grace_after_its_connection_closed_unless_attached_again() {
     let (mut sessions, id, number) = one_session(3_000);
-    sessions.log(number, 0, b"order", b"alice", 0);
+    log(&mut sessions, number, b"order", b"alice", 0);
     assert_eq!(sessions.detach(1, 10_000), vec![(id, 13_000)]);
     assert_eq!(sessions.counts(), (1, 1));
     assert_eq!(sessions.end_if_due(id, 12_999), None, "still in its grace");
     assert_eq!(
         sessions.end_if_due(id, 13_000),
-        Some((number, vec![tie("order", "alice")]))
+        Some(vec![(Tie { number, place: 0 }, entry("order", "alice"))])
     );
     assert_eq!((sessions.counts(), sessions.ties()), ((0, 0), 0));
     assert_eq!(
@@ -50,7 +55,7 @@ fn a_session_ends_a_grace_after_its_connection_closed_unless_attached_again() {
 #[test]
 fn attaching_within_the_grace_keeps_the_session() {
     let (mut sessions, id, number) = one_session(3_000);
-    sessions.log(number, 0, b"order", b"alice", 0);
+    log(&mut sessions, number, b"order", b"alice", 0);
     sessions.detach(1, 10_000);
     assert_eq!(sessions.attach(id, 2, "default"), Ok(3_000));
     assert_eq!(sessions.end_if_due(id, 20_000), None, "attached");
@@ -112,7 +117,7 @@ fn a_number_is_its_ids_low_bits_and_names_that_id_only() {
 #[test]
 fn clear_forgets_without_ending() {
     let (mut sessions, id, number) = one_session(500);
-    sessions.log(number, 0, b"order", b"alice", 0);
+    log(&mut sessions, number, b"order", b"alice", 0);
     sessions.clear();
     assert_eq!((sessions.counts(), sessions.ties()), ((0, 0), 0));
     assert_eq!(sessions.detach(1, 0), vec![]);
@@ -142,28 +147,31 @@ fn the_sweep_goes_round_every_entry_twice_as_fast_as_entries_are_logged() {
     let (mut sessions, _, number) = one_session(3_000);
     let made = SWEEP_MIN * 3;
     for n in 0..made {
-        sessions.log(number, 0, n.to_string().as_bytes(), b"alice", 0);
+        log(&mut sessions, number, n.to_string().as_bytes(), b"alice", 0);
     }
     let first = sessions.to_sweep(0);
     assert_eq!(first.len(), made, "every entry, once");
     assert_eq!(sessions.to_sweep(0).len(), SWEEP_MIN, "none logged since");
     // Round the logs from where the last sweep stopped, wrapping at the end.
-    let mut seen: Vec<Tie> = (0..3).flat_map(|_| swept(&mut sessions, 0)).collect();
+    let mut seen: Vec<Entry> = (0..3).flat_map(|_| swept(&mut sessions, 0)).collect();
     seen.sort();
     seen.dedup();
     assert_eq!(seen.len(), made, "every entry within one round");
-    for (number, place, _) in first.into_iter().take(made - 10) {
-        sessions.drop_entry(number, place);
+    for (tie, _) in first.into_iter().take(made - 10) {
+        sessions.drop_entry(tie);
     }
     assert_eq!(sessions.ties(), 10);
-    assert_eq!(sessions.to_sweep(0).len(), 10, "never more than there are");
+    let mut left: Vec<Entry> = (0..3).flat_map(|_| swept(&mut sessions, 0)).collect();
+    left.sort();
+    left.dedup();
+    assert_eq!(left.len(), 10, "the freed places are passed over");
 }
 
 #[test]
 fn a_sweep_looks_at_no_more_than_its_most() {
     let (mut sessions, _, number) = one_session(3_000);
     for n in 0..SWEEP_MAX * 2 {
-        sessions.log(number, 0, n.to_string().as_bytes(), b"alice", 0);
+        log(&mut sessions, number, n.to_string().as_bytes(), b"alice", 0);
     }
     assert_eq!(sessions.to_sweep(0).len(), SWEEP_MAX);
 }
@@ -179,12 +187,18 @@ fn the_sweep_goes_round_every_session() {
         .collect();
     for (n, number) in numbers.iter().enumerate() {
         for k in 0..SWEEP_MIN {
-            sessions.log(*number, 0, format!("{n}-{k}").as_bytes(), b"alice", 0);
+            log(
+                &mut sessions,
+                *number,
+                format!("{n}-{k}").as_bytes(),
+                b"alice",
+                0,
+            );
         }
     }
     let first = sessions.to_sweep(0);
     assert_eq!(first.len(), 3 * SWEEP_MIN);
-    let mut seen: Vec<Tie> = (0..3).flat_map(|_| swept(&mut sessions, 0)).collect();
+    let mut seen: Vec<Entry> = (0..3).flat_map(|_| swept(&mut sessions, 0)).collect();
     seen.sort();
     seen.dedup();
     assert_eq!(
@@ -197,61 +211,96 @@ fn the_sweep_goes_round_every_session() {
 #[test]
 fn the_sweep_names_only_entries_whose_lease_end_has_passed() {
     let (mut sessions, _, number) = one_session(3_000);
-    sessions.log(number, 0, b"order", b"alice", 10_000);
-    sessions.log(number, 0, b"waiting", b"bob", 5_000);
+    log(&mut sessions, number, b"order", b"alice", 10_000);
+    log(&mut sessions, number, b"waiting", b"bob", 5_000);
     assert_eq!(swept(&mut sessions, 4_999), vec![]);
-    let due = sessions.to_sweep(5_000);
-    assert_eq!(due, vec![(number, 1, tie("waiting", "bob"))]);
+    let waiting = Tie { number, place: 1 };
+    assert_eq!(
+        sessions.to_sweep(5_000),
+        vec![(waiting, entry("waiting", "bob"))]
+    );
     // Still tied, its lease now ending later.
-    sessions.recheck_at(number, 1, 20_000);
-    assert_eq!(swept(&mut sessions, 19_999), vec![tie("order", "alice")]);
+    sessions.recheck_at(waiting, 20_000);
+    assert_eq!(swept(&mut sessions, 19_999), vec![entry("order", "alice")]);
     assert_eq!(swept(&mut sessions, 20_000).len(), 2);
 }
 
-/// Sessions logging, the sweep dropping what it names and sessions ending, in random order: each session ends with exactly what it logged and the sweep did not drop.
+/// Sessions logging (and freeing what no holding took), holdings ending, the
+/// sweep dropping what it names and sessions ending, in random order: every entry stays at its
+/// place until it is freed, and each session ends with exactly the entries it still has.
 #[test]
-fn a_session_ends_with_what_it_logged_less_what_the_sweep_dropped() {
+fn entries_keep_their_places_until_freed() {
     for seed in 0..200 {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut sessions = Sessions::new(seed);
-        let mut model: BTreeMap<Id, Vec<Tie>> = BTreeMap::new();
+        let mut model: BTreeMap<Id, BTreeMap<u32, Entry>> = BTreeMap::new();
         for step in 0..300 {
             let open: Vec<Id> = model.keys().copied().collect();
-            match (rng.random_range(0..10), open.is_empty()) {
-                (0, _) | (_, true) => {
-                    model.insert(sessions.open(1, "default", 500), Vec::new());
+            let Some(&id) = open.get(rng.random_range(0..open.len().max(1))) else {
+                model.insert(sessions.open(1, "default", 500), BTreeMap::new());
+                continue;
+            };
+            let number = sessions.number(id).expect("open");
+            let log_of = model.get_mut(&id).expect("open");
+            let op = rng.random_range(0..10);
+            match op {
+                0 => {
+                    model.insert(sessions.open(1, "default", 500), BTreeMap::new());
                 }
-                (1..6, false) => {
-                    let id = open[rng.random_range(0..open.len())];
+                1..5 => {
                     let key = format!("k{}", rng.random_range(0..12));
-                    let number = sessions.number(id).expect("open");
-                    sessions.log(number, 0, key.as_bytes(), b"o", rng.random_range(0..9));
-                    model.get_mut(&id).expect("open").push(tie(&key, "o"));
+                    let tie = log(&mut sessions, number, key.as_bytes(), b"o", 5);
+                    assert_eq!(
+                        log_of.insert(tie.place, entry(&key, "o")),
+                        None,
+                        "a free place"
+                    );
                 }
-                (6..8, false) => {
+                5 => {
+                    // Logged by a command that did not tie the holding with it.
+                    let tie = log(&mut sessions, number, b"unused", b"o", 5);
+                    assert!(!log_of.contains_key(&tie.place), "a free place");
+                    sessions.free(tie, 0, b"unused", b"o");
+                }
+                6 => {
+                    // A holding ends: its entry goes, but not another holding's at its place.
+                    let Some((&place, (db, key, owner))) = log_of.iter().next() else {
+                        continue;
+                    };
+                    let tie = Tie { number, place };
+                    sessions.free(tie, db + 1, key, owner);
+                    sessions.free(tie, *db, key, owner);
+                    log_of.remove(&place);
+                }
+                7 | 8 => {
                     let now = rng.random_range(0..10);
-                    for (number, place, tie) in sessions.to_sweep(now) {
-                        let id = sessions.id_of(number).expect("open");
+                    for (tie, found) in sessions.to_sweep(now) {
+                        let id = sessions.id_of(tie.number).expect("open");
+                        let log_of = model.get_mut(&id).expect("open");
+                        assert_eq!(
+                            log_of.get(&tie.place),
+                            Some(&found),
+                            "seed {seed} step {step}"
+                        );
                         if rng.random_bool(0.5) {
-                            sessions.drop_entry(number, place);
-                            let log = model.get_mut(&id).expect("open");
-                            let at = log.iter().position(|t| *t == tie).expect("logged");
-                            log.remove(at);
+                            sessions.drop_entry(tie);
+                            log_of.remove(&tie.place);
                         } else {
-                            sessions.recheck_at(number, place, now + 5);
+                            sessions.recheck_at(tie, now + 5);
                         }
                     }
                 }
-                (_, false) => {
-                    let id = open[rng.random_range(0..open.len())];
-                    let (_, mut ended) = sessions.close(id, "default").expect("open");
-                    let mut expected = model.remove(&id).expect("open");
-                    ended.sort();
-                    expected.sort();
+                _ => {
+                    let ended = sessions.close(id, "default").expect("open");
+                    let expected = model.remove(&id).expect("open");
+                    let ended: BTreeMap<u32, Entry> = ended
+                        .into_iter()
+                        .map(|(tie, entry)| (tie.place, entry))
+                        .collect();
                     assert_eq!(ended, expected, "seed {seed} step {step}");
                 }
             }
-            let logged: usize = model.values().map(Vec::len).sum();
+            let logged: usize = model.values().map(BTreeMap::len).sum();
             assert_eq!(sessions.ties(), logged, "seed {seed} step {step}");
         }
     }
