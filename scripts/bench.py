@@ -508,8 +508,8 @@ def sessions(binary):
     default grace), 10 rounds of 10 holders killed at once; with the lease only, one round of
     10. And what `SESSION id` costs `LOCK.ACQUIRE` (redis-benchmark, as `throughput`, in
     SESSION_COST_ROUNDS rounds: the difference is small beside this machine's drift): on free
-    keys, every tie kept (the most the registry holds), and beside `LOCK.RELEASE` on the same
-    CHURN_KEYS keys, where ties are made and undone as locks come and go."""
+    keys, every tie kept (the most the sessions' logs hold), and beside `LOCK.RELEASE` on the
+    same CHURN_KEYS keys, where ties are made and freed as locks come and go."""
     server = Server(binary)
     try:
         grace = int(server.cli("CONFIG", "GET", "lock.session-grace-ms").split()[-1])
@@ -565,7 +565,7 @@ def sessions_table(grace, with_session, lease_only, cost, churn):
         f"{len(cost['ratios'])} alternating rounds, and the middle half of the rounds' throughput "
         f"ratios): on free keys, where no lock is released and every tie stays (a million by a "
         f"round's end), and with `LOCK.RELEASE` running beside it on the same "
-        f"{CHURN_KEYS:,} keys (half the clients each), where ties are made and undone as locks "
+        f"{CHURN_KEYS:,} keys (half the clients each), where ties are made and freed as locks "
         f"come and go. A client attaches its session once per connection and sends "
         f"`LOCK.SESSION ATTACH` every grace/3 on its own connection; nothing else is added to a "
         f"grant's round trip.",
