@@ -1,7 +1,8 @@
 //! Sessions on this server ([`leasehold_core::session`] has the rules): `LOCK.SESSION`, the
-//! log entries that commands naming a session make and the sweep drops, and the end of a
-//! session a grace after its connection closed — each holding still tied to it released as `LOCK.RELEASE` would release it (every
-//! hold at once), replicated and handed over to its waiters like one.
+//! log entries that commands naming a session make and that commands, the `unlink` callback
+//! and the sweep free, and the end of a session a grace after its connection closed — each
+//! holding still tied to it released as `LOCK.RELEASE` would release it (every hold at once),
+//! replicated and handed over to its waiters like one.
 //!
 //! Redis reports a closed connection with `RedisModuleEvent_ClientChange` (with the client's
 //! id since Redis 6.0.9, redis#7867), which `redis-module` 2.0.8 does not wrap: its

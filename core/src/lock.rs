@@ -204,7 +204,7 @@ impl Lock {
                 None => return,
             },
         };
-        if kept.map(|kept| kept.number) != tie.map(|tie| tie.number) || tie.is_none() {
+        if kept.map(|kept| kept.number) != tie.map(|tie| tie.number) {
             *kept = tie;
         }
     }

@@ -22,7 +22,7 @@
 //! - When the attached connection closes, the session is *detached*; unless some connection
 //!   **attaches** it again within its grace (`LOCK.SESSION ATTACH`, which clients also send as
 //!   their heartbeat), it **ends** at the close plus the grace, and the server releases each
-//!   holding of its log that still keeps its number (every hold of a reentrant one) as
+//!   holding of its log that still keeps its tie (every hold of a reentrant one) as
 //!   `LOCK.RELEASE` would.
 //! - `LOCK.SESSION CLOSE` ends a session at once.
 //!
@@ -48,11 +48,11 @@ use smallvec::SmallVec;
 /// The shortest grace a session may ask for, in ms.
 pub const MIN_GRACE_MS: u64 = 100;
 
-/// The fewest log entries a sweep looks at ([`Sessions::to_sweep`]), however few were logged
+/// The fewest log places a sweep looks at ([`Sessions::to_sweep`]), however few were logged
 /// since the last: the logs are gone round even when nothing is logged.
 pub const SWEEP_MIN: usize = 64;
 
-/// The most log entries a sweep looks at: a sweep runs between commands.
+/// The most log places a sweep looks at: a sweep runs between commands.
 pub const SWEEP_MAX: usize = 4096;
 
 /// A session's id: unique for the life of the server process, and unlike any id of an earlier
@@ -330,8 +330,9 @@ impl Sessions {
     }
 
     /// The holding of `tie`'s entry — `owner`'s of `key` in `db` — does not keep it (it ended,
-    /// was tied otherwise, or kept the tie it had): the entry goes, if the entry is that holding's (a holding `SWAPDB` moved keeps a tie
-    /// whose entry names another database, and another holding's entry may be there since).
+    /// was tied otherwise, or kept the tie it had): the entry goes, if it is that holding's (a
+    /// holding `SWAPDB` moved keeps a tie whose entry names another database, and another
+    /// holding's entry may be there since).
     pub fn free(&mut self, tie: Tie, db: i32, key: &[u8], owner: &[u8]) {
         let Some(session) = self.sessions.get_mut(&tie.number) else {
             return;
