@@ -33,8 +33,9 @@ use crate::state;
 /// one of its shared holders (at most `n` with `LIMIT`) — or resets the lease when `owner`
 /// already holds it (`REENTRANT` also counts one more hold). With `WAIT`, a client that finds
 /// the lock busy blocks until the lock is handed to it, in arrival order, or `timeout-ms` passes
-/// (0: no limit). With `SESSION`, the holding is tied to that session ([`crate::session`]),
-/// which releases it a grace after the session's connection closed.
+/// (0: no limit). With `SESSION`, or on a connection that uses a session (`LOCK.SESSION USE`),
+/// the holding is tied to that session ([`crate::session`]), which releases it a grace after the
+/// session's connection closed.
 ///
 /// Replies with the holding's fencing token, or null when the lock is busy (or stayed busy
 /// until the timeout), and at once when a shared holder asks for it exclusively while others
@@ -45,7 +46,7 @@ use crate::state;
 /// no fencing token to issue, and a session id that is invalid or unknown.
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let parsed = args::acquire(&args, &config::limits()).map_err(replies::arg_error)?;
-    let session = parsed.session.map(session::number).transpose()?;
+    let session = session::of_command(ctx, parsed.session)?;
     let now = clock::now_ms();
     let deadline_ms = lease_deadline(now, parsed.ttl_ms, "lock.acquire")?;
     let (name, owner) = (parsed.key, parsed.owner);
@@ -123,8 +124,9 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// `LOCK.RENEW key owner ttl-ms [SESSION id]`: resets the lease of `owner`'s holding to
-/// `ttl-ms` from now; with `SESSION`, the holding is tied to that session from now on (clients
-/// tie their holdings to a new session this way after a failover). A lease that has ended is
+/// `ttl-ms` from now; with `SESSION` (or the session the connection uses), the holding is tied
+/// to that session from now on (clients tie their holdings to a new session this way after a
+/// failover). A lease that has ended is
 /// not brought back.
 ///
 /// Replies `1` when renewed, `0` when there is no lock, `-1` when others hold it but not
@@ -134,7 +136,7 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// Arity, syntax, owner, TTL, `WRONGTYPE`, a session id that is invalid or unknown.
 pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let parsed = args::renew(&args, &config::limits()).map_err(replies::arg_error)?;
-    let session = parsed.session.map(session::number).transpose()?;
+    let session = session::of_command(ctx, parsed.session)?;
     let (name, owner) = (parsed.key, parsed.owner);
     let now = clock::now_ms();
     let deadline = lease_deadline(now, parsed.ttl_ms, "lock.renew")?;

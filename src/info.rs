@@ -135,10 +135,10 @@ fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
             .field("insync_role", "replica")?
             .field("insync_promotable", u64::from(set.promotable))?,
     };
-    let (open, detached, ties) = {
+    let (open, detached, ties, users) = {
         let sessions = state::sessions();
         let (open, detached) = sessions.counts();
-        (open, detached, sessions.ties())
+        (open, detached, sessions.ties(), sessions.users())
     };
     let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
     builder
@@ -151,6 +151,7 @@ fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .field("sessions", count(open))?
         .field("sessions_detached", count(detached))?
         .field("session_ties", count(ties))?
+        .field("session_connections", count(users))?
         .field("sessions_expired", SESSIONS_EXPIRED.get())?
         .field("session_releases", SESSION_RELEASES.get())?
         .build_section()?

@@ -250,7 +250,8 @@ mod tests {
         assert_eq!(syntax("lock.acquire").as_deref(), Some(acquire));
         let mrelease = "LOCK.MRELEASE numkeys key [key ...] owner";
         assert_eq!(syntax("LOCK.MRELEASE").as_deref(), Some(mrelease));
-        let session = "LOCK.SESSION <OPEN [GRACE grace-ms] | ATTACH id | CLOSE id>";
+        let session =
+            "LOCK.SESSION <OPEN [GRACE grace-ms] | ATTACH id | USE <id | NONE> | CLOSE id>";
         assert_eq!(syntax("lock.session").as_deref(), Some(session));
         assert_eq!(key_range("lock.acquire"), (1, 1, 1));
         assert_eq!(key_range("lock.macquire"), (0, 0, 0));

@@ -28,8 +28,8 @@ use crate::replies;
 use crate::session;
 
 /// `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [WAIT timeout-ms] [SESSION id]`: takes
-/// every lock exclusively for `owner` with a lease of `ttl-ms`, or none; with `SESSION`, tied to
-/// that session ([`crate::session`]). Locks newly taken share one new
+/// every lock exclusively for `owner` with a lease of `ttl-ms`, or none; with `SESSION` (or the
+/// session the connection uses), tied to that session ([`crate::session`]). Locks newly taken share one new
 /// fencing token; a lock `owner` already holds keeps its token and has its lease reset. With
 /// `WAIT`, a client that finds any lock busy queues for all of them at once, behind everyone
 /// already queued for any of them, until they are handed to it together or `timeout-ms`
@@ -48,7 +48,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Ok(RedisValue::NoReply);
     }
     let parsed = args::macquire(&args, &config::limits()).map_err(replies::arg_error)?;
-    let session = parsed.session.map(session::number).transpose()?;
+    let session = session::of_command(ctx, parsed.session)?;
     let (names, owner) = (parsed.keys, parsed.owner);
     let now = clock::now_ms();
     let deadline = lease_deadline(now, parsed.ttl_ms, "lock.macquire")?;
@@ -116,7 +116,8 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// `LOCK.MRENEW numkeys key [key ...] owner ttl-ms [SESSION id]`: when `owner` holds every
-/// lock, resets each lease to `ttl-ms` from now (and with `SESSION` ties each to that session);
+/// lock, resets each lease to `ttl-ms` from now (and with `SESSION`, or the session the
+/// connection uses, ties each to that session);
 /// otherwise renews none — a set is held whole or not at all,
 /// so a watchdog learns at once that part of it was lost.
 ///
@@ -130,7 +131,7 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Ok(RedisValue::NoReply);
     }
     let parsed = args::mrenew(&args, &config::limits()).map_err(replies::arg_error)?;
-    let session = parsed.session.map(session::number).transpose()?;
+    let session = session::of_command(ctx, parsed.session)?;
     let (names, owner) = (parsed.keys, parsed.owner);
     let now = clock::now_ms();
     let deadline = lease_deadline(now, parsed.ttl_ms, "lock.mrenew")?;

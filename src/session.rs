@@ -46,12 +46,16 @@ const SWEEP_MS: u64 = 100;
 /// other), keeping every holding tied to it; clients send it as their heartbeat too. Replies
 /// the grace in ms.
 ///
+/// `LOCK.SESSION USE <id | NONE>`: what this connection acquires and renews without naming a
+/// session is tied to session `id` from now on (refused once it ended), or to none. Replies
+/// `OK`.
+///
 /// `LOCK.SESSION CLOSE id`: ends the session now; replies how many holdings it released.
 ///
 /// # Errors
 /// Arity, syntax, an unknown subcommand, a grace out of range, an invalid id, no such session
-/// (never opened here, or ended), a session another ACL user opened, and `READONLY` on a
-/// replica.
+/// (never opened here, or ended), a session another ACL user opened (`ATTACH`, `CLOSE`), and
+/// `READONLY` on a replica.
 pub fn command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let max_grace = config::session_max_grace_ms();
     let parsed = args::session(&args, max_grace).map_err(replies::arg_error)?;
@@ -78,6 +82,12 @@ pub fn command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 i64::try_from(grace_ms).unwrap_or(i64::MAX),
             ))
         }
+        args::Session::Use(id) => {
+            sessions()
+                .use_session(client_id(ctx)?, id)
+                .map_err(session_error)?;
+            Ok(RedisValue::SimpleStringStatic("OK"))
+        }
         args::Session::Close(id) => {
             let ties = sessions().close(id, &user).map_err(session_error)?;
             let released = release(ctx, ties)?;
@@ -86,12 +96,18 @@ pub fn command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
 }
 
-/// The number of the session a command names, checked before the command changes anything.
+/// The number of the session a command ties its holdings to, checked before the command
+/// changes anything: the one it names (`named`, its `SESSION id`), else the one its connection
+/// uses (`LOCK.SESSION USE`), else none.
 ///
 /// # Errors
-/// No such session.
-pub fn number(id: Id) -> Result<Number, RedisError> {
-    sessions().number(id).map_err(session_error)
+/// No such session: the one named or used has ended (or never was).
+pub fn of_command(ctx: &Context, named: Option<Id>) -> Result<Option<Number>, RedisError> {
+    let sessions = sessions();
+    named
+        .or_else(|| sessions.used_by(|| client_id(ctx).ok()))
+        .map(|id| sessions.number(id).map_err(session_error))
+        .transpose()
 }
 
 /// Logs `owner`'s holding of `key` in the selected database in `session`'s log, for the command

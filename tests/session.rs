@@ -10,6 +10,9 @@
 //!   plain acquire took over, nor one `RENAME` or `COPY` put under a name it did not log;
 //!   renewals and retries log nothing more.
 //! - A holding released, deleted, expired, untied or not granted leaves no log entry behind.
+//! - A connection that uses a session (`USE`) ties what it takes and renews without naming it,
+//!   until `USE NONE` or another `SESSION`; closing it detaches nothing; once the session ended
+//!   its commands are refused, not granted untied.
 //! - A tie whose holding is gone without a release (its lease ended, its key was deleted) is
 //!   swept; a live one stays.
 //! - Bad input is refused and changes nothing; a replica refuses sessions.
@@ -339,6 +342,79 @@ fn a_holding_that_ends_or_is_untied_leaves_nothing_in_the_sessions_log() {
 }
 
 #[test]
+fn a_connection_that_uses_a_session_ties_what_it_takes_without_naming_it() {
+    let server = Server::start(&[]);
+    let (mut session_con, mut other_con) = (server.client(), server.client());
+    let id = open(&mut session_con, 60_000);
+    let other = open(&mut other_con, 60_000);
+    let mut con = server.client();
+    let connections = |con: &mut Connection| info_field(con, "lock", "lock_session_connections");
+    assert_eq!(call(&mut con, &["LOCK.SESSION", "USE", &id]), Value::Okay);
+    assert_eq!(connections(&mut con).as_deref(), Some("1"));
+    acquire(&mut con, "a", "alice", 30_000, &[]).expect("held");
+    call(
+        &mut con,
+        &["LOCK.MACQUIRE", "2", "b", "c", "alice", "30000"],
+    );
+    acquire(&mut server.client(), "d", "alice", 30_000, &[]).expect("held, untied");
+    assert_eq!(
+        call(&mut con, &["LOCK.RENEW", "d", "alice", "30000"]),
+        Value::Int(1)
+    );
+    acquire(&mut con, "e", "alice", 30_000, &["SESSION", &other]).expect("held");
+    for (key, session) in [
+        ("a", &id),
+        ("b", &id),
+        ("c", &id),
+        ("d", &id),
+        ("e", &other),
+    ] {
+        assert_eq!(session_of(&mut con, key).as_ref(), Some(session), "{key}");
+    }
+    assert_eq!(
+        call(&mut con, &["LOCK.SESSION", "USE", "none"]),
+        Value::Okay
+    );
+    acquire(&mut con, "f", "alice", 30_000, &[]).expect("held");
+    assert_eq!(session_of(&mut con, "f"), None);
+
+    // A connection that used the session closing detaches nothing.
+    let mut user = server.client();
+    call(&mut user, &["LOCK.SESSION", "USE", &id]);
+    drop(user);
+    wait_until("the closed connection forgotten", || {
+        connections(&mut con).as_deref() == Some("0")
+    });
+    assert_eq!(
+        info_field(&mut con, "lock", "lock_sessions_detached").as_deref(),
+        Some("0")
+    );
+
+    // Once the session ended: refused, until the connection uses another.
+    call(&mut con, &["LOCK.SESSION", "USE", &id]);
+    assert_eq!(
+        call(&mut session_con, &["LOCK.SESSION", "CLOSE", &id]),
+        Value::Int(4)
+    );
+    for args in [
+        &["LOCK.ACQUIRE", "g", "alice", "30000"][..],
+        &["LOCK.RENEW", "e", "alice", "30000"],
+        &["LOCK.MACQUIRE", "1", "g", "alice", "30000"],
+        &["LOCK.MRENEW", "1", "e", "alice", "30000"],
+    ] {
+        assert!(
+            error(&mut con, args).contains("no such session"),
+            "{args:?}"
+        );
+    }
+    assert_eq!(holder(&mut con, "g"), None);
+    assert_eq!(session_of(&mut con, "e"), Some(other.clone()), "unchanged");
+    call(&mut con, &["LOCK.SESSION", "USE", &other]);
+    acquire(&mut con, "g", "alice", 30_000, &[]).expect("held");
+    assert_eq!(session_of(&mut con, "g"), Some(other));
+}
+
+#[test]
 fn ties_whose_holdings_are_gone_are_swept_and_live_ones_kept() {
     let server = Server::start(&[]);
     let mut session_con = server.client();
@@ -398,6 +474,12 @@ fn bad_input_is_refused_and_changes_nothing() {
         (&["LOCK.SESSION", "OPEN", "FOREVER"], "syntax error"),
         (&["LOCK.SESSION", "ATTACH"], "wrong number of arguments"),
         (&["LOCK.SESSION", "ATTACH", "xyz"], "invalid session id"),
+        (&["LOCK.SESSION", "USE"], "wrong number of arguments"),
+        (&["LOCK.SESSION", "USE", "xyz"], "invalid session id"),
+        (
+            &["LOCK.SESSION", "USE", "00000000000000ab"],
+            "no such session",
+        ),
         (
             &["LOCK.SESSION", "CLOSE", "00000000000000ab"],
             "no such session",
@@ -447,6 +529,10 @@ fn bad_input_is_refused_and_changes_nothing() {
         assert!(message.contains(expected), "{args:?}: {message}");
     }
     assert_eq!(call(&mut con, &["DBSIZE"]), Value::Int(0));
+    assert_eq!(
+        info_field(&mut con, "lock", "lock_session_connections").as_deref(),
+        Some("0")
+    );
 
     // Another ACL user's session.
     let id = open(&mut con, GRACE_MS);

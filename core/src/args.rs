@@ -70,7 +70,7 @@ pub enum ArgError {
     Session(SessionError),
     /// `ERR grace-ms must be <min> to lock.session-max-grace-ms (<max>)`.
     Grace(u64, u64),
-    /// `ERR unknown subcommand '<name>'. Try OPEN, ATTACH or CLOSE.`
+    /// `ERR unknown subcommand '<name>'. Try OPEN, ATTACH, USE or CLOSE.`
     UnknownSubcommand(String),
 }
 
@@ -105,7 +105,7 @@ impl fmt::Display for ArgError {
             Self::Session(error) => write!(f, "{error}"),
             Self::UnknownSubcommand(name) => write!(
                 f,
-                "ERR unknown subcommand '{name}'. Try OPEN, ATTACH or CLOSE."
+                "ERR unknown subcommand '{name}'. Try OPEN, ATTACH, USE or CLOSE."
             ),
             Self::Grace(min, max) => write!(
                 f,
@@ -444,7 +444,8 @@ pub fn mrenew<'a, A: Deref<Target = [u8]>>(
     })
 }
 
-/// `LOCK.SESSION OPEN [GRACE grace-ms]`, `LOCK.SESSION ATTACH id`, `LOCK.SESSION CLOSE id`.
+/// `LOCK.SESSION OPEN [GRACE grace-ms]`, `LOCK.SESSION ATTACH id`, `LOCK.SESSION USE <id | NONE>`,
+/// `LOCK.SESSION CLOSE id`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Session {
     /// Open a session that outlives its connection by `grace_ms` (`None`: the default,
@@ -455,6 +456,9 @@ pub enum Session {
     },
     /// Attach the session to this connection (also the clients' heartbeat).
     Attach(session::Id),
+    /// Tie what this connection acquires and renews to the session from now on (`None`: to
+    /// none, `USE NONE`).
+    Use(Option<session::Id>),
     /// End the session now, releasing its holdings.
     Close(session::Id),
 }
@@ -483,6 +487,13 @@ pub fn session<A: Deref<Target = [u8]>>(
         Session::Open { grace_ms }
     } else if is(subcommand, b"ATTACH") {
         Session::Attach(session_id(args.required()?)?)
+    } else if is(subcommand, b"USE") {
+        let id = args.required()?;
+        Session::Use(if is(id, b"NONE") {
+            None
+        } else {
+            Some(session_id(id)?)
+        })
     } else if is(subcommand, b"CLOSE") {
         Session::Close(session_id(args.required()?)?)
     } else {

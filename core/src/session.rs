@@ -24,6 +24,11 @@
 //!   their heartbeat), it **ends** at the close plus the grace, and the server releases each
 //!   holding of its log that still keeps its tie (every hold of a reentrant one) as
 //!   `LOCK.RELEASE` would.
+//! - A connection that **uses** a session (`LOCK.SESSION USE`) ties what it acquires and renews
+//!   to it without naming it: a client binds each connection of its pool once, and its
+//!   commands carry no session argument. Once the session has ended, those commands are refused
+//!   (`ERR no such session`) until the connection uses another, so a holder never takes an untied
+//!   lock it believes tied. Closing such a connection detaches nothing.
 //! - `LOCK.SESSION CLOSE` ends a session at once.
 //!
 //! # Why a holder learns first
@@ -218,6 +223,9 @@ pub struct Sessions {
     /// In the order the sweep goes round them.
     sessions: IndexMap<Number, Session, RandomState>,
     by_client: HashMap<u64, HashSet<Number>, RandomState>,
+    /// The session each connection that sent `LOCK.SESSION USE` uses, by Redis client id: kept
+    /// after the session ends, so that the connection's commands are refused.
+    used_by: HashMap<u64, Id, RandomState>,
     /// The session the next sweep starts in (an index in `sessions`).
     cursor: usize,
     /// Entries logged since the last sweep.
@@ -235,6 +243,7 @@ impl Sessions {
         Self {
             sessions: IndexMap::default(),
             by_client: HashMap::default(),
+            used_by: HashMap::default(),
             cursor: 0,
             made: 0,
             logged: 0,
@@ -297,6 +306,35 @@ impl Sessions {
         number_of(id)
             .filter(|number| self.sessions.get(number).is_some_and(|s| s.id == id))
             .ok_or(SessionError::NoSuchSession)
+    }
+
+    /// The connection `client` uses session `id` from now on (`LOCK.SESSION USE`), or none:
+    /// [`Self::used_by`]. As with [`Self::number`], any user may.
+    ///
+    /// # Errors
+    /// No such session; the connection's session is then unchanged.
+    pub fn use_session(&mut self, client: u64, id: Option<Id>) -> Result<(), SessionError> {
+        match id {
+            Some(id) => {
+                self.number(id)?;
+                self.used_by.insert(client, id);
+            }
+            None => {
+                self.used_by.remove(&client);
+            }
+        }
+        Ok(())
+    }
+
+    /// The session the connection `client` uses, if it sent `LOCK.SESSION USE` (it may have
+    /// ended since). `client` is asked for only when some connection uses one: a server where
+    /// none does pays nothing for it.
+    #[must_use]
+    pub fn used_by(&self, client: impl FnOnce() -> Option<u64>) -> Option<Id> {
+        if self.used_by.is_empty() {
+            return None;
+        }
+        self.used_by.get(&client()?).copied()
     }
 
     /// The id of the open session numbered `number`, for `LOCK.INFO`.
@@ -430,9 +468,11 @@ impl Sessions {
         }
     }
 
-    /// The connection `client` closed at `now_ms`: each session attached to it is detached.
-    /// Returns them with when each ends (unix ms) unless attached again.
+    /// The connection `client` closed at `now_ms`: each session attached to it is detached
+    /// (the session it used is not). Returns them with when each ends (unix ms) unless
+    /// attached again.
     pub fn detach(&mut self, client: u64, now_ms: u64) -> Vec<(Id, u64)> {
+        self.used_by.remove(&client);
         let Some(numbers) = self.by_client.remove(&client) else {
             return Vec::new();
         };
@@ -468,7 +508,8 @@ impl Sessions {
     }
 
     /// Forgets every session without ending any (this server stopped being a master: its
-    /// holdings belong to the new master, which has their leases).
+    /// holdings belong to the new master, which has their leases). A connection that used one
+    /// keeps its id, and is refused as after any end.
     pub fn clear(&mut self) {
         self.sessions.clear();
         self.by_client.clear();
@@ -480,6 +521,12 @@ impl Sessions {
     #[must_use]
     pub fn ties(&self) -> usize {
         self.logged
+    }
+
+    /// How many connections use a session (`LOCK.SESSION USE`), ended ones included.
+    #[must_use]
+    pub fn users(&self) -> usize {
+        self.used_by.len()
     }
 
     /// How many sessions are open, and how many of them are detached.

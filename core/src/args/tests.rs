@@ -292,6 +292,16 @@ fn session_subcommands() {
         parse("LOCK.SESSION close 00000000000000ab"),
         Ok(Session::Close(0xab))
     );
+    assert_eq!(
+        parse("LOCK.SESSION use 00000000000000ab"),
+        Ok(Session::Use(Some(0xab)))
+    );
+    assert_eq!(parse("LOCK.SESSION USE none"), Ok(Session::Use(None)));
+    assert_eq!(
+        parse("LOCK.SESSION USE ab"),
+        Err(ArgError::Session(crate::session::SessionError::InvalidId))
+    );
+    assert_eq!(parse("LOCK.SESSION USE"), Err(ArgError::WrongArity));
     assert_eq!(parse("LOCK.SESSION CLOSE"), Err(ArgError::WrongArity));
     assert_eq!(
         parse("LOCK.SESSION CLOSE 00000000000000ab x"),

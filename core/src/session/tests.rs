@@ -115,6 +115,51 @@ fn a_number_is_its_ids_low_bits_and_names_that_id_only() {
 }
 
 #[test]
+fn a_connection_uses_a_session_until_it_closes_and_detaches_nothing() {
+    let (mut sessions, id, _) = one_session(500);
+    assert_eq!(sessions.used_by(|| Some(2)), None);
+    assert_eq!(sessions.use_session(2, Some(id)), Ok(()));
+    assert_eq!(sessions.used_by(|| Some(2)), Some(id));
+    assert_eq!(sessions.used_by(|| Some(3)), None);
+    assert_eq!(
+        sessions.use_session(2, Some(id + 1)),
+        Err(SessionError::NoSuchSession)
+    );
+    assert_eq!(sessions.used_by(|| Some(2)), Some(id), "unchanged");
+    assert_eq!(sessions.detach(2, 0), vec![], "the session stays attached");
+    assert_eq!((sessions.used_by(|| Some(2)), sessions.users()), (None, 0));
+    sessions.use_session(3, Some(id)).expect("open");
+    sessions.use_session(3, None).expect("none");
+    assert_eq!(sessions.users(), 0);
+}
+
+#[test]
+fn a_connection_keeps_the_session_it_used_after_it_ended() {
+    let (mut sessions, id, _) = one_session(500);
+    sessions.use_session(2, Some(id)).expect("open");
+    sessions.close(id, "default").expect("open");
+    assert_eq!(sessions.used_by(|| Some(2)), Some(id));
+    assert_eq!(sessions.number(id), Err(SessionError::NoSuchSession));
+    let other = sessions.open(1, "default", 500);
+    sessions.clear();
+    sessions.use_session(4, Some(other)).expect_err("forgotten");
+    assert_eq!(
+        sessions.used_by(|| Some(2)),
+        Some(id),
+        "refused, not untied"
+    );
+}
+
+#[test]
+fn no_connection_is_asked_for_while_none_uses_a_session() {
+    let (sessions, _, _) = one_session(500);
+    assert_eq!(
+        sessions.used_by(|| unreachable!("no client id needed")),
+        None
+    );
+}
+
+#[test]
 fn clear_forgets_without_ending() {
     let (mut sessions, id, number) = one_session(500);
     log(&mut sessions, number, b"order", b"alice", 0);
