@@ -4,9 +4,11 @@ replies mean — when a write counts, and why not — and when one more ``WAIT``
 import time
 
 import pytest
+from redis.exceptions import ResponseError
 
 import leasehold
-from leasehold._protocol import InSync, Pipeline, Seen, Write
+from leasehold._protocol import (Binding, InSync, Pipeline, Seen, SessionSettings, SessionState,
+                                 Write)
 
 ACQUIRE = ["LOCK.ACQUIRE", "k", "owner", 10_000]
 INSYNC = ["LOCK.INSYNC"]
@@ -205,3 +207,56 @@ def test_a_master_seen_replaced_counts_no_write():
 def test_a_sync_timeout_under_a_millisecond_is_refused():
     with pytest.raises(leasehold.LockError):
         leasehold.Sync(timeout=0)
+
+
+def tied(term) -> Write:
+    write = Write(ACQUIRE, granted)
+    write.tie(term)
+    return write
+
+
+def test_a_connection_is_bound_to_the_current_session_in_the_round_trip_of_its_first_write():
+    state = SessionState(SessionSettings())
+    old = state.opened("00000000000000aa", 3000, time.monotonic())
+    new = state.opened("00000000000000bb", 3000, time.monotonic())
+    use = ["LOCK.SESSION", "USE", new.id]
+    named = [*ACQUIRE, "SESSION", new.id]
+
+    first = Pipeline([tied(new)], sync=leasehold.SYNC_OFF, seen=Seen(), asking=True)
+    first.on(Binding("socket"))
+    assert first.commands() == [use, ["ASKING"], named], "USE first, the write names its session"
+    first.take([("OK", 1.0), ("OK", 1.0), (7, 1.0)])
+    bound = first.binding_after(Binding("socket"), "socket")
+    assert bound == Binding("socket", new.id)
+
+    bare = Pipeline([tied(new), tied(old), Write(ACQUIRE, granted)], sync=leasehold.SYNC_OFF,
+                    seen=Seen())
+    with pytest.raises(ValueError):
+        bare.on(bound)  # a write tied to no session: the connection is closed first
+    bare = Pipeline([tied(new), tied(old)], sync=leasehold.SYNC_OFF, seen=Seen())
+    bare.on(bound)
+    assert bare.commands() == [ACQUIRE, [*ACQUIRE, "SESSION", old.id]], \
+        "bare on its own session's binding; a replaced session is named, and not bound to"
+    bare.take([(7, 1.0), (8, 1.0)])
+    assert bare.binding_after(bound, "socket") == bound
+
+    again = Pipeline([tied(new)], sync=leasehold.SYNC_OFF, seen=Seen())
+    again.on(Binding("socket", old.id))
+    assert again.commands() == [use, named], "bound to a replaced session: bound again"
+    gone = ResponseError("no such session")
+    again.take([(gone, 1.0), (gone, 1.0)])
+    assert again.binding_after(Binding("socket", old.id), "socket") == Binding("socket", old.id)
+    assert again.writes[0].reply is gone and again.error is None
+
+    refused = Pipeline([tied(new)], sync=leasehold.Sync(), seen=Seen())
+    refused.on(Binding("socket"))
+    assert refused.commands()[:2] == [use, named]
+    refused.take([(ResponseError("unknown subcommand 'USE'"), 1.0), (7, 1.0), (insync(), 1.0),
+                  (0, 1.0), (insync(), 1.0)])
+    refused.settle()
+    assert refused.writes[0].problem is None, "an error to USE is not the write's"
+    after = refused.binding_after(Binding("socket"), "socket")
+    assert after == Binding("socket", None, refused=True)
+    later = Pipeline([tied(new)], sync=leasehold.SYNC_OFF, seen=Seen())
+    later.on(after)
+    assert later.commands() == [named], "no more USE on that socket: the writes name it"

@@ -4,7 +4,9 @@ grace; a session connection killed (``CLIENT KILL``) is attached again in time a
 holding; a holder cut off for longer than the grace (a TCP proxy that drops its connections)
 is told it lost the lock before the server hands it on; after a restart (the server has no
 such session) the holdings are renewed with a new session; ``close_pools`` releases them at
-once; and with sessions off nothing is tied."""
+once; and with sessions off nothing is tied. The connections of the pools are bound to the
+session (``LOCK.SESSION USE``) once each, and again when it is replaced; what goes on them
+tied then names no session."""
 
 import asyncio
 import os
@@ -14,7 +16,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Optional
+import uuid
+from typing import List, Optional, Tuple
 
 import pytest
 import redis
@@ -381,5 +384,171 @@ async def test_asyncio_a_blocking_acquire_keeps_its_session_attached_however_lon
     assert await waiting
     assert waiter.fencing_token == token + 1
     await waiter.release()
+    await leasehold.asyncio.close_pools(client)
+    await client.aclose() if hasattr(client, "aclose") else await client.close()
+
+
+#: The commands a session ties what they take or renew to.
+TYING = ("LOCK.ACQUIRE", "LOCK.RENEW", "LOCK.MACQUIRE", "LOCK.MRENEW")
+
+
+class Monitor:
+    """What the server is sent (``MONITOR``): each command with the port of the connection that
+    sent it."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.monitor = redis.Redis(port=port).monitor().__enter__()
+        self.seen: List[Tuple[str, str]] = []
+        threading.Thread(target=self._run, daemon=True).start()
+        self.mark()
+
+    def _run(self) -> None:
+        try:
+            for command in self.monitor.listen():
+                self.seen.append((command["client_port"], command["command"]))
+        except Exception:
+            return  # closed
+
+    def mark(self) -> None:
+        """Waits until every command sent before has been seen."""
+        marker = uuid.uuid4().hex
+        with redis.Redis(port=self.port) as client:
+            client.echo(marker)
+        wait_until(lambda: any(marker in command for _, command in self.seen))
+
+    def commands(self, *verbs: str) -> List[Tuple[str, List[str]]]:
+        """The commands seen so far beginning with one of ``verbs``, split in words."""
+        self.mark()
+        return [(port, command.split()) for port, command in self.seen
+                if command.split()[0] in verbs
+                or command.startswith("LOCK.SESSION") and "LOCK.SESSION" in verbs]
+
+    def close(self) -> None:
+        self.monitor.__exit__(None, None, None)
+
+
+@pytest.fixture
+def monitor(server):
+    watching = Monitor(server.port)
+    yield watching
+    watching.close()
+
+
+def named(command: List[str]) -> Optional[str]:
+    """The session a command names (``SESSION id``), or ``None``."""
+    return command[command.index("SESSION") + 1] if "SESSION" in command else None
+
+
+def test_each_pooled_connection_is_bound_once_and_its_tied_writes_name_no_session(
+        server, admin, monitor, name):
+    client = sessions_client(server.port)
+    leasehold.configure_pools(client, wait=1, sync=1)
+    locks = [leasehold.Lock(client, f"{name}:{i}", timeout=30) for i in range(3)]
+    for lock in locks:
+        assert lock.acquire(blocking=False) and lock.reacquire()
+    waited = leasehold.Lock(client, name + ":waited", timeout=30, blocking_timeout=1)
+    assert waited.acquire() and waited.reacquire()
+    several = leasehold.MultiLock(client, [name + ":a", name + ":b"], timeout=30)
+    assert several.acquire(blocking=False) and several.reacquire()
+    session = info(admin, locks[0].name)["session"]
+    assert session is not None
+    for key in [lock.name for lock in locks] + [name + ":waited", name + ":a", name + ":b"]:
+        assert info(admin, key)["session"] == session, "tied"
+    uses = monitor.commands("LOCK.SESSION")
+    uses = [(port, command) for port, command in uses if command[1] == "USE"]
+    assert [command for _, command in uses] == [["LOCK.SESSION", "USE", session]] * 2, \
+        "once on the sync connection, once on the wait connection"
+    bound = {port for port, _ in uses}
+    assert len(bound) == 2
+    writes = monitor.commands(*TYING)
+    assert len(writes) == 3 * 2 + 2 + 2
+    assert all(port in bound for port, _ in writes), "tied writes go on bound connections"
+    naming = [command for _, command in writes if named(command) is not None]
+    assert [named(command) for command in naming] == [session, session], \
+        "only the first write on each connection names the session, in the round trip of its USE"
+    for lock in (*locks, waited, several):
+        lock.release()
+    leasehold.close_pools(client)
+
+
+def test_a_session_closed_under_the_client_is_replaced_and_the_connection_bound_again(
+        server, admin, monitor, name):
+    client = sessions_client(server.port)
+    leasehold.configure_pools(client, wait=1, sync=1)
+    first = leasehold.Lock(client, name, timeout=30)
+    assert first.acquire(blocking=False)
+    old = info(admin, name)["session"]
+    assert admin.execute_command("LOCK.SESSION", "CLOSE", old) == 1, "released by the server"
+    second = leasehold.Lock(client, name + ":2", timeout=30)
+    assert second.acquire(blocking=False)
+    new = info(admin, second.name)["session"]
+    assert new not in (None, old), "tied to a new session"
+    wait_until(first.lost.is_set, timeout=GRACE)
+    third = leasehold.Lock(client, name + ":3", timeout=30)
+    assert third.acquire(blocking=False) and third.reacquire()
+    assert info(admin, third.name)["session"] == new
+    uses = [(port, command[2]) for port, command in monitor.commands("LOCK.SESSION")
+            if command[1] == "USE"]
+    assert [id for _, id in uses] == [old, new] and uses[0][0] == uses[1][0], \
+        "the sync connection, bound to the old session, is bound to the new one"
+    writes = monitor.commands(*TYING)
+    assert named(writes[-1][1]) is None and named(writes[-2][1]) is None, \
+        "the third lock's acquire and renewal name no session"
+    for lock in (second, third):
+        lock.release()
+    leasehold.close_pools(client)
+
+
+def test_a_write_tied_to_no_session_never_goes_on_a_bound_connection(
+        server, admin, name, monkeypatch):
+    client = sessions_client(server.port)
+    leasehold.configure_pools(client, wait=1, sync=1)
+    tied = leasehold.Lock(client, name, timeout=30)
+    assert tied.acquire(blocking=False)
+    session = info(admin, name)["session"]
+    # No session to be had (as when the reply to OPEN came after its deadline): not tied.
+    monkeypatch.setattr(leasehold.lock.Session, "term", lambda self: None)
+    untied = leasehold.Lock(client, name + ":untied", timeout=30, blocking_timeout=1)
+    assert untied.acquire(blocking=False) and untied.reacquire()
+    waited = leasehold.Lock(client, name + ":waited", timeout=30, blocking_timeout=1)
+    assert waited.acquire()
+    for lock in (untied, waited):
+        assert info(admin, lock.name)["session"] is None, "on a connection bound to none"
+        assert lock.local.lease.term is None
+    monkeypatch.undo()
+    again = leasehold.Lock(client, name + ":again", timeout=30)
+    assert again.acquire(blocking=False)
+    assert info(admin, again.name)["session"] == session, "bound again"
+    for lock in (tied, untied, waited, again):
+        lock.release()
+    leasehold.close_pools(client)
+
+
+async def test_asyncio_connections_are_bound_once_and_again_for_a_new_session(
+        server, admin, monitor, name):
+    client = redis.asyncio.Redis(port=server.port)
+    leasehold.asyncio.configure_sessions(client, grace=GRACE)
+    leasehold.asyncio.configure_pools(client, wait=1, sync=1)
+    first = leasehold.asyncio.Lock(client, name, timeout=30)
+    assert await first.acquire(blocking=False) and await first.reacquire()
+    waited = leasehold.asyncio.Lock(client, name + ":waited", timeout=30, blocking_timeout=1)
+    assert await waited.acquire()
+    old = info(admin, name)["session"]
+    assert info(admin, waited.name)["session"] == old
+    assert admin.execute_command("LOCK.SESSION", "CLOSE", old) == 2
+    second = leasehold.asyncio.Lock(client, name + ":2", timeout=30)
+    assert await second.acquire(blocking=False) and await second.reacquire()
+    new = info(admin, second.name)["session"]
+    assert new not in (None, old)
+    uses = [(port, command[2]) for port, command in monitor.commands("LOCK.SESSION")
+            if command[1] == "USE"]
+    assert [id for _, id in uses] == [old, old, new], \
+        "the sync and the wait connection, then the sync one again"
+    pooled = {port for port, _ in uses}
+    writes = [named(command) for port, command in monitor.commands(*TYING) if port in pooled]
+    refused = [None] if len(writes) == 6 else []  # unless the heartbeat found the session gone
+    assert writes == [old, None, old, *refused, new, None]
+    await second.release()
     await leasehold.asyncio.close_pools(client)
     await client.aclose() if hasattr(client, "aclose") else await client.close()

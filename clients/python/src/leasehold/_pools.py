@@ -231,9 +231,19 @@ def configure_sessions(redis: Any, *, enabled: bool = True, grace: Optional[Numb
 
     With sessions on, the client opens one session per master (``LOCK.SESSION OPEN``) at its
     first acquire, on a connection of its own that no pool lends out (named
-    ``leasehold-session`` in ``CLIENT LIST``), and every grant and renewal names it: the server
-    releases the client's holdings ``grace`` after that connection closes — a holder process
-    that crashed (``kill -9``) hands its locks on after the grace, not after their leases. A
+    ``leasehold-session`` in ``CLIENT LIST``), and every grant and renewal is tied to it: the
+    server releases the client's holdings ``grace`` after that connection closes — a holder
+    process that crashed (``kill -9``) hands its locks on after the grace, not after their
+    leases. Each connection of the wait and sync pools is bound to the session once
+    (``LOCK.SESSION USE id``, sent in the round trip of its first grant or renewal, which also
+    names the session), and again after the session is replaced by a new one; its grants and
+    renewals then carry no ``SESSION id`` — the server ties them, and refuses them with ``ERR
+    no such session`` once the session ended, as if they named it. With ``Sync`` off
+    (``SYNC_OFF``) grants and renewals go on the client's own connection, which is never bound
+    (your own commands go on it): they name the session (``SESSION id``). A grant or renewal
+    tied to no session (none could be had) goes only on a pooled connection bound to none: one
+    bound is reconnected first. A module without ``USE`` refuses it once per connection, whose
+    writes then name the session. A
     heartbeat (``LOCK.SESSION ATTACH``) every third of the grace keeps the session attached,
     reconnecting when the connection dropped, so a blip shorter than the grace loses nothing.
     The holder learns first: a holding counts (``lease_end``) only until the send time of the

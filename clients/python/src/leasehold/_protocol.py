@@ -278,7 +278,9 @@ class Write:
         """``command`` the write; ``applied`` whether its reply means it was made; ``until`` the
         ``time.monotonic()`` by which its ``WAIT`` must end (a watchdog's renewal: its lease's
         end), ``None`` for the sync timeout alone."""
-        #: The write as sent: the command, with ``SESSION id`` once tied (:meth:`tie`).
+        #: The write naming its session: the command, with ``SESSION id`` once tied
+        #: (:meth:`tie`). How it goes on a connection not bound to that session (see
+        #: :meth:`sent_on`).
         self.command = command
         self.applied = applied
         self.until = until
@@ -298,11 +300,55 @@ class Write:
         self.term = term
         self.command = self._base if term is None else [*self._base, "SESSION", term.id]
 
+    def sent_on(self, bound: Optional[str]) -> List[Any]:
+        """The write as sent on a connection bound to session ``bound`` (``LOCK.SESSION USE``;
+        ``None``: to none): without ``SESSION id`` when that is its own session's id — the
+        server ties it exactly as if it named it, and refuses it with ``ERR no such session``
+        once that session ended — else naming its session (:attr:`command`). A write tied to
+        no session goes only on a connection bound to none (see :meth:`Pipeline.untied`)."""
+        term = self.term
+        return self._base if term is not None and term.id == bound else self.command
+
     def outcome(self) -> Any:
         """The reply if the write was applied, else ``None``; raises the error reply it got."""
         if isinstance(self.reply, Exception):
             raise self.reply
         return self.reply if self.applied(self.reply) else None
+
+
+class Binding(NamedTuple):
+    """What a pooled connection's socket is bound to (``LOCK.SESSION USE``), as this client
+    knows it. The binding belongs to the server's connection, so it is kept per socket: a
+    connection that reconnected (a new socket) is bound to nothing again. Only ever what a
+    ``USE`` on that socket replied ``OK`` to."""
+
+    #: The socket it was recorded for (``None``: not connected).
+    socket: Any
+    #: The session id the socket is bound to; ``None`` for none.
+    id: Optional[str] = None
+    #: A ``USE`` on this socket was refused with an error other than ``no such session`` (a
+    #: module without ``USE``, ``READONLY``): no more are sent on it, the writes name their
+    #: sessions.
+    refused: bool = False
+
+
+#: The attribute of a redis-py connection object that keeps its :class:`Binding`.
+BINDING = "_leasehold_binding"
+
+
+def binding_of(connection: Any, socket: Any) -> Binding:
+    """What ``connection`` is bound to, ``socket`` being its socket now (``None``: not
+    connected): what was recorded for that very socket (:func:`record_binding`), else nothing
+    — a new server connection."""
+    known = getattr(connection, BINDING, None)
+    if socket is None or known is None or known.socket is not socket:
+        return Binding(socket)
+    return known
+
+
+def record_binding(connection: Any, binding: Binding) -> None:
+    """Keeps ``binding`` (its socket the one the round trip went on) on ``connection``."""
+    setattr(connection, BINDING, binding)
 
 
 #: A command of a :class:`Pipeline` with what it is for (a name, or its :class:`Write`) and how
@@ -329,7 +375,13 @@ class Pipeline:
     of the writes. With ``Sync(replicas=n)``: the writes; ``WAIT n t``. With the sync off, the
     writes alone. When the writes do not count and the in-sync set has more members than the
     ``WAIT`` counted, :meth:`again` is one more ``WAIT`` for them and ``LOCK.INSYNC``, sent on
-    the same connection within what is left of ``t``."""
+    the same connection within what is left of ``t``.
+
+    Fitted to its connection (:meth:`on`), a write tied to the session the connection is bound
+    to goes without ``SESSION id``; when the connection is not bound to the client's current
+    session, ``LOCK.SESSION USE id`` goes first (before ``ASKING``, which covers only the
+    command after it) and the writes name their session, so that the next round trips on it
+    need not (:meth:`binding_after`)."""
 
     def __init__(
         self,
@@ -351,6 +403,12 @@ class Pipeline:
         self.wait_left = wait_left
         self.asking = asking
         self.sync_timeout = sync_timeout(sync, writes)
+        #: The session id the connection is bound to, and the one ``USE`` binds it to first
+        #: (``None``: no ``USE``); :meth:`on` sets them.
+        self.bound: Optional[str] = None
+        self.use: Optional[str] = None
+        #: The reply to that ``USE``.
+        self.used: Any = None
         self._sent = self._parts()
         self._again: List[Part] = []
         #: How many replicas the last ``WAIT`` counted, and whether the master fsynced the
@@ -369,6 +427,41 @@ class Pipeline:
         #: An error replied to ``LOCK.INSYNC`` or ``WAIT``.
         self.error: Optional[Exception] = None
 
+    def untied(self) -> bool:
+        """Whether a write is tied to no session (sessions off, or none to be had): it must go
+        on a connection bound to none — the server would tie it to the bound one, and end it
+        with that session, unbeknownst to its holder."""
+        return any(write.term is None for write in self.writes)
+
+    def on(self, binding: Binding) -> None:
+        """Fits the round trip to the connection it goes on, bound as ``binding`` (bound to no
+        session when :meth:`untied`): each write tied to the bound session goes without
+        ``SESSION id``, every other names its session; and ``LOCK.SESSION USE id`` goes first
+        when a write is tied to the client's current session and the connection is not bound
+        to it (and no ``USE`` was refused on its socket). Every write behind a ``USE`` names its
+        session, so a ``USE`` refused (``no such session``: that session ended) changes none:
+        the write fails the same way, or is tied as it names."""
+        if binding.id is not None and self.untied():
+            raise ValueError("a write tied to no session on a connection bound to one")
+        self.bound = binding.id
+        self.use = None if binding.refused else next(
+            (write.term.id for write in self.writes
+             if write.term is not None and write.term.current and write.term.id != binding.id),
+            None)
+        self._sent = self._parts()
+
+    def binding_after(self, binding: Binding, socket: Any) -> Binding:
+        """What the connection, bound as ``binding`` before the round trip (:meth:`on`), is
+        bound to after it, on ``socket`` (the one it went on), once every reply was taken: the
+        session ``USE`` bound it to when that replied ``OK``; as before when there was no
+        ``USE`` or it got ``no such session`` (the server leaves the binding then); as before,
+        refusing further ``USE`` on this socket, for any other error."""
+        if self.use is None or no_such_session(self.used):
+            return binding._replace(socket=socket)
+        if isinstance(self.used, Exception):
+            return binding._replace(socket=socket, refused=True)
+        return Binding(socket, self.use)
+
     def commands(self) -> List[List[Any]]:
         """What to send, in order."""
         return [command for _, command, _ in self._sent]
@@ -384,15 +477,16 @@ class Pipeline:
 
     def _parts(self) -> List[Part]:
         """What to send (the writes' own time counts once, in :meth:`within`)."""
+        use = [("use", ["LOCK.SESSION", "USE", self.use], WAIT_MARGIN)] if self.use else []
         asking = [("asking", ["ASKING"], WAIT_MARGIN)] if self.asking else []
-        writes: List[Part] = [(write, write.command, 0.0) for write in self.writes]
+        writes: List[Part] = [(write, write.sent_on(self.bound), 0.0) for write in self.writes]
         if self.sync.off:
-            return asking + writes
+            return use + asking + writes
         wait = self._wait(hinted(self.sync, self.seen), self.sync_timeout)
         if self.sync.replicas is not None:
-            return asking + writes + [wait]
+            return use + asking + writes + [wait]
         insync = ("before", INSYNC, WAIT_MARGIN), wait, ("after", INSYNC, WAIT_MARGIN)
-        return asking + writes + list(insync)
+        return use + asking + writes + list(insync)
 
     def _wait(self, replicas: int, timeout: float) -> Part:
         return "wait", self.sync.wait_command(replicas, timeout), timeout + WAIT_MARGIN
@@ -467,6 +561,8 @@ class Pipeline:
                     part.started = answered
             elif part == "asking":
                 continue
+            elif part == "use":
+                self.used = reply
             elif isinstance(reply, Exception):
                 self.error = reply
             elif part == "wait":

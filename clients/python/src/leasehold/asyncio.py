@@ -47,6 +47,7 @@ from ._pools import (
 from ._protocol import (
     REDIRECTS,
     TRY_AGAIN_DELAY,
+    Binding,
     Grant,
     Lease,
     LockBase,
@@ -61,6 +62,7 @@ from ._protocol import (
     TaskLocal,
     Term,
     Write,
+    binding_of,
     deadline_of,
     hinted,
     is_cluster,
@@ -70,6 +72,7 @@ from ._protocol import (
     no_such_session,
     open_command,
     opened,
+    record_binding,
     session_setup,
     time_left,
     to_ms,
@@ -143,13 +146,25 @@ async def borrowed(pool: BudgetedPool, deadline: Optional[float], wanted: int) -
 
 
 async def exchange(connection: Any, pipeline: Pipeline, until: Optional[float]) -> None:
-    """As :func:`leasehold.lock.exchange`."""
+    """As :func:`leasehold.lock.exchange`: bound to the current session with ``LOCK.SESSION
+    USE`` in the same round trip, closed first when bound and a write is tied to none."""
+    binding = binding_of(connection, socket_of(connection))
+    if binding.id is not None and pipeline.untied():
+        await connection.disconnect()
+        binding = Binding(None)
+    pipeline.on(binding)
     pipeline.take(await send(connection, pipeline.commands(), pipeline.within(), until))
+    record_binding(connection, pipeline.binding_after(binding, socket_of(connection)))
     again = pipeline.again()
     if again is not None:
         commands, within = again
         pipeline.take_again(await send(connection, commands, within, until))
     pipeline.settle()
+
+
+def socket_of(connection: Any) -> Any:
+    """The stream ``connection`` writes to now; ``None`` when not connected."""
+    return getattr(connection, "_writer", None)
 
 
 async def send_rounds(connection: Any, outbox: Outbox) -> None:

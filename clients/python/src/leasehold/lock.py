@@ -43,6 +43,7 @@ from ._pools import (
 from ._protocol import (
     REDIRECTS,
     TRY_AGAIN_DELAY,
+    Binding,
     Grant,
     Lease,
     LockBase,
@@ -56,6 +57,7 @@ from ._protocol import (
     SetOf,
     Term,
     Write,
+    binding_of,
     deadline_of,
     hinted,
     is_cluster,
@@ -65,6 +67,7 @@ from ._protocol import (
     no_such_session,
     open_command,
     opened,
+    record_binding,
     session_setup,
     time_left,
     to_ms,
@@ -135,13 +138,33 @@ def exchange(connection: Any, pipeline: Pipeline, until: Optional[float]) -> Non
     """Sends ``pipeline`` on ``connection`` and reads every reply, then those of
     :meth:`Pipeline.again` if it says so; then tells its writes whether they count. Replies
     later than their time (or than ``until``) raise ``TimeoutError``, a dropped connection
-    ``ConnectionError``."""
+    ``ConnectionError``.
+
+    The pipeline is fitted to the session the connection is bound to (:meth:`Pipeline.on`:
+    binding it with ``LOCK.SESSION USE`` in the same round trip when it is not bound to the
+    current one), and what it is bound to after is kept on the connection
+    (:class:`leasehold._protocol.Binding`). A connection bound to a session is closed first
+    when a write is tied to none: it goes on a new server connection, bound to none. (redis-py
+    reconnects only a connection with no socket, before sending: the socket seen here is the
+    one the round trip goes on, or it raises.)"""
+    binding = binding_of(connection, socket_of(connection))
+    if binding.id is not None and pipeline.untied():
+        connection.disconnect()
+        binding = Binding(None)
+    pipeline.on(binding)
     pipeline.take(send(connection, pipeline.commands(), pipeline.within(), until))
+    record_binding(connection, pipeline.binding_after(binding, socket_of(connection)))
     again = pipeline.again()
     if again is not None:
         commands, within = again
         pipeline.take_again(send(connection, commands, within, until))
     pipeline.settle()
+
+
+def socket_of(connection: Any) -> Any:
+    """The socket ``connection`` talks on now (of the connection a redis-py client-side cache
+    wraps, for one); ``None`` when not connected."""
+    return getattr(getattr(connection, "_conn", connection), "_sock", None)
 
 
 def send_rounds(connection: Any, outbox: Outbox, own: Optional[Queued] = None) -> None:
@@ -207,7 +230,9 @@ class Session:
     has it (its holdings then renewed with the new one), closed by :func:`close_pools`. A
     watcher thread sets the lost signal of every holding of a term whose deadline passed
     (:class:`leasehold._protocol.Term`), whatever the heartbeat's I/O is doing. Every thread
-    using the client shares it."""
+    using the client shares it. The connections of the pools are bound to its current id
+    (``LOCK.SESSION USE``) by the round trips that carry grants and renewals (see
+    :func:`exchange`): a new session needs nothing of its own for them."""
 
     def __init__(self, master: Master, settings: SessionSettings) -> None:
         self.master = master
@@ -416,7 +441,9 @@ class Lock(LockBase):
     - ``locked()`` and ``owned()`` ask the module (``GET`` on a module lock is ``WRONGTYPE``).
     - Every holding is tied to the client's session (see
       :func:`leasehold.configure_sessions`): the server releases it a grace after the client's
-      session connection closed (a crashed process), and :attr:`lost` is set before that.
+      session connection closed (a crashed process), and :attr:`lost` is set before that. The
+      pooled connections are bound to the session once each (``LOCK.SESSION USE``), so grants
+      and renewals carry no ``SESSION id``.
     - Every grant and every renewal reaches the master's replicas before it counts (``sync``,
       see :class:`leasehold.Sync`): a grant that does not count in time is released and
       :class:`leasehold.NotReplicatedError` raised (or with time left in
