@@ -27,12 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 MODULE = ROOT / "target" / "release" / "libleasehold.so"
 ROUNDS = 5
-SESSION_COST_ROUNDS = 15  # what SESSION costs is small beside this machine's drift
 CLIENTS = 50
 PIPELINE = 16
 OPS = 1_000_000
 KEYS = 300_000  # keyspace of the benchmarks that need held locks
-CHURN_KEYS = 100_000  # keyspace of acquires and releases side by side (about half held)
 OWNER = "8d3c2f4e-1b2a-4c5d-9e8f-0a1b2c3d4e5f:1"  # a UUID and a thread id, as Redisson's
 
 # The commands the throughput rounds run (and set up with): locks on random keys.
@@ -162,13 +160,13 @@ def benchmark_rate(run):
 
 
 def compare(server, ours, baseline, keyspace, ours_setup=None, baseline_setup=None, ops=OPS,
-            baseline_server=None, rounds=ROUNDS):
+            baseline_server=None):
     """Runs ours and the baseline (on baseline_server, by default the same server) in
     alternating rounds, each going first in every other round (so drift hits both alike);
-    returns the medians of ops/s and CPU µs/op for each, the medians of the per-round
-    ratios, and the per-round throughput ratios, sorted."""
+    returns the medians of ops/s and CPU µs/op for each, and the medians of the per-round
+    ratios."""
     samples = []
-    for round_number in range(rounds):
+    for round_number in range(ROUNDS):
         def ours_round():
             return one_round(server, ours, keyspace, ours_setup, ops)
 
@@ -188,7 +186,6 @@ def compare(server, ours, baseline, keyspace, ours_setup=None, baseline_setup=No
         "baseline": med(b[0] for _, b in samples),
         "ratio": med(a[0] / b[0] for a, b in samples),
         "cpu_ratio": med(b[1] / a[1] for a, b in samples),  # > 1: ours uses less CPU per op
-        "ratios": sorted(a[0] / b[0] for a, b in samples),
     }
 
 
@@ -506,10 +503,9 @@ def handover_times(server, session, holders):
 def sessions(binary):
     """Hand-over after `kill -9` of a holder with a 30 s lease: with a session (the server's
     default grace), 10 rounds of 10 holders killed at once; with the lease only, one round of
-    10. And what `SESSION id` costs `LOCK.ACQUIRE` (redis-benchmark, as `throughput`, in
-    SESSION_COST_ROUNDS rounds: the difference is small beside this machine's drift): on free
-    keys, every tie kept (the most the sessions' logs hold), and beside `LOCK.RELEASE` on the
-    same CHURN_KEYS keys, where ties are made and freed as locks come and go."""
+    10. And what a session costs `LOCK.ACQUIRE` on the server — named on every command, or the
+    connection bound once with `LOCK.SESSION USE` — on free keys and beside `LOCK.RELEASE`
+    (benches/sessions.rs: redis-benchmark cannot bind its connections)."""
     server = Server(binary)
     try:
         grace = int(server.cli("CONFIG", "GET", "lock.session-grace-ms").split()[-1])
@@ -517,15 +513,9 @@ def sessions(binary):
         with_session = [ms for _ in range(10) for ms in handover_times(server, True, 10)]
         print("  hand-over after kill -9: the lease only, 10 trials", file=sys.stderr)
         lease_only = handover_times(server, False, 10)
-        with socket.create_connection(("127.0.0.1", server.port)) as session:
-            session.sendall(resp(["LOCK.SESSION", "OPEN"]).encode())
-            session_id = session.recv(128).split(b"\r\n")[2].decode()
-            tied = ACQUIRE + ["SESSION", session_id]
-            print("  what SESSION costs LOCK.ACQUIRE", file=sys.stderr)
-            cost = compare(server, tied, ACQUIRE, FREE, rounds=SESSION_COST_ROUNDS)
-            churn = compare(server, (tied, RELEASE), (ACQUIRE, RELEASE), CHURN_KEYS,
-                            rounds=SESSION_COST_ROUNDS)
-        return grace, with_session, lease_only, cost, churn
+        print("  what a session costs LOCK.ACQUIRE (benches/sessions.rs)", file=sys.stderr)
+        cost = cargo_bench(server, "sessions")
+        return grace, with_session, lease_only, cost
     finally:
         server.stop()
 
@@ -535,12 +525,8 @@ def percentile(samples, fraction):
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def sessions_table(grace, with_session, lease_only, cost, churn):
+def sessions_table(grace, with_session, lease_only, cost):
     """The Markdown lines of `sessions`' results."""
-    def cost_row(workload, result):
-        return (f"| {workload} | {result['ours']:,.0f} | {result['baseline']:,.0f} | "
-                f"**{result['ratio']:.2f}×** | {result['cpu_ratio']:.2f}× | "
-                f"{percentile(result['ratios'], 0.25):.2f}×–{percentile(result['ratios'], 0.75):.2f}× |")
     return [
         "## A crashed holder's locks (sessions)",
         "",
@@ -561,19 +547,17 @@ def sessions_table(grace, with_session, lease_only, cost, churn):
         "| ZooKeeper ephemeral node (Curator default session timeout) | | 60 000 | | |",
         "| Consul session (TTL 10 s minimum + lock-delay 15 s) | | ≥ 25 000 | | |",
         "",
-        f"What `SESSION id` costs `LOCK.ACQUIRE` (redis-benchmark as above; medians of "
-        f"{len(cost['ratios'])} alternating rounds, and the middle half of the rounds' throughput "
-        f"ratios): on free keys, where no lock is released and every tie stays (a million by a "
-        f"round's end), and with `LOCK.RELEASE` running beside it on the same "
-        f"{CHURN_KEYS:,} keys (half the clients each), where ties are made and freed as locks "
-        f"come and go. A client attaches its session once per connection and sends "
-        f"`LOCK.SESSION ATTACH` every grace/3 on its own connection; nothing else is added to a "
-        f"grant's round trip.",
+        "What a session costs `LOCK.ACQUIRE` on the server (`benches/sessions.rs`: 4 connections "
+        "pipelining batches of 64 commands for 0.5 s, 45 rounds, the three ways taking turns; "
+        "redis-benchmark cannot bind its connections): no session, `SESSION id` on every command, "
+        "and each connection bound once with `LOCK.SESSION USE id`, as the clients do. On free "
+        "keys, where every tie stays, and with `LOCK.ACQUIRE` and `LOCK.RELEASE` alternating on "
+        "100,000 keys, where ties are made and freed as locks come and go. The CPU ratio is the "
+        "median of the per-round ratios of the baseline's server CPU time per command to this "
+        "way's (below 1: dearer). Besides, a client sends `LOCK.SESSION ATTACH` every grace/3 on "
+        "its session's own connection; nothing is added to a grant's round trip.",
         "",
-        "| workload | with `SESSION id`, ops/s | without, ops/s | ratio | CPU ratio | middle half |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
-        cost_row("acquire free locks, every tie kept", cost),
-        cost_row(f"acquire and release side by side, {CHURN_KEYS:,} keys", churn),
+        *cost,
         "",
     ]
 
