@@ -26,6 +26,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
+use crate::binding::{Bound, Head, Write, named};
 use crate::error::{Error, Result};
 use crate::masters::Masters;
 use crate::pool::{
@@ -42,7 +43,8 @@ use crate::sync::{Check, Place, Seen, Sync};
 /// Redlock), it keeps two bounded pools of dedicated connections per server ([`ClientOptions`]):
 /// one for waits in the server, one for synced writes (a grant made without waiting, a renewal,
 /// and the `WAIT` for their replicas). On one server it also keeps a session, which every
-/// holding is tied to ([`ClientOptions::sessions`]): one for the client and all its clones.
+/// holding is tied to ([`ClientOptions::sessions`]): one for the client and all its clones,
+/// which each pooled connection is bound to (`LOCK.SESSION USE`) by its first write.
 ///
 /// ```no_run
 /// # async fn example() -> leasehold_client::Result<()> {
@@ -226,33 +228,34 @@ impl Client {
         })
     }
 
-    /// Sends `command`, a write to `key` that counts only once synced as `sync` says, and
-    /// syncs it: with syncing off on the shared connection, otherwise queued for its master and
-    /// sent by a sender task on a sync connection, in one round trip with what syncs it,
-    /// together with the other writes queued meanwhile ([`Pools::take`]). If the caller drops
-    /// this future, a write still queued is withdrawn; one already taken is sent all the same,
-    /// and `undo` (a release) is sent if it granted something nobody received ([`Undo`]).
+    /// Sends `write`, which counts only once synced as `sync` says, tied to its session, and
+    /// syncs it: with syncing off on the shared connection (naming its session, `SESSION id`),
+    /// otherwise queued for its master and sent by a sender task on a sync connection bound to
+    /// its session ([`crate::binding`]), in one round trip with what syncs it, together with
+    /// the other writes queued meanwhile ([`Pools::take`]). If the caller drops this future, a
+    /// write still queued is withdrawn; one already taken is sent all the same, and `undo` (a
+    /// release) is sent if it granted something nobody received ([`Undo`]).
     ///
     /// # Errors
-    /// The server's error, no connection, or [`Error::NotReplicated`] when no sender took the
-    /// write within the sync timeout (nothing was sent).
+    /// The server's error (`ERR no such session` when its session has ended: nothing was
+    /// done), no connection, or [`Error::NotReplicated`] when no sender took the write within
+    /// the sync timeout (nothing was sent).
     pub(crate) async fn synced<T: FromRedisValue>(
         &self,
-        key: &str,
-        command: &Cmd,
+        write: Write<'_>,
         sync: &Sync,
         undo: Option<Undo>,
     ) -> Result<Synced<T>> {
         if sync.is_off() {
-            let reply = self.query(command).await?;
+            let reply = self.query(&named(write.command, write.session)).await?;
             return Ok(Synced {
                 reply,
                 refused: None,
                 answered: Instant::now(),
             });
         }
-        let pools = self.pools(key).await?;
-        let (ticket, outcome, start) = pools.queue(*sync, key, command, undo.clone());
+        let pools = self.pools(write.key).await?;
+        let (ticket, outcome, start) = pools.queue(*sync, write, undo.clone());
         let mut pending = Pending {
             client: self,
             pools: &pools,
@@ -310,9 +313,13 @@ impl Client {
                     continue;
                 }
             };
-            let writes: Vec<(&str, &Cmd)> = queued
+            let writes: Vec<Write<'_>> = queued
                 .iter()
-                .map(|queued| (queued.key.as_str(), &queued.command))
+                .map(|queued| Write {
+                    key: &queued.key,
+                    command: &queued.command,
+                    session: queued.session.as_deref(),
+                })
                 .collect();
             let timeout = Some(RESPONSE_TIMEOUT + sync.timeout);
             let sent = self.exchange(&mut borrowed, &sync, &writes, timeout).await;
@@ -383,17 +390,18 @@ impl Client {
         self.pools(key).await?.borrow(Purpose::Wait, budget).await
     }
 
-    /// Sends `command`, which blocks in the server up to `wait` (`None`: no limit), on
-    /// `connection`, and syncs what it granted as `sync` says in the same round trip; gives up
-    /// `margin` after the wait (and the sync) should have ended.
+    /// Sends `write`, which blocks in the server up to `wait` (`None`: no limit), on
+    /// `connection`, bound to the write's session first if it is not ([`crate::binding`]), and
+    /// syncs what it granted as `sync` says in the same round trip; gives up `margin` after the
+    /// wait (and the sync) should have ended.
     ///
     /// # Errors
-    /// The server's error, or a lost reply (the connection is then closed).
+    /// The server's error (`ERR no such session` when the write's session has ended: nothing
+    /// was done), or a lost reply (the connection is then closed).
     pub(crate) async fn wait_synced<T: FromRedisValue>(
         &self,
         connection: &mut Borrowed,
-        key: &str,
-        command: &Cmd,
+        write: Write<'_>,
         (wait, margin): (Option<Duration>, Duration),
         sync: &Sync,
     ) -> Result<Synced<T>, RedisError> {
@@ -403,31 +411,30 @@ impl Client {
             sync.timeout
         };
         let timeout = wait.map(|wait| wait + margin + syncing);
-        let sent = self
-            .exchange(connection, sync, &[(key, command)], timeout)
-            .await?;
+        let sent = self.exchange(connection, sync, &[write], timeout).await?;
         Synced::of(sent.into_iter().next().ok_or_else(no_reply)?)
     }
 
-    /// One round trip of `writes` (each a key and its command) on `connection`, with what syncs
-    /// them as `sync` says behind them, and one more round trip when that may still make them
-    /// count; each write's outcome, in order.
+    /// One round trip of `writes` on `connection`, bound first to the session they are to be
+    /// tied to ([`Head`]), with what syncs them as `sync` says behind them, and one more round
+    /// trip when that may still make them count; each write's outcome, in order.
     async fn exchange(
         &self,
         connection: &mut Borrowed,
         sync: &Sync,
-        writes: &[(&str, &Cmd)],
+        writes: &[Write<'_>],
         timeout: Option<Duration>,
     ) -> Result<Vec<Sent>, RedisError> {
-        let places: Vec<Place> = writes.iter().map(|(key, _)| self.place(key)).collect();
-        let mut head = redis::pipe();
-        head.ignore_errors();
-        for (_, command) in writes {
-            head.add_command((*command).clone());
+        let places: Vec<Place> = writes.iter().map(|write| self.place(write.key)).collect();
+        let head = Head::new(&connection.bound(), writes);
+        if head.binds() {
+            connection.set_bound(Bound::Unknown);
         }
         let tail = sync.tail(self.seen().hint(&places));
-        let replies = connection.exchange(&head, &tail, timeout).await;
+        let replies = connection.exchange(head.pipeline(), &tail, timeout).await;
         let (replies, answered, tail) = replies.inspect_err(|error| self.heard(error))?;
+        let (replies, bound) = head.read(replies);
+        connection.set_bound(bound);
         for reply in &replies {
             if let Value::ServerError(error) = reply {
                 self.heard(&RedisError::from(error.clone()));

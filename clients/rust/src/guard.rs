@@ -407,7 +407,7 @@ impl Drop for Guard {
 /// (granted, or renewed and synced) runs out without another, `max_hold` after `granted`, or
 /// `ended` is told some other way (the client's session reported the holding lost); then tells
 /// `ended`. A renewal that did not count is tried again after a tenth of `ttl`. A holding tied
-/// to a session is renewed naming it (`SESSION id`).
+/// to a session is renewed tied to it (on a connection bound to it, [`crate::binding`]).
 async fn watchdog(
     holding: Arc<Holding>,
     lease: Arc<Lease>,

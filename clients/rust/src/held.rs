@@ -8,6 +8,7 @@ use futures_util::future::BoxFuture;
 use redis::{Cmd, FromRedisValue, ParsingError, RedisError, Value};
 
 use crate::backoff::Backoff;
+use crate::binding::Write;
 use crate::client::{Client, Synced};
 use crate::error::{Error, Result};
 use crate::pool::{Undo, is_lost_reply};
@@ -107,7 +108,7 @@ pub(crate) struct Held {
     /// How its grants and renewals reach the replicas before they count.
     pub(crate) sync: Sync,
     /// Its place in the client's session, when it is tied to one: its renewals and re-entries
-    /// name that session (`SESSION id`).
+    /// are tied to that session (on a connection bound to it, [`crate::binding`]).
     pub(crate) tie: Option<Tie>,
 }
 
@@ -134,17 +135,16 @@ impl Held {
         if reentrant {
             command.arg("REENTRANT");
         }
-        // Without `SESSION` the server would untie the holding.
-        let naming = self.naming(&mut command);
+        // Tied to no session (on an unbound connection) the server would untie the holding.
+        let naming = self.naming();
         // A re-entry nobody received is one hold too many: released. A mode change is no
         // new hold: kept, as a refused one is.
         let undo = reentrant.then(|| Undo {
             release: self.release_command(),
             if_lost: false,
         });
-        let synced = self
-            .client
-            .synced::<Option<u64>>(self.name(), &command, &self.sync, undo);
+        let write = self.write(&command, naming.as_deref());
+        let synced = self.client.synced::<Option<u64>>(write, &self.sync, undo);
         let synced = synced.await;
         self.named(naming.as_deref(), &synced, |synced| synced.reply.is_some())
             .await;
@@ -172,10 +172,9 @@ impl Held {
     pub(crate) async fn renew(&self, ttl: Duration) -> Result<bool> {
         let mut command = set_command("LOCK.RENEW", &self.names, self.mode());
         command.arg(&self.owner).arg(millis(ttl)?);
-        let naming = self.naming(&mut command);
-        let synced = self
-            .client
-            .synced::<i64>(self.name(), &command, &self.sync, None);
+        let naming = self.naming();
+        let write = self.write(&command, naming.as_deref());
+        let synced = self.client.synced::<i64>(write, &self.sync, None);
         let synced = synced.await;
         let count = self.count();
         self.named(naming.as_deref(), &synced, |synced| synced.reply == count)
@@ -190,11 +189,19 @@ impl Held {
         Ok(true)
     }
 
-    /// Adds `SESSION id` to `command` when the holding is tied to a session; returns the id.
-    fn naming(&self, command: &mut Cmd) -> Option<String> {
-        let id = self.tie.as_ref().and_then(Tie::naming)?;
-        command.arg("SESSION").arg(&id);
-        Some(id)
+    /// The session a write of this holding is to be tied to, when it is tied to one
+    /// ([`Tie::naming`]).
+    fn naming(&self) -> Option<String> {
+        self.tie.as_ref().and_then(Tie::naming)
+    }
+
+    /// `command`, a write of this holding, to be tied to `session` (`None`: to none).
+    fn write<'a>(&'a self, command: &'a Cmd, session: Option<&'a str>) -> Write<'a> {
+        Write {
+            key: self.name(),
+            command,
+            session,
+        }
     }
 
     /// After a write that named session `id` (`None`: none) came back as `outcome`: made

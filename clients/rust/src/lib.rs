@@ -13,9 +13,10 @@
 //!   and stops for good on release, drop or refusal, a [`Guard::lost`] signal, and release on
 //!   every path;
 //! - every holding tied to the client's session (`LOCK.SESSION`, on by default:
-//!   [`ClientOptions::sessions`]), kept by a heartbeat on a connection of its own: when the
-//!   process dies or is cut off for longer than the session's grace, the server hands its locks
-//!   on then, not after their leases — and the holder is told it lost them first;
+//!   [`ClientOptions::sessions`]), kept by a heartbeat on a connection of its own, each pooled
+//!   connection bound to it once (`LOCK.SESSION USE`): when the process dies or is cut off for
+//!   longer than the session's grace, the server hands its locks on then, not after their
+//!   leases — and the holder is told it lost them first;
 //! - retries with exponential backoff and full jitter ([`Backoff`]) where waiting in the server
 //!   is unwanted;
 //! - [`Redlock`] over independent masters, whose tokens never go backwards (`LOCK.RAISE`; the
@@ -40,6 +41,7 @@
 //! ```
 
 mod backoff;
+mod binding;
 mod client;
 mod error;
 mod guard;

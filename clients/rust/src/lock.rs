@@ -8,6 +8,7 @@ use redis::Cmd;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
+use crate::binding::Write;
 use crate::client::{Client, Synced};
 use crate::error::{Error, Result};
 use crate::guard::{Guard, Holding, Keeping};
@@ -216,8 +217,10 @@ impl Lock {
     /// Takes the lock now, with a lease of `ttl` (ms precision), or `None` when it is busy.
     ///
     /// With sessions on ([`crate::ClientOptions::sessions`]) the grant is tied to the client's
-    /// session (`SESSION id`), opened by the first acquire; a session the server no longer has
-    /// (after a failover or a restart) is replaced and the acquire sent again.
+    /// session, opened by the first acquire: the pooled connection it goes over is bound to
+    /// the session (`LOCK.SESSION USE`, once per connection and session, in the same round
+    /// trip). A session the server no longer has (after a failover or a restart, or ended) is
+    /// replaced and the acquire sent again.
     ///
     /// # Errors
     /// The server's error (`WRONGTYPE`, a different `LIMIT`), no connection, the session could
@@ -240,7 +243,12 @@ impl Lock {
         loop {
             let tying = self.client.tying().await?;
             let granted = Instant::now();
-            let command = self.command(owner, ttl, None, tying.as_ref())?;
+            let command = self.command(owner, ttl, None)?;
+            let write = Write {
+                key: self.name(),
+                command: &command,
+                session: tying.as_ref().map(Tying::id),
+            };
             let sync = &self.settings.sync;
             // A grant nobody received (the caller dropped this future) is released, as one
             // whose reply was lost is ([`Lock::try_acquire`]).
@@ -248,7 +256,7 @@ impl Lock {
                 release: self.held(owner).release_command(),
                 if_lost: true,
             };
-            let synced = self.client.synced(self.name(), &command, sync, Some(undo));
+            let synced = self.client.synced(write, sync, Some(undo));
             let synced = match (synced.await, &tying) {
                 (Err(Error::Redis(error)), _) if is_try_again(&error) => return Ok(None),
                 // The server has no such session (a failover, a restart): nothing was done.
@@ -380,12 +388,16 @@ impl Lock {
             return Ok(Attempt::TimedOut);
         }
         let wait = Some(left.unwrap_or(Duration::ZERO));
-        let command = self.command(owner, ttl, wait, tying.as_ref())?;
-        let (name, sync) = (self.name(), &self.settings.sync);
+        let command = self.command(owner, ttl, wait)?;
+        let write = Write {
+            key: self.name(),
+            command: &command,
+            session: tying.as_ref().map(Tying::id),
+        };
         let wait = (left, self.settings.margin);
         let synced = self
             .client
-            .wait_synced(&mut connection, name, &command, wait, sync)
+            .wait_synced(&mut connection, write, wait, &self.settings.sync)
             .await;
         drop(connection);
         match synced {
@@ -439,15 +451,10 @@ impl Lock {
         }
     }
 
-    /// `LOCK.ACQUIRE name owner ttl-ms [REENTRANT] [SHARED [LIMIT n]] [WAIT wait-ms] [SESSION
-    /// id]`, or `LOCK.MACQUIRE numkeys names... owner ttl-ms [WAIT wait-ms] [SESSION id]`.
-    fn command(
-        &self,
-        owner: &str,
-        ttl: Duration,
-        wait: Option<Duration>,
-        tying: Option<&Tying>,
-    ) -> Result<Cmd> {
+    /// `LOCK.ACQUIRE name owner ttl-ms [REENTRANT] [SHARED [LIMIT n]] [WAIT wait-ms]`, or
+    /// `LOCK.MACQUIRE numkeys names... owner ttl-ms [WAIT wait-ms]`: the session it is tied to
+    /// goes with it apart ([`Write`]), as the connection's binding or `SESSION id`.
+    fn command(&self, owner: &str, ttl: Duration, wait: Option<Duration>) -> Result<Cmd> {
         let mut command = acquire_command(&self.names, owner, ttl, self.settings.mode)?;
         if self.settings.reentrant {
             command.arg("REENTRANT");
@@ -456,9 +463,6 @@ impl Lock {
             command
                 .arg("WAIT")
                 .arg(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
-        }
-        if let Some(tying) = tying {
-            command.arg("SESSION").arg(tying.id());
         }
         Ok(command)
     }

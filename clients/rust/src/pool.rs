@@ -9,7 +9,8 @@
 //! finds its pool exhausted queues within its own budget. A connection goes back to its pool
 //! only once every reply it was sent has been read: one whose reply was lost (the client-side
 //! timeout fired, the connection dropped, the caller was cancelled with a command in flight) is
-//! closed and never lent again.
+//! closed and never lent again. Each connection remembers the session it is bound to
+//! (`LOCK.SESSION USE`, [`crate::binding`]), which ends with it.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -26,6 +27,7 @@ use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, Value};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::binding::{Bound, Write};
 use crate::error::Error;
 use crate::sync::Sync;
 
@@ -89,14 +91,18 @@ impl ClientOptions {
     /// Whether every holding this client takes on one server is tied to the client's session
     /// (`LOCK.SESSION`; default on). The session is opened on the first acquire, on a
     /// connection of its own (named `leasehold-session`), and kept by a heartbeat every third
-    /// of its grace. If this process dies or loses the server for longer than the grace, the
-    /// server releases the holdings and hands them to their waiters then, not after their
-    /// leases; the holder is told first: each holding counts only until the last confirmed
-    /// heartbeat's send time plus the grace less 1% and 2 ms ([`crate::Guard::lease_end`]),
-    /// after which [`crate::Guard::lost`] fires. Off: holdings rest on their leases alone, as
-    /// before sessions. Sessions live in the master's memory: after a failover the new master
-    /// has the leases only, and the client ties the holdings it still counts on to a new
-    /// session. In Redis Cluster and for [`crate::Redlock`], holdings rest on their leases.
+    /// of its grace. Each pooled connection is bound to it (`LOCK.SESSION USE`) by the first
+    /// write it carries, and again after the session was replaced, in that write's round trip:
+    /// synced grants and renewals carry no session argument (with [`crate::Sync::off`] they go
+    /// over the shared connection, never bound, and name it: `SESSION id`). If this process
+    /// dies or loses the server for longer than the grace, the server releases the holdings
+    /// and hands them to their waiters then, not after their leases; the holder is told first:
+    /// each holding counts only until the last confirmed heartbeat's send time plus the grace
+    /// less 1% and 2 ms ([`crate::Guard::lease_end`]), after which [`crate::Guard::lost`] fires.
+    /// Off: holdings rest on their leases alone, as before sessions. Sessions live in the
+    /// master's memory: after a failover the new master has the leases only, and the client
+    /// ties the holdings it still counts on to a new session. In Redis Cluster and for
+    /// [`crate::Redlock`], holdings rest on their leases.
     #[must_use]
     pub const fn sessions(mut self, sessions: bool) -> Self {
         self.sessions = sessions;
@@ -163,31 +169,41 @@ pub(crate) enum Purpose {
 
 /// Opens the pools' connections to one server. They have no response timeout of their own:
 /// every exchange on them is bounded by its caller, which closes the connection when the bound
-/// runs out. They never retry (a retried wait would queue twice).
+/// runs out. They never retry (a retried wait would queue twice), nor reconnect by themselves:
+/// a connection that failed stays failed, so the session it is bound to stays known.
 pub(crate) struct Dialer {
     client: redis::Client,
 }
 
+/// A pooled connection, and the session it is bound to ([`crate::binding`]).
+pub(crate) struct Pooled {
+    connection: MultiplexedConnection,
+    bound: Bound,
+}
+
 impl managed::Manager for Dialer {
-    type Type = MultiplexedConnection;
+    type Type = Pooled;
     type Error = RedisError;
 
-    async fn create(&self) -> Result<MultiplexedConnection, RedisError> {
+    async fn create(&self) -> Result<Pooled, RedisError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(None);
-        self.client
+        let connection = self
+            .client
             .get_multiplexed_async_connection_with_config(&config)
-            .await
+            .await?;
+        Ok(Pooled {
+            connection,
+            bound: Bound::Unbound,
+        })
     }
 
-    async fn recycle(
-        &self,
-        connection: &mut MultiplexedConnection,
-        metrics: &Metrics,
-    ) -> RecycleResult<RedisError> {
+    async fn recycle(&self, pooled: &mut Pooled, metrics: &Metrics) -> RecycleResult<RedisError> {
         if metrics.last_used() >= IDLE_CHECK {
-            redis::cmd("PING").exec_async(connection).await?;
+            redis::cmd("PING")
+                .exec_async(&mut pooled.connection)
+                .await?;
         }
         Ok(())
     }
@@ -246,7 +262,11 @@ pub(crate) struct Queued {
     id: u64,
     /// The key it writes (in a cluster, its slot's master is the one asked).
     pub(crate) key: String,
+    /// The write, naming no session.
     pub(crate) command: Cmd,
+    /// The session it is to be tied to (`None`: to none), which its connection is bound to
+    /// ([`crate::binding`]).
+    pub(crate) session: Option<String>,
     /// What undoes it when its caller is gone before its outcome came ([`Undo`]).
     pub(crate) undo: Option<Undo>,
     /// Where its outcome goes.
@@ -307,14 +327,13 @@ impl Pools {
         }
     }
 
-    /// Queues `command`, a write to `key` synced as `sync` and undone by `undo` if nobody
-    /// receives its outcome. Returns its ticket, where its outcome will come, and whether the
-    /// caller must start a sender for its lane ([`Pools::take`]): one is counted for it.
+    /// Queues `write`, synced as `sync` and undone by `undo` if nobody receives its outcome.
+    /// Returns its ticket, where its outcome will come, and whether the caller must start a
+    /// sender for its lane ([`Pools::take`]): one is counted for it.
     pub(crate) fn queue(
         &self,
         sync: Sync,
-        key: &str,
-        command: &Cmd,
+        write: Write<'_>,
         undo: Option<Undo>,
     ) -> (Ticket, oneshot::Receiver<Result<Sent, Error>>, bool) {
         let (done, outcome) = oneshot::channel();
@@ -323,8 +342,9 @@ impl Pools {
         let id = outbox.next;
         let queued = Queued {
             id,
-            key: key.to_owned(),
-            command: command.clone(),
+            key: write.key.to_owned(),
+            command: write.command.clone(),
+            session: write.session.map(str::to_owned),
             undo,
             done,
         };
@@ -437,6 +457,21 @@ impl Borrowed {
         self.0.is_some()
     }
 
+    /// The session it is bound to, as far as the client knows ([`crate::binding`]); unknown
+    /// once it was closed.
+    pub(crate) fn bound(&self) -> Bound {
+        self.0
+            .as_ref()
+            .map_or(Bound::Unknown, |pooled| pooled.bound.clone())
+    }
+
+    /// Records the session it is bound to (no effect once it was closed).
+    pub(crate) fn set_bound(&mut self, bound: Bound) {
+        if let Some(pooled) = self.0.as_mut() {
+            pooled.bound = bound;
+        }
+    }
+
     /// Sends `head`, then `tail` behind it (one write, one round trip; the server runs them in
     /// that order), and reads all their replies — a command's error among them — within
     /// `timeout` (`None`: no limit). Returns `head`'s replies with the moment they came (before
@@ -452,12 +487,12 @@ impl Borrowed {
         timeout: Option<Duration>,
     ) -> Result<(Vec<Value>, Instant, Vec<Value>), RedisError> {
         let mut in_flight = InFlight(self.0.take());
-        let connection = in_flight.0.as_mut().ok_or_else(lost_earlier)?;
+        let connection = &mut in_flight.0.as_mut().ok_or_else(lost_earlier)?.connection;
         let mut behind = MultiplexedConnection::clone(connection);
         // `join` polls `head` first: its request is queued on the connection before `tail`'s.
         let both = join(
             async {
-                let replies = head.query_async::<Vec<Value>>(&mut **connection).await;
+                let replies = head.query_async::<Vec<Value>>(connection).await;
                 (replies, Instant::now())
             },
             async {

@@ -26,6 +26,15 @@
 //!   that names it and keeps the lease's end ([`Shared::retie`]): renewed, it counts by the new
 //!   session; refused, it is lost. One whose deadline passed was reported lost already and is
 //!   never taken back.
+//!
+//! # How a write names the session
+//! A grant, renewal or re-entry *names* the session it is to be tied to by the pooled
+//! connection it goes over, bound to that session with `LOCK.SESSION USE` once per connection
+//! and session, in the write's own round trip ([`crate::binding`]); the write carries `SESSION
+//! id` only in that binding round trip, and on the shared connection (syncing off). Either way
+//! the server ties the holding exactly as it did when every write carried `SESSION id`, and
+//! answers `ERR no such session`, changing nothing, once the session has ended. The session's
+//! own connection is never bound: `ATTACH` on it is what keeps the session.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -54,8 +63,8 @@ pub(crate) fn is_no_such_session(error: &RedisError) -> bool {
 /// A holding the session can renew, to tie it to the session in use ([`Shared::retie`]).
 pub(crate) trait Renewable: Send + Sync {
     /// Renews the holding for `ttl` in the place `tie` gives it in the session: the renewal
-    /// names the session [`Tie::naming`] says and moves the tie by its outcome ([`Tie::moved`],
-    /// [`Tie::gone`]). True while it holds, false once refused.
+    /// names (is tied to) the session [`Tie::naming`] says and moves the tie by its outcome
+    /// ([`Tie::moved`], [`Tie::gone`]). True while it holds, false once refused.
     fn renew_tied(&self, tie: Tie, ttl: Duration) -> BoxFuture<'static, Result<bool>>;
 }
 
@@ -121,7 +130,8 @@ impl Session {
     }
 }
 
-/// The session an acquire names (`SESSION id`), to tie the guard it makes to.
+/// The session an acquire names (is tied to, see the module's docs), to tie the guard it makes
+/// to.
 pub(crate) struct Tying {
     shared: Arc<Shared>,
     id: String,

@@ -4,6 +4,10 @@
 //! lost the lock before the waiter is granted it; one session serves every clone and task of a
 //! client and `close` frees its holdings; after a restart (a new master has no sessions) the
 //! holdings are tied to a new session; and with sessions off, holdings rest on their leases.
+//! Each pooled connection is bound to the session once (`LOCK.SESSION USE`), so grants and
+//! renewals carry no session; after the session was ended — by `CLOSE` from outside, or by its
+//! grace — the connections are bound to the next one, a connection still bound to the ended one
+//! is refused, and nothing is ever granted untied.
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
@@ -31,6 +35,95 @@ async fn client(url: &str, options: ClientOptions) -> Client {
 /// A client with sessions of [`GRACE`].
 async fn session_client(url: &str) -> Client {
     client(url, ClientOptions::new().session_grace(GRACE)).await
+}
+
+/// `key`, taken by `client` waiting in the server up to 2 s.
+async fn waited(client: &Client, key: &str) -> leasehold_client::Guard {
+    let lock = Lock::new(client, key);
+    let guard = lock.acquire_timeout(TTL, Duration::from_secs(2)).await;
+    guard.expect("acquire").expect("free")
+}
+
+/// Sessions of `grace`, and one connection in each pool: which connection carries what is known.
+fn one_of_each(grace: Duration) -> ClientOptions {
+    ClientOptions::new()
+        .session_grace(grace)
+        .sync_connections(1)
+        .wait_connections(1)
+}
+
+/// What [`Monitor::stop`] sends to end the monitoring.
+const MONITOR_STOP: &str = "leasehold-monitor-stop";
+
+/// The commands a server runs (`MONITOR`: `<time> [<db> <address>] "COMMAND" "arg" ...`), from
+/// [`Monitor::start`] until [`Monitor::stop`], read on a thread.
+struct Monitor(std::thread::JoinHandle<Vec<String>>);
+
+impl Monitor {
+    fn start(server: &Server) -> Self {
+        let mut con = server.client();
+        let monitor = redis::cmd("MONITOR").get_packed_command();
+        con.send_packed_command(&monitor).expect("MONITOR");
+        con.recv_response().expect("MONITOR's OK");
+        Self(std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            while let Ok(Value::SimpleString(line)) = con.recv_response() {
+                if line.contains(MONITOR_STOP) {
+                    break;
+                }
+                lines.push(line);
+            }
+            lines
+        }))
+    }
+
+    /// Every command run since the start, in order.
+    fn stop(self, con: &mut redis::Connection) -> Vec<String> {
+        call(con, &["ECHO", MONITOR_STOP]);
+        self.0.join().expect("the monitor")
+    }
+}
+
+/// The lines of `lines` that run `words` (`["LOCK.ACQUIRE", "k"]`: `LOCK.ACQUIRE` on `k`).
+fn ran<'a>(lines: &'a [String], words: &[&str]) -> Vec<&'a str> {
+    let quoted: Vec<String> = words.iter().map(|word| format!("\"{word}\"")).collect();
+    let pattern = format!("] {}", quoted.join(" "));
+    let runs = |line: &&String| line.contains(&pattern);
+    lines.iter().filter(runs).map(String::as_str).collect()
+}
+
+/// The client address of a `MONITOR` line: which connection sent it.
+fn sender(line: &str) -> &str {
+    let (_, rest) = line.split_once('[').expect("[db address]");
+    let (inside, _) = rest.split_once(']').expect("]");
+    inside.split(' ').nth(1).expect("address")
+}
+
+/// The `LOCK.SESSION USE` and `LOCK.ACQUIRE` lines of `lines` that `connection` sent, in order.
+fn uses_and_acquires<'a>(lines: &'a [String], connection: &str) -> Vec<&'a str> {
+    let picked = |line: &&String| {
+        sender(line) == connection
+            && (line.contains("\"LOCK.SESSION\" \"USE\"") || line.contains("\"LOCK.ACQUIRE\""))
+    };
+    lines.iter().filter(picked).map(String::as_str).collect()
+}
+
+/// Whether a `MONITOR` line's command names session `id`.
+fn names(line: &str, id: &str) -> bool {
+    line.contains(&format!("\"SESSION\" \"{id}\""))
+}
+
+/// The link `proxy` cut, back on the same port.
+fn relink(proxy: LinkProxy, target: u16) -> LinkProxy {
+    let port = proxy.port;
+    drop(proxy);
+    for _ in 0..100 {
+        if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            return LinkProxy::on(listener, target);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("port {port} stays taken");
 }
 
 /// The session `key`'s holder is tied to (`LOCK.INFO`'s `session`), `None` when it is tied to
@@ -390,4 +483,160 @@ async fn with_sessions_off_holdings_rest_on_their_leases() {
     assert!(guard.is_held());
     assert!(guard.renew(Duration::from_secs(1)).await.expect("renew"));
     assert!(guard.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_pooled_connection_is_bound_once_and_grants_and_renewals_then_carry_no_session() {
+    let server = Server::start(&[]);
+    let mut con = server.client();
+    let monitor = Monitor::start(&server);
+    let client = client(&server.url(), one_of_each(GRACE)).await;
+    let mut guards = Vec::new();
+    for key in ["a", "b", "c"] {
+        let guard = Lock::new(&client, key).try_acquire(TTL).await;
+        guards.push(guard.expect("acquire").expect("free"));
+    }
+    guards.push(waited(&client, "d").await);
+    for guard in &guards {
+        assert!(guard.renew(TTL).await.expect("renew"));
+    }
+    let session = client.session_id().expect("opened");
+    for key in ["a", "b", "c", "d"] {
+        assert_eq!(tied_to(&mut con, key).as_ref(), Some(&session), "{key}");
+    }
+    assert_eq!(
+        sessions_field(&mut con, "lock_session_connections"),
+        2,
+        "the sync and the wait connection use the session"
+    );
+
+    let lines = monitor.stop(&mut con);
+    let uses = ran(&lines, &["LOCK.SESSION", "USE", &session]);
+    assert_eq!(uses.len(), 2, "once per connection: {uses:#?}");
+    let mut writes = ran(&lines, &["LOCK.ACQUIRE"]);
+    writes.extend(ran(&lines, &["LOCK.RENEW"]));
+    assert_eq!(writes.len(), 8, "4 grants and 4 renewals: {writes:#?}");
+    let naming: Vec<_> = writes.iter().filter(|line| names(line, &session)).collect();
+    assert_eq!(
+        naming.len(),
+        2,
+        "only each connection's first write, behind its USE: {writes:#?}"
+    );
+    for line in &naming {
+        let behind_use = uses.iter().any(|used| sender(used) == sender(line));
+        assert!(behind_use, "{line}: its connection's USE came first");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_bound_to_a_closed_session_is_bound_again_and_nothing_is_granted_untied() {
+    let server = Server::start(&[]);
+    let mut con = server.client();
+    let monitor = Monitor::start(&server);
+    // A long grace: the heartbeat (every 10 s) does not find the sessions closed first.
+    let client = client(&server.url(), one_of_each(Duration::from_secs(30))).await;
+    let a = Lock::new(&client, "a").try_acquire(TTL).await;
+    let a = a.expect("acquire").expect("free");
+    let first = client.session_id().expect("opened");
+    assert_eq!(tied_to(&mut con, "a"), Some(first.clone()));
+
+    // Someone closes it (releasing a): the sync connection, bound to it, is refused; the client
+    // opens another session, binds the connection to it, and the acquire goes on.
+    let closed = call(&mut con, &["LOCK.SESSION", "CLOSE", &first]);
+    assert_eq!(closed, Value::Int(1));
+    let c = Lock::new(&client, "c").try_acquire(TTL).await;
+    let c = c.expect("acquire").expect("free");
+    let second = client.session_id().expect("opened again");
+    assert_ne!(second, first);
+    assert_eq!(tied_to(&mut con, "c"), Some(second.clone()));
+    tokio::time::timeout(Duration::from_secs(2), a.lost())
+        .await
+        .expect("a is lost");
+
+    // And that one too (releasing c): the wait connection, new, is bound in the wait's round
+    // trip; its USE fails, and the acquire behind it, naming the session, is refused too — it
+    // does not wait or take the lock untied. The next attempt binds it to a third session.
+    let closed = call(&mut con, &["LOCK.SESSION", "CLOSE", &second]);
+    assert_eq!(closed, Value::Int(1));
+    let d = waited(&client, "d").await;
+    let third = client.session_id().expect("opened a third time");
+    assert_ne!(third, second);
+    assert_eq!(tied_to(&mut con, "d"), Some(third.clone()));
+    assert_eq!(sessions_field(&mut con, "lock_session_connections"), 2);
+
+    let lines = monitor.stop(&mut con);
+    assert!(
+        ran(&lines, &["LOCK.RELEASE"]).is_empty(),
+        "nothing was granted untied (and released)"
+    );
+    let d_first = ran(&lines, &["LOCK.ACQUIRE", "d"])[0];
+    let before_d = lines.iter().position(|line| line == d_first).expect("d");
+    let sync = sender(ran(&lines, &["LOCK.ACQUIRE", "a"])[0]);
+    let on_sync = uses_and_acquires(&lines[..before_d], sync);
+    assert_eq!(on_sync.len(), 5, "{on_sync:#?}");
+    assert!(on_sync[0].ends_with(&format!("\"USE\" \"{first}\"")));
+    assert!(names(on_sync[1], &first) && on_sync[1].contains("\"a\""));
+    assert!(
+        on_sync[2].contains("\"c\"") && !on_sync[2].contains("SESSION"),
+        "bound: no session, refused: {on_sync:#?}"
+    );
+    assert!(on_sync[3].ends_with(&format!("\"USE\" \"{second}\"")));
+    assert!(on_sync[4].contains("\"c\""));
+
+    let on_wait = uses_and_acquires(&lines, sender(d_first));
+    assert_eq!(on_wait.len(), 4, "{on_wait:#?}");
+    assert!(on_wait[0].ends_with(&format!("\"USE\" \"{second}\"")));
+    assert!(names(on_wait[1], &second), "{on_wait:#?}");
+    assert!(on_wait[2].ends_with(&format!("\"USE\" \"{third}\"")));
+    assert!(names(on_wait[3], &third), "{on_wait:#?}");
+    drop((c, d));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_session_ended_by_its_grace_new_holdings_are_tied_to_the_next_one() {
+    let server = Server::start(&[]);
+    let mut con = server.client();
+    let proxy = LinkProxy::to(server.port);
+    let client = client(
+        &format!("redis://127.0.0.1:{}", proxy.port),
+        one_of_each(GRACE),
+    )
+    .await;
+    let guard = waited(&client, "k").await;
+    let first = client.session_id().expect("opened");
+    assert_eq!(tied_to(&mut con, "k"), Some(first.clone()));
+    assert_eq!(sessions_field(&mut con, "lock_session_connections"), 1);
+
+    proxy.cut();
+    tokio::time::timeout(GRACE * 2, guard.lost())
+        .await
+        .expect("told within the grace");
+    common::wait_until("the session ends by its grace", || {
+        sessions_field(&mut con, "lock_sessions_expired") == 1
+    });
+    assert_eq!(holder(&mut con, "k"), None, "released by the session's end");
+    assert_eq!(sessions_field(&mut con, "lock_session_connections"), 0);
+
+    let _proxy = relink(proxy, server.port);
+    common::wait_until("a new session", || {
+        client.session_id().is_some_and(|id| id != first)
+    });
+    let second = client.session_id().expect("opened again");
+    // The wait connection died with the link: the acquire finds out for itself (on a sync
+    // connection) and is granted; then a new wait connection takes another lock. Both are
+    // bound to the new session.
+    let again = waited(&client, "k").await;
+    let other = waited(&client, "j").await;
+    assert_eq!(client.session_id().as_ref(), Some(&second));
+    for key in ["k", "j"] {
+        assert_eq!(tied_to(&mut con, key).as_ref(), Some(&second), "{key}");
+    }
+    assert_eq!(sessions_field(&mut con, "lock_session_connections"), 2);
+    assert!(again.renew(TTL).await.expect("renew"));
+    assert_eq!(tied_to(&mut con, "k").as_ref(), Some(&second));
+    assert!(
+        !guard.renew(TTL).await.expect("no renewal"),
+        "never taken back"
+    );
+    drop(other);
 }
