@@ -15,7 +15,10 @@
  *
  * Each master's place also keeps the client's session there ({@link SessionKeeper}) on a
  * connection of its own; closing the program's client closes the session (`LOCK.SESSION
- * CLOSE`) and that connection.
+ * CLOSE`) and that connection. A pooled connection that carries tied writes is bound to the
+ * session (`LOCK.SESSION USE id`) in the pipeline of the first of them, and again when the
+ * session was replaced; one bound that carries untied writes is unbound first (`USE NONE`):
+ * {@link binding}.
  */
 import { Session, SessionOptions } from './session.js';
 import { Seen } from './sync.js';
@@ -103,13 +106,18 @@ export interface Own {
     /** What this client saw of its masters' in-sync sets. */
     readonly seen: Seen;
     /** The client's session on that master, when the caller asked for it ({@link
-     * Connection.lend}): the one a command ending in `SESSION` names. */
+     * Connection.lend}): the one a command ending in `SESSION` is tied to. */
     readonly tie: Session | undefined;
     /**
      * Sends `commands` as one pipeline (never `MULTI`), and resolves to their replies in order,
-     * an error reply as an `Error` value, with when each came (ms since the epoch). Rejects with
-     * {@link LostReply} when not every reply came within `timeoutMs`, or the connection failed:
-     * the connection is then closed, not reused.
+     * an error reply as an `Error` value, with when each came (ms since the epoch). Acquires and
+     * renewals ending in `SESSION` are tied to {@link tie} (none: untied), the others to none:
+     * `LOCK.SESSION USE` goes first in the same pipeline when the connection's binding must
+     * change ({@link binding}), and its reply is not among theirs. Rejects with {@link LostReply}
+     * when not every reply came within `timeoutMs`, or the connection failed — or when `USE NONE`
+     * was refused while an untied write behind it was done (it may have been tied to the session
+     * the connection was bound to): the connection is then closed, not reused. Throws when tied
+     * and untied acquires or renewals are mixed.
      */
     pipeline(commands: string[][], timeoutMs: number | undefined): Promise<Replies>;
 }
@@ -125,6 +133,9 @@ export interface Dedicated {
     pipeline(commands: string[][]): Promise<Replied[]>;
     alive(): boolean;
     close(): void;
+    /** The id of the session this connection is bound to (`LOCK.SESSION USE`), as the server's
+     * `OK` told; undefined: none. */
+    session?: string;
 }
 /** The client as the locks use it: commands on a lock go to the master serving it (in a
  * cluster, the master of its slot). */

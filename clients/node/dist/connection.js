@@ -15,11 +15,14 @@
  *
  * Each master's place also keeps the client's session there ({@link SessionKeeper}) on a
  * connection of its own; closing the program's client closes the session (`LOCK.SESSION
- * CLOSE`) and that connection.
+ * CLOSE`) and that connection. A pooled connection that carries tied writes is bound to the
+ * session (`LOCK.SESSION USE id`) in the pipeline of the first of them, and again when the
+ * session was replaced; one bound that carries untied writes is unbound first (`USE NONE`):
+ * {@link binding}.
  */
 import keySlot from 'cluster-key-slot';
 import { Pool } from './pool.js';
-import { SessionKeeper } from './session.js';
+import { SessionKeeper, binding, tiedByUse } from './session.js';
 import { Seen } from './sync.js';
 export { Exhausted, PoolClosed } from './pool.js';
 export const DEFAULT_POOL_SIZES = { wait: 32, sync: 16 };
@@ -261,9 +264,10 @@ class Lent {
         this.tie = tie;
     }
     async pipeline(commands, timeoutMs) {
+        const { commands: writes, use, to } = binding(commands, this.tie, this.dedicated.session);
         // After ASK, `ASKING` goes right before each command on a key (it covers the next command;
-        // before the keyless `LOCK.INSYNC` it does nothing).
-        const sent = commands.flatMap((command) => (this.asking && command[0].startsWith('LOCK.') ? [['ASKING'], command] : [command]));
+        // before the keyless `LOCK.INSYNC` and `LOCK.SESSION` it does nothing).
+        const sent = [...(use ? [use] : []), ...writes].flatMap((command) => (this.asking && command[0].startsWith('LOCK.') ? [['ASKING'], command] : [command]));
         let timer;
         const expiry = new Promise((_, reject) => {
             if (timeoutMs !== undefined)
@@ -274,11 +278,20 @@ class Lent {
         replying.catch(() => { });
         try {
             const replied = (await Promise.race([replying, expiry])).filter((_, at) => sent[at][0] !== 'ASKING');
-            const replies = replied.map(([reply]) => reply);
-            const failure = replies.find((reply) => reply instanceof Error && !isServerError(reply));
+            const failure = replied.find(([reply]) => reply instanceof Error && !isServerError(reply));
             if (failure)
-                throw new LostReply(String(failure));
+                throw new LostReply(String(failure[0]));
+            const used = use ? replied.shift()[0] : undefined;
+            const replies = replied.map(([reply]) => reply);
             this.spent ||= replies.some((reply) => reply instanceof Error && reply.message.startsWith('READONLY'));
+            if (use && used === 'OK') {
+                this.dedicated.session = to;
+            }
+            else if (use && to === undefined && writes.some((command, at) => tiedByUse(command) && !(replies[at] instanceof Error))) {
+                throw new LostReply(`LOCK.SESSION USE NONE replied ${String(used)}: a write behind it may be tied to a session`);
+            }
+            // A refused `USE id` leaves the binding as it was; the writes behind it name the session
+            // themselves (refused with it when it ended).
             return { replies, arrived: replied.map(([, at]) => at) };
         }
         catch (error) {

@@ -6,7 +6,9 @@
  * One session per client per master ({@link SessionKeeper}), opened on the first acquire on a
  * dedicated connection no pool lends out (named `leasehold-session`, `CLIENT NO-EVICT on`), and
  * kept attached by a heartbeat (`LOCK.SESSION ATTACH id` every third of the grace) that
- * reconnects it when it dropped. Acquires and renewals name it (`SESSION id`).
+ * reconnects it when it dropped. Acquires and renewals go over pooled connections bound to it
+ * (`LOCK.SESSION USE id`, once per connection and session, in the pipeline of the first write
+ * that needs it: {@link binding}), so they carry no `SESSION id`.
  *
  * **The holder learns first.** A reply to `LOCK.SESSION ATTACH` (or `OPEN`) sent at `t` means
  * the session was attached at some moment after `t`, so the server cannot end it before
@@ -16,24 +18,59 @@
  * server can hand any of them over. Nothing here waits to notice a dropped socket.
  *
  * When the server no longer knows the session (`ERR no such session`: a failover or restart —
- * a new master has no sessions — or the session ended), a new one is opened and every holding
- * still counted alive is renewed with the new id: renewed, it is tied to the new session;
+ * a new master has no sessions — or the session ended; a connection still bound to it gets it
+ * for every acquire and renewal), a new one is opened and every holding still counted alive is
+ * renewed on a connection bound to the new one: renewed, it is tied to the new session;
  * refused, it is lost. A holding whose session's deadline passed is never taken back.
  */
 import { PoolClosed } from './pool.js';
-/** The last element of a command that names the session of the master it is sent to: the id
- * follows when it is sent ({@link withSession}). */
+/** The last element of a command to be tied to the client's session on the master it is sent
+ * to: dropped on a connection bound to that session, `SESSION id` on any other ({@link
+ * binding}). */
 export const SESSION = 'SESSION';
-/** Whether `command` asks for the session's id ({@link SESSION}). */
+/** Whether `command` asks to be tied to the session ({@link SESSION}). */
 export function wantsSession(command) {
     return command[command.length - 1] === SESSION;
 }
-/** `command` as sent: a trailing {@link SESSION} followed by the id of `session`, or dropped
- * when there is none. */
-export function withSession(command, session) {
-    if (!wantsSession(command))
-        return command;
-    return session ? [...command, session.id] : command.slice(0, -1);
+/** The commands a connection's binding (`LOCK.SESSION USE`) ties to its session when they name
+ * none. */
+const TIED_BY_USE = new Set(['LOCK.ACQUIRE', 'LOCK.RENEW', 'LOCK.MACQUIRE', 'LOCK.MRENEW']);
+/** Whether a connection's binding ties `command` (an acquire or a renewal) to its session. */
+export function tiedByUse(command) {
+    return TIED_BY_USE.has(command[0]);
+}
+/**
+ * How `commands` go out on a pooled connection bound to the session with id `bound` (undefined:
+ * none; as that connection's `OK` replies to `LOCK.SESSION USE` told) so that each is tied as
+ * it asks: those ending in {@link SESSION} to `session` (none: untied, sessions being off),
+ * the others to none.
+ *
+ * - Tied, on a connection bound to `session`: the marker is dropped; the binding ties them.
+ * - Tied, on any other connection: `LOCK.SESSION USE id` goes first, and the commands name the
+ *   session as well (`SESSION id`, which wins over any binding). If `USE` is refused (`ERR no
+ *   such session`: the session ended), so are they, and they change nothing: never run untied
+ *   on a connection never bound, nor tied to the older session one was bound to.
+ * - Untied acquires and renewals, on a bound connection: `LOCK.SESSION USE NONE` goes first.
+ *
+ * Throws when tied and untied acquires or renewals are mixed (one binding ties them all).
+ */
+export function binding(commands, session, bound) {
+    const bare = commands.map((command) => (wantsSession(command) ? command.slice(0, -1) : [...command]));
+    if (session === undefined || !commands.some(wantsSession)) {
+        if (bound === undefined || !bare.some(tiedByUse))
+            return { commands: bare, to: bound };
+        return { commands: bare, use: ['LOCK.SESSION', 'USE', 'NONE'], to: undefined };
+    }
+    if (commands.some((command) => tiedByUse(command) && !wantsSession(command))) {
+        throw new Error('tied and untied acquires or renewals in one pipeline');
+    }
+    if (bound === session.id)
+        return { commands: bare, to: bound };
+    return {
+        commands: commands.map((command) => (wantsSession(command) ? [...command, session.id] : [...command])),
+        use: ['LOCK.SESSION', 'USE', session.id],
+        to: session.id,
+    };
 }
 /** `ERR no such session`: the server does not know the session (never opened there — a new
  * master after a failover — or ended). */
@@ -157,7 +194,7 @@ export class SessionKeeper {
         });
         return this.opening;
     }
-    /** The server answered `ERR no such session` to a command naming `session`: a new session
+    /** The server answered `ERR no such session` to a command tied to `session`: a new session
      * replaces it, and the holdings tied to it are tied to the new one while `session`'s deadline
      * lets them. */
     replaced(session) {

@@ -13,16 +13,18 @@
  * - A wait in the server: on a connection of the wait pool, the acquire with the same tail
  *   pipelined behind it — the server runs it only once the acquire is answered.
  * - A fixed replica count (`sync.replicas`): `WAIT n` alone after the writes.
- * - A write whose command ends in `SESSION` names the client's session on the master it is
- *   sent to (each master has its own, and a redirected write goes to another): the id is put
- *   in on the connection lent to it. `ERR no such session` tells that session's keeper it was
- *   replaced.
+ * - A write whose command ends in `SESSION` is tied to the client's session on the master it
+ *   is sent to (each master has its own, and a redirected write goes to another): the
+ *   connection lent to it is bound to that session (`LOCK.SESSION USE id`, first in the same
+ *   pipeline, when it is not yet: {@link Own.pipeline}). Tied and untied writes made in the
+ *   same tick go in pipelines of their own. `ERR no such session` tells that session's keeper
+ *   it was replaced.
  */
 import { Connection } from './connection.js';
 import { Session } from './session.js';
 import { SyncOptions } from './sync.js';
 /** A write's reply that counts (an error reply rejects), when it came (ms since the epoch), and
- * the session it tied the holding to, if it named one. */
+ * the session it tied the holding to, if it asked for one. */
 export interface Written {
     reply: unknown;
     answered: number;
@@ -59,25 +61,25 @@ export declare class Writes {
     /** A renewal: the reply. One `applied` but too few replicas had in time — or that found no
      * sync connection free within the sync timeout — rejects with {@link NotReplicatedError}. */
     renew(command: string[], applied: (reply: unknown) => boolean): Promise<Written>;
-    /** A write over the program's own connection, not synced, naming no session. */
+    /** A write over the program's own connection, not synced, tied to no session. */
     private sent;
     /** The write that counts (or was not `applied`); otherwise the grant given back with
      * `release` (if any) and the rejection. */
     private counted;
     /**
      * A write that does not wait, synced, in the pipeline of the synced writes made in this tick
-     * to the same master — or on its own after a redirection (`MOVED` / `ASK`). Rejects with its
-     * error reply; with {@link NotReplicatedError} when no connection came free within the sync
-     * timeout (nothing was sent).
+     * to the same master and tied alike (to the session, or not) — or on its own after a
+     * redirection (`MOVED` / `ASK`). Rejects with its error reply; with {@link
+     * NotReplicatedError} when no connection came free within the sync timeout (nothing was sent).
      */
     private syncedWrite;
     /**
      * `commands` on a connection of the `kind` pool to the master serving `key`, with the sync
-     * behind them: each command's outcome. A command ending in `SESSION` names the client's
-     * session on that master (opened first if need be; its outcome's `tie`). A lone command's
-     * error reply rejects (so that a redirection is followed); with several, each is its
-     * outcome's `reply`. Rejects with {@link LostReply} or {@link Exhausted} too, and with why a
-     * session could not be opened.
+     * behind them: each command's outcome. Commands ending in `SESSION` (all of them, or none)
+     * are tied to the client's session on that master (opened first if need be; their outcomes'
+     * `tie`), on a connection bound to it. A lone command's error reply rejects (so that a
+     * redirection is followed); with several, each is its outcome's `reply`. Rejects with {@link
+     * LostReply} or {@link Exhausted} too, and with why a session could not be opened.
      */
     private exchange;
     /**

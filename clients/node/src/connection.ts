@@ -15,13 +15,16 @@
  *
  * Each master's place also keeps the client's session there ({@link SessionKeeper}) on a
  * connection of its own; closing the program's client closes the session (`LOCK.SESSION
- * CLOSE`) and that connection.
+ * CLOSE`) and that connection. A pooled connection that carries tied writes is bound to the
+ * session (`LOCK.SESSION USE id`) in the pipeline of the first of them, and again when the
+ * session was replaced; one bound that carries untied writes is unbound first (`USE NONE`):
+ * {@link binding}.
  */
 
 import keySlot from 'cluster-key-slot';
 
 import { Exhausted, Factory, Pool } from './pool.js';
-import { Session, SessionKeeper, SessionOptions } from './session.js';
+import { Session, SessionKeeper, SessionOptions, binding, tiedByUse } from './session.js';
 import { Seen } from './sync.js';
 
 export { Exhausted, PoolClosed } from './pool.js';
@@ -110,13 +113,18 @@ export interface Own {
   /** What this client saw of its masters' in-sync sets. */
   readonly seen: Seen;
   /** The client's session on that master, when the caller asked for it ({@link
-   * Connection.lend}): the one a command ending in `SESSION` names. */
+   * Connection.lend}): the one a command ending in `SESSION` is tied to. */
   readonly tie: Session | undefined;
   /**
    * Sends `commands` as one pipeline (never `MULTI`), and resolves to their replies in order,
-   * an error reply as an `Error` value, with when each came (ms since the epoch). Rejects with
-   * {@link LostReply} when not every reply came within `timeoutMs`, or the connection failed:
-   * the connection is then closed, not reused.
+   * an error reply as an `Error` value, with when each came (ms since the epoch). Acquires and
+   * renewals ending in `SESSION` are tied to {@link tie} (none: untied), the others to none:
+   * `LOCK.SESSION USE` goes first in the same pipeline when the connection's binding must
+   * change ({@link binding}), and its reply is not among theirs. Rejects with {@link LostReply}
+   * when not every reply came within `timeoutMs`, or the connection failed — or when `USE NONE`
+   * was refused while an untied write behind it was done (it may have been tied to the session
+   * the connection was bound to): the connection is then closed, not reused. Throws when tied
+   * and untied acquires or renewals are mixed.
    */
   pipeline(commands: string[][], timeoutMs: number | undefined): Promise<Replies>;
 }
@@ -134,6 +142,9 @@ export interface Dedicated {
   pipeline(commands: string[][]): Promise<Replied[]>;
   alive(): boolean;
   close(): void;
+  /** The id of the session this connection is bound to (`LOCK.SESSION USE`), as the server's
+   * `OK` told; undefined: none. */
+  session?: string;
 }
 
 /** A client (or a cluster node's client) whose duplicates a pool keeps. */
@@ -393,9 +404,10 @@ class Lent implements Own {
   ) {}
 
   async pipeline(commands: string[][], timeoutMs: number | undefined): Promise<Replies> {
+    const { commands: writes, use, to } = binding(commands, this.tie, this.dedicated.session);
     // After ASK, `ASKING` goes right before each command on a key (it covers the next command;
-    // before the keyless `LOCK.INSYNC` it does nothing).
-    const sent = commands.flatMap((command) => (this.asking && command[0].startsWith('LOCK.') ? [['ASKING'], command] : [command]));
+    // before the keyless `LOCK.INSYNC` and `LOCK.SESSION` it does nothing).
+    const sent = [...(use ? [use] : []), ...writes].flatMap((command) => (this.asking && command[0].startsWith('LOCK.') ? [['ASKING'], command] : [command]));
     let timer: NodeJS.Timeout | undefined;
     const expiry = new Promise<never>((_, reject) => {
       if (timeoutMs !== undefined) timer = setTimeout(() => reject(new LostReply('no reply in time')), timeoutMs);
@@ -405,10 +417,18 @@ class Lent implements Own {
     replying.catch(() => {});
     try {
       const replied = (await Promise.race([replying, expiry])).filter((_, at) => sent[at][0] !== 'ASKING');
+      const failure = replied.find(([reply]) => reply instanceof Error && !isServerError(reply));
+      if (failure) throw new LostReply(String(failure[0]));
+      const used = use ? replied.shift()![0] : undefined;
       const replies = replied.map(([reply]) => reply);
-      const failure = replies.find((reply) => reply instanceof Error && !isServerError(reply));
-      if (failure) throw new LostReply(String(failure));
       this.spent ||= replies.some((reply) => reply instanceof Error && reply.message.startsWith('READONLY'));
+      if (use && used === 'OK') {
+        this.dedicated.session = to;
+      } else if (use && to === undefined && writes.some((command, at) => tiedByUse(command) && !(replies[at] instanceof Error))) {
+        throw new LostReply(`LOCK.SESSION USE NONE replied ${String(used)}: a write behind it may be tied to a session`);
+      }
+      // A refused `USE id` leaves the binding as it was; the writes behind it name the session
+      // themselves (refused with it when it ended).
       return { replies, arrived: replied.map(([, at]) => at) };
     } catch (error) {
       this.spent = true;

@@ -240,8 +240,9 @@ function acquireCommand(keys: Keys, owner: string, ttl: number, mode: Mode, reen
   return keys.command('ACQUIRE', owner, String(ttl), ...(reentrant ? ['REENTRANT'] : []), ...mode);
 }
 
-/** `command` naming the session of the master it is sent to, when `tied` (`SESSION`, the id
- * put in as it is sent). */
+/** `command` tied to the client's session on the master it is sent to, when `tied`: it ends in
+ * `SESSION`, which goes as the connection's binding (`LOCK.SESSION USE`) or as `SESSION id`
+ * when it is sent (`binding` in session.ts). */
 function tiedCommand(command: string[], tied: boolean): string[] {
   return tied ? [...command, SESSION] : command;
 }
@@ -434,7 +435,7 @@ class LeaseholdLock implements Lock {
    * (the lock may have been handed on meanwhile): it is released and rejected with
    * {@link NotReplicatedError}. A grant tied to a session whose deadline passed before it came
    * (the server may have ended that session, and released the lock) is renewed first, to the
-   * lease it has left, naming the client's current session: null when that is refused (or no
+   * lease it has left, tied to the client's current session: null when that is refused (or no
    * lease is left: then it is released).
    */
   private async held(owner: string, grant: Grant, watchdog: boolean, began: number): Promise<Holding | null> {
@@ -569,7 +570,7 @@ class Held implements Holding, Tied {
    * {@link NotReplicatedError} then. */
   private async acquire(what: string, ttl: number, mode: Mode, reentrant: boolean): Promise<Grant> {
     if (this.keys.set) throw new Error(`${what} is not supported on a set of locks`);
-    // Named without the session, the server would untie the holding from it.
+    // Sent untied, it would untie the holding from its session on the server.
     const command = tiedCommand(acquireCommand(this.keys, this.owner, ttl, mode, reentrant), this.tied);
     return grantTokens(this.writes, command, reentrant ? this.keys.command('RELEASE', this.owner) : undefined);
   }
@@ -617,7 +618,7 @@ class Held implements Holding, Tied {
   }
 
   /**
-   * A write naming the client's session `tie` (none: no session) counted: the holding is tied
+   * A write tied to the client's session `tie` (none: no session) counted: the holding is tied
    * to it from now on. False, and the holding lost, when its deadline passed before the reply
    * came — or when the holding was lost with an earlier session. A session already replaced by
    * a newer one: tied to the newer one too, in the background.
@@ -657,7 +658,7 @@ class Held implements Holding, Tied {
     }
   }
 
-  /** A renewal naming the client's current session, to the lease the holding has left (never
+  /** A renewal tied to the client's current session, to the lease the holding has left (never
    * longer: tying it to a session is no reason to extend it): true when renewed, false when
    * refused (lost) or no lease is left. Rejects as {@link renew}. */
   async renewLeft(): Promise<boolean> {

@@ -13,14 +13,16 @@
  * - A wait in the server: on a connection of the wait pool, the acquire with the same tail
  *   pipelined behind it — the server runs it only once the acquire is answered.
  * - A fixed replica count (`sync.replicas`): `WAIT n` alone after the writes.
- * - A write whose command ends in `SESSION` names the client's session on the master it is
- *   sent to (each master has its own, and a redirected write goes to another): the id is put
- *   in on the connection lent to it. `ERR no such session` tells that session's keeper it was
- *   replaced.
+ * - A write whose command ends in `SESSION` is tied to the client's session on the master it
+ *   is sent to (each master has its own, and a redirected write goes to another): the
+ *   connection lent to it is bound to that session (`LOCK.SESSION USE id`, first in the same
+ *   pipeline, when it is not yet: {@link Own.pipeline}). Tied and untied writes made in the
+ *   same tick go in pipelines of their own. `ERR no such session` tells that session's keeper
+ *   it was replaced.
  */
 
 import { Connection, Exhausted, Own, PoolKind } from './connection.js';
-import { Session, isNoSuchSession, wantsSession, withSession } from './session.js';
+import { Session, isNoSuchSession, wantsSession } from './session.js';
 import {
   DEFAULT_SYNC_TIMEOUT, INSYNC, NotReplicatedError, Shortfall, SyncOptions, acksOf, inSyncOf, shortfall, waitCommand,
 } from './sync.js';
@@ -34,12 +36,12 @@ interface Outcome {
   /** Why it does not count, if so: how far it got, or the server's error reply to a command of
    * the sync. */
   unsynced?: Shortfall | Error;
-  /** The session the write named, if it asked for one. */
+  /** The session the write was tied to, if it asked for one. */
   tie?: Session;
 }
 
 /** A write's reply that counts (an error reply rejects), when it came (ms since the epoch), and
- * the session it tied the holding to, if it named one. */
+ * the session it tied the holding to, if it asked for one. */
 export interface Written {
   reply: unknown;
   answered: number;
@@ -107,7 +109,7 @@ export class Writes {
     return this.counted(outcome, applied(outcome.reply), 'renewal');
   }
 
-  /** A write over the program's own connection, not synced, naming no session. */
+  /** A write over the program's own connection, not synced, tied to no session. */
   private async sent(command: string[]): Promise<Written> {
     const reply = await this.connection.send(command, this.key);
     return { reply, answered: Date.now() };
@@ -124,13 +126,14 @@ export class Writes {
 
   /**
    * A write that does not wait, synced, in the pipeline of the synced writes made in this tick
-   * to the same master — or on its own after a redirection (`MOVED` / `ASK`). Rejects with its
-   * error reply; with {@link NotReplicatedError} when no connection came free within the sync
-   * timeout (nothing was sent).
+   * to the same master and tied alike (to the session, or not) — or on its own after a
+   * redirection (`MOVED` / `ASK`). Rejects with its error reply; with {@link
+   * NotReplicatedError} when no connection came free within the sync timeout (nothing was sent).
    */
   private async syncedWrite(command: string[], write: 'grant' | 'renewal'): Promise<Outcome> {
     try {
-      let outcome = await this.connection.together(this.key, this.group, command, (key, commands) =>
+      const group = wantsSession(command) ? `${this.group} tied` : this.group;
+      let outcome = await this.connection.together(this.key, group, command, (key, commands) =>
         this.exchange('sync', key, commands, Date.now() + this.syncMs, 0));
       if (outcome.reply instanceof Error && /^(MOVED|ASK) /.test(outcome.reply.message)) {
         [outcome] = await this.exchange('sync', this.key, [command], Date.now() + this.syncMs, 0);
@@ -146,11 +149,11 @@ export class Writes {
 
   /**
    * `commands` on a connection of the `kind` pool to the master serving `key`, with the sync
-   * behind them: each command's outcome. A command ending in `SESSION` names the client's
-   * session on that master (opened first if need be; its outcome's `tie`). A lone command's
-   * error reply rejects (so that a redirection is followed); with several, each is its
-   * outcome's `reply`. Rejects with {@link LostReply} or {@link Exhausted} too, and with why a
-   * session could not be opened.
+   * behind them: each command's outcome. Commands ending in `SESSION` (all of them, or none)
+   * are tied to the client's session on that master (opened first if need be; their outcomes'
+   * `tie`), on a connection bound to it. A lone command's error reply rejects (so that a
+   * redirection is followed); with several, each is its outcome's `reply`. Rejects with {@link
+   * LostReply} or {@link Exhausted} too, and with why a session could not be opened.
    */
   private exchange(kind: PoolKind, key: string, commands: string[][], deadline: number | undefined, waitMs: number): Promise<Outcome[]> {
     const tied = commands.some(wantsSession);
@@ -160,8 +163,7 @@ export class Writes {
       const hint = this.sync.replicas ?? own.seen.hint(own.master);
       const wait = waitCommand(this.sync, hint, syncMs);
       const tail = !this.synced ? [] : this.sync.replicas === undefined ? [INSYNC, wait, INSYNC] : [wait];
-      const writes = commands.map((command) => withSession(command, own.tie));
-      const { replies, arrived } = await own.pipeline([...writes, ...tail], timeout);
+      const { replies, arrived } = await own.pipeline([...commands, ...tail], timeout);
       const written = replies.slice(0, commands.length);
       const tie = tied ? own.tie : undefined;
       if (tie && written.some(isNoSuchSession)) tie.keeper.replaced(tie);

@@ -2,9 +2,12 @@
 // 500 ms: a holder process killed with kill -9 hands its lock to a waiter within the grace; a
 // killed session connection is reconnected within it and nothing is handed over; a holder cut
 // off for longer learns it lost the lock before the waiter is granted; one session per client,
-// closed with it; a session the server forgot (as after a failover) replaced, the holding
-// renewed onto the new one; a session ended by someone else losing its holding; and sessions
-// off (for the client, or one lock) leaving holdings to their leases.
+// closed with it; pooled connections bound to the session once (LOCK.SESSION USE) and their
+// acquires and renewals carrying no SESSION, bound again to a new session after the old one
+// was closed, and unbound for an untied lock; a session the server forgot (as after a
+// failover) replaced, the holding renewed onto the new one over a connection bound to it; a
+// session ended by someone else losing its holding; and sessions off (for the client, or one
+// lock) leaving holdings to their leases.
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -27,6 +30,27 @@ async function sessionConnections() {
   const list = await server.admin.call('CLIENT', 'LIST');
   return list.split('\n').filter((line) => / name=leasehold-session /.test(line)).map((line) => /^id=(\d+)/.exec(line)[1]);
 }
+
+/** The commands the server runs from now on (`MONITOR`), each as `{ args, source }` (the
+ * client's `ip:port`); `stop()` ends it. */
+async function monitored() {
+  const seen = [];
+  const monitor = await server.admin.monitor();
+  monitor.on('monitor', (_time, args, source) => seen.push({ args, source }));
+  return { seen, stop: () => monitor.disconnect() };
+}
+
+/** Of `seen` (a {@link monitored} log): the acquires and renewals of `keys`, and the
+ * `LOCK.SESSION USE` sent on the connections that sent them, in order. */
+function bindingsAndWrites(seen, keys) {
+  const write = ({ args }) => /^LOCK\.M?(ACQUIRE|RENEW)$/i.test(args[0]) && keys.some((key) => args.includes(key));
+  const sources = new Set(seen.filter(write).map(({ source }) => source));
+  const use = ({ args }) => /^LOCK\.SESSION$/i.test(args[0]) && /^USE$/i.test(args[1]);
+  return seen.filter((command) => sources.has(command.source) && (write(command) || use(command)));
+}
+
+/** Whether a monitored command ends in `SESSION id`. */
+const namesSession = ({ args }) => /^SESSION$/i.test(args[args.length - 2] ?? '');
 
 /** Whether `promise` is still pending. */
 async function pending(promise) {
@@ -157,6 +181,93 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
       await until(async () => (await sessionConnections()).every((id) => before.has(id)), 2_000);
     });
 
+    it('pooled connections are bound to the session once, bound again to a new one, and unbound for an untied lock', async () => {
+      // A long grace: its heartbeat (every 10 s) does not notice the session closed below before
+      // the writes do.
+      const client = await connect(server.port);
+      opened.push(client);
+      setSessionOptions(client, { grace: 30_000 });
+      const monitor = await monitored();
+      try {
+        const keys = Array.from({ length: 8 }, () => unique('bound'));
+        const [a, b, c, e1, e2, d, f, g] = keys;
+        const lock = (name, options = {}) => createLock(client, name, { ttl: 30_000, ...options });
+        const isUse = ({ args }) => /^USE$/i.test(args[1]);
+
+        // A synced grant, another and a renewal on the same sync connection; a wait on a wait
+        // connection: each connection bound once, its first write naming the session as well.
+        const first = await lock(a).tryAcquire();
+        const session = (await lockInfo(server.admin, a)).session;
+        assert.match(session, /^[0-9a-f]{16}$/);
+        const second = await lock(b).tryAcquire();
+        assert.equal(await second.renew(), true);
+        const third = await lock(c).acquire({ wait: 1_000 });
+        assert.ok(first && second && third);
+        for (const key of [a, b, c]) assert.equal((await lockInfo(server.admin, key)).session, session, `${key} tied to the session`);
+        await until(() => bindingsAndWrites(monitor.seen, keys).length === 6);
+        const before = bindingsAndWrites(monitor.seen, keys);
+        const uses = before.filter(isUse);
+        assert.deepEqual(uses.map(({ args }) => args[2]), [session, session], 'USE once per connection');
+        assert.notEqual(uses[0].source, uses[1].source);
+        const written = before.filter((command) => !isUse(command));
+        assert.deepEqual(written.map(namesSession), [true, false, false, true], 'SESSION id only behind a USE');
+        assert.deepEqual(written.map(({ source }) => source), [uses[0], uses[0], uses[0], uses[1]].map(({ source }) => source));
+
+        // Closed by someone else (its holdings released): two waits at once — one on the wait
+        // connection bound to it, refused; one on a new connection, whose USE is refused and whose
+        // acquire, naming the session too, is refused with it — and a grant on the bound sync
+        // connection: a new session is opened, and each connection bound to it.
+        assert.equal(await server.admin.call('LOCK.SESSION', 'CLOSE', session), 3);
+        const seenBefore = monitor.seen.length;
+        const [fourth, fifth] = await Promise.all([lock(e1).acquire({ wait: 1_000 }), lock(e2).acquire({ wait: 1_000 })]);
+        const sixth = await lock(d).tryAcquire();
+        assert.ok(fourth && fifth && sixth);
+        const next = (await lockInfo(server.admin, d)).session;
+        assert.ok(next && next !== session, 'a new session');
+        for (const key of [e1, e2, d]) assert.equal((await lockInfo(server.admin, key)).session, next, `${key} tied to the new session`);
+        assert.equal(await sixth.renew(), true);
+        assert.equal((await lockInfo(server.admin, d)).session, next);
+        assert.equal(await first.renew(), false, 'released with the closed session');
+        assert.ok(first.signal.aborted);
+
+        // An untied lock on the bound sync connection: unbound first; the next tied write binds
+        // it again.
+        const untied = await lock(f, { session: false }).tryAcquire();
+        assert.equal((await lockInfo(server.admin, f)).session, null, 'not tied');
+        const again = await lock(g).tryAcquire();
+        assert.equal((await lockInfo(server.admin, g)).session, next);
+
+        await until(() => bindingsAndWrites(monitor.seen, [g]).length > 0);
+        const later = bindingsAndWrites(monitor.seen, keys).slice(before.length);
+        assert.ok(monitor.seen.indexOf(later[0]) >= seenBefore);
+        // The last USE each connection sent, and the binding each has (a USE of the closed
+        // session is refused: it leaves the binding as it was).
+        const asked = new Map();
+        const bound = new Map(uses.map(({ args, source }) => [source, args[2]]));
+        for (const command of later) {
+          const { args, source } = command;
+          if (isUse(command)) {
+            assert.notEqual(args[2], bound.get(source), 'never bound again to the session it is bound to');
+            asked.set(source, args[2]);
+            if (args[2] !== session) bound.set(source, args[2]);
+          } else if (namesSession(command)) {
+            assert.equal(args.at(-1), asked.get(source), `${args.join(' ')}: SESSION id behind USE id`);
+          } else if (args.includes(f)) {
+            assert.equal(bound.get(source), 'NONE', 'the untied acquire behind USE NONE');
+          } else {
+            assert.ok([session, next].includes(bound.get(source)), `${args.join(' ')}: on a bound connection`);
+          }
+        }
+        const usedClosed = later.filter((command) => isUse(command) && command.args[2] === session);
+        assert.equal(usedClosed.length, 1, 'the new wait connection was bound to the closed session first (refused)');
+        assert.ok(later.some((command) => command.source === usedClosed[0].source && !isUse(command) && command.args.at(-1) === session),
+          'its acquire named the closed session');
+        await Promise.all([fourth, fifth, sixth, untied, again].map((holding) => holding.release()));
+      } finally {
+        monitor.stop();
+      }
+    });
+
     it('a session the server forgot (as after a failover) is replaced, and the holding renewed onto the new one', async () => {
       // A server of its own: once it was a replica, even for a moment, it requires an in-sync
       // replica for synced writes (so this lock is not synced).
@@ -178,6 +289,10 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
         assert.equal(await alone.admin.call('LOCK.FENCE', name, holding.owner), holding.token);
         // Renewed to the lease it had left (30 s less 1% and 2 ms from the grant), not longer.
         assert.ok((await alone.admin.pttl(name)) < 29_700);
+        // Its connection bound to the new session: a renewal keeps it tied there.
+        const next = (await lockInfo(alone.admin, name)).session;
+        assert.equal(await holding.renew(20_000), true);
+        assert.equal((await lockInfo(alone.admin, name)).session, next);
         await holding.release();
       } finally {
         alone.stop();
