@@ -52,7 +52,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let (name, owner) = (parsed.key, parsed.owner);
     let mut key = LockKey::write(ctx, name)?;
     let was = session::tied_to(&key, owner);
-    let tie = session::log(ctx, session, name, owner, deadline_ms);
+    let tie = session::log(ctx, session, name, deadline_ms);
     let request = Request {
         owner,
         mode: parsed.mode,
@@ -142,7 +142,7 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let deadline = lease_deadline(now, parsed.ttl_ms, "lock.renew")?;
     let mut key = LockKey::write(ctx, name)?;
     let was = session::tied_to(&key, owner);
-    let tie = session::log(ctx, session, name, owner, deadline);
+    let tie = session::log(ctx, session, name, deadline);
     let reply = looks::decide(ctx, &mut key, name, Some(owner), now, |scope| {
         scope.renew(owner, deadline, tie);
     })?;

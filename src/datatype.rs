@@ -310,7 +310,7 @@ unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c
     let lock = unsafe { &mut *value.cast_mut().cast::<Lock>() };
     if let Some((db, key)) = unsafe { unlinked_key(ctx) } {
         if let Some(mut sessions) = state::try_sessions() {
-            sessions.free_all(db, key, lock.ties());
+            sessions.free_all(db, key, lock.ties().map(|(_, tie)| tie));
         }
         info::lock_unlinked(db, key);
     }

@@ -54,7 +54,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let deadline = lease_deadline(now, parsed.ttl_ms, "lock.macquire")?;
     let mut keys = looks::open_all(ctx, names)?;
     let was = tied_to(&keys, owner);
-    let ties = log_all(ctx, session, names, owner, deadline);
+    let ties = log_all(ctx, session, names, deadline);
     let (reply, replies) = looks::decide_set(ctx, &mut keys, names, Some(owner), now, |set| {
         set.acquire(owner, deadline, &ties);
     })?;
@@ -137,7 +137,7 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let deadline = lease_deadline(now, parsed.ttl_ms, "lock.mrenew")?;
     let mut keys = looks::open_all(ctx, names)?;
     let was = tied_to(&keys, owner);
-    let ties = log_all(ctx, session, names, owner, deadline);
+    let ties = log_all(ctx, session, names, deadline);
     let (reply, _) = looks::decide_set(ctx, &mut keys, names, Some(owner), now, |set| {
         set.renew(owner, deadline, &ties);
     })?;
@@ -157,12 +157,11 @@ fn log_all(
     ctx: &Context,
     session: Option<Number>,
     names: &[RedisString],
-    owner: &RedisString,
     lease_end_ms: i64,
 ) -> Vec<Tie> {
     names
         .iter()
-        .map_while(|name| session::log(ctx, session, name, owner, lease_end_ms))
+        .map_while(|name| session::log(ctx, session, name, lease_end_ms))
         .collect()
 }
 

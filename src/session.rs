@@ -110,26 +110,20 @@ pub fn of_command(ctx: &Context, named: Option<Id>) -> Result<Option<Number>, Re
         .transpose()
 }
 
-/// Logs `owner`'s holding of `key` in the selected database in `session`'s log, for the command
-/// about to tie it: the tie the holding is to keep ([`Lock::tie`] keeps the one it has for
-/// the same session), with the lease end asked for (unix ms). [`settle`] frees it after the
-/// command when the holding did not take it.
-pub fn log(
-    ctx: &Context,
-    session: Option<Number>,
-    key: &[u8],
-    owner: &[u8],
-    lease_end_ms: i64,
-) -> Option<Tie> {
+/// Logs a holding of `key` in the selected database in `session`'s log, for the command about
+/// to tie it: the tie the holding is to keep ([`Lock::tie`] keeps the one it has for the same
+/// session), with the lease end asked for (unix ms). [`settle`] frees it after the command
+/// when the holding did not take it.
+pub fn log(ctx: &Context, session: Option<Number>, key: &[u8], lease_end_ms: i64) -> Option<Tie> {
     let number = session?;
-    sessions().log(number, selected_db(ctx), key, owner, lease_end_ms)
+    sessions().log(number, selected_db(ctx), key, lease_end_ms)
 }
 
 /// After a command on `owner`'s holding of `key` (in the selected database): frees the entry
 /// of the tie the holding kept before (`was`) and of the one [`log`]ged for the command
 /// (`logged`), each unless the holding keeps it now — so a release, an untying or a renewal
-/// leaves no entry behind. Nothing to do, and no lock taken, for a holding that was not tied
-/// and a command that named no session.
+/// leaves no entry behind. No lock taken when there is nothing to free: a holding that was not
+/// tied and a command tied to no session, or a holding that keeps what was logged for it.
 pub fn settle(
     ctx: &Context,
     key: &LockKey,
@@ -142,18 +136,29 @@ pub fn settle(
         return;
     }
     let now = tied_to(key, owner);
+    let mut gone = [was, logged]
+        .into_iter()
+        .flatten()
+        .filter(|tie| Some(*tie) != now)
+        .peekable();
+    if gone.peek().is_none() {
+        return;
+    }
     let db = selected_db(ctx);
     let mut sessions = sessions();
-    for tie in [was, logged].into_iter().flatten() {
-        if Some(tie) != now {
-            sessions.free(tie, db, name, owner);
-        }
+    for tie in gone {
+        sessions.free(tie, db, name);
     }
 }
 
 /// The tie `owner`'s holding of the lock `key` keeps, if any.
 pub fn tied_to(key: &LockKey, owner: &[u8]) -> Option<Tie> {
     key.lock().and_then(|lock| lock.tie_of(owner))
+}
+
+/// The owner whose holding of the lock `key` keeps `tie`, if any.
+fn keeper(key: &LockKey, tie: Tie) -> Option<&[u8]> {
+    key.lock()?.tied_by(tie).next()
 }
 
 /// The id of the open session a holding's `tie` names, for `LOCK.INFO`.
@@ -166,26 +171,26 @@ pub fn on_demoted() {
     sessions().clear();
 }
 
-/// Releases the holding of each entry of `ties` that still keeps its tie (each in its own
-/// database, every hold at once), as `LOCK.RELEASE` would; the caller's database is selected
-/// again after. Returns how many were released.
+/// Releases the holding that still keeps each tie of `ties` (in its entry's database, every hold
+/// at once), as `LOCK.RELEASE` would; the caller's database is selected again after. Returns
+/// how many were released.
 ///
 /// # Errors
 /// A database that cannot be selected.
 fn release(ctx: &Context, ties: Vec<(Tie, Entry)>) -> Result<u32, RedisError> {
     let caller_db = selected_db(ctx);
     let mut released = 0;
-    for (tie, (db, key, owner)) in ties {
+    for (tie, (db, key)) in ties {
         select_db(ctx, db)?;
         let name = ctx.create_string(&*key);
-        let owner_name = ctx.create_string(&*owner);
         // A key of another type now, or a holding untied since: nothing of the session's.
         let Ok(mut key) = LockKey::write(ctx, &name) else {
             continue;
         };
-        if tied_to(&key, &owner) != Some(tie) {
+        let Some(owner) = keeper(&key, tie).map(Box::<[u8]>::from) else {
             continue;
-        }
+        };
+        let owner_name = ctx.create_string(&*owner);
         let reply = looks::decide(
             ctx,
             &mut key,
@@ -256,11 +261,11 @@ fn free_gone(ctx: &Context) -> Result<(), RedisError> {
         return Ok(());
     }
     let caller_db = selected_db(ctx);
-    for (tie, (db, key, owner)) in due {
+    for (tie, (db, key)) in due {
         select_db(ctx, db)?;
         let lease_left = LockKey::read(ctx, &ctx.create_string(&*key))
             .ok()
-            .filter(|lock| tied_to(lock, &owner) == Some(tie))
+            .filter(|lock| keeper(lock, tie).is_some())
             .map(|lock| lock.remaining_ms().unwrap_or(0));
         match lease_left {
             Some(left) => sessions().recheck_at(tie, now.saturating_add(left)),

@@ -223,6 +223,14 @@ impl Lock {
         exclusive.into_iter().chain(shared)
     }
 
+    /// The owners whose holdings keep `tie` (one, as a tie's place is unique in its session
+    /// while its entry is there).
+    pub fn tied_by(&self, tie: Tie) -> impl Iterator<Item = &[u8]> {
+        self.ties()
+            .filter(move |(_, kept)| *kept == tie)
+            .map(|(owner, _)| owner)
+    }
+
     /// Unties every holding (a copy of the lock under another key, which no session logged).
     pub fn untie_all(&mut self) {
         match self {

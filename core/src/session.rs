@@ -5,7 +5,7 @@
 //! - A client **opens** a session on a connection it keeps (`LOCK.SESSION OPEN`); the session
 //!   is *attached* to that connection.
 //! - A command that names the session (`SESSION id`) **ties** its holding to it: the session
-//!   **logs** where the holding is — the lock's database, its key and the owner — at a place in
+//!   **logs** where the holding is — the lock's database and its key — at a place in
 //!   its log that does not move, and the holding itself keeps the session's number and that
 //!   place, its [`Tie`] ([`crate::lock::Lock::tie`]; a waiter's holding when it is granted,
 //!   logged when it queues). A holding tied to the session already keeps its tie.
@@ -80,37 +80,28 @@ pub struct Tie {
     pub place: u32,
 }
 
-/// Where a holding a session logged is: the lock's database, its key and the owner.
-pub type Entry = (i32, Box<[u8]>, Box<[u8]>);
+/// Where a holding a session logged is: the lock's database and its key. Its holder is the one
+/// that keeps the entry's tie ([`crate::lock::Lock::ties`]): a tie's place is unique in its
+/// session while the entry is there, so no owner need be kept.
+pub type Entry = (i32, Box<[u8]>);
 
-/// An entry as one run of bytes — the database (4 bytes), the key's length (4 bytes), the key,
-/// the owner — kept in the log entry itself when it is as short as most are (a key and a
-/// UUID-sized owner), so that logging allocates nothing.
-type Encoded = SmallVec<[u8; 64]>;
-
-fn encode(db: i32, key: &[u8], owner: &[u8]) -> Encoded {
-    let mut bytes = Encoded::new();
-    bytes.extend_from_slice(&db.to_le_bytes());
-    bytes.extend_from_slice(&u32::try_from(key.len()).unwrap_or(u32::MAX).to_le_bytes());
-    bytes.extend_from_slice(key);
-    bytes.extend_from_slice(owner);
-    bytes
-}
-
-/// The entry [`encode`] wrote into `bytes`.
-fn decode(bytes: &[u8]) -> Option<Entry> {
-    let (db, rest) = bytes.split_first_chunk::<4>()?;
-    let (length, rest) = rest.split_first_chunk::<4>()?;
-    let (key, owner) = rest.split_at_checked(usize::try_from(u32::from_le_bytes(*length)).ok()?)?;
-    Some((i32::from_le_bytes(*db), key.into(), owner.into()))
-}
+/// A key as a log entry keeps it: in the entry itself when it is as short as most are, so that
+/// logging allocates nothing.
+type Key = SmallVec<[u8; 40]>;
 
 /// One entry of a session's log: where a holding tied to it is, and from when (unix ms) the
 /// sweep looks it up — its lease end as last known, 0 for a waiter's.
 #[derive(Debug)]
 struct Logged {
     recheck_ms: i64,
-    tie: Encoded,
+    db: i32,
+    key: Key,
+}
+
+impl Logged {
+    fn entry(&self) -> Entry {
+        (self.db, self.key.as_slice().into())
+    }
 }
 
 /// Why a session command was refused.
@@ -343,23 +334,17 @@ impl Sessions {
         self.sessions.get(&number).map(|session| session.id)
     }
 
-    /// Logs where a holding a command may tie to session `number` is — `owner`'s of `key` in
+    /// Logs where a holding a command may tie to session `number` is — a holding of `key` in
     /// `db` — at a free place of its log: the tie the holding is to keep. The sweep need not look
     /// it up before `until_ms` (unix ms: the lease end asked for). A command that does not tie
     /// the holding with it frees it ([`Self::free`]); one that cannot (an error) leaves it to
-    /// the sweep. An allocation only when key and owner take more than 56 bytes. `None` when
-    /// the session does not exist or its log is full (2^32 places).
-    pub fn log(
-        &mut self,
-        number: Number,
-        db: i32,
-        key: &[u8],
-        owner: &[u8],
-        until_ms: i64,
-    ) -> Option<Tie> {
+    /// the sweep. An allocation only for a key longer than 40 bytes. `None` when the session
+    /// does not exist or its log is full (2^32 places).
+    pub fn log(&mut self, number: Number, db: i32, key: &[u8], until_ms: i64) -> Option<Tie> {
         let logged = Logged {
             recheck_ms: until_ms,
-            tie: encode(db, key, owner),
+            db,
+            key: Key::from_slice(key),
         };
         let place = self.sessions.get_mut(&number)?.place(logged)?;
         self.made += 1;
@@ -367,11 +352,11 @@ impl Sessions {
         Some(Tie { number, place })
     }
 
-    /// The holding of `tie`'s entry — `owner`'s of `key` in `db` — does not keep it (it ended,
-    /// was tied otherwise, or kept the tie it had): the entry goes, if it is that holding's (a
+    /// The holding of `tie`'s entry — a holding of `key` in `db` — does not keep it (it ended,
+    /// was tied otherwise, or kept the tie it had): the entry goes, if it names that key (a
     /// holding `SWAPDB` moved keeps a tie whose entry names another database, and another
     /// holding's entry may be there since).
-    pub fn free(&mut self, tie: Tie, db: i32, key: &[u8], owner: &[u8]) {
+    pub fn free(&mut self, tie: Tie, db: i32, key: &[u8]) {
         let Some(session) = self.sessions.get_mut(&tie.number) else {
             return;
         };
@@ -379,7 +364,7 @@ impl Sessions {
             .log
             .get(tie.place as usize)
             .and_then(Option::as_ref)
-            .is_some_and(|logged| logged.tie == encode(db, key, owner));
+            .is_some_and(|logged| logged.db == db && *logged.key == *key);
         if theirs && session.free(tie.place) {
             self.logged -= 1;
         }
@@ -426,7 +411,7 @@ impl Sessions {
                 .zip(start..)
                 .filter_map(|(slot, at)| Some((slot.as_ref()?, u32::try_from(at).ok()?)))
                 .filter(|(logged, _)| logged.recheck_ms <= now_ms)
-                .filter_map(|(logged, place)| Some((Tie { number, place }, decode(&logged.tie)?)));
+                .map(|(logged, place)| (Tie { number, place }, logged.entry()));
             swept.extend(due);
             if end < session.log.len() {
                 session.swept_to = end;
@@ -455,16 +440,11 @@ impl Sessions {
         }
     }
 
-    /// The lock `key` of `db` is gone: the entries of the ties its holdings kept (`(owner,
-    /// tie)`) are freed, as [`Self::free`] frees each.
-    pub fn free_all<'a>(
-        &mut self,
-        db: i32,
-        key: &[u8],
-        ties: impl Iterator<Item = (&'a [u8], Tie)>,
-    ) {
-        for (owner, tie) in ties {
-            self.free(tie, db, key, owner);
+    /// The lock `key` of `db` is gone: the entries of the ties its holdings kept are freed, as
+    /// [`Self::free`] frees each.
+    pub fn free_all(&mut self, db: i32, key: &[u8], ties: impl Iterator<Item = Tie>) {
+        for tie in ties {
+            self.free(tie, db, key);
         }
     }
 
@@ -584,10 +564,7 @@ impl Sessions {
             .log
             .iter()
             .zip(0..)
-            .filter_map(|(slot, place)| {
-                let entry = decode(&slot.as_ref()?.tie)?;
-                Some((Tie { number, place }, entry))
-            })
+            .filter_map(|(slot, place)| Some((Tie { number, place }, slot.as_ref()?.entry())))
             .collect()
     }
 }

@@ -285,3 +285,19 @@ fn fences_read_live_holders_only() {
     assert_eq!(lock.newest_token(NOW - 5), Some(8));
     assert_eq!(lock.shared_deadline(), Some(NOW + 1_000));
 }
+
+#[test]
+fn a_tie_names_the_holding_that_keeps_it() {
+    let tie = |place| Tie {
+        number: crate::session::Number::new(1).expect("not 0"),
+        place,
+    };
+    let mut lock = shared(None, &[("a", 7), ("b", 8)]);
+    lock.tie(b"a", Some(tie(0)));
+    lock.tie(b"b", Some(tie(1)));
+    assert_eq!(lock.tied_by(tie(1)).collect::<Vec<_>>(), [b"b"]);
+    lock.tie(b"b", None);
+    assert_eq!(lock.tied_by(tie(1)).count(), 0, "untied");
+    let held = exclusive("a", 7, 1);
+    assert_eq!(held.tied_by(tie(0)).count(), 0, "never tied");
+}

@@ -5,13 +5,13 @@ use rand::{RngExt, SeedableRng};
 
 use super::*;
 
-fn entry(key: &str, owner: &str) -> Entry {
-    (0, key.as_bytes().into(), owner.as_bytes().into())
+fn entry(key: &str) -> Entry {
+    (0, key.as_bytes().into())
 }
 
-/// Logs `owner`'s holding of `key` in database 0. Returns its tie.
-fn log(sessions: &mut Sessions, number: Number, key: &[u8], owner: &[u8], until_ms: i64) -> Tie {
-    sessions.log(number, 0, key, owner, until_ms).expect("open")
+/// Logs a holding of `key` in database 0. Returns its tie.
+fn log(sessions: &mut Sessions, number: Number, key: &[u8], until_ms: i64) -> Tie {
+    sessions.log(number, 0, key, until_ms).expect("open")
 }
 
 /// A registry with one session of user `default` on connection 1, outliving it by `grace_ms`.
@@ -36,13 +36,13 @@ fn swept(sessions: &mut Sessions, now_ms: i64) -> Vec<Entry> {
 #[test]
 fn a_session_ends_a_grace_after_its_connection_closed_unless_attached_again() {
     let (mut sessions, id, number) = one_session(3_000);
-    log(&mut sessions, number, b"order", b"alice", 0);
+    log(&mut sessions, number, b"order", 0);
     assert_eq!(sessions.detach(1, 10_000), vec![(id, 13_000)]);
     assert_eq!(sessions.counts(), (1, 1));
     assert_eq!(sessions.end_if_due(id, 12_999), None, "still in its grace");
     assert_eq!(
         sessions.end_if_due(id, 13_000),
-        Some(vec![(Tie { number, place: 0 }, entry("order", "alice"))])
+        Some(vec![(Tie { number, place: 0 }, entry("order"))])
     );
     assert_eq!((sessions.counts(), sessions.ties()), ((0, 0), 0));
     assert_eq!(
@@ -55,7 +55,7 @@ fn a_session_ends_a_grace_after_its_connection_closed_unless_attached_again() {
 #[test]
 fn attaching_within_the_grace_keeps_the_session() {
     let (mut sessions, id, number) = one_session(3_000);
-    log(&mut sessions, number, b"order", b"alice", 0);
+    log(&mut sessions, number, b"order", 0);
     sessions.detach(1, 10_000);
     assert_eq!(sessions.attach(id, 2, "default"), Ok(3_000));
     assert_eq!(sessions.end_if_due(id, 20_000), None, "attached");
@@ -162,7 +162,7 @@ fn no_connection_is_asked_for_while_none_uses_a_session() {
 #[test]
 fn clear_forgets_without_ending() {
     let (mut sessions, id, number) = one_session(500);
-    log(&mut sessions, number, b"order", b"alice", 0);
+    log(&mut sessions, number, b"order", 0);
     sessions.clear();
     assert_eq!((sessions.counts(), sessions.ties()), ((0, 0), 0));
     assert_eq!(sessions.detach(1, 0), vec![]);
@@ -192,7 +192,7 @@ fn the_sweep_goes_round_every_entry_twice_as_fast_as_entries_are_logged() {
     let (mut sessions, _, number) = one_session(3_000);
     let made = SWEEP_MIN * 3;
     for n in 0..made {
-        log(&mut sessions, number, n.to_string().as_bytes(), b"alice", 0);
+        log(&mut sessions, number, n.to_string().as_bytes(), 0);
     }
     let first = sessions.to_sweep(0);
     assert_eq!(first.len(), made, "every entry, once");
@@ -216,7 +216,7 @@ fn the_sweep_goes_round_every_entry_twice_as_fast_as_entries_are_logged() {
 fn a_sweep_looks_at_no_more_than_its_most() {
     let (mut sessions, _, number) = one_session(3_000);
     for n in 0..SWEEP_MAX * 2 {
-        log(&mut sessions, number, n.to_string().as_bytes(), b"alice", 0);
+        log(&mut sessions, number, n.to_string().as_bytes(), 0);
     }
     assert_eq!(sessions.to_sweep(0).len(), SWEEP_MAX);
 }
@@ -232,13 +232,7 @@ fn the_sweep_goes_round_every_session() {
         .collect();
     for (n, number) in numbers.iter().enumerate() {
         for k in 0..SWEEP_MIN {
-            log(
-                &mut sessions,
-                *number,
-                format!("{n}-{k}").as_bytes(),
-                b"alice",
-                0,
-            );
+            log(&mut sessions, *number, format!("{n}-{k}").as_bytes(), 0);
         }
     }
     let first = sessions.to_sweep(0);
@@ -256,17 +250,14 @@ fn the_sweep_goes_round_every_session() {
 #[test]
 fn the_sweep_names_only_entries_whose_lease_end_has_passed() {
     let (mut sessions, _, number) = one_session(3_000);
-    log(&mut sessions, number, b"order", b"alice", 10_000);
-    log(&mut sessions, number, b"waiting", b"bob", 5_000);
+    log(&mut sessions, number, b"order", 10_000);
+    log(&mut sessions, number, b"waiting", 5_000);
     assert_eq!(swept(&mut sessions, 4_999), vec![]);
     let waiting = Tie { number, place: 1 };
-    assert_eq!(
-        sessions.to_sweep(5_000),
-        vec![(waiting, entry("waiting", "bob"))]
-    );
+    assert_eq!(sessions.to_sweep(5_000), vec![(waiting, entry("waiting"))]);
     // Still tied, its lease now ending later.
     sessions.recheck_at(waiting, 20_000);
-    assert_eq!(swept(&mut sessions, 19_999), vec![entry("order", "alice")]);
+    assert_eq!(swept(&mut sessions, 19_999), vec![entry("order")]);
     assert_eq!(swept(&mut sessions, 20_000).len(), 2);
 }
 
@@ -294,27 +285,25 @@ fn entries_keep_their_places_until_freed() {
                 }
                 1..5 => {
                     let key = format!("k{}", rng.random_range(0..12));
-                    let tie = log(&mut sessions, number, key.as_bytes(), b"o", 5);
-                    assert_eq!(
-                        log_of.insert(tie.place, entry(&key, "o")),
-                        None,
-                        "a free place"
-                    );
+                    let tie = log(&mut sessions, number, key.as_bytes(), 5);
+                    assert_eq!(log_of.insert(tie.place, entry(&key)), None, "a free place");
                 }
                 5 => {
                     // Logged by a command that did not tie the holding with it.
-                    let tie = log(&mut sessions, number, b"unused", b"o", 5);
+                    let tie = log(&mut sessions, number, b"unused", 5);
                     assert!(!log_of.contains_key(&tie.place), "a free place");
-                    sessions.free(tie, 0, b"unused", b"o");
+                    sessions.free(tie, 0, b"unused");
                 }
                 6 => {
-                    // A holding ends: its entry goes, but not another holding's at its place.
-                    let Some((&place, (db, key, owner))) = log_of.iter().next() else {
+                    // A holding ends: its entry goes, not one naming another key or database.
+                    let Some((&place, (db, key))) = log_of.iter().next() else {
                         continue;
                     };
-                    let tie = Tie { number, place };
-                    sessions.free(tie, db + 1, key, owner);
-                    sessions.free(tie, *db, key, owner);
+                    let (tie, before) = (Tie { number, place }, sessions.ties());
+                    sessions.free(tie, db + 1, key);
+                    sessions.free(tie, *db, b"another key");
+                    assert_eq!(sessions.ties(), before, "not another holding's");
+                    sessions.free(tie, *db, key);
                     log_of.remove(&place);
                 }
                 7 | 8 => {
