@@ -15,6 +15,7 @@ sessions and without, and the clients' synced grants.
 import json
 import os
 import platform
+import random
 import shutil
 import socket
 import statistics
@@ -266,10 +267,11 @@ FILTER_PROFILED = ["processCommand", "moduleCallCommandFilters"]
 PLAIN_COMMANDS = [["SET", "k:__rand_int__", "v"], ["GET", "k:__rand_int__"]]
 
 
-def instructions(binary, command, functions=PROFILED, module=MODULE):
+def instructions(binary, command, functions=PROFILED, module=MODULE, load=None):
     """Instructions per operation spent in each of the functions, and in the whole server
     (`total`), from a server run under valgrind's callgrind with its counters zeroed once it
-    has started: deterministic, unlike throughput on a shared machine."""
+    has started: deterministic, unlike throughput on a shared machine. The operations are
+    PROFILE_OPS of `command` from redis-benchmark, or what `load(port)` sends."""
     port = free_port()
     out = tempfile.mktemp(prefix="leasehold-callgrind-")
     process = subprocess.Popen(
@@ -284,8 +286,12 @@ def instructions(binary, command, functions=PROFILED, module=MODULE):
             raise SystemExit("redis-server under valgrind did not start")
         time.sleep(0.2)
     subprocess.run(["callgrind_control", "--zero", str(process.pid)], capture_output=True, check=True)
-    subprocess.run(["redis-benchmark", "-p", str(port), "-c", "10", "-P", str(PIPELINE),
-                    "-n", str(PROFILE_OPS), "-r", "100000000", "-q", *command], capture_output=True, check=True)
+    if load is None:
+        subprocess.run(["redis-benchmark", "-p", str(port), "-c", "10", "-P", str(PIPELINE),
+                        "-n", str(PROFILE_OPS), "-r", "100000000", "-q", *command],
+                       capture_output=True, check=True)
+    else:
+        load(port)
     subprocess.run([*cli, "SHUTDOWN", "NOSAVE"], capture_output=True)
     process.wait()
     report = subprocess.run(["callgrind_annotate", "--inclusive=yes", out],
@@ -462,6 +468,39 @@ time.sleep(3600)
 """
 
 
+# How `tied_acquires` ties its acquires to a session, and how the tables name each way.
+SESSION_WAYS = {"none": "no session", "named": "`SESSION id` on every command",
+                "used": "`LOCK.SESSION USE id` once per connection"}
+
+
+def tied_acquires(way):
+    """A load for `instructions`: PROFILE_OPS acquires of free locks (ACQUIRE's keys, named
+    the same way) on one connection, in pipelined batches of PIPELINE, while another connection
+    holds a session open; `way` ties them to it: "none", "named" (`SESSION id` on each) or
+    "used" (`LOCK.SESSION USE id` once)."""
+    def exchange(con, commands):
+        con.sendall("".join(resp(command) for command in commands).encode())
+        replies = b""
+        while replies.count(b"\r\n") < len(commands):
+            replies += con.recv(65536)
+        return replies
+
+    def load(port):
+        with socket.create_connection(("127.0.0.1", port)) as session, \
+                socket.create_connection(("127.0.0.1", port)) as con:
+            session.sendall(resp(["LOCK.SESSION", "OPEN"]).encode())
+            session_id = session.recv(128).split(b"\r\n")[2].decode()
+            if way == "used":
+                assert exchange(con, [["LOCK.SESSION", "USE", session_id]]) == b"+OK\r\n"
+            named = ["SESSION", session_id] if way == "named" else []
+            keys = random.Random(1)
+            for _ in range(PROFILE_OPS // PIPELINE):
+                batch = [[*ACQUIRE[:1], f"k:{keys.randrange(FREE)}", *ACQUIRE[2:], *named]
+                         for _ in range(PIPELINE)]
+                assert b"\r\n-" not in b"\r\n" + exchange(con, batch), "an error reply"
+    return load
+
+
 def handover_times(server, session, holders):
     """Kills `holders` holder processes with SIGKILL at once, each holding its own lock (tied
     to a session or not) with a waiter already blocked in `LOCK.ACQUIRE ... WAIT 0`; returns the
@@ -505,7 +544,8 @@ def sessions(binary):
     default grace), 10 rounds of 10 holders killed at once; with the lease only, one round of
     10. And what a session costs `LOCK.ACQUIRE` on the server — named on every command, or the
     connection bound once with `LOCK.SESSION USE` — on free keys and beside `LOCK.RELEASE`
-    (benches/sessions.rs: redis-benchmark cannot bind its connections)."""
+    (benches/sessions.rs: redis-benchmark cannot bind its connections), and in instructions per
+    acquire of a free lock (callgrind, when valgrind is there)."""
     server = Server(binary)
     try:
         grace = int(server.cli("CONFIG", "GET", "lock.session-grace-ms").split()[-1])
@@ -515,9 +555,14 @@ def sessions(binary):
         lease_only = handover_times(server, False, 10)
         print("  what a session costs LOCK.ACQUIRE (benches/sessions.rs)", file=sys.stderr)
         cost = cargo_bench(server, "sessions")
-        return grace, with_session, lease_only, cost
     finally:
         server.stop()
+    profile = {}
+    if shutil.which("valgrind"):
+        print("  instructions per tied acquire (callgrind)", file=sys.stderr)
+        profile = {way: instructions(binary, None, [], load=tied_acquires(way))["total"]
+                   for way in SESSION_WAYS}
+    return grace, with_session, lease_only, cost, profile
 
 
 def percentile(samples, fraction):
@@ -525,7 +570,7 @@ def percentile(samples, fraction):
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def sessions_table(grace, with_session, lease_only, cost):
+def sessions_table(grace, with_session, lease_only, cost, profile):
     """The Markdown lines of `sessions`' results."""
     return [
         "## A crashed holder's locks (sessions)",
@@ -558,6 +603,24 @@ def sessions_table(grace, with_session, lease_only, cost):
         "its session's own connection; nothing is added to a grant's round trip.",
         "",
         *cost,
+        "",
+        *session_profile_table(profile),
+    ]
+
+
+def session_profile_table(profile):
+    """The Markdown lines of the instructions per tied acquire (none without valgrind)."""
+    if not profile:
+        return []
+    return [
+        f"Instructions per `LOCK.ACQUIRE` of a free lock in the whole server (valgrind callgrind, "
+        f"{PROFILE_OPS:,} acquires on one connection in pipelined batches of {PIPELINE}; "
+        f"deterministic, unlike the throughput above):",
+        "",
+        "| how | instructions per acquire | vs no session |",
+        "| --- | ---: | ---: |",
+        *(f"| {SESSION_WAYS[way]} | {total:,.0f} | {total / profile['none']:.3f}× |"
+          for way, total in profile.items()),
         "",
     ]
 

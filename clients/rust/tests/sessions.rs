@@ -126,8 +126,6 @@ fn relink(proxy: LinkProxy, target: u16) -> LinkProxy {
     panic!("port {port} stays taken");
 }
 
-/// The session `key`'s holder is tied to (`LOCK.INFO`'s `session`), `None` when it is tied to
-/// none or the lock is free.
 /// A client of its own waiting up to 10 s for the lock `k`: its guard, and when it got it.
 async fn waiter_for_k(
     url: &str,
@@ -143,6 +141,8 @@ async fn waiter_for_k(
     })
 }
 
+/// The session `key`'s holder is tied to (`LOCK.INFO`'s `session`), `None` when it is tied to
+/// none or the lock is free.
 fn tied_to(con: &mut redis::Connection, key: &str) -> Option<String> {
     match info_fields(con, key)?.get("session") {
         Some(Value::BulkString(id)) => Some(String::from_utf8_lossy(id).into_owned()),
