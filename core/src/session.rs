@@ -48,7 +48,6 @@ use std::num::NonZeroU32;
 
 use foldhash::fast::RandomState;
 use indexmap::IndexMap;
-use smallvec::SmallVec;
 
 /// The shortest grace a session may ask for, in ms.
 pub const MIN_GRACE_MS: u64 = 100;
@@ -85,23 +84,32 @@ pub struct Tie {
 /// session while the entry is there, so no owner need be kept.
 pub type Entry = (i32, Box<[u8]>);
 
-/// A key as a log entry keeps it: in the entry itself when it is as short as most are, so that
-/// logging allocates nothing.
-type Key = SmallVec<[u8; 40]>;
-
-/// One entry of a session's log: where a holding tied to it is, and from when (unix ms) the
-/// sweep looks it up — its lease end as last known, 0 for a waiter's.
+/// One entry of a session's log: where a holding tied to it is, and from when the sweep looks it
+/// up — its lease end as last known, 0 for a waiter's. 24 bytes and the key's own allocation:
+/// a tied holding is about as many more bytes as its key rounded up to jemalloc's size class,
+/// plus 24 (`benches/sessions.rs` measures it).
 #[derive(Debug)]
 struct Logged {
-    recheck_ms: i64,
+    /// Unix seconds, the lease end rounded up: the sweep may look later, never sooner.
+    recheck_s: u32,
     db: i32,
-    key: Key,
+    key: Box<[u8]>,
 }
 
 impl Logged {
     fn entry(&self) -> Entry {
-        (self.db, self.key.as_slice().into())
+        (self.db, self.key.clone())
     }
+
+    /// Whether the sweep looks it up at `now_ms` (unix ms).
+    fn due(&self, now_ms: i64) -> bool {
+        i64::from(self.recheck_s) * 1_000 <= now_ms
+    }
+}
+
+/// The unix second of `ms` (unix ms), rounded up, in a log entry's range.
+fn seconds(ms: i64) -> u32 {
+    u32::try_from(u64::try_from(ms).unwrap_or(0).div_ceil(1_000)).unwrap_or(u32::MAX)
 }
 
 /// Why a session command was refused.
@@ -338,13 +346,12 @@ impl Sessions {
     /// `db` — at a free place of its log: the tie the holding is to keep. The sweep need not look
     /// it up before `until_ms` (unix ms: the lease end asked for). A command that does not tie
     /// the holding with it frees it ([`Self::free`]); one that cannot (an error) leaves it to
-    /// the sweep. An allocation only for a key longer than 40 bytes. `None` when the session
-    /// does not exist or its log is full (2^32 places).
+    /// the sweep. `None` when the session does not exist or its log is full (2^32 places).
     pub fn log(&mut self, number: Number, db: i32, key: &[u8], until_ms: i64) -> Option<Tie> {
         let logged = Logged {
-            recheck_ms: until_ms,
+            recheck_s: seconds(until_ms),
             db,
-            key: Key::from_slice(key),
+            key: key.into(),
         };
         let place = self.sessions.get_mut(&number)?.place(logged)?;
         self.made += 1;
@@ -410,7 +417,7 @@ impl Sessions {
                 .iter()
                 .zip(start..)
                 .filter_map(|(slot, at)| Some((slot.as_ref()?, u32::try_from(at).ok()?)))
-                .filter(|(logged, _)| logged.recheck_ms <= now_ms)
+                .filter(|(logged, _)| logged.due(now_ms))
                 .map(|(logged, place)| (Tie { number, place }, logged.entry()));
             swept.extend(due);
             if end < session.log.len() {
@@ -427,7 +434,7 @@ impl Sessions {
     /// `until_ms` (unix ms): it is not looked up again before.
     pub fn recheck_at(&mut self, tie: Tie, until_ms: i64) {
         if let Some(logged) = self.entry(tie) {
-            logged.recheck_ms = until_ms;
+            logged.recheck_s = seconds(until_ms);
         }
     }
 

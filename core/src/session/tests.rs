@@ -259,6 +259,11 @@ fn the_sweep_names_only_entries_whose_lease_end_has_passed() {
     sessions.recheck_at(waiting, 20_000);
     assert_eq!(swept(&mut sessions, 19_999), vec![entry("order")]);
     assert_eq!(swept(&mut sessions, 20_000).len(), 2);
+    // Lease ends are kept to the second, rounded up: looked up a little later, never sooner.
+    let late = log(&mut sessions, number, b"late", 30_001);
+    assert_eq!(swept(&mut sessions, 30_999).len(), 2);
+    assert_eq!(sessions.to_sweep(31_000).len(), 3);
+    sessions.drop_entry(late);
 }
 
 /// Sessions logging (and freeing what no holding took), holdings ending, the
