@@ -17,6 +17,9 @@
 //! (`INFO cpu`) and the median of the per-round ratios of the baseline's CPU time to it (above 1
 //! when cheaper).
 //!
+//! Then memory: what 100 000 free locks acquired each way add to `used_memory`, per lock (a
+//! tied holding's entry in its session's log, beside the lock).
+//!
 //! Run by `make bench` (`LEASEHOLD_BENCH_URL` names the server); prints Markdown rows.
 
 use std::sync::Arc;
@@ -39,6 +42,8 @@ const ROUNDS: usize = 45;
 const FREE_KEYS: u64 = 100_000_000;
 /// The keys of acquires and releases side by side.
 const CHURN_KEYS: u64 = 100_000;
+/// The batches of free locks whose memory is measured ([`memory`]): 100 032 locks.
+const MEMORY_BATCHES: u64 = 1_563;
 
 /// How a run's commands are tied to the session.
 #[derive(Clone, Copy, PartialEq)]
@@ -111,6 +116,35 @@ fn cpu_seconds(con: &mut Connection) -> RedisResult<f64> {
         .sum())
 }
 
+/// The server's `used_memory`, in bytes.
+fn used_memory(con: &mut Connection) -> RedisResult<i64> {
+    let info: String = redis::cmd("INFO").arg("memory").query(con)?;
+    Ok(info
+        .lines()
+        .find_map(|line| line.strip_prefix("used_memory:")?.trim().parse().ok())
+        .unwrap_or(0))
+}
+
+/// A connection whose commands are tied to session `id` as `tie` says: bound to it first for
+/// [`Tie::Used`]. Returns it with the id its commands name ([`Tie::Named`]).
+fn connect<'a>(url: &str, tie: Tie, id: &'a str) -> RedisResult<(Connection, Option<&'a str>)> {
+    let mut con = redis::Client::open(url)?.get_connection()?;
+    if tie == Tie::Used {
+        redis::cmd("LOCK.SESSION")
+            .arg("USE")
+            .arg(id)
+            .exec(&mut con)?;
+    }
+    Ok((con, (tie == Tie::Named).then_some(id)))
+}
+
+/// Empties the keyspace and opens a session on `admin` for a run: its id.
+fn open(admin: &mut Connection) -> RedisResult<String> {
+    redis::cmd("FLUSHALL").exec(admin)?;
+    let (id, _grace): (String, u64) = redis::cmd("LOCK.SESSION").arg("OPEN").query(admin)?;
+    Ok(id)
+}
+
 /// One connection's part of a run: batches until `stop`, counting commands in `done`.
 fn load(
     url: &str,
@@ -121,14 +155,7 @@ fn load(
     stop: &AtomicBool,
     done: &AtomicU64,
 ) -> RedisResult<()> {
-    let mut con = redis::Client::open(url)?.get_connection()?;
-    if tie == Tie::Used {
-        redis::cmd("LOCK.SESSION")
-            .arg("USE")
-            .arg(id)
-            .exec(&mut con)?;
-    }
-    let named = (tie == Tie::Named).then_some(id);
+    let (mut con, named) = connect(url, tie, id)?;
     let mut random = StdRng::seed_from_u64(seed);
     while !stop.load(Ordering::Relaxed) {
         let mut pipe = redis::pipe();
@@ -142,8 +169,7 @@ fn load(
 /// (commands/s, server CPU µs per command) of one run, on an empty keyspace with a session of
 /// its own (opened on `admin`, closed after), which `tie` says how the commands use.
 fn run(url: &str, admin: &mut Connection, workload: Workload, tie: Tie) -> RedisResult<(f64, f64)> {
-    redis::cmd("FLUSHALL").exec(admin)?;
-    let (id, _grace): (String, u64) = redis::cmd("LOCK.SESSION").arg("OPEN").query(admin)?;
+    let id = open(admin)?;
     let cpu = cpu_seconds(admin)?;
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
@@ -172,6 +198,27 @@ fn run(url: &str, admin: &mut Connection, workload: Workload, tie: Tie) -> Redis
         .arg(&id)
         .exec(admin)?;
     Ok((count / elapsed, cpu_us))
+}
+
+/// What each lock adds to `used_memory`, in bytes, when [`MEMORY_BATCHES`] batches of free
+/// locks are acquired on one connection tied as `tie` says, on an empty keyspace with a
+/// session of its own.
+fn memory(url: &str, admin: &mut Connection, tie: Tie) -> RedisResult<f64> {
+    let id = open(admin)?;
+    let (mut con, named) = connect(url, tie, &id)?;
+    let before = used_memory(admin)?;
+    let mut random = StdRng::seed_from_u64(7);
+    for _ in 0..MEMORY_BATCHES {
+        let mut pipe = redis::pipe();
+        Workload::Free.batch(&mut pipe, &mut random, named);
+        pipe.exec(&mut con)?;
+    }
+    let grown = used_memory(admin)? - before;
+    redis::cmd("LOCK.SESSION")
+        .arg("CLOSE")
+        .arg(&id)
+        .exec(admin)?;
+    Ok(grown as f64 / (MEMORY_BATCHES * BATCH as u64) as f64)
 }
 
 /// The value at `fraction` of `samples` (sorted here).
@@ -223,6 +270,14 @@ fn main() -> RedisResult<()> {
                 percentile(&cpu_ratios, 0.5),
             );
         }
+    }
+    println!();
+    println!("| how | `used_memory` per lock, bytes | vs no session |");
+    println!("| --- | ---: | ---: |");
+    let baseline = memory(&url, &mut admin, Tie::None)?;
+    for tie in Tie::ALL {
+        let bytes = memory(&url, &mut admin, tie)?;
+        println!("| {} | {bytes:.0} | {:.2}× |", tie.name(), bytes / baseline);
     }
     Ok(())
 }
