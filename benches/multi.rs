@@ -21,10 +21,14 @@
 //!
 //! Run by `make bench` (`LEASEHOLD_BENCH_URL` names the server); prints Markdown rows.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+
+use common::cpu_seconds;
 
 const LEASE_MS: u64 = 10_000;
 const OWNER: &str = "8d3c2f4e-1b2a-4c5d-9e8f-0a1b2c3d4e5f:1";
@@ -151,16 +155,6 @@ fn unit(
             release.exec(con)
         }
     }
-}
-
-/// The server's CPU seconds so far (`used_cpu_user` + `used_cpu_sys`).
-fn cpu_seconds(con: &mut redis::Connection) -> redis::RedisResult<f64> {
-    let info: String = redis::cmd("INFO").arg("cpu").query(con)?;
-    Ok(info
-        .lines()
-        .filter(|line| line.starts_with("used_cpu_user:") || line.starts_with("used_cpu_sys:"))
-        .filter_map(|line| line.split_once(':')?.1.trim().parse::<f64>().ok())
-        .sum())
 }
 
 /// (units/s, server CPU µs per unit) of `approach` on sets of `keys` free keys.

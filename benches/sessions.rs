@@ -22,6 +22,8 @@
 //!
 //! Run by `make bench` (`LEASEHOLD_BENCH_URL` names the server); prints Markdown rows.
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
@@ -30,6 +32,8 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use redis::{Connection, RedisResult};
+
+use common::{cpu_seconds, used_memory};
 
 /// A 38-byte owner, as Redisson's `UUID:threadId`.
 const OWNER: &str = "8d3c2f4e-1b2a-4c5d-9e8f-0a1b2c3d4e5f:1";
@@ -104,25 +108,6 @@ impl Workload {
             }
         }
     }
-}
-
-/// The server's CPU seconds so far (`used_cpu_user` + `used_cpu_sys`).
-fn cpu_seconds(con: &mut Connection) -> RedisResult<f64> {
-    let info: String = redis::cmd("INFO").arg("cpu").query(con)?;
-    Ok(info
-        .lines()
-        .filter(|line| line.starts_with("used_cpu_user:") || line.starts_with("used_cpu_sys:"))
-        .filter_map(|line| line.split_once(':')?.1.trim().parse::<f64>().ok())
-        .sum())
-}
-
-/// The server's `used_memory`, in bytes.
-fn used_memory(con: &mut Connection) -> RedisResult<i64> {
-    let info: String = redis::cmd("INFO").arg("memory").query(con)?;
-    Ok(info
-        .lines()
-        .find_map(|line| line.strip_prefix("used_memory:")?.trim().parse().ok())
-        .unwrap_or(0))
 }
 
 /// A connection whose commands are tied to session `id` as `tie` says: bound to it first for

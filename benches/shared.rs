@@ -16,6 +16,8 @@
 //!
 //! Run by `make bench` (`LEASEHOLD_BENCH_URL` names the server); prints Markdown tables.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -24,6 +26,8 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use redis::{Connection, Pipeline, RedisResult, Value};
+
+use common::used_memory;
 
 const HOLDERS: [usize; 3] = [1, 100, 10_000];
 const CONNECTIONS: usize = 4;
@@ -499,15 +503,6 @@ fn costs(url: &str, scripts: &Scripts) -> RedisResult<()> {
         }
     }
     Ok(())
-}
-
-fn used_memory(con: &mut Connection) -> RedisResult<i64> {
-    let info: String = redis::cmd("INFO").arg("memory").query(con)?;
-    Ok(info
-        .lines()
-        .find_map(|line| line.strip_prefix("used_memory:"))
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or(0))
 }
 
 fn memory(url: &str, scripts: &Scripts) -> RedisResult<()> {

@@ -190,6 +190,14 @@ mod tests {
         head.pipeline.cmd_iter().map(command).collect()
     }
 
+    fn write<'a>(key: &'a str, command: &'a Cmd, session: Option<&'a str>) -> Write<'a> {
+        Write {
+            key,
+            command,
+            session,
+        }
+    }
+
     fn error(text: &str) -> Value {
         let reply = format!("-ERR {text}\r\n");
         redis::parse_redis_value(reply.as_bytes()).expect("an error reply")
@@ -198,18 +206,7 @@ mod tests {
     #[test]
     fn a_new_connection_is_bound_in_the_writes_round_trip_and_they_still_name_the_session() {
         let (a, b) = (acquire("a"), acquire("b"));
-        let writes = [
-            Write {
-                key: "a",
-                command: &a,
-                session: Some("s1"),
-            },
-            Write {
-                key: "b",
-                command: &b,
-                session: Some("s1"),
-            },
-        ];
+        let writes = [write("a", &a, Some("s1")), write("b", &b, Some("s1"))];
         let head = Head::new(&Bound::Unbound, &writes);
         assert!(head.binds());
         assert_eq!(
@@ -229,11 +226,7 @@ mod tests {
     #[test]
     fn a_bound_connection_sends_the_writes_alone() {
         let a = acquire("a");
-        let writes = [Write {
-            key: "a",
-            command: &a,
-            session: Some("s1"),
-        }];
+        let writes = [write("a", &a, Some("s1"))];
         let head = Head::new(&Bound::To("s1".to_owned()), &writes);
         assert!(!head.binds());
         assert_eq!(words(&head), ["LOCK.ACQUIRE a owner 1000"]);
@@ -245,11 +238,7 @@ mod tests {
     #[test]
     fn a_failed_use_leaves_the_binding_as_it_was() {
         let a = acquire("a");
-        let writes = [Write {
-            key: "a",
-            command: &a,
-            session: Some("s2"),
-        }];
+        let writes = [write("a", &a, Some("s2"))];
         let head = Head::new(&Bound::To("s1".to_owned()), &writes);
         assert_eq!(
             words(&head),
@@ -267,11 +256,7 @@ mod tests {
     #[test]
     fn an_untied_write_unbinds_a_connection_that_may_be_bound() {
         let a = acquire("a");
-        let untied = [Write {
-            key: "a",
-            command: &a,
-            session: None,
-        }];
+        let untied = [write("a", &a, None)];
         for bound in [Bound::To("s1".to_owned()), Bound::Unknown] {
             let head = Head::new(&bound, &untied);
             assert_eq!(
@@ -289,18 +274,7 @@ mod tests {
     #[test]
     fn writes_of_two_sessions_in_one_round_trip_each_get_theirs() {
         let (a, b) = (acquire("a"), acquire("b"));
-        let writes = [
-            Write {
-                key: "a",
-                command: &a,
-                session: Some("s1"),
-            },
-            Write {
-                key: "b",
-                command: &b,
-                session: Some("s2"),
-            },
-        ];
+        let writes = [write("a", &a, Some("s1")), write("b", &b, Some("s2"))];
         let head = Head::new(&Bound::To("s1".to_owned()), &writes);
         assert_eq!(
             words(&head),
