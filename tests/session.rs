@@ -371,6 +371,13 @@ fn a_connection_that_uses_a_session_ties_what_it_takes_without_naming_it() {
     ] {
         assert_eq!(session_of(&mut con, key).as_ref(), Some(session), "{key}");
     }
+    // RESET leaves it (Redis tells modules nothing of it); USE NONE stops it.
+    assert_eq!(
+        call(&mut con, &["RESET"]),
+        Value::SimpleString("RESET".into())
+    );
+    acquire(&mut con, "e2", "alice", 30_000, &[]).expect("held");
+    assert_eq!(session_of(&mut con, "e2").as_ref(), Some(&id));
     assert_eq!(
         call(&mut con, &["LOCK.SESSION", "USE", "none"]),
         Value::Okay
@@ -394,7 +401,7 @@ fn a_connection_that_uses_a_session_ties_what_it_takes_without_naming_it() {
     call(&mut con, &["LOCK.SESSION", "USE", &id]);
     assert_eq!(
         call(&mut session_con, &["LOCK.SESSION", "CLOSE", &id]),
-        Value::Int(4)
+        Value::Int(5)
     );
     for args in [
         &["LOCK.ACQUIRE", "g", "alice", "30000"][..],
