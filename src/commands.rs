@@ -126,8 +126,7 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// `LOCK.RENEW key owner ttl-ms [SESSION id]`: resets the lease of `owner`'s holding to
 /// `ttl-ms` from now; with `SESSION` (or the session the connection uses), the holding is tied
 /// to that session from now on (clients tie their holdings to a new session this way after a
-/// failover). A lease that has ended is
-/// not brought back.
+/// failover). A lease that has ended is not brought back.
 ///
 /// Replies `1` when renewed, `0` when there is no lock, `-1` when others hold it but not
 /// `owner`.

@@ -29,11 +29,11 @@ use crate::session;
 
 /// `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [WAIT timeout-ms] [SESSION id]`: takes
 /// every lock exclusively for `owner` with a lease of `ttl-ms`, or none; with `SESSION` (or the
-/// session the connection uses), tied to that session ([`crate::session`]). Locks newly taken share one new
-/// fencing token; a lock `owner` already holds keeps its token and has its lease reset. With
-/// `WAIT`, a client that finds any lock busy queues for all of them at once, behind everyone
-/// already queued for any of them, until they are handed to it together or `timeout-ms`
-/// passes (0: no limit).
+/// session the connection uses), tied to that session ([`crate::session`]). Locks newly taken
+/// share one new fencing token; a lock `owner` already holds keeps its token and has its lease
+/// reset. With `WAIT`, a client that finds any lock busy queues for all of them at once, behind
+/// everyone already queued for any of them, until they are handed to it together or
+/// `timeout-ms` passes (0: no limit).
 ///
 /// Replies with an array of the fencing tokens, one per key in the order given, or null when
 /// any lock is busy (or stayed busy until the timeout).
@@ -117,9 +117,8 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 /// `LOCK.MRENEW numkeys key [key ...] owner ttl-ms [SESSION id]`: when `owner` holds every
 /// lock, resets each lease to `ttl-ms` from now (and with `SESSION`, or the session the
-/// connection uses, ties each to that session);
-/// otherwise renews none — a set is held whole or not at all,
-/// so a watchdog learns at once that part of it was lost.
+/// connection uses, ties each to that session); otherwise renews none — a set is held whole or
+/// not at all, so a watchdog learns at once that part of it was lost.
 ///
 /// Replies with the number of locks renewed: all of them, or 0.
 ///
@@ -176,15 +175,8 @@ fn settle_all(
     ties: &[Tie],
 ) {
     for (at, (key, name)) in keys.iter().zip(names).enumerate() {
-        let logged = ties.get(at).copied();
-        session::settle(
-            ctx,
-            key,
-            name,
-            owner,
-            was.get(at).copied().flatten(),
-            logged,
-        );
+        let before = was.get(at).copied().flatten();
+        session::settle(ctx, key, name, owner, before, ties.get(at).copied());
     }
 }
 

@@ -158,7 +158,7 @@ pub fn tied_to(key: &LockKey, owner: &[u8]) -> Option<Tie> {
 
 /// The owner whose holding of the lock `key` keeps `tie`, if any.
 fn keeper(key: &LockKey, tie: Tie) -> Option<&[u8]> {
-    key.lock()?.tied_by(tie).next()
+    key.lock()?.keeper(tie)
 }
 
 /// The id of the open session a holding's `tie` names, for `LOCK.INFO`.

@@ -223,11 +223,12 @@ impl Lock {
         exclusive.into_iter().chain(shared)
     }
 
-    /// The owners whose holdings keep `tie` (one, as a tie's place is unique in its session
-    /// while its entry is there).
-    pub fn tied_by(&self, tie: Tie) -> impl Iterator<Item = &[u8]> {
+    /// The owner whose holding keeps `tie` (there is one at most: a tie's place is unique in
+    /// its session while its entry is there).
+    #[must_use]
+    pub fn keeper(&self, tie: Tie) -> Option<&[u8]> {
         self.ties()
-            .filter(move |(_, kept)| *kept == tie)
+            .find(|(_, kept)| *kept == tie)
             .map(|(owner, _)| owner)
     }
 

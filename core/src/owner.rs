@@ -9,7 +9,7 @@ use std::ops::Deref;
 pub const MAX_OWNER_LEN: usize = 256;
 
 /// Owners up to this many bytes live inside the lock itself — a UUID (36 bytes) with a short
-/// thread id, as Redisson's owners are — so a typical lock is one 56-byte allocation and a
+/// thread id, as Redisson's owners are — so a typical lock is one 64-byte allocation and a
 /// shared holder 72 bytes.
 pub const INLINE_OWNER_LEN: usize = 38;
 

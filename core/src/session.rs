@@ -4,7 +4,8 @@
 //!
 //! - A client **opens** a session on a connection it keeps (`LOCK.SESSION OPEN`); the session
 //!   is *attached* to that connection.
-//! - A command that names the session (`SESSION id`) **ties** its holding to it: the session
+//! - A command tied to the session — naming it (`SESSION id`), or sent on a connection that
+//!   uses it — **ties** its holding to it: the session
 //!   **logs** where the holding is — the lock's database and its key — at a place in
 //!   its log that does not move, and the holding itself keeps the session's number and that
 //!   place, its [`Tie`] ([`crate::lock::Lock::tie`]; a waiter's holding when it is granted,
@@ -224,7 +225,7 @@ pub struct Sessions {
     by_client: HashMap<u64, HashSet<Number>, RandomState>,
     /// The session each connection that sent `LOCK.SESSION USE` uses, by Redis client id: kept
     /// after the session ends, so that the connection's commands are refused.
-    used_by: HashMap<u64, Id, RandomState>,
+    uses: HashMap<u64, Id, RandomState>,
     /// The session the next sweep starts in (an index in `sessions`).
     cursor: usize,
     /// Entries logged since the last sweep.
@@ -242,7 +243,7 @@ impl Sessions {
         Self {
             sessions: IndexMap::default(),
             by_client: HashMap::default(),
-            used_by: HashMap::default(),
+            uses: HashMap::default(),
             cursor: 0,
             made: 0,
             logged: 0,
@@ -316,10 +317,10 @@ impl Sessions {
         match id {
             Some(id) => {
                 self.number(id)?;
-                self.used_by.insert(client, id);
+                self.uses.insert(client, id);
             }
             None => {
-                self.used_by.remove(&client);
+                self.uses.remove(&client);
             }
         }
         Ok(())
@@ -330,10 +331,10 @@ impl Sessions {
     /// none does pays nothing for it.
     #[must_use]
     pub fn used_by(&self, client: impl FnOnce() -> Option<u64>) -> Option<Id> {
-        if self.used_by.is_empty() {
+        if self.uses.is_empty() {
             return None;
         }
-        self.used_by.get(&client()?).copied()
+        self.uses.get(&client()?).copied()
     }
 
     /// The id of the open session numbered `number`, for `LOCK.INFO`.
@@ -459,7 +460,7 @@ impl Sessions {
     /// (the session it used is not). Returns them with when each ends (unix ms) unless
     /// attached again.
     pub fn detach(&mut self, client: u64, now_ms: u64) -> Vec<(Id, u64)> {
-        self.used_by.remove(&client);
+        self.uses.remove(&client);
         let Some(numbers) = self.by_client.remove(&client) else {
             return Vec::new();
         };
@@ -513,7 +514,7 @@ impl Sessions {
     /// How many connections use a session (`LOCK.SESSION USE`), ended ones included.
     #[must_use]
     pub fn users(&self) -> usize {
-        self.used_by.len()
+        self.uses.len()
     }
 
     /// How many sessions are open, and how many of them are detached.
