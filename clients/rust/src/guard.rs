@@ -4,8 +4,9 @@
 //! The watchdog avoids the bugs lock libraries are known for: it stops for good on release, on
 //! drop, and as soon as a renewal is refused (it never re-acquires, so it cannot keep a dead
 //! holder's lock or bring back an expired one — Redisson #1626, #7272, redis-semaphore #175);
-//! a failed renewal — no connection, or not acknowledged by the replicas — is retried soon on
-//! a fresh connection (Redisson #2515, #3194), and the lock counts as lost once the lease it
+//! a renewal that did not count is retried soon, again and again — at once on a fresh
+//! connection when its connection was dead (a blip), 0.5 s after one the replicas did not
+//! acknowledge (Redisson #2515, #3194) — and the lock counts as lost only once the lease it
 //! last renewed *and synced* has run out; and loss is told to the program through
 //! [`Guard::lost`] (Redisson #4698).
 
@@ -19,6 +20,7 @@ use tokio::time::Instant;
 use crate::error::{Error, Result};
 use crate::held::{Held, Mode};
 use crate::lease::Lease;
+use crate::pool::is_lost_reply;
 use crate::quorum::Quorum;
 use crate::session::{Tie, Tying};
 
@@ -78,8 +80,11 @@ pub struct Keeping {
 ///
 /// Release it with [`Guard::release`] to learn whether it was still held; dropping it releases
 /// it too, in the background, as well as it can (it needs a Tokio runtime for that). With the
-/// watchdog on, the lease is renewed every third of it until release, drop, a refused renewal,
-/// or the cap on the hold time.
+/// watchdog on, the lease is renewed every third of it until release, drop, a refused renewal
+/// (the lock is no longer held: lost at once), or the cap on the hold time. A renewal that did
+/// not count — the replicas did not acknowledge it, or its connection was dead — is tried
+/// again soon (0.5 s later, or at once on a fresh connection after no reply), until one counts
+/// or the lease last counted ([`Guard::lease_end`]) ends: then the guard is lost.
 #[must_use = "dropping a guard releases the lock"]
 pub struct Guard {
     holding: Arc<Holding>,
@@ -406,8 +411,9 @@ impl Drop for Guard {
 /// Renews the lease every third of `ttl` until a renewal is refused, the last lease that counted
 /// (granted, or renewed and synced) runs out without another, `max_hold` after `granted`, or
 /// `ended` is told some other way (the client's session reported the holding lost); then tells
-/// `ended`. A renewal that did not count is tried again after a tenth of `ttl`. A holding tied
-/// to a session is renewed tied to it (on a connection bound to it, [`crate::binding`]).
+/// `ended`. A renewal that did not count is tried again soon, again and again, as [`Retry`]
+/// says, until one counts or that lease runs out. A holding tied to a session is renewed tied
+/// to it (on a connection bound to it, [`crate::binding`]).
 async fn watchdog(
     holding: Arc<Holding>,
     lease: Arc<Lease>,
@@ -430,6 +436,7 @@ async fn renewing(
     (ttl, granted, max_hold): (Duration, Instant, Option<Duration>),
 ) {
     let stop_at = max_hold.map(|cap| granted + cap);
+    let mut retry = Retry::new(ttl);
     let mut next = granted + ttl / 3;
     loop {
         let held_until = lease.end();
@@ -448,18 +455,105 @@ async fn renewing(
         match renewed {
             Ok(true) => {
                 lease.renewed(sent, term);
-                next = sent + term - ttl + ttl / 3;
+                if stop_at.is_some_and(|stop| sent + term >= stop) {
+                    // The last renewal reached the cap: the holding ends with its lease.
+                    tokio::time::sleep_until(lease.end()).await;
+                    break;
+                }
+                retry = Retry::new(ttl);
+                next = sent + ttl / 3;
             }
             Ok(false) => break,
-            Err(_) => {
+            Err(error) => {
                 lease.unsure(sent, term);
-                next = Instant::now() + ttl / 10;
+                next = Instant::now() + retry.after(&error);
             }
         }
-        if stop_at.is_some_and(|stop| sent + term >= stop) {
-            // The last renewal reached the cap: the holding ends with its lease.
-            tokio::time::sleep_until(lease.end()).await;
-            break;
+    }
+}
+
+/// The longest pause between two renewal attempts of the watchdog when the first got a reply
+/// but did not count: 0.5 s. A synced attempt has already waited up to the sync timeout for
+/// the replicas, so a holder whose replica was just lost tries again every 1.5 s (with the
+/// default 1 s timeout) until the master drops that replica from its in-sync set.
+const RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// When the watchdog tries again after a renewal that did not count.
+struct Retry {
+    /// The pause after an attempt that got a reply: [`RETRY_PAUSE`], or a tenth of the lease
+    /// when that is shorter.
+    pause: Duration,
+    /// Whether the last attempt got no reply either.
+    unanswered: bool,
+}
+
+impl Retry {
+    /// For renewals of a lease of `ttl`, after one that counted (or the grant).
+    fn new(ttl: Duration) -> Self {
+        Self {
+            pause: RETRY_PAUSE.min(ttl / 10),
+            unanswered: false,
         }
+    }
+
+    /// How long to wait before the next attempt after one that failed with `error`. At once
+    /// after the first that got no reply (its connection was dead — a blip, a proxy restart, a
+    /// `CLIENT KILL` — and was dropped: the next attempt goes on a fresh one); the pause after
+    /// one that got a reply (not acknowledged by the replicas, a server's error) and after a
+    /// second in a row without one (the server is down: no busy loop).
+    fn after(&mut self, error: &Error) -> Duration {
+        let unanswered = matches!(error, Error::Redis(error) if is_lost_reply(error));
+        let at_once = unanswered && !self.unanswered;
+        self.unanswered = unanswered;
+        if at_once { Duration::ZERO } else { self.pause }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A renewal whose connection was dead: no reply.
+    fn unanswered() -> Error {
+        Error::Redis(std::io::Error::from(std::io::ErrorKind::ConnectionReset).into())
+    }
+
+    /// A renewal the replicas did not acknowledge in time.
+    fn not_counted() -> Error {
+        Error::NotReplicated {
+            reason: "not every in-sync replica acknowledged within 1000 ms".to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_renewal_that_did_not_count_is_tried_again_half_a_second_later_however_long_the_lease() {
+        let half_a_second = Duration::from_millis(500);
+        for lease in [Duration::from_secs(30), Duration::from_secs(3_600)] {
+            let mut retry = Retry::new(lease);
+            for _ in 0..3 {
+                assert_eq!(retry.after(&not_counted()), half_a_second, "{lease:?}");
+            }
+        }
+        let mut short = Retry::new(Duration::from_secs(2));
+        assert_eq!(
+            short.after(&not_counted()),
+            Duration::from_millis(200),
+            "a tenth of a shorter lease"
+        );
+    }
+
+    #[test]
+    fn a_renewal_without_a_reply_is_tried_again_at_once_and_a_second_one_after_the_pause() {
+        let mut retry = Retry::new(Duration::from_secs(30));
+        let pause = Duration::from_millis(500);
+        assert_eq!(retry.after(&unanswered()), Duration::ZERO);
+        assert_eq!(retry.after(&unanswered()), pause, "the server is down");
+        assert_eq!(retry.after(&unanswered()), pause);
+        assert_eq!(retry.after(&not_counted()), pause);
+        assert_eq!(
+            retry.after(&unanswered()),
+            Duration::ZERO,
+            "the first without a reply after one with a reply"
+        );
     }
 }

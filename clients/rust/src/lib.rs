@@ -9,9 +9,10 @@
 //!   reply by asking again with the same owner ([`Lock::acquire_timeout`]);
 //! - grants and renewals synced to the master's in-sync replicas before they count, in the
 //!   write's round trip ([`Sync`], [`sync`]);
-//! - a [`Guard`] with the fencing token, a watchdog that renews the lease every third of it
-//!   and stops for good on release, drop or refusal, a [`Guard::lost`] signal, and release on
-//!   every path;
+//! - a [`Guard`] with the fencing token, a watchdog that renews the lease every third of it,
+//!   tries again soon when a renewal does not count (at once on a fresh connection after a
+//!   blip) and stops for good on release, drop or refusal, a [`Guard::lost`] signal, and
+//!   release on every path;
 //! - every holding tied to the client's session (`LOCK.SESSION`, on by default:
 //!   [`ClientOptions::sessions`]), kept by a heartbeat on a connection of its own, each pooled
 //!   connection bound to it once (`LOCK.SESSION USE`): when the process dies or is cut off for

@@ -53,10 +53,11 @@ pub enum Replicas {
 /// The cost when a replica is down: until the master drops it from its set (with the module's
 /// default settings about 25 s after it went silent), every grant and every renewal waits the
 /// whole timeout and fails ([`crate::Error::NotReplicated`]); a watched holding keeps trying
-/// and is reported lost when its last synced lease ends. Once it is dropped, writes count
-/// again while the master keeps at least `lock.min-insync-replicas`. Bring the replica back;
-/// or, accepting that a failover may then lose grants, pin the count ([`Sync::exactly`]) or
-/// switch syncing off ([`Sync::off`]) for that time.
+/// (the timeout, then 0.5 s, each time), so it keeps its lock if the drop comes before its
+/// last synced lease ends, and is reported lost when that lease ends otherwise. Once it is
+/// dropped, writes count again while the master keeps at least `lock.min-insync-replicas`.
+/// Bring the replica back; or, accepting that a failover may then lose grants, pin the count
+/// ([`Sync::exactly`]) or switch syncing off ([`Sync::off`]) for that time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Sync {
     pub(crate) replicas: Replicas,
