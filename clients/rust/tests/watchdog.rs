@@ -9,8 +9,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::proxy::LinkProxy;
-use common::{Server, call, holder, info_field};
-use leasehold_client::{Client, Lock, Sync};
+use common::{Server, call, holder, info_field, lock_info};
+use leasehold_client::{Client, Lock, Lost, Sync};
 use redis::Value;
 
 const TTL: Duration = Duration::from_millis(300);
@@ -30,6 +30,19 @@ fn renewals(con: &mut redis::Connection) -> i64 {
                 .ok()
         })
         .unwrap_or(0)
+}
+
+/// Kills every normal connection but `admin`'s (`CLIENT KILL TYPE normal`), as a network blip
+/// or a proxy restart does; returns how many.
+fn blip(admin: &mut redis::Connection) -> i64 {
+    redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(admin)
+        .expect("CLIENT KILL")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -111,20 +124,9 @@ async fn the_watchdog_survives_its_connection_being_killed() {
         .expect("acquire")
         .expect("free");
     for _ in 0..3 {
-        // Every connection but this test's own: the client's shared one among them.
-        let me: i64 = redis::cmd("CLIENT")
-            .arg("ID")
-            .query(&mut con)
-            .expect("CLIENT ID");
-        let killed: i64 = redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("TYPE")
-            .arg("normal")
-            .arg("SKIPME")
-            .arg("yes")
-            .query(&mut con)
-            .expect("CLIENT KILL");
-        assert!(killed >= 1, "killed {killed}, I am {me}");
+        // The client's shared one among them.
+        let killed = blip(&mut con);
+        assert!(killed >= 1, "killed {killed}");
         tokio::time::sleep(Duration::from_millis(700)).await;
     }
     assert!(guard.is_held());
@@ -202,4 +204,82 @@ async fn a_wait_whose_reply_never_comes_does_not_leave_the_lock_held_unknowingly
     let guard = outcome.expect("told it holds the lock it holds");
     assert_eq!(granted_to.as_deref(), Some(guard.owner()), "the same owner");
     assert!(guard.release().await.expect("release"));
+}
+
+/// The lease of the blip tests: renewed every 3 s.
+const BLIP_LEASE: Duration = Duration::from_secs(9);
+
+/// A holder with the watchdog and a waiter, each a client with the defaults (a session) of its
+/// own, both syncing as `sync`, on one lock of one server. Every normal connection is killed
+/// once ([`blip`]) halfway to the first renewal: that renewal finds its connection dead and
+/// goes again at once on a fresh one (a tenth of the lease later would be too late for the
+/// check), and for 3 s after the blip the holder is not told lost, the waiter is not granted
+/// (it waits in the server again) and the holder keeps its lock, same owner and token.
+async fn a_blip_loses_nothing(sync: Sync) {
+    let server = Server::start(&[]);
+    let mut admin = server.client();
+    let holder_client = client(&server.url()).await;
+    let lock = Lock::new(&holder_client, "k")
+        .with_watchdog(true)
+        .with_sync(sync);
+    let guard = lock.try_acquire(BLIP_LEASE).await.expect("acquire");
+    let guard = guard.expect("free");
+    let granted = tokio::time::Instant::now();
+    let held = lock_info(&mut admin, "k").expect("held");
+    let waiter_client = client(&server.url()).await;
+    let mut waiting = tokio::spawn(async move {
+        let waiter = Lock::new(&waiter_client, "k").with_sync(sync);
+        let wait = Duration::from_secs(30);
+        let outcome = waiter.acquire_timeout(BLIP_LEASE, wait).await;
+        outcome.map(|guard| guard.map(|guard| guard.token()))
+    });
+    common::queued(&mut admin, "k", 1);
+
+    tokio::time::sleep_until(granted + BLIP_LEASE / 6).await;
+    let killed = blip(&mut admin);
+    let blipped = tokio::time::Instant::now();
+    assert!(killed >= 3, "both sessions' and the wait's: {killed}");
+    let lost = guard.lost_signal();
+    let due = granted + BLIP_LEASE / 3 + Duration::from_millis(400);
+    quiet_until(due, lost.clone(), &mut waiting, blipped).await;
+    // 400 ms after the renewal was due, the server has it: more than 8 s of the 9 s lease left
+    // (5.6 s without it).
+    let (_, _, ttl, _, _) = lock_info(&mut admin, "k").expect("held");
+    assert!(
+        ttl > 8_000,
+        "the renewal due {:?} after the blip has not come: {ttl} ms left",
+        BLIP_LEASE / 6
+    );
+    let after_the_blip = blipped + Duration::from_secs(3);
+    quiet_until(after_the_blip, lost, &mut waiting, blipped).await;
+    assert!(guard.is_held());
+    let after = lock_info(&mut admin, "k").expect("held");
+    assert_eq!((&after.0, after.1), (&held.0, held.1), "owner and token");
+    assert_eq!(after.4, 1, "the waiter waits in the server again");
+    assert_eq!(u64::try_from(after.1).ok(), Some(guard.token()));
+}
+
+/// Waits until `until`; fails if the holder is told it lost its lock (`lost`) or the waiter's
+/// acquire ends (`waiting`) first, saying how long after the blip (at `blipped`).
+async fn quiet_until<T: std::fmt::Debug>(
+    until: tokio::time::Instant,
+    lost: Lost,
+    waiting: &mut tokio::task::JoinHandle<T>,
+    blipped: tokio::time::Instant,
+) {
+    tokio::select! {
+        () = lost.wait() => panic!("told lost {:?} after the blip", blipped.elapsed()),
+        outcome = waiting => panic!("the waiter's acquire ended: {outcome:?}"),
+        () = tokio::time::sleep_until(until) => {}
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_blip_that_kills_every_connection_loses_no_watched_lock() {
+    a_blip_loses_nothing(Sync::to_replicas()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_blip_that_kills_every_connection_loses_no_watched_lock_with_syncing_off() {
+    a_blip_loses_nothing(Sync::off()).await;
 }
