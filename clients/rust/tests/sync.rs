@@ -7,7 +7,7 @@ mod replicated;
 
 use std::time::Duration;
 
-use common::{Server, call, holder};
+use common::{Server, call, holder, lock_info};
 use leasehold_client::{Client, Error, Lock, Sync};
 use redis::Value;
 use replicated::{calls, group, insync_replicas, pair, pair_with, wait_insync};
@@ -311,6 +311,44 @@ async fn a_replica_dead_for_good_stops_counting_once_the_master_drops_it() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watched_holding_outlives_a_replica_lost_for_good() {
+    // Until the master drops the dead replica (about 3.5 s here, 25 s with the module's
+    // defaults), no renewal counts; the watchdog keeps trying every 1.5 s (the sync timeout and
+    // a pause), so one lands after the drop, well before the 9 s lease it last counted ends.
+    let (master, mut replicas) = group(&QUICK_DROP, 2);
+    let client = client(&master).await;
+    let lease = Duration::from_secs(9);
+    let lock = Lock::new(&client, "k").with_watchdog(true);
+    let guard = lock
+        .try_acquire(lease)
+        .await
+        .expect("acquire")
+        .expect("free");
+    let held = lock_info(&mut master.client(), "k").expect("held");
+    replicas[0].kill();
+    let killed = Instant::now();
+    tokio::select! {
+        () = guard.lost() => panic!("told lost {:?} after the replica died", killed.elapsed()),
+        () = tokio::time::sleep(lease * 2) => {}
+    }
+    assert_eq!(
+        insync_replicas(&master),
+        Some(1),
+        "the dead replica was dropped"
+    );
+    // Held after two leases: renewals counted again after the drop.
+    assert!(guard.is_held());
+    let after = lock_info(&mut master.client(), "k").expect("held");
+    assert_eq!((&after.0, after.1), (&held.0, held.1), "owner and token");
+    assert!(after.2 > 4_500, "renewed: {} ms left", after.2);
+    assert_eq!(
+        fence(&replicas[1], "k"),
+        int(guard.token()),
+        "on the replica left"
+    );
 }
 
 /// A grant of `k` synced within 200 ms.
