@@ -3,8 +3,9 @@
 //! with `CONFIG GET lock.max-ttl-ms`; the same for `lock.max-clock-skew-ms`,
 //! `lock.max-multi-keys`, `lock.restart-delay-ms` and the in-sync set's settings
 //! (`lock.min-insync-replicas`, `lock.insync-timeout-ms`, `lock.insync-drop-delay-ms`,
-//! `lock.insync-strict`, `lock.replica-priority`) and the sessions' (`lock.session-grace-ms`,
-//! `lock.session-max-grace-ms`): docs/operations/configuration.md.
+//! `lock.insync-strict`, `lock.replica-priority`, `lock.allow-unsafe-promotion`) and the
+//! sessions' (`lock.session-grace-ms`, `lock.session-max-grace-ms`):
+//! docs/operations/configuration.md.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
@@ -20,27 +21,32 @@ pub static MIN_INSYNC_REPLICAS: AtomicI64 = AtomicI64::new(1);
 pub const LARGEST_MIN_INSYNC_REPLICAS: i64 = 1_000;
 
 /// `lock.insync-timeout-ms`: the promotability lease a master gives each member with every
-/// `LOCK.PROMOTABLE`: a replica that hears nothing from its master for this long makes itself
-/// unpromotable. It must exceed the time a failover takes to pick a replica (Sentinel's
-/// `down-after-milliseconds` plus about 3 s for the vote), or no replica is left to promote.
-/// 12 000 by default (for `down-after-milliseconds` up to 9 000), 100 to a day.
-pub static INSYNC_TIMEOUT_MS: AtomicI64 = AtomicI64::new(DEFAULT_INSYNC_TIMEOUT_MS);
-
-/// The default of `lock.insync-timeout-ms`.
-pub const DEFAULT_INSYNC_TIMEOUT_MS: i64 = 12_000;
+/// `LOCK.PROMOTABLE`, in ms: a replica that hears nothing from its master for this long makes
+/// itself unpromotable. 0 (the default): learned from the deployment — the failover time of
+/// the Sentinels that watch this server or of its Redis Cluster, plus a heartbeat
+/// ([`leasehold_core::deployment`], [`leasehold_core::insync::lease_ms`]). Any other value is the
+/// operator's and wins (the module logs a warning, and `INFO lock` says so, when it is shorter
+/// than the deployment needs). 0 to a day.
+pub static INSYNC_TIMEOUT_MS: AtomicI64 = AtomicI64::new(0);
 
 /// `lock.insync-drop-delay-ms`: how long after a silent member's last promotability lease ended
-/// the master drops it from the set, in ms: time for Sentinel to read the replica's new
-/// priority (its `INFO` period, 10 s) and a second more. 11 000 by default, 0 to a day.
+/// the master drops it from the set, in ms. A replica refuses to be promoted once its lease
+/// ended, so the delay covers only clocks: rates within 1 % over a lease and a message heard
+/// late ([`leasehold_core::insync::replica::CLOCK_SKEW_MS`]). 1 000 by default, 0 to a day.
 pub static INSYNC_DROP_DELAY_MS: AtomicI64 = AtomicI64::new(DEFAULT_INSYNC_DROP_DELAY_MS);
 
 /// The default of `lock.insync-drop-delay-ms`.
-pub const DEFAULT_INSYNC_DROP_DELAY_MS: i64 = 11_000;
+pub const DEFAULT_INSYNC_DROP_DELAY_MS: i64 = 1_000;
 
 /// `lock.insync-strict`: when `yes`, the master never drops a member (the rule for layouts where
 /// a Sentinel majority may form on a side without a majority of the data nodes); `no` by
 /// default.
 pub static INSYNC_STRICT: AtomicBool = AtomicBool::new(false);
+
+/// `lock.allow-unsafe-promotion`: when `yes`, the next promotion the module would refuse — of a
+/// replica outside its master's in-sync set, or `FAILOVER` under Sentinel — goes through, and the setting turns itself back to `no` (`no` by default).
+/// For a person who must promote such a server anyway.
+pub static ALLOW_UNSAFE_PROMOTION: AtomicBool = AtomicBool::new(false);
 
 /// `lock.session-grace-ms`: how long a session outlives its connection when `LOCK.SESSION OPEN`
 /// names no grace, in ms: 3 000 by default — a reconnect takes milliseconds, and a client that
@@ -83,15 +89,29 @@ pub fn session_grace_ms() -> u64 {
 /// Cluster, 0 keeps `cluster-replica-no-failover yes` always.
 pub static REPLICA_PRIORITY: AtomicI64 = AtomicI64::new(-1);
 
-/// The in-sync set's timing.
+/// `lock.insync-timeout-ms` when the operator set one (not 0), in ms.
 #[must_use]
-pub fn insync_timing() -> Timing {
-    let ms = |value: &AtomicI64| u64::try_from(value.load(Ordering::Relaxed)).unwrap_or(0);
+pub fn insync_timeout_ms() -> Option<u64> {
+    u64::try_from(INSYNC_TIMEOUT_MS.load(Ordering::Relaxed))
+        .ok()
+        .filter(|ms| *ms > 0)
+}
+
+/// The in-sync set's timing, its lease `lease_ms` unless `lock.insync-timeout-ms` says
+/// otherwise.
+#[must_use]
+pub fn insync_timing(lease_ms: u64) -> Timing {
     Timing {
-        timeout_ms: ms(&INSYNC_TIMEOUT_MS),
-        drop_delay_ms: ms(&INSYNC_DROP_DELAY_MS),
+        timeout_ms: insync_timeout_ms().unwrap_or(lease_ms),
+        drop_delay_ms: u64::try_from(INSYNC_DROP_DELAY_MS.load(Ordering::Relaxed)).unwrap_or(0),
         strict: INSYNC_STRICT.load(Ordering::Relaxed),
     }
+}
+
+/// Takes the one-shot `lock.allow-unsafe-promotion`: true (and back to `no`) when it was
+/// `yes`.
+pub fn take_unsafe_promotion() -> bool {
+    ALLOW_UNSAFE_PROMOTION.swap(false, Ordering::Relaxed)
 }
 
 /// `lock.min-insync-replicas` as a count.
@@ -193,7 +213,7 @@ pub fn check_loaded() -> Result<(), String> {
         (
             "insync-timeout-ms",
             &INSYNC_TIMEOUT_MS,
-            100..=LARGEST_RESTART_DELAY_MS,
+            0..=LARGEST_RESTART_DELAY_MS,
         ),
         (
             "insync-drop-delay-ms",

@@ -7,6 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use leasehold_core::insync::Promotability;
 use leasehold_core::outcome::Counts;
 use redis_module::{InfoContext, RedisResult};
 use redis_module_macros::info_command_handler;
@@ -131,10 +132,31 @@ fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
                 u64::try_from(members.len()).unwrap_or(u64::MAX),
             )?
             .field("insync_members", members.join(","))?,
-        None => builder
-            .field("insync_role", "replica")?
-            .field("insync_promotable", u64::from(set.promotable))?,
+        None => {
+            let (promotable, by) = match set.promotability {
+                Promotability::No => (0_u64, "none"),
+                Promotability::Lease(_) => (1, "lease"),
+                Promotability::Succession => (1, "succession"),
+            };
+            builder
+                .field("insync_role", "replica")?
+                .field("insync_promotable", promotable)?
+                .field("insync_promotable_by", by)?
+                .field("insync_named", u64::from(set.last_listed))?
+        }
     };
+    let timing = match (set.explicit, set.timeout_too_short) {
+        (false, _) => set.failover.source.describe(),
+        (true, false) => "lock.insync-timeout-ms".to_owned(),
+        (true, true) => format!(
+            "lock.insync-timeout-ms, shorter than {} needs",
+            set.failover.source.describe()
+        ),
+    };
+    let builder = builder
+        .field("insync_lease_ms", set.lease_ms)?
+        .field("insync_failover_ms", set.failover.ms)?
+        .field("insync_timing", timing)?;
     let (open, detached, ties, users) = {
         let sessions = state::sessions();
         let (open, detached) = sessions.counts();

@@ -1,33 +1,55 @@
 //! The in-sync replica set on the server (the rules: [`leasehold_core::insync`]).
 //!
-//! - On a master, a timer reads `INFO replication` every [`TICK_MS`]: replicas that caught up
-//!   join, members gone silent are listed no more and, later, dropped; every
+//! - Every [`TICK_MS`] a timer looks: what the deployment says of failover times
+//!   ([`crate::deployment`]), which sets the lease; on a master, `INFO replication`: replicas
+//!   that caught up join, members gone quiet are listed no more and, later, dropped; every
 //!   [`HEARTBEAT_MS`] (and at once on a change) `LOCK.PROMOTABLE` lists the members that may be
 //!   promoted, in the replication stream. `LOCK.INSYNC` tells a client whether its writes count.
 //! - On a replica, `LOCK.PROMOTABLE` from the master says whether this replica may be promoted,
-//!   for how long; the same timer makes it unpromotable when that ends: `replica-priority 0`
-//!   for Sentinel, `cluster-replica-no-failover yes` in Redis Cluster. The operator's priority
-//!   is kept in `lock.replica-priority` (so `CONFIG REWRITE` writes it down and a restart
-//!   reads it) and given back when the replica is promotable again — and to a master.
+//!   for how long; the link's coming up marks what is history, a full sync or a new master ends
+//!   a succession, and a master gone quiet is asked for its role ([`crate::probes`]). The same
+//!   timer shows Sentinel and Cluster whether the replica may be promoted, ahead of its lease's
+//!   end ([`Follower::shown_promotable`]): `replica-priority 0` for Sentinel, `cluster-replica-no-failover yes` in
+//!   Redis Cluster. The operator's priority is kept in `lock.replica-priority` (so
+//!   `CONFIG REWRITE` writes it down and a restart reads it) and given back when the replica is
+//!   promotable again — and to a master. The command filter ([`crate::promotion`]) asks
+//!   [`refusal`] before any promotion, so none rests on Sentinel having read the priority.
 //! - A promoted replica inherits the set its master listed last ([`on_role_changed`]); a
 //!   demoted master forgets its set and starts unpromotable.
+//! - That this server belongs to a replication group, and the failover time learned, are kept
+//!   across restarts ([`crate::state_file`]).
 
 use std::net::{IpAddr, UdpSocket};
+use std::os::raw::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use leasehold_core::args;
-use leasehold_core::insync::{self, Follower, HEARTBEAT_MS, Master, Priority, Status};
-use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
+use leasehold_core::deployment::{Failover, Record, Source};
+use leasehold_core::insync::{
+    self, Follower, HEARTBEAT_MS, Master, Priority, Promotability, Promotion, Refusal, Standing,
+    Status, Timing,
+};
+use redis_module::server_events::LoadingSubevent;
+use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue, raw};
+use redis_module_macros::loading_event_handler;
 
+use crate::api::subscribe;
 use crate::clock;
 use crate::config;
+use crate::deployment;
 use crate::effects;
+use crate::probes::{self, Answer, Question};
 use crate::replies;
+use crate::server_config;
+use crate::state_file::{self, Kept};
 
 /// How often the set is looked at, in ms.
 pub const TICK_MS: u64 = 200;
+
+/// How often a replica asks a quiet master for its role, at most, in ms.
+const ROLE_PERIOD_MS: u64 = 1_000;
 
 /// What this server knows of the set.
 #[derive(Debug, Default)]
@@ -36,14 +58,26 @@ struct InSync {
     master: Master,
     /// What the master said last, while a replica.
     follower: Follower,
+    /// Whether the Sentinels still name this server master, while a master.
+    record: Record,
     /// The operator's priority; `None` until first needed.
     priority: Option<Priority>,
     /// When the last `LOCK.PROMOTABLE` was sent (unix ms).
     sent_ms: u64,
     /// Whether this server was a master at its last look.
     is_master: bool,
+    /// The timing of the last look.
+    timing: Option<Timing>,
+    /// A replica's master (`host:port`) at the last look.
+    master_address: Option<String>,
+    /// When a replica last asked its master for its role (unix ms).
+    role_asked_ms: u64,
+    /// What the state file holds.
+    kept: Kept,
     /// Whether the log already says that `CONFIG` is out of reach.
     warned: bool,
+    /// Whether the log already says that `lock.insync-timeout-ms` is too short.
+    warned_timeout: bool,
 }
 
 static IN_SYNC: LazyLock<Mutex<InSync>> = LazyLock::new(Mutex::default);
@@ -75,22 +109,54 @@ fn in_sync() -> MutexGuard<'static, InSync> {
     state
 }
 
-/// Starts the timer; a replica makes itself unpromotable at once (it has heard no master yet).
-pub fn start(ctx: &Context) {
-    in_sync().is_master = is_master(ctx);
+/// Reads what the last start kept, watches the link to the master, and starts the timer; a
+/// replica makes itself unpromotable at once (it has heard no master yet).
+///
+/// # Errors
+/// The server refuses the subscription to the master link's changes.
+pub fn start(ctx: &Context) -> Result<(), RedisError> {
+    let kept = state_file::load(ctx);
+    deployment::start(kept.failover());
+    {
+        let mut state = in_sync();
+        if kept.grouped {
+            state.master.group();
+        }
+        state.kept = kept;
+        state.is_master = is_master(ctx);
+    }
     keep_promotability(ctx, clock::now_ms());
     ctx.create_timer(Duration::from_millis(TICK_MS), tick, ());
+    subscribe(
+        ctx,
+        raw::REDISMODULE_EVENT_MASTER_LINK_CHANGE,
+        Some(on_master_link),
+        "ERR could not watch the link to the master",
+    )
 }
 
-/// Every [`TICK_MS`]: the master's set, or the replica's promotability.
+/// Every [`TICK_MS`]: the deployment, then the master's set or the replica's master, then the
+/// priority shown and what the state file keeps.
 fn tick(ctx: &Context, (): ()) {
     let now = clock::now_ms();
     let master = is_master(ctx);
-    in_sync().is_master = master;
+    let answers = probes::answers();
+    let (failover, _) = deployment::look(ctx, now, &answers);
+    let timing = config::insync_timing(insync::lease_ms(failover.ms));
+    warn_if_too_short(ctx, &failover, timing);
+    {
+        let mut state = in_sync();
+        state.is_master = master;
+        state.timing = Some(timing);
+    }
     if master {
-        look_at_set(ctx, now);
+        look_at_set(ctx, now, timing);
+        follow_if_replaced(ctx);
+    } else {
+        look_at_master(ctx, now, &answers);
     }
     keep_promotability(ctx, now);
+    keep(ctx, &failover);
     ctx.create_timer(Duration::from_millis(TICK_MS), tick, ());
 }
 
@@ -98,15 +164,35 @@ fn is_master(ctx: &Context) -> bool {
     ctx.get_flags().contains(ContextFlags::MASTER)
 }
 
+/// Logs once when the operator's `lock.insync-timeout-ms` is shorter than the lease the
+/// deployment needs: a failover could then find no replica to promote.
+fn warn_if_too_short(ctx: &Context, failover: &Failover, timing: Timing) {
+    let short = too_short(failover, timing);
+    let mut state = in_sync();
+    if short && !state.warned_timeout {
+        ctx.log_warning(&format!(
+            "lock: lock.insync-timeout-ms {} is shorter than this deployment's failovers need \
+             ({} ms: {}): a failover may find no replica it may promote",
+            timing.timeout_ms,
+            insync::lease_ms(failover.ms),
+            failover.source.describe()
+        ));
+    }
+    state.warned_timeout = short;
+}
+
+/// True when the operator's lease is shorter than the one `failover` needs.
+fn too_short(failover: &Failover, timing: Timing) -> bool {
+    config::insync_timeout_ms().is_some() && timing.timeout_ms < insync::lease_ms(failover.ms)
+}
+
 /// The master's turn: takes in `INFO replication` and lists the promotable members when due.
-fn look_at_set(ctx: &Context, now: u64) {
-    let Some(info) = replication_info(ctx) else {
+fn look_at_set(ctx: &Context, now: u64, timing: Timing) {
+    let Some(info) = server_config::info(ctx, "replication") else {
         return;
     };
     let replication = insync::parse(&info);
-    let timing = config::insync_timing();
     let mut state = in_sync();
-    state.is_master = true;
     let changed = state.master.observe(now, &replication, timing);
     let due = changed || now >= state.sent_ms.saturating_add(HEARTBEAT_MS);
     let has_group = state.master.grouped() || !replication.replicas.is_empty();
@@ -124,20 +210,92 @@ fn look_at_set(ctx: &Context, now: u64) {
     );
 }
 
-/// `INFO replication`, as text.
-fn replication_info(ctx: &Context) -> Option<String> {
-    text(ctx.call("INFO", &["replication"]).ok()?)
+/// A master the Sentinels' newest word no longer names follows the master it names
+/// ([`leasehold_core::deployment::Record`]): `REPLICAOF ip port`, as Sentinel would some
+/// seconds later. Only for a master named by address, which this server can tell from its own.
+fn follow_if_replaced(ctx: &Context) {
+    let Some(named) = deployment::named_master() else {
+        return;
+    };
+    let me = Me::of(ctx);
+    let replaced_by = in_sync()
+        .record
+        .replaced_by(Some((named.0.as_str(), named.1)), |id| me.is(id));
+    let Some((host, port)) = replaced_by
+        .as_deref()
+        .and_then(|master| master.rsplit_once(':'))
+        .filter(|(host, _)| host.parse::<IpAddr>().is_ok())
+    else {
+        return;
+    };
+    ctx.log_warning(&format!(
+        "lock: the Sentinels name {host}:{port} master at configuration epoch {}, not this \
+         server: it follows {host}:{port} now (Sentinel would in some seconds), so that it cannot \
+         be named master again without the writes {host}:{port} counted",
+        named.1
+    ));
+    if let Err(error) = ctx.call("REPLICAOF", &[host, port]) {
+        ctx.log_warning(&format!("lock: REPLICAOF {host} {port} failed: {error}"));
+    }
 }
 
-/// The text of a string reply.
-fn text(value: RedisValue) -> Option<String> {
-    match value {
-        RedisValue::SimpleString(text) | RedisValue::BulkString(text) => Some(text),
-        RedisValue::StringBuffer(bytes) | RedisValue::VerbatimString((_, bytes)) => {
-            String::from_utf8(bytes).ok()
+/// A replica's turn: notes a new master (which ends a succession) and a newer Sentinel epoch,
+/// takes the master's role as asked, and asks again while the master is quiet.
+fn look_at_master(ctx: &Context, now: u64, answers: &[Answer]) {
+    let info = server_config::info(ctx, "replication").unwrap_or_default();
+    let host = server_config::info_field(&info, "master_host").map(str::to_owned);
+    let port = server_config::info_field(&info, "master_port").and_then(|p| p.parse::<u16>().ok());
+    let address = host.as_ref().zip(port).map(|(h, p)| format!("{h}:{p}"));
+    let epoch = deployment::config_epoch();
+    let mut state = in_sync();
+    if state.master_address != address {
+        state.follower.interrupted();
+        state.master_address.clone_from(&address);
+    }
+    if let Some(epoch) = epoch {
+        state.follower.epoch_seen(epoch);
+    }
+    for answer in answers {
+        if let Answer::Role {
+            address: asked,
+            master: Ok(master),
+        } = answer
+            && Some(asked) == address.as_ref()
+        {
+            state.follower.master_reported(now, *master, epoch);
         }
-        RedisValue::BulkRedisString(string) => string.try_as_str().ok().map(str::to_owned),
-        _ => None,
+    }
+    let ask = state.follower.wants_master_role(now)
+        && now >= state.role_asked_ms.saturating_add(ROLE_PERIOD_MS);
+    if let (true, Some(host), Some(port)) = (ask, host, port) {
+        state.role_asked_ms = now;
+        drop(state);
+        probes::ask(Question::Role {
+            host,
+            port,
+            credentials: deployment::credentials(ctx),
+        });
+    }
+}
+
+/// `RedisModuleEvent_MasterLinkChange`: the link to the master came up, so messages the master
+/// sent before now are history ([`leasehold_core::insync::replica`]).
+unsafe extern "C" fn on_master_link(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    if subevent == raw::REDISMODULE_SUBEVENT_MASTER_LINK_UP {
+        in_sync().follower.linked(clock::now_ms());
+    }
+}
+
+/// A full sync from the master replaces this replica's data: a succession ends.
+#[loading_event_handler]
+fn on_loading(_ctx: &Context, event: LoadingSubevent) {
+    if event == LoadingSubevent::ReplStarted {
+        in_sync().follower.interrupted();
     }
 }
 
@@ -156,7 +314,7 @@ pub fn command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             "ERR LOCK.INSYNC is answered by the master; this server is a replica",
         ));
     }
-    let info = replication_info(ctx).unwrap_or_default();
+    let info = server_config::info(ctx, "replication").unwrap_or_default();
     let replication = insync::parse(&info);
     let status = in_sync()
         .master
@@ -166,9 +324,9 @@ pub fn command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 fn reply(status: &Status, info: &str) -> RedisValue {
     let field = |name: &str| {
-        info.lines()
-            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-            .map_or_else(String::new, |value| value.trim().to_owned())
+        server_config::info_field(info, name)
+            .unwrap_or_default()
+            .to_owned()
     };
     let integer = |n: u64| RedisValue::Integer(i64::try_from(n).unwrap_or(i64::MAX));
     let count = |n: usize| RedisValue::Integer(i64::try_from(n).unwrap_or(i64::MAX));
@@ -197,12 +355,13 @@ pub fn promotable(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     let message = args::promotable(&args).map_err(replies::arg_error)?;
     let now = clock::now_ms();
+    let epoch = deployment::config_epoch();
     {
         let mut state = in_sync();
         state.master.group();
         if !flags.contains(ContextFlags::LOADING) {
             let me = Me::of(ctx);
-            state.follower.heard(now, &message, |id| me.is(id));
+            state.follower.heard(now, &message, epoch, |id| me.is(id));
         }
     }
     keep_promotability(ctx, now);
@@ -217,23 +376,41 @@ pub fn on_role_changed(ctx: &Context, master: bool) {
         if master {
             let me = Me::of(ctx);
             let listed = state.follower.listed().to_vec();
-            state.master = Master::inherit(&listed, |id| me.is(id), now, config::insync_timing());
+            let lease = insync::lease_ms(deployment::failover().ms);
+            let timing = config::insync_timing(lease);
+            state.master = Master::inherit(&listed, |id| me.is(id), now, timing);
             state.sent_ms = 0;
+            state.record.promoted();
         } else {
             let mut fresh = Master::default();
             fresh.group();
             state.master = fresh;
         }
         state.follower.forget();
+        state.master_address = None;
     }
     keep_promotability(ctx, now);
 }
 
+/// Whether `promotion` is refused on this server now ([`insync::refusal`]).
+pub fn refusal(promotion: Promotion) -> Option<Refusal> {
+    let now = clock::now_ms();
+    let state = in_sync();
+    let standing = Standing {
+        master: Context::dummy().get_flags().contains(ContextFlags::MASTER),
+        promotable: state.follower.promotable(now),
+        watched_by_sentinel: SENTINEL_SEEN.load(Ordering::Relaxed)
+            || deployment::watched_by_sentinel(),
+    };
+    insync::refusal(promotion, standing)
+}
+
 /// Sets this server's priority (or Cluster's no-failover flag) to what it should be: the
-/// operator's on a master and a promotable replica, "never" on another replica.
+/// operator's on a master and on a replica shown promotable ([`Follower::shown_promotable`]),
+/// "never" on another replica.
 fn keep_promotability(ctx: &Context, now: u64) {
-    let promotable = is_master(ctx) || in_sync().follower.promotable(now);
-    let Some(current) = config_integer(ctx, "replica-priority") else {
+    let promotable = is_master(ctx) || in_sync().follower.shown_promotable(now);
+    let Some(current) = server_config::integer(ctx, "replica-priority") else {
         if !std::mem::replace(&mut in_sync().warned, true) {
             ctx.log_warning(
                 "lock: CONFIG GET replica-priority failed (CONFIG renamed or disabled?): this \
@@ -268,29 +445,34 @@ fn keep_promotability(ctx: &Context, now: u64) {
         } else {
             "yes"
         };
-        if config_text(ctx, "cluster-replica-no-failover").as_deref() != Some(wanted) {
-            set_config(ctx, "cluster-replica-no-failover", wanted);
+        if server_config::get(ctx, "cluster-replica-no-failover").as_deref() != Some(wanted) {
+            server_config::set(ctx, "cluster-replica-no-failover", wanted);
         }
     } else if let Some(priority) = next {
-        set_config(ctx, "replica-priority", &priority.to_string());
+        server_config::set(ctx, "replica-priority", &priority.to_string());
     }
 }
 
-/// `CONFIG GET name`'s value.
-fn config_text(ctx: &Context, name: &str) -> Option<String> {
-    match ctx.call("CONFIG", &["GET", name]).ok()? {
-        RedisValue::Array(mut pair) if pair.len() == 2 => text(pair.pop()?),
-        _ => None,
-    }
-}
-
-fn config_integer(ctx: &Context, name: &str) -> Option<i64> {
-    config_text(ctx, name)?.parse().ok()
-}
-
-fn set_config(ctx: &Context, name: &str, value: &str) {
-    if let Err(error) = ctx.call("CONFIG", &["SET", name, value]) {
-        ctx.log_warning(&format!("lock: CONFIG SET {name} {value} failed: {error}"));
+/// Writes the state file when what it should hold changed: grouped, and the failover time
+/// learned (never a default or a kept one, so a lone server writes nothing).
+fn keep(ctx: &Context, failover: &Failover) {
+    let learned = matches!(
+        failover.source,
+        Source::Sentinel { .. } | Source::Cluster { .. }
+    );
+    let next = {
+        let state = in_sync();
+        let mut next = state.kept.clone();
+        next.grouped = state.master.grouped();
+        if learned {
+            next.failover_ms = Some(failover.ms);
+            next.failover_source = Some(failover.source.describe());
+        }
+        (next != state.kept).then_some(next)
+    };
+    if let Some(next) = next {
+        state_file::save(ctx, &next);
+        in_sync().kept = next;
     }
 }
 
@@ -303,11 +485,13 @@ struct Me {
 
 impl Me {
     fn of(ctx: &Context) -> Self {
-        let announced_port = config_integer(ctx, "replica-announce-port").filter(|port| *port > 0);
+        let announced_port =
+            server_config::integer(ctx, "replica-announce-port").filter(|port| *port > 0);
         let port = announced_port
-            .or_else(|| config_integer(ctx, "port"))
+            .or_else(|| server_config::integer(ctx, "port"))
             .and_then(|port| u16::try_from(port).ok());
-        let announced_ip = config_text(ctx, "replica-announce-ip").filter(|ip| !ip.is_empty());
+        let announced_ip =
+            server_config::get(ctx, "replica-announce-ip").filter(|ip| !ip.is_empty());
         Self { announced_ip, port }
     }
 
@@ -335,17 +519,41 @@ pub struct Fields {
     pub members: Option<Vec<String>>,
     /// How many members a write needs now.
     pub required: usize,
-    /// A replica that may be promoted now.
-    pub promotable: bool,
+    /// A replica: whether and why it may be promoted now.
+    pub promotability: Promotability,
+    /// A replica: whether its master's last list named it.
+    pub last_listed: bool,
+    /// The lease in force, in ms.
+    pub lease_ms: u64,
+    /// The lease is `lock.insync-timeout-ms`'s, not learned.
+    pub explicit: bool,
+    /// The failover time learned and where from.
+    pub failover: Failover,
+    /// `lock.insync-timeout-ms` is set, and shorter than the deployment needs.
+    pub timeout_too_short: bool,
 }
 
 /// What `INFO lock` shows of the set (as of the last look at this server's role).
 pub fn fields() -> Fields {
+    let failover = deployment::failover();
+    let now = clock::now_ms();
     let state = in_sync();
     let master = state.is_master;
+    let timing = state
+        .timing
+        .unwrap_or_else(|| config::insync_timing(insync::lease_ms(failover.ms)));
     Fields {
         members: master.then(|| state.master.members().map(str::to_owned).collect()),
         required: state.master.required(config::min_insync_replicas()),
-        promotable: !master && state.follower.promotable(clock::now_ms()),
+        promotability: if master {
+            Promotability::No
+        } else {
+            state.follower.promotability(now)
+        },
+        last_listed: !master && state.follower.named(),
+        lease_ms: timing.timeout_ms,
+        explicit: config::insync_timeout_ms().is_some(),
+        timeout_too_short: too_short(&failover, timing),
+        failover,
     }
 }

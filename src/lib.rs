@@ -26,19 +26,24 @@ mod cluster;
 mod commands;
 mod config;
 mod datatype;
+mod deployment;
 mod docs;
 mod effects;
 mod execute;
+mod filter;
 mod info;
 mod insync;
 mod key;
 mod looks;
 mod metadata;
 mod multi;
+mod probes;
 mod promotion;
 mod replies;
+mod server_config;
 mod session;
 mod state;
+mod state_file;
 mod timers;
 
 use redis_module::configuration::ConfigurationFlags;
@@ -74,7 +79,7 @@ fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
     }
     let delay = config::restart_delay_ms();
     state::counter().delay_until(clock::now_ms().saturating_add(delay));
-    if promotion::register(ctx) == Status::Err {
+    if filter::register(ctx).is_err() || promotion::register(ctx).is_err() {
         ctx.log_warning(
             "the command filter and the replica watch that see promotions could not be registered",
         );
@@ -88,7 +93,12 @@ fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
     }
     set_module_options(ctx);
     cluster::note_mode(ctx);
-    insync::start(ctx);
+    if let Err(error) = insync::start(ctx) {
+        ctx.log_warning(&format!(
+            "the in-sync set cannot see its master link: {error:?}"
+        ));
+        return Status::Err;
+    }
     Status::Ok
 }
 
@@ -171,8 +181,8 @@ redis_module! {
             [
                 "insync-timeout-ms",
                 &config::INSYNC_TIMEOUT_MS,
-                config::DEFAULT_INSYNC_TIMEOUT_MS,
-                100,
+                0,
+                0,
                 config::LARGEST_RESTART_DELAY_MS,
                 ConfigurationFlags::DEFAULT,
                 None
@@ -209,6 +219,7 @@ redis_module! {
         string: [],
         bool: [
             ["insync-strict", &config::INSYNC_STRICT, false, ConfigurationFlags::DEFAULT, None],
+            ["allow-unsafe-promotion", &config::ALLOW_UNSAFE_PROMOTION, false, ConfigurationFlags::DEFAULT, None],
         ],
         enum: [],
         module_args_as_configuration: true,

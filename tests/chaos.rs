@@ -75,7 +75,7 @@ use std::time::{Duration, Instant};
 
 use common::InSync;
 use common::history::{self, FencedStore, Grant, History};
-use common::sentinel::{Group, MASTER_NAME, Persistence};
+use common::sentinel::{Group, MASTER_NAME, Persistence, Timing};
 use leasehold_client::redlock::DRIFT_FACTOR;
 use leasehold_client::{Client, Error, Guard, Lock, ReadWriteLock, Sync};
 use rand::{
@@ -179,9 +179,10 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
     // acknowledged — empty, or from an older RDB — must not grant them again while their
     // holders still count on them; its replicas resync from it and cannot keep them.
     let delay = LEASE.as_millis().to_string();
-    let mut group = Group::with_module_args(
+    let mut group = Group::with(
         &history,
         &[&["restart-delay-ms", &delay][..], INSYNC].concat(),
+        Timing::FAST,
     );
     let first_master = group.addresses[0];
     let run = Arc::new(Run::default());

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use common::proxy::LinkProxy;
 use common::{
-    Server, acquire, assert_same_holding, call, holder, lock_info, now_ms, wait_replicas,
+    Server, acquire, assert_same_holding, call, holder, lock_info, now_ms, promote, wait_replicas,
 };
 use redis::{Connection, Value};
 
@@ -141,7 +141,7 @@ fn failover_to_a_replica_that_fell_behind_never_reissues_a_token() {
     old_master.kill();
 
     let mut new = new_master.client();
-    call(&mut new, &["REPLICAOF", "NO", "ONE"]);
+    promote(&mut new);
     assert_eq!(
         lock_info(&mut new, "synced:99").map(|info| info.1),
         Some(synced[99])
@@ -166,7 +166,7 @@ fn failover_to_a_replica_that_fell_behind_never_reissues_a_token() {
     assert_eq!(call(&mut old, &["LOCK.FENCE", "later"]), Value::Int(later));
 
     // And failing back over to it continues above everything either master issued.
-    call(&mut old, &["REPLICAOF", "NO", "ONE"]);
+    promote(&mut old);
     assert!(next_token(&mut old) > later);
 }
 
@@ -218,7 +218,7 @@ fn a_promoted_replica_that_restarts_with_nothing_goes_forward() {
     let mut con = master.client();
     let mut tokens = vec![next_token(&mut con)];
     wait_replicas(&mut con, 1);
-    call(&mut replica.client(), &["REPLICAOF", "NO", "ONE"]);
+    promote(&mut replica.client());
     tokens.push(next_token(&mut replica.client()));
     replica.restart_empty();
     tokens.push(next_token(&mut replica.client()));
@@ -235,7 +235,7 @@ fn failovers_back_and_forth_then_the_server_that_lost_its_data_takes_over() {
         let mut con = servers[master].client();
         tokens.push(next_token(&mut con));
         wait_replicas(&mut con, 1);
-        call(&mut servers[replica].client(), &["REPLICAOF", "NO", "ONE"]);
+        promote(&mut servers[replica].client());
         servers[master].replicate(&servers[replica]);
         (master, replica) = (replica, master);
     }

@@ -29,12 +29,13 @@ use common::{
 use redis::{Connection, Value};
 
 /// `lock.insync-timeout-ms` of most tests: a replica that hears nothing from its master for
-/// this long is unpromotable, and so is each lease the master gives.
-const TIMEOUT_MS: u64 = 1_000;
+/// this long is unpromotable, and so is each lease the master gives. Two heartbeats, so that a
+/// replica that keeps up shows Sentinel its priority without a gap between two lists.
+const TIMEOUT_MS: u64 = 2_000;
 
-/// Module arguments of most tests: a 1 s timeout and a 0.5 s drop delay, so that a member that
-/// went silent is dropped about 3.5 s later.
-const FAST: &[&str] = &["insync-timeout-ms", "1000", "insync-drop-delay-ms", "500"];
+/// Module arguments of most tests: a 2 s timeout and a 0.5 s drop delay, so that a member that
+/// went silent is dropped about 3 s later.
+const FAST: &[&str] = &["insync-timeout-ms", "2000", "insync-drop-delay-ms", "500"];
 
 /// One synced round trip, as the clients make it: `LOCK.ACQUIRE key owner 60000`,
 /// `LOCK.INSYNC` (→ `before`), `WAIT replicas timeout_ms`, `LOCK.INSYNC` (→ `after`). Returns
@@ -206,7 +207,13 @@ fn caught_up_replicas_join_and_keep_the_operators_priority() {
 fn a_killed_replica_is_dropped_after_its_lease_and_the_delay_and_until_then_writes_wait_for_it() {
     // A longer drop delay than the other tests, so that the bound below says something.
     const DROP_DELAY_MS: u64 = 1_500;
-    let args = ["insync-timeout-ms", "1000", "insync-drop-delay-ms", "1500"];
+    let timeout = TIMEOUT_MS.to_string();
+    let args = [
+        "insync-timeout-ms",
+        &timeout,
+        "insync-drop-delay-ms",
+        "1500",
+    ];
     let master = Server::with_module_args(&args, &[]);
     let keeper = Server::with_module_args(&args, &[]);
     let mut doomed = Server::with_module_args(&args, &[]);
@@ -232,9 +239,10 @@ fn a_killed_replica_is_dropped_after_its_lease_and_the_delay_and_until_then_writ
         Duration::from_secs(20),
         || insync(&mut m).members == 1,
     );
-    // It acknowledged last up to about a second before it died and was listed while that was at
-    // most 2 s old; its last lease lasted the timeout, and the master waits the drop delay more.
-    let earliest = Duration::from_millis(TIMEOUT_MS + DROP_DELAY_MS - 500);
+    // The master lists it no more once its connection is gone, so its last lease came with a
+    // heartbeat (every second) before it died, lasted the timeout, and the master waits the
+    // drop delay more.
+    let earliest = Duration::from_millis(TIMEOUT_MS + DROP_DELAY_MS - 1_000);
     eprintln!("the killed replica was dropped {dropped:?} after it died");
     assert!(
         dropped >= earliest,
@@ -458,7 +466,7 @@ fn clients_cannot_forge_the_set_and_bad_input_is_refused() {
     );
 
     for (name, bad) in [
-        ("insync-timeout-ms", "5"),
+        ("insync-timeout-ms", "-5"),
         ("insync-drop-delay-ms", "-1"),
         ("min-insync-replicas", "1001"),
         ("replica-priority", "-2"),
@@ -466,9 +474,9 @@ fn clients_cannot_forge_the_set_and_bad_input_is_refused() {
         let log = Server::refused(&[name, bad]);
         assert!(log.contains(&format!("lock.{name}")), "{name} {bad}: {log}");
     }
-    let refused = error(&mut con, &["CONFIG", "SET", "lock.insync-timeout-ms", "5"]);
+    let refused = error(&mut con, &["CONFIG", "SET", "lock.insync-timeout-ms", "-5"]);
     assert!(refused.starts_with("ERR"), "{refused}");
-    assert_eq!(config_integer(&mut con, "lock.insync-timeout-ms"), 1_000);
+    assert_eq!(config_integer(&mut con, "lock.insync-timeout-ms"), 2_000);
 }
 
 /// The `(slave-priority, master-link-status)` each Sentinel reports for the replica on `port`.

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Server, acquire, call, error, now_ms, shared_info, sync_replicas};
+use common::{Server, acquire, call, error, now_ms, promote, shared_info, sync_replicas};
 use redis::Value;
 
 const RESERVE: i64 = 1_000_000_000;
@@ -142,7 +142,7 @@ fn a_raise_replicates_and_a_promoted_replica_continues_above_it() {
         call(&mut m, &["DEBUG", "DIGEST-VALUE", "rw"]),
         call(&mut r, &["DEBUG", "DIGEST-VALUE", "rw"])
     );
-    call(&mut r, &["REPLICAOF", "NO", "ONE"]);
+    promote(&mut r);
     let next = acquire(&mut r, "other", "b", 1_000, &[]).expect("granted");
     assert!(next > own + 800);
 }

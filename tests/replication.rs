@@ -4,7 +4,9 @@
 
 mod common;
 
-use common::{Server, acquire, call, error, info_field, lock_info, wait_replicas, wait_until};
+use common::{
+    Server, acquire, call, error, info_field, lock_info, promote, wait_replicas, wait_until,
+};
 use redis::{Connection, Value};
 
 fn expiretime(con: &mut Connection, key: &str) -> i64 {
@@ -79,7 +81,7 @@ fn a_replica_that_syncs_later_gets_the_locks_and_the_counter() {
     replica.replicate(&master);
     let mut r = replica.client();
     assert_eq!(lock_info(&mut r, "a").map(|i| i.1), Some(token));
-    call(&mut r, &["REPLICAOF", "NO", "ONE"]);
+    promote(&mut r);
     let next = acquire(&mut r, "b", "bob", 1_000, &[]).expect("b");
     assert!(next > token);
 }
@@ -94,7 +96,7 @@ fn a_promoted_replica_issues_larger_tokens_than_its_old_master() {
     }
     wait_replicas(&mut m, 1);
     let mut r = replica.client();
-    call(&mut r, &["REPLICAOF", "NO", "ONE"]);
+    promote(&mut r);
     assert_eq!(
         lock_info(&mut r, "k19").map(|i| i.1),
         Some(last),
@@ -117,7 +119,7 @@ fn an_old_master_named_master_again_unseen_issues_larger_tokens() {
     acquire(&mut m, "before", "alice", 60_000, &[]).expect("granted");
     wait_replicas(&mut m, 1);
     let mut r = replica.client();
-    call(&mut r, &["REPLICAOF", "NO", "ONE"]);
+    promote(&mut r);
     let mut newest = 0;
     for i in 0..20 {
         newest = acquire(&mut r, &format!("k{i}"), "bob", 60_000, &[]).expect("granted");

@@ -1,16 +1,18 @@
-//! Sentinel promotions that change no role: a killed master restarts with its own configuration
-//! (so as a master, as systemd or a container restart brings it back), and Sentinel promotes it
-//! before it has turned it into a replica — with `SLAVEOF NO ONE`, which Redis answers `OK` and
-//! otherwise ignores. Its tokens must still be above every token of the master before it.
+//! An old master back with its own configuration — so as a master, as systemd or a container
+//! restart brings it back — after Sentinel promoted another server. Sentinel takes any server
+//! that reports the master role as promoted, so until Sentinel turns it into a replica (some
+//! 8 s later) it could name it master again without the writes the other master counted. The
+//! module makes it follow the master the Sentinels name as soon as their hellos say so; and a
+//! promotion of it later, once it is a member, issues tokens above every one before.
 
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::history::History;
 use common::sentinel::{Group, MASTER_NAME, replica_fields};
-use common::{acquire, call, wait_until};
+use common::{acquire, call, info_field, wait_until, wait_within};
 
 /// The `slave-priority` each Sentinel reports for the replica at `address`.
 fn priorities(group: &Group, address: u16) -> Vec<Option<String>> {
@@ -22,7 +24,7 @@ fn priorities(group: &Group, address: u16) -> Vec<Option<String>> {
 }
 
 #[test]
-fn an_old_master_promoted_before_sentinel_made_it_a_replica_issues_larger_tokens() {
+fn an_old_master_back_as_a_master_follows_the_master_the_sentinels_name() {
     let history = Arc::new(History::new());
     let mut group = Group::start(&history);
     // Server 2 is never promoted, so the first failover goes to server 1 and the second to
@@ -39,31 +41,48 @@ fn an_old_master_promoted_before_sentinel_made_it_a_replica_issues_larger_tokens
 
     group.servers[0].kill();
     assert!(group.wait_for_switch_to(1, Duration::from_secs(20)));
-    // Back with its own configuration: a master, until Sentinel turns it into a replica some
-    // seconds later. A client that still knew it takes a lock there.
-    group.restart(0, false, None);
-    let mut old = group.servers[0].client();
-    let old_token = acquire(&mut old, "order", "stale-client", 1_000, &[]).expect("granted");
-    std::thread::sleep(Duration::from_millis(20));
     let mut current = group.servers[1].client();
     let current_token = acquire(&mut current, "order", "client", 60_000, &[]).expect("granted");
-    assert!(current_token > old_token, "server 1's reserve came later");
+
+    // Back with its own configuration: a master, until it hears the Sentinels name server 1.
+    group.restart(0, false, None);
+    let back = Instant::now();
+    let mut old = group.servers[0].client();
+    let following = format!("{}", group.addresses[1]);
+    wait_within(
+        Duration::from_secs(6),
+        "the old master follows server 1, before Sentinel's own 8 s",
+        || {
+            info_field(&mut old, "replication", "role").as_deref() == Some("slave")
+                && info_field(&mut old, "replication", "master_port").as_deref()
+                    == Some(following.as_str())
+        },
+    );
+    let followed_after = back.elapsed();
+    assert!(
+        group.servers[0].log().contains("it follows"),
+        "the log says why"
+    );
+    wait_until("it joined server 1's set", || {
+        info_field(&mut old, "lock", "lock_insync_promotable").as_deref() == Some("1")
+    });
 
     group.servers[1].kill();
     assert!(
         group.wait_for_switch_to(0, Duration::from_secs(30)),
-        "Sentinel promoted the old master"
+        "Sentinel promoted the old master, now a member: {}",
+        group.describe()
     );
-    assert!(
-        !group.servers[0].log().contains("Connecting to MASTER"),
-        "promoted while a master: it never followed server 1"
-    );
-
     // Sentinel's promotion closes every client connection (CLIENT KILL TYPE normal).
-    let mut old = group.servers[0].client();
-    let promoted_token = acquire(&mut old, "order", "next-client", 60_000, &[]).expect("granted");
+    let mut promoted = group.servers[0].client();
+    let next = acquire(&mut promoted, "later", "next-client", 60_000, &[]).expect("granted");
     assert!(
-        promoted_token > current_token,
-        "the promoted old master went back: {promoted_token} after {current_token}"
+        next > current_token,
+        "the promoted old master went back: {next} after {current_token}"
+    );
+    assert_eq!(
+        common::holder(&mut promoted, "order").as_deref(),
+        Some("client"),
+        "it has server 1's lock (followed after {followed_after:?})"
     );
 }

@@ -26,8 +26,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
-    Server, acquire, call, error, granted, holder, info_field, info_fields, queued, shared_info,
-    wait_for, wait_until, wait_with,
+    Server, acquire, call, error, granted, holder, info_field, info_fields, promote, queued,
+    shared_info, wait_for, wait_until, wait_with,
 };
 use redis::{Connection, Value};
 
@@ -578,7 +578,7 @@ fn after_a_failover_the_holdings_keep_their_leases_only() {
     common::sync_replicas(&mut o);
 
     let mut n = new.client();
-    call(&mut n, &["REPLICAOF", "NO", "ONE"]);
+    promote(&mut n);
     let port = new.port.to_string();
     call(&mut o, &["REPLICAOF", "127.0.0.1", &port]);
     wait_until("the old master forgot its sessions", || {

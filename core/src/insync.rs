@@ -8,38 +8,55 @@
 //! - A replica **joins** once it is online and has acknowledged the replication offset the
 //!   master had when it first saw the replica online (and anything at all): it has caught up.
 //! - Every [`HEARTBEAT_MS`], and at once when the set changes, the master sends its replicas
-//!   `LOCK.PROMOTABLE until-ms timeout-ms replica...`: the members whose last acknowledgement is
-//!   at most [`STALE_ACK_MS`] old may be promoted until `until-ms` (the master's clock plus
-//!   `timeout-ms`). That is a *promotability lease*, renewed while the member keeps up.
+//!   `LOCK.PROMOTABLE until-ms timeout-ms replica...`: the members that are connected and whose
+//!   last acknowledgement is at most [`STALE_ACK_MS`] old may be promoted until `until-ms` (the
+//!   master's clock plus `timeout-ms`). That is a *promotability lease*, renewed while the
+//!   member keeps up; its length is [`lease_ms`] of the deployment's failover time
+//!   ([`crate::deployment`]), so a member outlives a dead master long enough to be promoted.
 //! - A member that stopped acknowledging (dead, stopped, cut off) is no longer listed, so its
 //!   lease runs out; the master **drops** it `drop_delay_ms` after the last lease it gave the
-//!   member ended — once the member has made itself unpromotable and Sentinel has had time to
-//!   read that (its `INFO` period: 10 s). With [`Timing::strict`] it never drops a member.
+//!   member ended. A replica refuses to be promoted once its lease has ended (the module's
+//!   command filter), so the delay only covers clocks: rates within 1 % over a lease, and a
+//!   message heard late. With [`Timing::strict`] it never drops a member.
 //! - A write counts once every member acknowledged it and the set has at least the required
 //!   size ([`Master::status`]); a server that was never part of a replication group requires
-//!   none.
+//!   none. Being part of one is kept across restarts by the module, so a master back at once
+//!   never counts a write alone.
+//! - A master back with its own configuration after Sentinel promoted another server follows
+//!   the master the Sentinels name ([`crate::deployment::Record`]), so that they cannot name it
+//!   master again without the writes the other counted.
 //!
-//! # A replica ([`Follower`])
-//! It may be promoted while it is listed and its lease lasts: until
-//! `min(heard + timeout, until)` by its own clock, `heard` being when the message came. So a
-//! replica that hears nothing from its master for `timeout` ms — the master is gone, or the link
-//! is cut — makes itself unpromotable on its own, and a message delivered late (a replica that
-//! was stopped) gives no more than the master meant. A replica starts unpromotable.
+//! # A replica ([`Follower`], in [`replica`])
+//! It may be promoted while its lease lasts, or while it succeeds a master that stepped down
+//! with it in its set; see [`replica`].
 //!
 //! # Why a counted write survives a failover
-//! A promoted replica `R` was promotable when Sentinel chose it, so it was a member then with a
-//! lease from a message listing it. Take a counted write `w`: every member at the time `w` was
-//! counted had acknowledged it. If `R` was a member then, it has `w`. If `R` joined after, the
-//! message listing it comes after `w` in the stream, and `R` applies the stream in order. If `R`
-//! was dropped before `w` was counted and joined again, the same holds for the rejoin. The only
-//! way `R` could lack `w` is to be promotable after the master dropped it without having
-//! rejoined: the master drops it only `drop_delay_ms` after its last lease ended (by the
-//! master's clock), and Sentinel reads a replica's priority at least every 10 s. The timing
-//! assumptions are in docs/guarantees.md: clocks that differ by less than `drop_delay_ms` minus
-//! Sentinel's `INFO` period, for a message delivered late; and a failover that picks a replica
-//! within `timeout` of the master's death (`down-after-milliseconds` plus the election).
+//! A promoted replica `R` was promotable when it was promoted (it refuses otherwise). Take a
+//! counted write `w`: every member at the time `w` was counted had acknowledged it.
+//! - If `R` holds a lease from a message listing it, and `R` was a member when `w` counted, it
+//!   has `w`. If it joined after, the message listing it comes after `w` in the stream, and `R`
+//!   applies the stream in order. Messages from before its link to the master came up (a
+//!   backlog replayed after a restart or a reconnect) give no lease ([`replica`]), so `R` is
+//!   past them. The only way `R` could lack `w` is to hold a lease after the master dropped it
+//!   without having rejoined: the master drops it only `drop_delay_ms` after its last lease
+//!   ended by the master's clock, and `R`'s lease ends no later by its own (it runs from when
+//!   `R` heard the message, which is after the master sent it, and is capped by the master's
+//!   `until-ms` for a message heard late).
+//! - If `R` succeeds its master `M` ([`replica`]), `R` held a lease from `M` when it found `M`
+//!   reporting the replica role, so `M` had not dropped it and `R` has every write `M`
+//!   counted; `M` counts nothing while a replica, and a newer master (a Sentinel failover, with
+//!   a newer configuration epoch that every Sentinel announces to `R`) or a new list ends the
+//!   succession.
+//!
+//! The same holds for the writes a promoted replica counts: its set starts from what its master
+//! listed last ([`Master::inherit`]) and changes by the same rules. The timing and layout
+//! assumptions are in docs/guarantees.md.
 
 use std::collections::HashMap;
+
+pub mod replica;
+
+pub use replica::{Follower, Priority, Promotability, Promotable};
 
 /// How often the master lists its promotable members, in ms.
 pub const HEARTBEAT_MS: u64 = 1_000;
@@ -49,10 +66,20 @@ pub const HEARTBEAT_MS: u64 = 1_000;
 /// that keeps up shows at most 1 s.
 pub const STALE_ACK_MS: u64 = 2_000;
 
-/// The set's timing, from the module's configuration.
+/// The promotability lease for a deployment whose failover takes `failover_ms` to promote a
+/// replica ([`crate::deployment`]), in ms: a member hears its last message up to a
+/// [`HEARTBEAT_MS`] before the master dies, and must still be promotable when the failover
+/// picks it.
+#[must_use]
+pub const fn lease_ms(failover_ms: u64) -> u64 {
+    failover_ms.saturating_add(HEARTBEAT_MS)
+}
+
+/// The set's timing: the lease from the deployment (or `lock.insync-timeout-ms`), the rest
+/// from the module's configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timing {
-    /// `lock.insync-timeout-ms`: the promotability lease each message gives, in ms.
+    /// The promotability lease each message gives, in ms.
     pub timeout_ms: u64,
     /// `lock.insync-drop-delay-ms`: how long after a member's last lease ended it is dropped,
     /// in ms.
@@ -124,6 +151,8 @@ fn replica(fields: &str) -> Option<Replica> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Member {
     id: String,
+    /// Whether it was connected and streaming at the last look.
+    online: bool,
     /// When (unix ms, the master's clock) it acknowledged last, at the latest.
     acked_at_ms: u64,
     /// When the last promotability lease the master gave it ends (unix ms); 0 for none.
@@ -179,6 +208,7 @@ impl Master {
             .filter(|id| !me(id))
             .map(|id| Member {
                 id: id.clone(),
+                online: true,
                 acked_at_ms: now_ms,
                 listed_until_ms: now_ms.saturating_add(timing.timeout_ms),
             })
@@ -207,7 +237,9 @@ impl Master {
                 .find(|replica| replica.online && replica.id == id)
         };
         for member in &mut self.members {
-            if let Some(replica) = online(&member.id) {
+            let replica = online(&member.id);
+            member.online = replica.is_some();
+            if let Some(replica) = replica {
                 let acked_at = now_ms.saturating_sub(replica.lag_ms);
                 member.acked_at_ms = member.acked_at_ms.max(acked_at);
             }
@@ -235,6 +267,7 @@ impl Master {
                 self.joining.remove(&replica.id);
                 self.members.push(Member {
                     id: replica.id.clone(),
+                    online: true,
                     acked_at_ms: now_ms,
                     listed_until_ms: 0,
                 });
@@ -245,13 +278,13 @@ impl Master {
         changed
     }
 
-    /// The members to list as promotable in a message sent at `now_ms` (those whose last
-    /// acknowledgement is recent), noting the lease each gets.
+    /// The members to list as promotable in a message sent at `now_ms` (those connected, and
+    /// whose last acknowledgement is recent), noting the lease each gets.
     pub fn list(&mut self, now_ms: u64, timing: Timing) -> Vec<String> {
         let until = now_ms.saturating_add(timing.timeout_ms);
         self.members
             .iter_mut()
-            .filter(|member| fresh(member, now_ms))
+            .filter(|member| listable(member, now_ms))
             .map(|member| {
                 member.listed_until_ms = until;
                 member.id.clone()
@@ -302,100 +335,71 @@ impl Master {
     }
 }
 
-/// True when `member`'s last acknowledgement is recent enough for it to be listed.
+/// A command that would make this server a master of record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Promotion {
+    /// `REPLICAOF NO ONE` or `SLAVEOF NO ONE`, to a replica or to a master (which Redis answers
+    /// `OK` and ignores, and Sentinel takes as done whatever the answer: so it is never
+    /// refused to a master, whose reserve is what keeps its tokens above).
+    ReplicaofNoOne,
+    /// `CLUSTER FAILOVER FORCE` or `TAKEOVER`: a replica takes over without its master.
+    ForcedClusterFailover,
+    /// `PSYNC <replid> <offset> FAILOVER`: the master running `FAILOVER` hands over to this
+    /// replica (with `FORCE`, whether or not it caught up).
+    PsyncFailover,
+    /// `FAILOVER` (not `FAILOVER ABORT`), sent to a master.
+    Failover,
+}
+
+/// Why a promotion is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The replica may not be promoted: it may lack writes its master counted.
+    OutsideSet,
+    /// Sentinels watch this server and do not follow the `FAILOVER` command (redis#13118).
+    Sentinel,
+}
+
+/// What decides a promotion on this server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Standing {
+    /// It is a master.
+    pub master: bool,
+    /// A replica that may be promoted now ([`Follower::promotable`]).
+    pub promotable: bool,
+    /// Sentinels watch it.
+    pub watched_by_sentinel: bool,
+}
+
+/// Whether `promotion` is refused on a server standing as `standing`: a replica is promoted
+/// only while it may be ([`Follower::promotable`]), and `FAILOVER` is not for a group Sentinel
+/// manages. Forms Redis refuses by itself (`CLUSTER FAILOVER` or `PSYNC ... FAILOVER` to a
+/// master, `FAILOVER` to a replica) and those that change nothing (`REPLICAOF NO ONE` to a
+/// master) are left to it.
+#[must_use]
+pub const fn refusal(promotion: Promotion, standing: Standing) -> Option<Refusal> {
+    match promotion {
+        Promotion::ReplicaofNoOne | Promotion::ForcedClusterFailover | Promotion::PsyncFailover
+            if !standing.master && !standing.promotable =>
+        {
+            Some(Refusal::OutsideSet)
+        }
+        Promotion::Failover if standing.master && standing.watched_by_sentinel => {
+            Some(Refusal::Sentinel)
+        }
+        _ => None,
+    }
+}
+
+/// True when `member` is connected and its last acknowledgement is recent enough for it to be
+/// listed (and, connected or not, for it to be kept).
 fn fresh(member: &Member, now_ms: u64) -> bool {
     now_ms.saturating_sub(member.acked_at_ms) <= STALE_ACK_MS
 }
 
-/// A replica's view: what its master said last about who may be promoted.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Follower {
-    /// The members listed last.
-    listed: Vec<String>,
-    /// Until when (unix ms, this server's clock) this replica may be promoted; 0: it may not.
-    promotable_until_ms: u64,
-}
-
-impl Follower {
-    /// The master's message `LOCK.PROMOTABLE until-ms timeout-ms listed...` arrived at `now_ms`;
-    /// `me` tells whether an `ip:port` is this server.
-    pub fn heard(&mut self, now_ms: u64, message: &Promotable, me: impl Fn(&str) -> bool) {
-        let listed = message.listed.iter().any(|id| me(id));
-        self.promotable_until_ms = if listed {
-            now_ms
-                .saturating_add(message.timeout_ms)
-                .min(message.until_ms)
-        } else {
-            0
-        };
-        self.listed.clone_from(&message.listed);
-    }
-
-    /// True while this replica may be promoted, at `now_ms`.
-    #[must_use]
-    pub const fn promotable(&self, now_ms: u64) -> bool {
-        now_ms < self.promotable_until_ms
-    }
-
-    /// The members its master listed last.
-    #[must_use]
-    pub fn listed(&self) -> &[String] {
-        &self.listed
-    }
-
-    /// Forgets everything: a new master, or none.
-    pub fn forget(&mut self) {
-        *self = Self::default();
-    }
-}
-
-/// `LOCK.PROMOTABLE until-ms timeout-ms [replica ...]`, the master's message to its replicas.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Promotable {
-    /// When the leases end at the latest, by the master's clock (unix ms).
-    pub until_ms: u64,
-    /// How long a lease lasts from when the message arrives, in ms.
-    pub timeout_ms: u64,
-    /// The members that may be promoted (`ip:port`).
-    pub listed: Vec<String>,
-}
-
-/// The operator's `replica-priority` and the one this module set last: the module makes a
-/// replica unpromotable with priority 0 and gives it back the operator's priority when it is
-/// promotable again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Priority {
-    operator: i64,
-    applied: Option<i64>,
-}
-
-impl Priority {
-    /// The operator's priority at the start (`lock.replica-priority`, or the server's own).
-    #[must_use]
-    pub const fn new(operator: i64) -> Self {
-        Self {
-            operator,
-            applied: None,
-        }
-    }
-
-    /// The operator's priority.
-    #[must_use]
-    pub const fn operator(&self) -> i64 {
-        self.operator
-    }
-
-    /// The server's priority is `current`; returns the one to set, if another, for a replica
-    /// that is `promotable` or not. A priority that is not the one this module set last was set
-    /// by someone else (`CONFIG SET`): it becomes the operator's.
-    pub fn next(&mut self, current: i64, promotable: bool) -> Option<i64> {
-        if self.applied.is_some_and(|applied| applied != current) {
-            self.operator = current;
-        }
-        let wanted = if promotable { self.operator } else { 0 };
-        self.applied = Some(wanted);
-        (wanted != current).then_some(wanted)
-    }
+/// True when `member` may be listed at `now_ms`: connected, and [`fresh`].
+fn listable(member: &Member, now_ms: u64) -> bool {
+    member.online && fresh(member, now_ms)
 }
 
 #[cfg(test)]

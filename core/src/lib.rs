@@ -19,6 +19,8 @@
 //!   from outside passes;
 //! - [`insync`]: the in-sync replica set: which replicas a write must reach before it counts,
 //!   and which may be promoted;
+//! - [`deployment`]: what the module learns of the Sentinels or the Redis Cluster it runs in,
+//!   and how long a failover there takes — the length of the in-sync set's leases;
 //! - [`session`]: sessions, which end their holdings soon after their connection closes;
 //! - [`machine`]: one entry point per event — the FIFO hand-over to waiters, lease ends,
 //!   promotions' effects on tokens — returning an [`outcome::Outcome`].
@@ -38,6 +40,7 @@
 )]
 
 pub mod args;
+pub mod deployment;
 pub mod fence;
 pub mod heap;
 pub mod holders;

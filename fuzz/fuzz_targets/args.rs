@@ -1,15 +1,16 @@
 //! Every command's argument parser (`leasehold_core::args`) on any arguments: each answers
-//! (no panic), and what it accepts is within the ranges it promises; and the in-sync set's
-//! reading of `INFO replication` (`leasehold_core::insync`) on any text. Numbers are read exactly
+//! (no panic), and what it accepts is within the ranges it promises; the in-sync set's
+//! reading of `INFO replication` (`leasehold_core::insync`) on any text; and a Sentinel's hello
+//! and `SENTINEL MASTER` reply (`leasehold_core::deployment`). Numbers are read exactly
 //! as their decimal form, as Redis's `string2ll` reads them.
 #![no_main]
 
 use std::collections::HashSet;
 
 use leasehold_core::args::{self, Limits};
-use leasehold_core::insync;
 use leasehold_core::lock::Mode;
 use leasehold_core::owner::MAX_OWNER_LEN;
+use leasehold_core::{deployment, insync};
 use libfuzzer_sys::fuzz_target;
 
 fn owner_ok(owner: &[u8]) -> bool {
@@ -65,6 +66,18 @@ fuzz_target!(|input: (i64, u8, u64, Vec<&[u8]>)| {
                 .iter()
                 .all(|id| id.len() <= args::MAX_REPLICA_ID)
         );
+    }
+    // A Sentinel's hello (what any client allowed to PUBLISH can send), and the fields of its
+    // `SENTINEL MASTER` reply.
+    if let Some(hello) = words
+        .first()
+        .and_then(|payload| deployment::parse_hello(payload))
+    {
+        assert!(hello.sentinel.contains(':') && hello.master.contains(':'));
+        assert!(!hello.master_name.is_empty());
+    }
+    if let Some(down_after) = deployment::sentinel_master(&words) {
+        assert!(down_after <= deployment::LARGEST_FAILOVER_MS);
     }
     // `INFO replication` as the in-sync set reads it, then the set's rules on what it read.
     let text = words.concat();

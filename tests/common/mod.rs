@@ -485,6 +485,17 @@ pub fn call(con: &mut Connection, args: &[&str]) -> Value {
     }
 }
 
+/// Promotes the server by hand, as a person would, past the in-sync set's refusal of a replica
+/// outside it (`lock.allow-unsafe-promotion`, one shot, then `REPLICAOF NO ONE`): for tests
+/// about tokens across promotions, not about which replica may be promoted.
+pub fn promote(con: &mut Connection) {
+    call(
+        con,
+        &["CONFIG", "SET", "lock.allow-unsafe-promotion", "yes"],
+    );
+    call(con, &["REPLICAOF", "NO", "ONE"]);
+}
+
 /// Runs a command that must fail and returns the error text as the server sent it
 /// (`ERR ...`, `WRONGTYPE ...`).
 pub fn error(con: &mut Connection, args: &[&str]) -> String {

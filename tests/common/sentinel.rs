@@ -24,8 +24,33 @@ use super::{Server, call, info_field, wait_until};
 /// The name the Sentinels monitor the master under.
 pub const MASTER_NAME: &str = "leasehold";
 
-/// How long the master must be unreachable before the Sentinels fail it over.
-pub const DOWN_AFTER_MS: u64 = 1_000;
+/// How the Sentinels time a failover: how long the master must be unreachable before they
+/// fail it over (`down-after-milliseconds`), and `failover-timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// `down-after-milliseconds`.
+    pub down_after_ms: u64,
+    /// `failover-timeout`.
+    pub failover_timeout_ms: u64,
+}
+
+impl Timing {
+    /// Most tests': a failover within seconds.
+    pub const FAST: Self = Self {
+        down_after_ms: 1_000,
+        failover_timeout_ms: 3_000,
+    };
+    /// Sentinel's own defaults (`sentinel.conf`).
+    pub const DEFAULT: Self = Self {
+        down_after_ms: 30_000,
+        failover_timeout_ms: 180_000,
+    };
+    /// `down-after-milliseconds 5000` with the default `failover-timeout`.
+    pub const FIVE_SECONDS: Self = Self {
+        down_after_ms: 5_000,
+        failover_timeout_ms: 180_000,
+    };
+}
 
 /// How a data server keeps its data, and so how it comes back after `kill -9`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,15 +92,15 @@ type Named = Arc<Mutex<Vec<(u64, u16, bool)>>>;
 
 impl Group {
     /// Starts the servers (AOF master, RDB replica, replica with nothing) behind their proxies
-    /// and three Sentinels (quorum 2), and waits until every Sentinel knows both replicas and
-    /// the other two. Switches are timed on `history`'s clock.
+    /// and three Sentinels (quorum 2) with [`Timing::FAST`], and waits until every Sentinel
+    /// knows both replicas and the other two. Switches are timed on `history`'s clock.
     pub fn start(history: &Arc<History>) -> Self {
-        Self::with_module_args(history, &[])
+        Self::with(history, &[], Timing::FAST)
     }
 
     /// Like [`Group::start`], every server loading the module with `module_args`
-    /// (`["restart-delay-ms", "1000"]`).
-    pub fn with_module_args(history: &Arc<History>, module_args: &[&str]) -> Self {
+    /// (`["restart-delay-ms", "1000"]`), the Sentinels timed by `timing`.
+    pub fn with(history: &Arc<History>, module_args: &[&str], timing: Timing) -> Self {
         let persistence = vec![Persistence::Aof, Persistence::Rdb, Persistence::Nothing];
         // The proxies' ports are bound before the servers start, so that no server or
         // connection takes one of them before its proxy does.
@@ -126,10 +151,10 @@ impl Group {
         }
         let config = format!(
             "sentinel monitor {MASTER_NAME} 127.0.0.1 {} 2\n\
-             sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n\
-             sentinel failover-timeout {MASTER_NAME} 3000\n\
+             sentinel down-after-milliseconds {MASTER_NAME} {}\n\
+             sentinel failover-timeout {MASTER_NAME} {}\n\
              sentinel parallel-syncs {MASTER_NAME} 2\n",
-            addresses[0]
+            addresses[0], timing.down_after_ms, timing.failover_timeout_ms
         );
         let sentinels: Vec<Server> = (0..3).map(|_| Server::sentinel(&config)).collect();
         for sentinel in &sentinels {

@@ -86,7 +86,7 @@ fn a_replica_that_goes_offline_before_catching_up_starts_again() {
 }
 
 #[test]
-fn a_silent_member_is_unlisted_then_dropped_after_its_lease_and_the_delay() {
+fn a_member_gone_is_unlisted_at_once_then_dropped_after_its_lease_and_the_delay() {
     let mut set = Master::default();
     let up = replication(
         10,
@@ -94,28 +94,36 @@ fn a_silent_member_is_unlisted_then_dropped_after_its_lease_and_the_delay() {
     );
     set.observe(0, &up, TIMING);
     assert_eq!(set.list(0, TIMING), ["a:1", "b:2"]);
-    // b dies at 500: its line disappears.
+    // b dies at 500: its line disappears, though it acknowledged less than 2 s ago.
     let down = replication(20, vec![replica("a:1", true, 20, 0)]);
     set.observe(1_000, &down, TIMING);
-    assert_eq!(set.list(1_000, TIMING), ["a:1", "b:2"], "b acked 1 s ago");
-    set.observe(2_001, &down, TIMING);
-    assert_eq!(
-        set.list(2_001, TIMING),
-        ["a:1"],
-        "b's ack is stale: no new lease"
-    );
+    assert_eq!(set.list(1_000, TIMING), ["a:1"], "b is gone: no new lease");
     let status = set.status(&down, 1);
     assert_eq!(
         (status.members, status.acked),
         (2, 0),
         "b still counts, and lacks it"
     );
-    let last_lease_end = 1_000 + TIMING.timeout_ms;
+    let last_lease_end = TIMING.timeout_ms;
     set.observe(last_lease_end + TIMING.drop_delay_ms - 1, &down, TIMING);
     assert_eq!(set.members().count(), 2);
     assert!(set.observe(last_lease_end + TIMING.drop_delay_ms, &down, TIMING));
     assert_eq!(set.members().collect::<Vec<_>>(), ["a:1"]);
     assert!(set.status(&down, 1).counts(20));
+}
+
+#[test]
+fn a_member_back_within_its_lease_is_listed_again() {
+    let mut set = Master::default();
+    set.observe(0, &replication(5, vec![replica("a:1", true, 5, 0)]), TIMING);
+    set.observe(1_000, &replication(5, vec![]), TIMING);
+    assert!(set.list(1_000, TIMING).is_empty(), "a blip");
+    set.observe(
+        1_500,
+        &replication(6, vec![replica("a:1", true, 6, 0)]),
+        TIMING,
+    );
+    assert_eq!(set.list(1_500, TIMING), ["a:1"]);
 }
 
 #[test]
@@ -166,35 +174,37 @@ fn a_promoted_replica_inherits_the_others() {
 }
 
 #[test]
-fn a_replica_is_promotable_while_listed_and_its_lease_lasts() {
-    let mut follower = Follower::default();
-    assert!(!follower.promotable(0), "starts unpromotable");
-    let message = Promotable {
-        until_ms: 20_000,
-        timeout_ms: 12_000,
-        listed: vec!["me:1".to_owned()],
+fn promotions_are_refused_where_they_could_lose_counted_writes() {
+    let replica = |promotable| Standing {
+        master: false,
+        promotable,
+        watched_by_sentinel: true,
     };
-    follower.heard(10_000, &message, |id| id == "me:1");
-    assert!(follower.promotable(19_999));
-    assert!(!follower.promotable(20_000), "the master's until caps it");
-    follower.heard(1_000, &message, |id| id == "me:1");
-    assert!(!follower.promotable(13_000), "heard + timeout caps it");
-    follower.heard(1_000, &message, |id| id == "other:1");
-    assert!(!follower.promotable(1_001), "not listed");
-    assert_eq!(follower.listed(), ["me:1"]);
-    follower.forget();
-    assert!(follower.listed().is_empty());
-}
-
-#[test]
-fn the_operators_priority_is_kept_and_given_back() {
-    let mut priority = Priority::new(10);
-    assert_eq!(priority.next(10, false), Some(0));
-    assert_eq!(priority.next(0, false), None);
-    assert_eq!(priority.next(0, true), Some(10));
-    assert_eq!(priority.next(10, true), None);
-    assert_eq!(priority.next(25, true), None, "CONFIG SET by the operator");
-    assert_eq!(priority.operator(), 25);
-    assert_eq!(priority.next(25, false), Some(0));
-    assert_eq!(priority.next(0, true), Some(25));
+    let master = |watched_by_sentinel| Standing {
+        master: true,
+        promotable: false,
+        watched_by_sentinel,
+    };
+    for promotion in [
+        Promotion::ReplicaofNoOne,
+        Promotion::ForcedClusterFailover,
+        Promotion::PsyncFailover,
+    ] {
+        assert_eq!(
+            refusal(promotion, replica(false)),
+            Some(Refusal::OutsideSet)
+        );
+        assert_eq!(refusal(promotion, replica(true)), None);
+        assert_eq!(refusal(promotion, master(true)), None, "Redis's own answer");
+    }
+    assert_eq!(
+        refusal(Promotion::Failover, replica(false)),
+        None,
+        "Redis refuses it"
+    );
+    assert_eq!(
+        refusal(Promotion::Failover, master(true)),
+        Some(Refusal::Sentinel)
+    );
+    assert_eq!(refusal(Promotion::Failover, master(false)), None);
 }

@@ -1,0 +1,259 @@
+//! A replica's side of the in-sync set: whether it may be promoted, and the priority it shows
+//! Sentinel.
+//!
+//! - **A lease.** The master's `LOCK.PROMOTABLE until-ms timeout-ms listed...` lists this
+//!   replica: it may be promoted until `min(heard + timeout, until)` by its own clock, `heard`
+//!   being when the message came. A message that does not list it ends its lease at once. So a
+//!   replica that hears nothing from its master for `timeout` ms — the master is gone, or the
+//!   link is cut — becomes unpromotable on its own, and a message delivered late (a replica
+//!   that was stopped) gives no more than the master meant. A replica starts unpromotable.
+//! - **History gives no lease.** A message the master sent before this replica's link to it
+//!   came up — a backlog replayed after a restart from an older RDB or after a reconnect — comes
+//!   before writes the master may have counted since, with this replica in the set, that the
+//!   replica has not applied yet. Such a message can end a lease but not give one: only a
+//!   message sent at least [`CLOCK_SKEW_MS`] after the link came up (the master's clock against
+//!   this replica's) does, and by then the replica has applied the backlog before it.
+//! - **Succession.** A replica that still holds a lease from its master `M` and finds `M`
+//!   reporting the replica role (`M` restarted with a configuration that makes it a replica, or
+//!   was demoted) has every write `M` counted: `M` had not dropped it, and counts nothing while
+//!   a replica. It stays promotable while `M` reports the replica role, without a lease: until a
+//!   list comes (a master listing it or not), its master changes, a full sync replaces its data,
+//!   or a Sentinel announces a configuration epoch newer than the one known when its lease was
+//!   given (a failover promoted someone else, who may drop this replica). Only where Sentinels
+//!   watch, whose epochs tell a replica that a newer master exists; the module asks `M` for its
+//!   role ([`Follower::wants_master_role`]). So a group where every server became a replica — a
+//!   master restarted with its original `replicaof` while its old master follows it — keeps a
+//!   promotable member, and Sentinel's next failover promotes it.
+//!
+//! Sentinel is told through `replica-priority` ([`Priority`]): the operator's while promotable,
+//! 0 (never promoted) otherwise.
+
+use crate::insync::HEARTBEAT_MS;
+
+/// How long before its lease ends a replica shows Sentinel and Cluster that it may not be
+/// promoted, in ms (a quarter of the lease when that is less): during a failover Sentinel reads
+/// replicas' `INFO` every second, and Cluster checks `cluster-replica-no-failover` every 100 ms,
+/// so neither picks a replica whose lease ends before its promotion arrives (which the command
+/// filter would refuse, stalling a Sentinel failover for `failover-timeout`).
+pub const LEAD_MS: u64 = 1_500;
+
+/// How far apart a master's and its replicas' clocks may be, in ms: a message the master sent
+/// before a replica's link came up can give no lease even read on a clock that far behind. The
+/// same bound covers a message heard late (docs/guarantees.md).
+pub const CLOCK_SKEW_MS: u64 = 1_000;
+
+/// `LOCK.PROMOTABLE until-ms timeout-ms [replica ...]`, the master's message to its replicas.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Promotable {
+    /// When the leases end at the latest, by the master's clock (unix ms).
+    pub until_ms: u64,
+    /// How long a lease lasts from when the message arrives, in ms.
+    pub timeout_ms: u64,
+    /// The members that may be promoted (`ip:port`).
+    pub listed: Vec<String>,
+}
+
+impl Promotable {
+    /// When the master sent it, by its clock (unix ms).
+    #[must_use]
+    pub const fn sent_ms(&self) -> u64 {
+        self.until_ms.saturating_sub(self.timeout_ms)
+    }
+}
+
+/// Whether a replica may be promoted, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Promotability {
+    /// It may not: not listed, its lease ended, or it never heard a list since it started.
+    No,
+    /// It holds a lease until this unix ms.
+    Lease(u64),
+    /// It succeeds a master that now reports the replica role.
+    Succession,
+}
+
+/// A replica's view: what its master said last about who may be promoted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Follower {
+    /// The members listed last.
+    listed: Vec<String>,
+    /// Whether the last list named this replica.
+    named: bool,
+    /// Until when (unix ms, this server's clock) this replica may be promoted; 0: it may not.
+    promotable_until_ms: u64,
+    /// When the last message came (unix ms).
+    heard_ms: u64,
+    /// The lease length the last message gave, in ms.
+    timeout_ms: u64,
+    /// When the link to the master last came up (unix ms); 0 when not seen.
+    link_up_ms: u64,
+    /// The Sentinels' newest configuration epoch when the lease was last given.
+    lease_epoch: Option<u64>,
+    /// While in succession: the configuration epoch it began under.
+    succession: Option<u64>,
+}
+
+impl Follower {
+    /// The master's message `LOCK.PROMOTABLE until-ms timeout-ms listed...` arrived at `now_ms`,
+    /// when the Sentinels' newest configuration epoch known was `epoch`; `me` tells whether an
+    /// `ip:port` is this server.
+    pub fn heard(
+        &mut self,
+        now_ms: u64,
+        message: &Promotable,
+        epoch: Option<u64>,
+        me: impl Fn(&str) -> bool,
+    ) {
+        let listed = message.listed.iter().any(|id| me(id));
+        let history = self.link_up_ms > 0
+            && message.sent_ms() < self.link_up_ms.saturating_add(CLOCK_SKEW_MS);
+        if !listed {
+            self.promotable_until_ms = 0;
+        } else if !history {
+            self.promotable_until_ms = now_ms
+                .saturating_add(message.timeout_ms)
+                .min(message.until_ms);
+            self.lease_epoch = epoch;
+        }
+        self.heard_ms = now_ms;
+        self.timeout_ms = message.timeout_ms;
+        self.succession = None;
+        self.named = listed;
+        self.listed.clone_from(&message.listed);
+    }
+
+    /// The link to the master came up at `now_ms`: messages sent before it are history.
+    pub const fn linked(&mut self, now_ms: u64) {
+        self.link_up_ms = now_ms;
+    }
+
+    /// Whether the module should ask the master for its role at `now_ms`: while this replica
+    /// holds a lease but has heard nothing for two heartbeats (the master may have become a
+    /// replica), and while in succession (to see the master become a master again).
+    #[must_use]
+    pub const fn wants_master_role(&self, now_ms: u64) -> bool {
+        let silent = now_ms.saturating_sub(self.heard_ms) > 2 * HEARTBEAT_MS;
+        self.succession.is_some() || (silent && now_ms < self.promotable_until_ms)
+    }
+
+    /// The master reported at `now_ms` that it is a master (`master`) or a replica, when the
+    /// Sentinels' newest configuration epoch known was `epoch` (`None`: no Sentinel watches).
+    /// A replica master starts a succession if this replica's lease still lasts and no newer
+    /// epoch came since it was given; a master ends one.
+    pub const fn master_reported(&mut self, now_ms: u64, master: bool, epoch: Option<u64>) {
+        if master {
+            self.succession = None;
+        } else if self.succession.is_none()
+            && now_ms < self.promotable_until_ms
+            && let (Some(epoch), Some(lease_epoch)) = (epoch, self.lease_epoch)
+            && epoch == lease_epoch
+        {
+            self.succession = Some(epoch);
+        }
+    }
+
+    /// A Sentinel announced the configuration epoch `epoch`: one newer than the succession
+    /// began under ends it (a failover promoted another server).
+    pub const fn epoch_seen(&mut self, epoch: u64) {
+        if let Some(began) = self.succession
+            && epoch > began
+        {
+            self.succession = None;
+        }
+    }
+
+    /// This replica's master changed, or a full sync replaced its data: a succession ends
+    /// (its lease, if any, stands: a master it is moved to inherited it with a longer one).
+    pub const fn interrupted(&mut self) {
+        self.succession = None;
+    }
+
+    /// Whether and why this replica may be promoted at `now_ms`.
+    #[must_use]
+    pub const fn promotability(&self, now_ms: u64) -> Promotability {
+        if self.succession.is_some() {
+            Promotability::Succession
+        } else if now_ms < self.promotable_until_ms {
+            Promotability::Lease(self.promotable_until_ms)
+        } else {
+            Promotability::No
+        }
+    }
+
+    /// True while this replica may be promoted, at `now_ms`.
+    #[must_use]
+    pub const fn promotable(&self, now_ms: u64) -> bool {
+        !matches!(self.promotability(now_ms), Promotability::No)
+    }
+
+    /// What to show Sentinel and Cluster at `now_ms`: promotable, and for [`LEAD_MS`] (or a
+    /// quarter of the lease) more.
+    #[must_use]
+    pub const fn shown_promotable(&self, now_ms: u64) -> bool {
+        let lead = if LEAD_MS < self.timeout_ms / 4 {
+            LEAD_MS
+        } else {
+            self.timeout_ms / 4
+        };
+        self.promotable(now_ms.saturating_add(lead))
+    }
+
+    /// The members its master listed last.
+    #[must_use]
+    pub fn listed(&self) -> &[String] {
+        &self.listed
+    }
+
+    /// Whether the last list named this replica: of the replicas of a master that died for
+    /// good, the one so named with the highest replication offset has every write it counted.
+    #[must_use]
+    pub const fn named(&self) -> bool {
+        self.named
+    }
+
+    /// Forgets everything: a new master, or none.
+    pub fn forget(&mut self) {
+        *self = Self::default();
+    }
+}
+
+/// The operator's `replica-priority` and the one this module set last: the module makes a
+/// replica unpromotable with priority 0 and gives it back the operator's priority when it is
+/// promotable again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Priority {
+    operator: i64,
+    applied: Option<i64>,
+}
+
+impl Priority {
+    /// The operator's priority at the start (`lock.replica-priority`, or the server's own).
+    #[must_use]
+    pub const fn new(operator: i64) -> Self {
+        Self {
+            operator,
+            applied: None,
+        }
+    }
+
+    /// The operator's priority.
+    #[must_use]
+    pub const fn operator(&self) -> i64 {
+        self.operator
+    }
+
+    /// The server's priority is `current`; returns the one to set, if another, for a replica
+    /// that is `promotable` or not. A priority that is not the one this module set last was set
+    /// by someone else (`CONFIG SET`): it becomes the operator's.
+    pub fn next(&mut self, current: i64, promotable: bool) -> Option<i64> {
+        if self.applied.is_some_and(|applied| applied != current) {
+            self.operator = current;
+        }
+        let wanted = if promotable { self.operator } else { 0 };
+        self.applied = Some(wanted);
+        (wanted != current).then_some(wanted)
+    }
+}
+
+#[cfg(test)]
+mod tests;
