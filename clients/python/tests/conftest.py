@@ -11,12 +11,19 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import List, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import pytest
 import redis
 
+import leasehold
+import leasehold.asyncio
+
 ROOT = Path(__file__).resolve().parents[3]
+
+#: Grants and renewals synced to the in-sync replicas within 200 ms: a replica that is up on
+#: this machine acknowledges well within it, and a refusal costs little time.
+QUICK = leasehold.Sync(timeout=0.2)
 
 
 def free_port() -> int:
@@ -149,7 +156,21 @@ def replicated():
 
 
 @pytest.fixture(scope="session")
-def server():
+def shared_server():
+    """The server of one test process, shared by its tests."""
+    running = Server()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def server(request):
+    """The server a test talks to: its process's shared one — or, for a test marked
+    ``own_server``, one of its own, so that ``CLIENT LIST`` and ``CLIENT KILL`` see only its
+    connections."""
+    if request.node.get_closest_marker("own_server") is None:
+        yield request.getfixturevalue("shared_server")
+        return
     running = Server()
     yield running
     running.stop()
@@ -164,7 +185,9 @@ def name() -> str:
 @pytest.fixture
 def admin(server):
     """A plain client for checking what the server holds."""
-    return redis.Redis(port=server.port)
+    client = redis.Redis(port=server.port)
+    yield client
+    client.close()
 
 
 class StallingProxy:
@@ -227,9 +250,75 @@ def wait_until(condition, timeout: float = 10.0) -> None:
         time.sleep(0.01)
 
 
+def as_map(reply) -> dict:
+    """A reply map (RESP2 or RESP3) with text keys and values."""
+    fields = dict(zip(reply[::2], reply[1::2])) if isinstance(reply, list) else reply
+    return {text(key): text(value) for key, value in fields.items()}
+
+
+def text(value):
+    """``value`` decoded if it is bytes."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def info(admin, name) -> dict:
+    """``LOCK.INFO`` of a held lock, as text."""
+    return as_map(admin.execute_command("LOCK.INFO", name))
+
+
 def waiters(admin, name) -> int:
-    info = admin.execute_command("LOCK.INFO", name)
-    if info is None:
-        return -1
-    fields = dict(zip(info[::2], info[1::2])) if isinstance(info, list) else info
-    return int(fields.get(b"waiters", fields.get("waiters", 0)))
+    """How many clients wait for the lock ``name``; -1 when it is free."""
+    reply = admin.execute_command("LOCK.INFO", name)
+    return -1 if reply is None else int(as_map(reply)["waiters"])
+
+
+class Holding(NamedTuple):
+    """An exclusive lock's holding as the server has it (``LOCK.INFO``)."""
+
+    owner: str
+    token: int
+    session: Optional[str]
+
+
+def holding(admin, name) -> Optional[Holding]:
+    """Who holds the exclusive lock ``name``, with which fencing token and session; ``None`` when
+    it is free."""
+    reply = admin.execute_command("LOCK.INFO", name)
+    if reply is None:
+        return None
+    fields = as_map(reply)
+    return Holding(fields["owner"], int(fields["token"]), fields["session"])
+
+
+class Waiter:
+    """A lock taken in a thread of its own, blocking (a 30 s lease, waiting up to 10 s): when it
+    was granted (``time.monotonic()``) and with which fencing token."""
+
+    def __init__(self, client, name: str) -> None:
+        self.lock = leasehold.Lock(client, name, timeout=30, blocking_timeout=10, thread_local=False)
+        self.granted_at: Optional[float] = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        if self.lock.acquire():
+            self.granted_at = time.monotonic()
+
+    def join(self) -> float:
+        """When it was granted; fails the test unless it was within 15 s."""
+        self.thread.join(15)
+        assert self.granted_at is not None, "granted"
+        return self.granted_at
+
+
+async def aclose(client) -> None:
+    """Closes the pools and sessions the lock classes keep beside a ``redis.asyncio`` client
+    (``leasehold.asyncio.close_pools``), then the client (``aclose`` since redis-py 5.0.1,
+    ``close`` before)."""
+    await leasehold.asyncio.close_pools(client)
+    await client.aclose() if hasattr(client, "aclose") else await client.close()
+
+
+def fence(server, name):
+    """The fencing token of whoever holds ``name`` on ``server`` (``LOCK.FENCE``)."""
+    return redis.Redis(port=server.port).execute_command("LOCK.FENCE", name)

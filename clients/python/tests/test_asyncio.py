@@ -10,7 +10,7 @@ import redis.asyncio
 from redis.exceptions import LockNotOwnedError
 
 import leasehold.asyncio
-from conftest import waiters
+from conftest import aclose, waiters
 
 
 async def eventually(condition, timeout: float = 10.0) -> None:
@@ -30,9 +30,10 @@ async def test_drop_in_through_r_lock(server, name, admin, protocol):
         assert 14_000 < admin.pttl(name) <= 15_000
         assert await lock.reacquire()
     assert not await lock.locked()
-    await r.aclose() if hasattr(r, "aclose") else await r.close()
+    await aclose(r)
 
 
+@pytest.mark.every_redis_py
 async def test_a_wait_longer_than_the_socket_timeout(server, name):
     holder = leasehold.asyncio.Lock(redis.asyncio.Redis(port=server.port), name, timeout=30)
     assert await holder.acquire()
@@ -51,6 +52,7 @@ async def test_a_wait_longer_than_the_socket_timeout(server, name):
     await waiter.release()
 
 
+@pytest.mark.every_redis_py
 async def test_a_lost_reply_is_recovered(server, proxy, name, admin):
     holder = leasehold.asyncio.Lock(redis.asyncio.Redis(port=server.port), name, timeout=30)
     assert await holder.acquire()
@@ -124,7 +126,7 @@ async def test_tasks_sharing_one_lock_take_turns(server, name):
     await asyncio.gather(*(loop() for _ in range(8)))
     assert len(grants) == 40
     assert grants == sorted(grants) and len(set(grants)) == 40, "in grant order"
-    await r.aclose() if hasattr(r, "aclose") else await r.close()
+    await aclose(r)
 
 
 async def test_reader_tasks_sharing_one_lock_each_keep_their_own_holding(server, name, admin):
@@ -149,4 +151,4 @@ async def test_reader_tasks_sharing_one_lock_each_keep_their_own_holding(server,
     release.set()
     await asyncio.gather(*readers)
     assert admin.exists(name) == 0, "each task released its own holding"
-    await r.aclose() if hasattr(r, "aclose") else await r.close()
+    await aclose(r)

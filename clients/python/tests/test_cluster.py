@@ -16,7 +16,7 @@ import redis.cluster
 
 import leasehold
 import leasehold.asyncio
-from conftest import cluster_nodes, wait_until, waiters
+from conftest import aclose, cluster_nodes, wait_until, waiters
 
 
 @pytest.fixture(scope="module")
@@ -177,4 +177,4 @@ async def test_asyncio_cluster_locks(nodes):
     assert [on_replica(sync_rc, name) for name in names] == both.fencing_tokens
     assert await both.extend(5)
     await both.release()
-    await rc.aclose() if hasattr(rc, "aclose") else await rc.close()
+    await aclose(rc)

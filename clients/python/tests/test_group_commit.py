@@ -15,7 +15,7 @@ import redis.asyncio
 
 import leasehold
 import leasehold.asyncio
-from conftest import wait_until
+from conftest import aclose, fence, wait_until
 
 #: Long enough that a stopped replica holds a round trip in its WAIT until resumed.
 PATIENT = leasehold.Sync(timeout=10)
@@ -45,15 +45,6 @@ async def wait_blocked(admin) -> None:
     """Until one round trip's ``WAIT`` is blocked in the server (the replica stopped)."""
     while len(blocked_waits(admin)) != 1:
         await asyncio.sleep(0.01)
-
-
-def fence(server, name):
-    return redis.Redis(port=server.port).execute_command("LOCK.FENCE", name)
-
-
-async def aclose(r) -> None:
-    await leasehold.asyncio.close_pools(r)
-    await r.aclose() if hasattr(r, "aclose") else await r.close()
 
 
 async def seen(r, name) -> None:

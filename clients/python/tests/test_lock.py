@@ -45,6 +45,7 @@ def test_drop_in_through_r_lock(r, name, admin):
     assert not lock.locked() and lock.fencing_token is None
 
 
+@pytest.mark.every_redis_py
 def test_a_second_lock_waits_longer_than_the_socket_timeout(server, name):
     # redis-py 8 times sockets out after 5 s by default; the wait must not be cut short.
     holder = redis.Redis(port=server.port).lock(
@@ -61,6 +62,7 @@ def test_a_second_lock_waits_longer_than_the_socket_timeout(server, name):
     waiter.release()
 
 
+@pytest.mark.every_redis_py
 def test_a_busy_lock_times_out_once_without_repeating_the_wait(server, name, admin):
     holder = leasehold.Lock(redis.Redis(port=server.port), name, timeout=30)
     assert holder.acquire()
@@ -75,6 +77,7 @@ def test_a_busy_lock_times_out_once_without_repeating_the_wait(server, name, adm
     holder.release()
 
 
+@pytest.mark.every_redis_py
 def test_waiters_are_served_in_arrival_order(server, name, admin):
     holder = leasehold.Lock(redis.Redis(port=server.port), name, timeout=30)
     assert holder.acquire()
@@ -97,6 +100,7 @@ def test_waiters_are_served_in_arrival_order(server, name, admin):
     assert order == [0, 1, 2]
 
 
+@pytest.mark.every_redis_py
 def test_a_lost_reply_is_recovered_and_the_lock_is_held_knowingly(server, proxy, name, admin):
     holder = leasehold.Lock(redis.Redis(port=server.port), name, timeout=30)
     assert holder.acquire()

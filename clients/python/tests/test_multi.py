@@ -14,7 +14,7 @@ from redis.exceptions import LockNotOwnedError
 
 import leasehold
 import leasehold.asyncio
-from conftest import wait_until
+from conftest import aclose, wait_until
 
 
 def keys(name):
@@ -106,4 +106,4 @@ async def test_asyncio_tasks_sharing_one_set_take_turns(server, name, admin):
     await asyncio.gather(*(loop() for _ in range(6)))
     assert len(grants) == 30 and all(len(tokens) == 2 for tokens in grants)
     assert admin.exists(*keys(name)) == 0
-    await r.aclose() if hasattr(r, "aclose") else await r.close()
+    await aclose(r)

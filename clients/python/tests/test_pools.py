@@ -16,7 +16,7 @@ import redis.asyncio
 
 import leasehold
 import leasehold.asyncio
-from conftest import wait_until, waiters
+from conftest import aclose, wait_until, waiters
 
 
 def connections_received(admin) -> int:
@@ -93,8 +93,7 @@ async def test_asyncio_synced_grants_and_waits_reuse_their_connections(replicate
     await asyncio.gather(*(worker() for _ in range(4)))
     opened = connections_received(admin) - before
     assert opened <= 8, f"{opened} connections for 100 waits"
-    await leasehold.asyncio.close_pools(r)
-    await r.aclose() if hasattr(r, "aclose") else await r.close()
+    await aclose(r)
 
 
 def test_a_connection_whose_reply_was_lost_is_not_reused(server, proxy, name, admin):
@@ -138,8 +137,7 @@ async def test_a_cancelled_wait_closes_its_connection(server, name, admin):
     assert not await waiter.acquire(blocking_timeout=0.2)
     assert connections_received(admin) - before == 1, "a new connection for the next wait"
     holder.release()
-    await leasehold.asyncio.close_pools(r)
-    await r.aclose() if hasattr(r, "aclose") else await r.close()
+    await aclose(r)
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.wait_for loses a cancellation "
@@ -166,8 +164,7 @@ async def test_a_wait_cancelled_at_any_step_stops(server, name, admin):
     assert went_on == [], "cancelled after these numbers of steps, the wait went on"
     wait_until(lambda: waiters(admin, name) == 0)  # the server saw the last one's connection close
     holder.release()
-    await leasehold.asyncio.close_pools(r)
-    await r.aclose() if hasattr(r, "aclose") else await r.close()
+    await aclose(r)
 
 
 def test_a_full_wait_pool_queues_waiters_within_their_budget_and_never_holds_up_the_holder(

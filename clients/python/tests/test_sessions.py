@@ -25,36 +25,14 @@ import redis.asyncio
 
 import leasehold
 import leasehold.asyncio
-from conftest import ROOT, Server, free_port, wait_until, waiters
+from conftest import ROOT, Waiter, aclose, as_map, free_port, info, wait_until, waiters
 
 GRACE = 0.5
 
 
-@pytest.fixture
-def server():
-    """A server of its own: ``CLIENT LIST`` shows only this test's session connections."""
-    running = Server()
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def admin(server):
-    client = redis.Redis(port=server.port)
-    yield client
-    client.close()
-
-
-def as_map(reply) -> dict:
-    """A reply map (RESP2 or RESP3) with text keys and values."""
-    fields = dict(zip(reply[::2], reply[1::2])) if isinstance(reply, list) else reply
-    return {key.decode(): value.decode() if isinstance(value, bytes) else value
-            for key, value in fields.items()}
-
-
-def info(admin, name) -> dict:
-    """``LOCK.INFO`` of a lock, as text."""
-    return as_map(admin.execute_command("LOCK.INFO", name))
+#: A server of its own for each test: ``CLIENT LIST`` shows only its session connections. On
+#: every redis-py version tested (scripts/python-tests.sh).
+pytestmark = [pytest.mark.own_server, pytest.mark.every_redis_py]
 
 
 def session_connections(admin) -> list:
@@ -66,26 +44,6 @@ def sessions_client(port: int, **kwargs) -> redis.Redis:
     client = redis.Redis(port=port, **kwargs)
     leasehold.configure_sessions(client, grace=GRACE)
     return client
-
-
-class Waiter:
-    """A lock taken in a thread of its own, blocking: when it was granted (``time.monotonic()``)
-    and with which fencing token."""
-
-    def __init__(self, client, name: str) -> None:
-        self.lock = leasehold.Lock(client, name, timeout=30, blocking_timeout=10, thread_local=False)
-        self.granted_at: Optional[float] = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        if self.lock.acquire():
-            self.granted_at = time.monotonic()
-
-    def join(self) -> float:
-        self.thread.join(15)
-        assert self.granted_at is not None, "granted"
-        return self.granted_at
 
 
 class CuttingProxy:
@@ -327,8 +285,7 @@ async def test_asyncio_a_killed_session_connection_is_attached_again(server, adm
     assert info(admin, name)["session"] == session and not holder.lost.is_set()
     assert await holder.owned() and holder.lease_end > time.monotonic()
     await holder.release()
-    await leasehold.asyncio.close_pools(client)
-    await client.aclose() if hasattr(client, "aclose") else await client.close()
+    await aclose(client)
 
 
 async def test_asyncio_a_holder_cut_off_longer_than_the_grace_learns_it_lost_first(
@@ -346,8 +303,7 @@ async def test_asyncio_a_holder_cut_off_longer_than_the_grace_learns_it_lost_fir
     assert lost_at < granted_at, "the holder learns first"
     cutting.restore()
     waiter.lock.release()
-    await leasehold.asyncio.close_pools(client)
-    await client.aclose() if hasattr(client, "aclose") else await client.close()
+    await aclose(client)
 
 
 def test_a_blocking_acquire_keeps_its_session_attached_however_long_it_waits(
@@ -384,8 +340,7 @@ async def test_asyncio_a_blocking_acquire_keeps_its_session_attached_however_lon
     assert await waiting
     assert waiter.fencing_token == token + 1
     await waiter.release()
-    await leasehold.asyncio.close_pools(client)
-    await client.aclose() if hasattr(client, "aclose") else await client.close()
+    await aclose(client)
 
 
 #: The commands a session ties what they take or renew to.
@@ -550,5 +505,4 @@ async def test_asyncio_connections_are_bound_once_and_again_for_a_new_session(
     refused = [None] if len(writes) == 6 else []  # unless the heartbeat found the session gone
     assert writes == [old, None, old, *refused, new, None]
     await second.release()
-    await leasehold.asyncio.close_pools(client)
-    await client.aclose() if hasattr(client, "aclose") else await client.close()
+    await aclose(client)

@@ -14,9 +14,8 @@ import redis.asyncio
 
 import leasehold
 import leasehold.asyncio
-from conftest import Server, group, insync_replicas, stop_all, wait_until, waiters
-
-QUICK = leasehold.Sync(timeout=0.2)
+from conftest import (QUICK, Server, aclose, fence, group, insync_replicas, stop_all, wait_until,
+                      waiters)
 
 #: A replica silent for 1 s makes itself unpromotable, and the master drops it from the set
 #: 0.5 s after that is sure: a few seconds after it died (2.7 s measured).
@@ -27,10 +26,6 @@ ACKED_LATE = "not every in-sync replica acknowledged within 200 ms"
 #: A session's grace longer than any lease here: ``lease_end`` is the lease's end then (with a
 #: shorter one, the session's deadline when sooner, which every heartbeat moves on).
 LONG_GRACE = 60
-
-
-def fence(server, name):
-    return redis.Redis(port=server.port).execute_command("LOCK.FENCE", name)
 
 
 def test_a_lone_server_requires_no_replica(server, name):
@@ -158,6 +153,7 @@ def test_a_replica_that_left_counts_until_the_master_drops_it(replicated, name):
     assert leasehold.Lock(r, name, timeout=10, sync=leasehold.SYNC_OFF).acquire(blocking=False)
 
 
+@pytest.mark.every_redis_py
 def test_a_replica_killed_for_good_stops_counting_once_the_master_drops_it(name):
     master, (dead, alive) = group(2, QUICK_DROP)
     try:
@@ -234,5 +230,4 @@ async def test_asyncio_grants_and_renewals_are_synced_too(replicated, name):
     await asyncio.wait_for(watched.lost.wait(), 10)
     assert time.monotonic() >= last_synced_end
     await watched.release()
-    await leasehold.asyncio.close_pools(r)
-    await r.aclose() if hasattr(r, "aclose") else await r.close()
+    await aclose(r)
