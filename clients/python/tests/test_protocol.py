@@ -15,6 +15,9 @@ INSYNC = ["LOCK.INSYNC"]
 REPLID = "a" * 40
 NONE = "0" * 40
 
+#: No I/O: cheap on every redis-py version tested (scripts/python-tests.sh).
+pytestmark = pytest.mark.every_redis_py
+
 
 def insync(offset=100, acked=100, members=1, required=1, replid=REPLID, replid2=NONE) -> list:
     """A ``LOCK.INSYNC`` reply, as redis-py reads it without ``decode_responses``."""

@@ -134,7 +134,11 @@ class NotReplicatedError(LockError):
     there, the replicas (or the session) were not."""
 
     def __init__(self, acked: int, wanted: int, reason: Optional[str] = None) -> None:
-        super().__init__(reason or f"reached {acked} of the {wanted} replicas wanted in time")
+        message = reason or f"reached {acked} of the {wanted} replicas wanted in time"
+        super().__init__(message)
+        # redis-py 5.1 to 6.x's LockError keeps its message without passing it on to Exception,
+        # whose str() would then show every argument given here.
+        self.args = (message,)
         #: How many replicas the ``WAIT`` counted (in the in-sync set or not).
         self.acked = acked
         #: How many had to have the write: the in-sync set's members (at least
