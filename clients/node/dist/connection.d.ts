@@ -40,7 +40,10 @@ export interface NodeRedisDuplicate {
     sendCommand(args: string[]): Promise<unknown>;
     readonly isReady: boolean;
     on(event: 'error', listener: (error: Error) => void): unknown;
+    /** Closes it at once (node-redis 5 and later; 5 throws `ClientClosedError` when it is closed
+     * already). */
     destroy?(): unknown;
+    /** Closes it (node-redis 4, which rejects with `ClientClosedError` when it is closed already). */
     disconnect?(): Promise<unknown>;
 }
 /** A node of a Redis Cluster as node-redis names it. */

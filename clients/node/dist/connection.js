@@ -327,7 +327,7 @@ async function openIORedis(origin) {
         // seen as it comes: a pipeline.
         pipeline: (commands) => Promise.all(commands.map(([command, ...args]) => replied(own.call(command, ...args)))),
         alive: () => own.status === 'ready',
-        close: () => own.disconnect(),
+        close: () => closeQuietly(() => own.disconnect()),
     };
 }
 async function openNodeRedis(origin) {
@@ -339,13 +339,25 @@ async function openNodeRedis(origin) {
         // Commands sent in one tick go out in one write: a pipeline.
         pipeline: (commands) => Promise.all(commands.map((args) => replied(own.sendCommand(args)))),
         alive: () => own.isReady,
-        close: () => {
-            if (own.destroy)
-                own.destroy();
-            else
-                own.disconnect?.().catch(() => { });
-        },
+        close: () => closeQuietly(() => (own.destroy ? own.destroy() : own.disconnect?.())),
     };
+}
+/**
+ * Closes a connection the locks opened (a duplicate of the program's client) at once with
+ * `close`, its library's call for it, which may throw or reject: this never does, with every
+ * version of either library and in every state of the connection. One already closed — as a
+ * connection that dropped is, since it does not reconnect — has nothing left to close, but
+ * node-redis 5's `destroy()` throws `ClientClosedError` on it and node-redis 4's `disconnect()`
+ * rejects with it; a throw here would keep a dead session connection from being replaced, and
+ * reach the caller of a pool.
+ */
+function closeQuietly(close) {
+    try {
+        Promise.resolve(close()).catch(() => { });
+    }
+    catch {
+        // Closed already.
+    }
 }
 function replied(reply) {
     return reply.then((value) => [value, Date.now()], (error) => [error, Date.now()]);

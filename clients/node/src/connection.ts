@@ -43,7 +43,10 @@ export interface NodeRedisDuplicate {
   sendCommand(args: string[]): Promise<unknown>;
   readonly isReady: boolean;
   on(event: 'error', listener: (error: Error) => void): unknown;
+  /** Closes it at once (node-redis 5 and later; 5 throws `ClientClosedError` when it is closed
+   * already). */
   destroy?(): unknown;
+  /** Closes it (node-redis 4, which rejects with `ClientClosedError` when it is closed already). */
   disconnect?(): Promise<unknown>;
 }
 
@@ -464,7 +467,7 @@ async function openIORedis(origin: IORedisClient): Promise<Dedicated> {
     // seen as it comes: a pipeline.
     pipeline: (commands) => Promise.all(commands.map(([command, ...args]) => replied(own.call(command, ...args)))),
     alive: () => own.status === 'ready',
-    close: () => own.disconnect(),
+    close: () => closeQuietly(() => own.disconnect()),
   };
 }
 
@@ -477,11 +480,25 @@ async function openNodeRedis(origin: NodeRedisClient): Promise<Dedicated> {
     // Commands sent in one tick go out in one write: a pipeline.
     pipeline: (commands) => Promise.all(commands.map((args) => replied(own.sendCommand(args)))),
     alive: () => own.isReady,
-    close: () => {
-      if (own.destroy) own.destroy();
-      else own.disconnect?.().catch(() => {});
-    },
+    close: () => closeQuietly(() => (own.destroy ? own.destroy() : own.disconnect?.())),
   };
+}
+
+/**
+ * Closes a connection the locks opened (a duplicate of the program's client) at once with
+ * `close`, its library's call for it, which may throw or reject: this never does, with every
+ * version of either library and in every state of the connection. One already closed — as a
+ * connection that dropped is, since it does not reconnect — has nothing left to close, but
+ * node-redis 5's `destroy()` throws `ClientClosedError` on it and node-redis 4's `disconnect()`
+ * rejects with it; a throw here would keep a dead session connection from being replaced, and
+ * reach the caller of a pool.
+ */
+function closeQuietly(close: () => unknown): void {
+  try {
+    Promise.resolve(close()).catch(() => {});
+  } catch {
+    // Closed already.
+  }
 }
 
 /** A command's reply (an error as an `Error` value) and when it came, ms since the epoch. */
