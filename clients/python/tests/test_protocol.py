@@ -1,14 +1,15 @@
 """The pipeline that syncs writes, without a server: what is sent in which order, what the
-replies mean — when a write counts, and why not — and when one more ``WAIT`` follows."""
+replies mean — when a write counts, and why not — and when one more ``WAIT`` follows; and when
+a watchdog renews next."""
 
 import time
 
 import pytest
-from redis.exceptions import ResponseError
+from redis.exceptions import ConnectionError, ResponseError, TimeoutError
 
 import leasehold
-from leasehold._protocol import (Binding, InSync, Pipeline, Seen, SessionSettings, SessionState,
-                                 Write)
+from leasehold._protocol import (RETRY_PAUSE, Binding, InSync, Pipeline, Renewals, Seen,
+                                 SessionSettings, SessionState, Write)
 
 ACQUIRE = ["LOCK.ACQUIRE", "k", "owner", 10_000]
 INSYNC = ["LOCK.INSYNC"]
@@ -263,3 +264,27 @@ def test_a_connection_is_bound_to_the_current_session_in_the_round_trip_of_its_f
     later = Pipeline([tied(new)], sync=leasehold.SYNC_OFF, seen=Seen())
     later.on(after)
     assert later.commands() == [named], "no more USE on that socket: the writes name it"
+
+
+def test_a_watchdog_renews_every_third_of_the_lease_and_retries_a_failed_renewal_soon():
+    renewals = Renewals(9_000)
+    assert renewals.due == pytest.approx(time.monotonic() + 3, abs=0.1)
+    renewals.counted(100.0)
+    assert renewals.due == 103.0, "a third of the lease after the renewal that counted began"
+    for error in (leasehold.NotReplicatedError(0, 1), TimeoutError("no reply in time")):
+        renewals.failed(error)
+        assert renewals.due == pytest.approx(time.monotonic() + RETRY_PAUSE, abs=0.1)
+    dead = ConnectionError("Connection closed by server.")
+    renewals.failed(dead)
+    assert renewals.due == pytest.approx(time.monotonic(), abs=0.1), "at once on a fresh one"
+    renewals.failed(dead)
+    assert renewals.due == pytest.approx(time.monotonic() + RETRY_PAUSE, abs=0.1), \
+        "dead again: the server itself may be down"
+    renewals.failed(leasehold.NotReplicatedError(0, 1))
+    renewals.failed(dead)
+    assert renewals.due == pytest.approx(time.monotonic(), abs=0.1)
+    renewals.counted(200.0)
+    assert renewals.due == 203.0
+    short = Renewals(1_000)
+    short.failed(leasehold.NotReplicatedError(0, 1))
+    assert short.due == pytest.approx(time.monotonic() + 0.1, abs=0.05), "a tenth of the lease"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import (Any, Callable, ContextManager, Iterator, List, NamedTuple, Optional, Sequence,
                     Set, Tuple, Union)
 
-from redis.exceptions import LockError, ResponseError
+from redis.exceptions import ConnectionError, LockError, ResponseError
 
 Number = Union[int, float]
 
@@ -81,12 +81,13 @@ class Sync:
     A grant that does not count within ``timeout`` is released and :class:`NotReplicatedError`
     raised, saying why. For a renewal that does not count (the master may have made it),
     ``extend`` / ``reacquire`` raise :class:`NotReplicatedError`, the lease end the holding
-    believes (``lease_end``) stays the last synced one, and the watchdog keeps trying and
-    reports the holding lost when that lease ends. So while a member of the set is down,
-    every grant and renewal fails after ``timeout``, until the master drops it from the set
-    (``lock.insync-timeout-ms`` + ``lock.insync-drop-delay-ms`` + 2 s after it went silent,
-    about 25 s with the defaults); then they count again without it — unless fewer members
-    than ``lock.min-insync-replicas`` are left, which refuses every one.
+    believes (``lease_end``) stays the last synced one, and the watchdog tries again half a
+    second after each such refusal (:class:`Renewals`) and reports the holding lost when that
+    lease ends first. So while a member of the set is down, every grant and renewal fails
+    after ``timeout``, until the master drops it from the set (``lock.insync-timeout-ms`` +
+    ``lock.insync-drop-delay-ms`` + 2 s after it went silent, about 25 s with the defaults);
+    then they count again without it — unless fewer members than ``lock.min-insync-replicas``
+    are left, which refuses every one.
 
     ``timeout`` is in seconds (default 1 s: a replica that is up acknowledges within a round
     trip plus its lag; a second runs out only when one is down or far behind). ``LockError``
@@ -250,6 +251,41 @@ def counted_lease(lease_ms: int) -> float:
     algorithm (the server's clock may run a little fast, and a grant handed over after a wait
     was made a little before its reply came)."""
     return max(lease_ms - lease_ms / 100 - 2, 0) / 1000
+
+
+#: How long a watchdog pauses before trying again a renewal that did not count (not synced,
+#: a server's error, or no reply), in seconds — a tenth of the lease when that is shorter:
+#: each synced try has already waited up to the sync timeout for the replicas.
+RETRY_PAUSE = 0.5
+
+
+class Renewals:
+    """When a watchdog renews next (:attr:`due`, ``time.monotonic()`` seconds): a third of the
+    lease after the start of the last renewal that counted; after one that did not count or
+    got no reply, again soon — at once when its connection was found dead
+    (``ConnectionError``: the next try goes on a fresh connection) unless the try before failed
+    so too (the server may be down), else :data:`RETRY_PAUSE` after it — so that a renewal
+    refused while a dead replica is still in the master's in-sync set counts soon after the
+    master drops it. The watchdog gives up when the lease that counted ends."""
+
+    def __init__(self, lease_ms: int) -> None:
+        """``lease_ms``: the lease each renewal asks for, in ms."""
+        self.period = lease_ms / 3000
+        self.pause = min(RETRY_PAUSE, lease_ms / 10_000)
+        self.due = time.monotonic() + self.period
+        self._dead = False
+
+    def counted(self, started: float) -> None:
+        """The renewal begun at ``started`` (``time.monotonic()`` seconds) counted."""
+        self.due = started + self.period
+        self._dead = False
+
+    def failed(self, error: Exception) -> None:
+        """The renewal just tried did not count, or got no reply: ``error`` says why."""
+        dead = isinstance(error, ConnectionError)
+        at_once = dead and not self._dead
+        self._dead = dead
+        self.due = time.monotonic() + (0.0 if at_once else self.pause)
 
 
 def hinted(sync: Sync, seen: Seen) -> int:

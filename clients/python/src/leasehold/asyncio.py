@@ -55,6 +55,7 @@ from ._protocol import (
     Number,
     Pipeline,
     QueuedOut,
+    Renewals,
     Seen,
     SessionSettings,
     SessionState,
@@ -809,7 +810,9 @@ class Lock(LockBase):
 
 class Keeper:
     """The watchdog as a task (see :class:`leasehold.lock.Keeper`): renews every third of the
-    lease until stopped or refused; sets :attr:`lost` when the last synced lease ends first."""
+    lease until stopped or refused as not held, a renewal that did not count again soon
+    (:class:`leasehold._protocol.Renewals`); sets :attr:`lost` when the lease that counted ends
+    first."""
 
     def __init__(
         self, renew: Callable[[int, float], Awaitable[bool]], lease_ms: int, lease: Lease
@@ -825,21 +828,21 @@ class Keeper:
         self._task.cancel()
 
     async def _run(self) -> None:
-        period = self._lease_ms / 3000
-        renew_at = time.monotonic() + period
+        renewals = Renewals(self._lease_ms)
         while True:
-            await asyncio.sleep(max(min(renew_at, self._lease.end) - time.monotonic(), 0))
+            await asyncio.sleep(max(min(renewals.due, self._lease.end) - time.monotonic(), 0))
             now = time.monotonic()
             if now >= self._lease.end:
                 break
-            if now < renew_at:
+            if now < renewals.due:
                 continue
-            renew_at = now + period
             try:
                 if not await self._renew(self._lease_ms, self._lease.end):
                     break
-            except RedisError:
-                continue  # not synced, or no reply: try again while the lease lasts
+            except RedisError as error:
+                renewals.failed(error)  # not synced, or no reply: again soon, while the lease lasts
+            else:
+                renewals.counted(now)
         self.lost.set()
 
 

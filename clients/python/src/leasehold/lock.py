@@ -51,6 +51,7 @@ from ._protocol import (
     Number,
     Pipeline,
     QueuedOut,
+    Renewals,
     Seen,
     SessionSettings,
     SessionState,
@@ -436,8 +437,9 @@ class Lock(LockBase):
       write to, so it can reject a holder whose lease ran out.
     - A module lock always has a lease: with ``timeout=None`` it is 30 s, renewed by the
       watchdog until release. ``watchdog=True`` turns the watchdog on for any ``timeout``: a
-      thread renews the lease every third of it, stops for good at release or when a renewal
-      is refused (it never takes the lock back), and then sets :attr:`lost`.
+      thread renews the lease every third of it, and a renewal that did not count soon again
+      (see :class:`Keeper`); it stops for good at release or when a renewal is refused because
+      the lock is no longer held (it never takes the lock back), and then sets :attr:`lost`.
     - ``locked()`` and ``owned()`` ask the module (``GET`` on a module lock is ``WRONGTYPE``).
     - Every holding is tied to the client's session (see
       :func:`leasehold.configure_sessions`): the server releases it a grace after the client's
@@ -448,8 +450,9 @@ class Lock(LockBase):
       see :class:`leasehold.Sync`): a grant that does not count in time is released and
       :class:`leasehold.NotReplicatedError` raised (or with time left in
       ``blocking_timeout`` the lock tries again within it); such a renewal raises it from
-      ``extend`` / ``reacquire`` and leaves :attr:`lease_end` where it was; the watchdog keeps
-      trying and sets :attr:`lost` when that lease ends. Releases are not synced.
+      ``extend`` / ``reacquire`` and leaves :attr:`lease_end` where it was; the watchdog tries
+      again every half second after the sync timeout and sets :attr:`lost` when that lease
+      ends first. Releases are not synced.
     """
 
     def __enter__(self) -> "Lock":
@@ -785,10 +788,12 @@ class Lock(LockBase):
 
 class Keeper:
     """The watchdog: renews the lease every third of it in a daemon thread until stopped (at
-    release) or a renewal is refused — it never takes a lost lock back. A renewal counts once
-    the replicas acknowledged it (see :class:`leasehold.Sync`); one that does not (or gets no
-    reply) is tried again while the last synced lease lasts, and when that ends first the
-    watchdog sets :attr:`lost` and stops."""
+    release) or a renewal is refused because the lock is no longer held — it never takes a
+    lost lock back. A renewal counts once the replicas acknowledged it (see
+    :class:`leasehold.Sync`); one that does not, or gets no reply, is tried again soon (see
+    :class:`leasehold._protocol.Renewals`: at once on a fresh connection when its connection
+    was dead, else half a second after) and again until one counts or the lease that counted
+    ends — then the watchdog sets :attr:`lost` and stops."""
 
     def __init__(self, renew: Callable[[int, float], bool], lease_ms: int, lease: Lease) -> None:
         """``renew(lease_ms, until)`` renews, ending by ``until``; ``lease`` is the holding's,
@@ -805,20 +810,20 @@ class Keeper:
         self._stopped.set()
 
     def _run(self) -> None:
-        period = self._lease_ms / 3000
-        renew_at = time.monotonic() + period
-        while not self._stopped.wait(max(min(renew_at, self._lease.end) - time.monotonic(), 0)):
+        renewals = Renewals(self._lease_ms)
+        while not self._stopped.wait(max(min(renewals.due, self._lease.end) - time.monotonic(), 0)):
             now = time.monotonic()
             if now >= self._lease.end:
                 break
-            if now < renew_at:
+            if now < renewals.due:
                 continue
-            renew_at = now + period
             try:
                 if not self._renew(self._lease_ms, self._lease.end):
                     break
-            except RedisError:
-                continue  # not synced, or no reply: try again while the lease lasts
+            except RedisError as error:
+                renewals.failed(error)  # not synced, or no reply: again soon, while the lease lasts
+            else:
+                renewals.counted(now)
         if not self._stopped.is_set():
             self.lost.set()
 
