@@ -233,7 +233,18 @@ class StallingProxy:
         self.stalled = len(self.connections) - 1
 
     def close(self) -> None:
-        self.listener.close()
+        close_listener(self.listener)
+
+
+def close_listener(listener: socket.socket) -> None:
+    """Closes a proxy's listening socket, shut down first: that wakes its thread blocked in
+    ``accept``, which a close alone does not — it would go on taking connections (a session's
+    heartbeat, after its test) to a server that may be gone."""
+    try:
+        listener.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    listener.close()
 
 
 @pytest.fixture

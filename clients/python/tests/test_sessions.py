@@ -25,7 +25,8 @@ import redis.asyncio
 
 import leasehold
 import leasehold.asyncio
-from conftest import ROOT, Waiter, aclose, as_map, free_port, info, wait_until, waiters
+from conftest import (ROOT, Waiter, aclose, as_map, close_listener, free_port, info, wait_until,
+                      waiters)
 
 GRACE = 0.5
 
@@ -107,7 +108,7 @@ class CuttingProxy:
 
     def close(self) -> None:
         self.cut_all()
-        self.listener.close()
+        close_listener(self.listener)
 
 
 @pytest.fixture
