@@ -1,21 +1,17 @@
 // The locks on a real Redis Cluster — three masters with a replica each — through node-redis's
-// createCluster (6 and 4) and ioredis's Cluster (6 and 5): commands go to the master of the
-// lock's slot, a wait on a connection of its own to it, grants synced to its replica; MOVED and
-// ASK are followed while a slot migrates under a held lock and under a waiting client; a set of
-// locks in one slot (hash tags) is taken whole on its master, one across slots refused (CROSSSLOT).
+// createCluster and ioredis's Cluster (each version helpers.mjs runs): commands go to the master
+// of the lock's slot, a wait on a connection of its own to it, grants synced to its replica; MOVED
+// and ASK are followed while a slot migrates under a held lock and under a waiting client; a set
+// of locks in one slot (hash tags) is taken whole on its master, one across slots refused
+// (CROSSSLOT).
 
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 
-import { createCluster } from 'redis';
-import { createCluster as createCluster4 } from 'redis4';
-import { Cluster, Redis } from 'ioredis';
-import { Cluster as Cluster5 } from 'ioredis5';
-
 import { createLock, createMultiLock } from '../dist/index.js';
-import { close, freePort, inSyncReplicas, startServer, until, waiters } from './helpers.mjs';
+import { CLUSTERS, close, freePort, inSyncReplicas, startServer, until, waiters } from './helpers.mjs';
 
 const nodes = [];
 for (let i = 0; i < 6; i++) {
@@ -85,20 +81,13 @@ async function reshard(key, keys) {
   return target;
 }
 
-const CLUSTERS = {
-  'node-redis 6': async () => createCluster({ rootNodes: [{ url: nodes[0].url }] }).connect(),
-  'node-redis 4': async () => { const c = createCluster4({ rootNodes: [{ url: nodes[0].url }] }); await c.connect(); return c; },
-  'ioredis 6': async () => { const c = new Cluster([{ host: '127.0.0.1', port: nodes[0].port }]); await until(async () => c.status === 'ready'); return c; },
-  'ioredis 5': async () => { const c = new Cluster5([{ host: '127.0.0.1', port: nodes[0].port }]); await until(async () => c.status === 'ready'); return c; },
-};
-
 let counter = 0;
 const tag = (what) => `${what}:{${process.pid}-${counter++}}`;
 
 for (const [label, connect] of Object.entries(CLUSTERS)) {
   describe(label, () => {
     let cluster;
-    before(async () => { cluster = await connect(); });
+    before(async () => { cluster = await connect(nodes[0].port); });
     after(() => close(cluster));
 
     it('takes locks on every master, each synced to its replica before it is returned', async () => {

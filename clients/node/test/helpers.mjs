@@ -10,10 +10,13 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { createClient } from 'redis';
-import { createClient as createClient4 } from 'redis4';
-import { Redis } from 'ioredis';
-import { Redis as Redis5 } from 'ioredis5';
+import * as redis6 from 'redis';
+import * as redis5 from 'redis5';
+import * as redis4 from 'redis4';
+import * as ioredis6 from 'ioredis';
+import * as ioredis5 from 'ioredis5';
+
+const { Redis } = ioredis6;
 
 export const ROOT = resolve(fileURLToPath(import.meta.url), '../../../..');
 
@@ -85,18 +88,57 @@ async function startOn(port, dir, extra, moduleArgs) {
   }
 }
 
-/** The clients every test runs with: the current and the oldest supported of each library, or
- * with `LEASEHOLD_NODE_CLIENTS=current` the current ones only (as `make test` runs them on all
- * but its first server, to stay within its time). */
-const ALL_CLIENTS = {
-  'node-redis 6': async (port, extra = {}) => createClient({ url: `redis://127.0.0.1:${port}`, ...extra }).connect(),
-  'node-redis 4': async (port, extra = {}) => { const c = createClient4({ url: `redis://127.0.0.1:${port}`, ...extra }); await c.connect(); return c; },
-  'ioredis 6': async (port, extra = {}) => new Redis(port, '127.0.0.1', extra),
-  'ioredis 5': async (port, extra = {}) => new Redis5(port, '127.0.0.1', extra),
+/** How a test connects with one release of node-redis: `client(port, extra)` to one server
+ * (`extra`: the library's client options), `cluster(port)` to the Redis Cluster a node of which
+ * listens on `port`. */
+function nodeRedis({ createClient, createCluster }) {
+  const url = (port) => `redis://127.0.0.1:${port}`;
+  return {
+    client: async (port, extra = {}) => { const client = createClient({ url: url(port), ...extra }); await client.connect(); return client; },
+    cluster: async (port) => { const cluster = createCluster({ rootNodes: [{ url: url(port) }] }); await cluster.connect(); return cluster; },
+  };
+}
+
+/** The same with one release of ioredis. */
+function ioredis({ Redis: Client, Cluster }) {
+  return {
+    client: async (port, extra = {}) => new Client(port, '127.0.0.1', extra),
+    cluster: async (port) => {
+      const cluster = new Cluster([{ host: '127.0.0.1', port }]);
+      await until(async () => cluster.status === 'ready');
+      return cluster;
+    },
+  };
+}
+
+/** Every major version of each library the package claims (peerDependencies: `redis >= 4`,
+ * `ioredis >= 5`), each at the newest release of that major (package.json). */
+const LIBRARIES = {
+  'node-redis 6': nodeRedis(redis6),
+  'node-redis 5': nodeRedis(redis5),
+  'node-redis 4': nodeRedis(redis4),
+  'ioredis 6': ioredis(ioredis6),
+  'ioredis 5': ioredis(ioredis5),
 };
-export const CLIENTS = process.env.LEASEHOLD_NODE_CLIENTS === 'current'
-  ? Object.fromEntries(Object.entries(ALL_CLIENTS).filter(([label]) => label.endsWith(' 6')))
-  : ALL_CLIENTS;
+
+/** The newest major of each library: every test runs with these. */
+const NEWEST_LABELS = ['node-redis 6', 'ioredis 6'];
+
+/** The versions a test of what differs between versions (connecting, waiting, sessions, a blip,
+ * a failover, closing, clusters) runs with: every one the package claims, or with
+ * `LEASEHOLD_NODE_CLIENTS=current` the newest only (as `make test` runs them on all but its
+ * first server, to stay within its time). */
+const LABELS = process.env.LEASEHOLD_NODE_CLIENTS === 'current' ? NEWEST_LABELS : Object.keys(LIBRARIES);
+
+const connectors = (labels, kind) => Object.fromEntries(labels.map((label) => [label, LIBRARIES[label][kind]]));
+
+/** `label → connect(port, extra)` for each of the versions {@link LABELS} names. */
+export const CLIENTS = connectors(LABELS, 'client');
+/** `label → connect(port)`, a cluster client, for the same versions. */
+export const CLUSTERS = connectors(LABELS, 'cluster');
+/** `label → connect(port, extra)` for the newest major of each library only: for the tests of
+ * what the package does the same whichever library carries it (how a synced write counts). */
+export const NEWEST = connectors(NEWEST_LABELS, 'client');
 
 /** The members of the master's in-sync replica set: `lock_insync_replicas` of its `INFO lock`. */
 export async function inSyncReplicas(admin) {
@@ -108,6 +150,15 @@ export async function inSyncReplicas(admin) {
 export async function attach(master, ...replicas) {
   for (const replica of replicas) await replica.admin.call('REPLICAOF', '127.0.0.1', String(master.port));
   await until(async () => (await inSyncReplicas(master.admin)) === replicas.length, 30_000);
+}
+
+/** A master with two replicas in its in-sync set, the module given `moduleArgs` on all three;
+ * `stop()` kills them. */
+export async function group(moduleArgs) {
+  const primary = await startServer(['--repl-diskless-sync-delay', '0'], moduleArgs);
+  const replicas = [await startServer([], moduleArgs), await startServer([], moduleArgs)];
+  await attach(primary, ...replicas);
+  return { primary, replicas, stop: () => [primary, ...replicas].forEach((server) => server.stop()) };
 }
 
 export async function close(client) {

@@ -17,6 +17,8 @@ import { createLock, createMultiLock, setSessionOptions } from '../dist/index.js
 import { CLIENTS, close, freePort, lockInfo, stallingProxy, startServer, until, waiters } from './helpers.mjs';
 
 const GRACE = 500;
+/** How long after a blip the holder must keep its lock: the server's default grace. */
+const BLIP_WATCH = 3_000;
 
 const server = await startServer();
 after(() => server.stop());
@@ -333,3 +335,36 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
     });
   });
 }
+
+describe('a blip: every connection of the clients killed once', { concurrency: true }, () => {
+  for (const [label, connect] of Object.entries(CLIENTS)) {
+    it(`${label}: the holder keeps its lock, is not told it lost it, and the waiter waits on`, async (t) => {
+      // A server of its own: CLIENT KILL TYPE normal would cut the other tests' clients too.
+      const own = await startServer();
+      t.after(() => own.stop());
+      const [holderClient, waiterClient] = [await connect(own.port), await connect(own.port)];
+      t.after(() => Promise.all([holderClient, waiterClient].map(close)));
+      for (const client of [holderClient, waiterClient]) client.on('error', () => {}); // the killed connections
+      const name = unique('blip');
+      // The package's defaults: a 30 s lease, the server's 3 s grace.
+      const holding = await createLock(holderClient, name, { watchdog: true }).tryAcquire();
+      const waiting = createLock(waiterClient, name).acquire({ wait: 30_000 });
+      await until(async () => (await waiters(own.admin, name)) === 1);
+      // Every normal connection but the admin's own: the clients', their pools' and sessions'.
+      assert.ok((await own.admin.call('CLIENT', 'KILL', 'TYPE', 'normal')) >= 4);
+      const killed = performance.now();
+      while (performance.now() - killed < BLIP_WATCH) {
+        assert.equal(holding.signal.aborted, false, `the holder was told it lost the lock ${(performance.now() - killed).toFixed(0)} ms after the blip: ${holding.signal.reason?.message}`);
+        assert.ok(await pending(waiting), 'the waiter still waits');
+        await sleep(50);
+      }
+      const info = await lockInfo(own.admin, name);
+      assert.deepEqual([info.owner, info.token], [holding.owner, holding.token], 'still held by the holder, with its token');
+      assert.equal(await holding.renew(), true);
+      await holding.release();
+      const granted = await waiting;
+      assert.ok(granted && granted.token > holding.token, 'granted once released');
+      await granted.release();
+    });
+  }
+});

@@ -2,6 +2,7 @@
 // clients and cluster clients, and gives typed results without casts.
 import { createClient, createCluster } from 'redis';
 import { createClient as createClient4, createCluster as createCluster4 } from 'redis4';
+import { createClient as createClient5, createCluster as createCluster5 } from 'redis5';
 import { Cluster, Redis } from 'ioredis';
 import { Cluster as Cluster5, Redis as Redis5 } from 'ioredis5';
 
@@ -35,8 +36,9 @@ export async function typed(): Promise<number> {
   const fixed: string | undefined = lock.owner;
   await write.tryAcquire();
   await createLock(await createClient4().connect(), 'old').tryAcquire();
+  await createLock(await createClient5().connect(), 'old').tryAcquire();
   await createLock(new Redis5(), 'old').tryAcquire();
-  for (const cluster of [createCluster({ rootNodes: [] }), createCluster4({ rootNodes: [] }), new Cluster([]), new Cluster5([])]) {
+  for (const cluster of [createCluster({ rootNodes: [] }), createCluster5({ rootNodes: [] }), createCluster4({ rootNodes: [] }), new Cluster([]), new Cluster5([])]) {
     setPoolSizes(cluster, { wait: 8, sync: 4 });
     setSessionOptions(cluster, { grace: 2_000 });
     await createLock(cluster, 'order:4').tryAcquire();
