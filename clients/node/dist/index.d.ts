@@ -13,8 +13,9 @@
  *   replica of the master's in-sync set has them (`sync`), asked and waited for in the write's
  *   own round trip.
  * - Every holding has a fencing token, a JS `number` (tokens stay below 2^53).
- * - `using(routine)` renews the lease every third of it and hands the routine an `AbortSignal`
- *   that fires when the lease is lost; renewal failures never throw into nowhere.
+ * - `using(routine)` renews the lease every third of it — a renewal that did not count tried
+ *   again within a second, until one does — and hands the routine an `AbortSignal` that fires
+ *   when the lease is lost; renewal failures never throw into nowhere.
  * - Holdings are tied to the client's session (`LOCK.SESSION`, one per client and master, on a
  *   connection of its own kept attached by a heartbeat): when the program dies, the server
  *   releases them a grace after that connection closed, and hands them to the next waiter. The
@@ -58,7 +59,15 @@ export interface LockOptions {
     /** With a fixed `owner`, each acquire by it counts one more hold (`REENTRANT`). Without one,
      * a holder re-enters with `holding.reenter()`. */
     reentrant?: boolean;
-    /** Renew the lease every third of it until release (always on in `using`). */
+    /**
+     * Renew the lease every third of it until release (always on in `using`). A renewal that did
+     * not count — too few replicas acknowledged it (`sync`), no reply came, its connection died,
+     * no connection could be had — is tried again soon: at once on a new connection after a dead
+     * one, otherwise 500 ms later (each synced try already waits up to the sync timeout), again
+     * and again, until one counts or the lease that last counted (less the drift allowance) ends:
+     * then the holding is lost and its `signal` aborts. A renewal refused because this owner no
+     * longer holds the lock loses the holding at once.
+     */
     watchdog?: boolean;
     /**
      * Tie this lock's holdings to the client's session (default true, unless turned off for the
@@ -85,12 +94,14 @@ export interface LockOptions {
      * with it, the holding left as it was; a renewal rejects with it and does not count (the
      * lease the holding believes stays the last synced one — or, when its ttl is shorter than what
      * was left, ends that ttl after it was sent, since the master may have made it; a watched
-     * holding keeps renewing and aborts its `signal` when that lease ends). Releases never wait.
+     * holding tries again within a second, and aborts its `signal` when that lease ends first).
+     * Releases never wait.
      *
      * While a member of the set is down, every grant and renewal fails after the sync timeout
      * until the master drops it from the set (with the module's defaults about 25 s after it
-     * died), and watched holdings are lost when their last synced lease ends meanwhile; then they
-     * count again while the set keeps `lock.min-insync-replicas` members.
+     * died); then they count again while the set keeps `lock.min-insync-replicas` members. A
+     * watched holding keeps its lock when the drop comes before its last synced lease ends (its
+     * watchdog's next try counts), and is lost otherwise.
      */
     sync?: SyncOptions | false;
 }

@@ -13,8 +13,9 @@
  *   replica of the master's in-sync set has them (`sync`), asked and waited for in the write's
  *   own round trip.
  * - Every holding has a fencing token, a JS `number` (tokens stay below 2^53).
- * - `using(routine)` renews the lease every third of it and hands the routine an `AbortSignal`
- *   that fires when the lease is lost; renewal failures never throw into nowhere.
+ * - `using(routine)` renews the lease every third of it — a renewal that did not count tried
+ *   again within a second, until one does — and hands the routine an `AbortSignal` that fires
+ *   when the lease is lost; renewal failures never throw into nowhere.
  * - Holdings are tied to the client's session (`LOCK.SESSION`, one per client and master, on a
  *   connection of its own kept attached by a heartbeat): when the program dies, the server
  *   releases them a grace after that connection closed, and hands them to the next waiter. The
@@ -52,6 +53,10 @@ const DEFAULT_MARGIN = 1_000;
 const SESSION_RETRIES = 3;
 /** How soon a renewal that ties a holding to a new session is tried again after it failed, ms. */
 const RETIE_RETRY_MS = 50;
+/** How soon the watchdog tries a renewal that did not count again, ms: soon enough that a try
+ * lands once the master dropped a lost replica from its in-sync set, well within the lease (each
+ * synced try already waits up to the sync timeout for the replicas). */
+const RENEW_RETRY_MS = 500;
 const EXCLUSIVE = [];
 const SHARED = ['SHARED'];
 /** The key of a lock, or the keys of a set taken together (whose commands are `LOCK.M*`). */
@@ -310,6 +315,8 @@ class Held {
     gone = false;
     /** The watchdog's next renewal. */
     timer;
+    /** The watchdog's next renewal is a retry at once, after one whose connection died. */
+    retriedAtOnce = false;
     /** Watched: reports the lease lost when the last one that counted ends; not watched but
      * tied to a session: lets the session go of it then. */
     expiry;
@@ -439,24 +446,35 @@ class Held {
         this.expiry = setTimeout(() => (this.watched ? this.lose() : this.untie()), until - Date.now());
         this.expiry.unref?.();
     }
-    /** The watchdog: renews every third of the lease; stops for good on release and on loss. */
-    schedule() {
-        this.timer = setTimeout(() => void this.tick(), this.ttl / 3);
+    /** The watchdog's next renewal in `ms` (default: a third of the lease); it stops for good on
+     * release and on loss. */
+    schedule(ms = this.ttl / 3) {
+        this.timer = setTimeout(() => void this.tick(), ms);
         this.timer.unref?.();
     }
+    /**
+     * One renewal of the watchdog. Counted: the next a third of the lease later. Refused because
+     * the owner no longer holds the lock: lost, at once ({@link renew}). Not counted — too few
+     * replicas acknowledged it, or it failed (no reply, a dead connection, no connection): tried
+     * again soon, and again, until one counts or the last lease that counted ends (the expiry
+     * then reports the loss) — at once after a dead connection (it was closed: the next try goes
+     * on a fresh one) unless the try that failed was such a retry already, otherwise after
+     * {@link RENEW_RETRY_MS}.
+     */
     async tick() {
         if (this.released)
             return;
+        let next;
         try {
             if (!(await this.renew()))
                 return;
         }
-        catch {
-            // Not counted (not synced, or no reply): tried again next time; the expiry reports the
-            // loss if the last renewal that counted runs out first.
+        catch (error) {
+            next = error instanceof LostReply && !this.retriedAtOnce ? 0 : RENEW_RETRY_MS;
         }
+        this.retriedAtOnce = next === 0;
         if (!this.released && !this.lost.signal.aborted)
-            this.schedule();
+            this.schedule(next);
     }
     /**
      * A write tied to the client's session `tie` (none: no session) counted: the holding is tied

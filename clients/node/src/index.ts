@@ -13,8 +13,9 @@
  *   replica of the master's in-sync set has them (`sync`), asked and waited for in the write's
  *   own round trip.
  * - Every holding has a fencing token, a JS `number` (tokens stay below 2^53).
- * - `using(routine)` renews the lease every third of it and hands the routine an `AbortSignal`
- *   that fires when the lease is lost; renewal failures never throw into nowhere.
+ * - `using(routine)` renews the lease every third of it — a renewal that did not count tried
+ *   again within a second, until one does — and hands the routine an `AbortSignal` that fires
+ *   when the lease is lost; renewal failures never throw into nowhere.
  * - Holdings are tied to the client's session (`LOCK.SESSION`, one per client and master, on a
  *   connection of its own kept attached by a heartbeat): when the program dies, the server
  *   releases them a grace after that connection closed, and hands them to the next waiter. The
@@ -65,7 +66,15 @@ export interface LockOptions {
   /** With a fixed `owner`, each acquire by it counts one more hold (`REENTRANT`). Without one,
    * a holder re-enters with `holding.reenter()`. */
   reentrant?: boolean;
-  /** Renew the lease every third of it until release (always on in `using`). */
+  /**
+   * Renew the lease every third of it until release (always on in `using`). A renewal that did
+   * not count — too few replicas acknowledged it (`sync`), no reply came, its connection died,
+   * no connection could be had — is tried again soon: at once on a new connection after a dead
+   * one, otherwise 500 ms later (each synced try already waits up to the sync timeout), again
+   * and again, until one counts or the lease that last counted (less the drift allowance) ends:
+   * then the holding is lost and its `signal` aborts. A renewal refused because this owner no
+   * longer holds the lock loses the holding at once.
+   */
   watchdog?: boolean;
   /**
    * Tie this lock's holdings to the client's session (default true, unless turned off for the
@@ -92,12 +101,14 @@ export interface LockOptions {
    * with it, the holding left as it was; a renewal rejects with it and does not count (the
    * lease the holding believes stays the last synced one — or, when its ttl is shorter than what
    * was left, ends that ttl after it was sent, since the master may have made it; a watched
-   * holding keeps renewing and aborts its `signal` when that lease ends). Releases never wait.
+   * holding tries again within a second, and aborts its `signal` when that lease ends first).
+   * Releases never wait.
    *
    * While a member of the set is down, every grant and renewal fails after the sync timeout
    * until the master drops it from the set (with the module's defaults about 25 s after it
-   * died), and watched holdings are lost when their last synced lease ends meanwhile; then they
-   * count again while the set keeps `lock.min-insync-replicas` members.
+   * died); then they count again while the set keeps `lock.min-insync-replicas` members. A
+   * watched holding keeps its lock when the drop comes before its last synced lease ends (its
+   * watchdog's next try counts), and is lost otherwise.
    */
   sync?: SyncOptions | false;
 }
@@ -207,6 +218,10 @@ const DEFAULT_MARGIN = 1_000;
 const SESSION_RETRIES = 3;
 /** How soon a renewal that ties a holding to a new session is tried again after it failed, ms. */
 const RETIE_RETRY_MS = 50;
+/** How soon the watchdog tries a renewal that did not count again, ms: soon enough that a try
+ * lands once the master dropped a lost replica from its in-sync set, well within the lease (each
+ * synced try already waits up to the sync timeout for the replicas). */
+const RENEW_RETRY_MS = 500;
 
 const EXCLUSIVE: Mode = [];
 const SHARED: Mode = ['SHARED'];
@@ -470,6 +485,8 @@ class Held implements Holding, Tied {
   private gone = false;
   /** The watchdog's next renewal. */
   private timer: NodeJS.Timeout | undefined;
+  /** The watchdog's next renewal is a retry at once, after one whose connection died. */
+  private retriedAtOnce = false;
   /** Watched: reports the lease lost when the last one that counted ends; not watched but
    * tied to a session: lets the session go of it then. */
   private expiry: NodeJS.Timeout | undefined;
@@ -600,21 +617,32 @@ class Held implements Holding, Tied {
     this.expiry.unref?.();
   }
 
-  /** The watchdog: renews every third of the lease; stops for good on release and on loss. */
-  private schedule(): void {
-    this.timer = setTimeout(() => void this.tick(), this.ttl / 3);
+  /** The watchdog's next renewal in `ms` (default: a third of the lease); it stops for good on
+   * release and on loss. */
+  private schedule(ms = this.ttl / 3): void {
+    this.timer = setTimeout(() => void this.tick(), ms);
     this.timer.unref?.();
   }
 
+  /**
+   * One renewal of the watchdog. Counted: the next a third of the lease later. Refused because
+   * the owner no longer holds the lock: lost, at once ({@link renew}). Not counted — too few
+   * replicas acknowledged it, or it failed (no reply, a dead connection, no connection): tried
+   * again soon, and again, until one counts or the last lease that counted ends (the expiry
+   * then reports the loss) — at once after a dead connection (it was closed: the next try goes
+   * on a fresh one) unless the try that failed was such a retry already, otherwise after
+   * {@link RENEW_RETRY_MS}.
+   */
   private async tick(): Promise<void> {
     if (this.released) return;
+    let next: number | undefined;
     try {
       if (!(await this.renew())) return;
-    } catch {
-      // Not counted (not synced, or no reply): tried again next time; the expiry reports the
-      // loss if the last renewal that counted runs out first.
+    } catch (error) {
+      next = error instanceof LostReply && !this.retriedAtOnce ? 0 : RENEW_RETRY_MS;
     }
-    if (!this.released && !this.lost.signal.aborted) this.schedule();
+    this.retriedAtOnce = next === 0;
+    if (!this.released && !this.lost.signal.aborted) this.schedule(next);
   }
 
   /**
