@@ -9,19 +9,15 @@ mod common;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::cluster::{cluster, node_with};
+use common::cluster::{
+    NODE_TIMEOUT_MS, add_replica, cluster, no_failover, node_id, serves, wait_for_takeover,
+};
 use common::{
-    Server, acquire, assert_same_holding, call, insync, lock_info, shared_info, wait_until,
+    Server, acquire, acquire_counted, assert_same_holding, call, error, info_field, lock_info,
+    shared_info, wait_until,
 };
 use redis::Value;
 use redis::cluster::ClusterClient;
-
-fn node_id(server: &Server) -> String {
-    redis::cmd("CLUSTER")
-        .arg("MYID")
-        .query(&mut server.client())
-        .expect("CLUSTER MYID")
-}
 
 fn slot_of(server: &Server, key: &str) -> i64 {
     redis::cmd("CLUSTER")
@@ -304,14 +300,6 @@ fn a_set_in_one_slot_moves_whole_and_keys_in_two_slots_are_refused() {
     assert_eq!(released, 2);
 }
 
-/// True when `node` serves `key` (another node answers `-MOVED`).
-fn serves(node: &Server, key: &str) -> bool {
-    redis::cmd("LOCK.FENCE")
-        .arg(key)
-        .query::<Option<i64>>(&mut node.client())
-        .is_ok()
-}
-
 #[test]
 fn a_master_taking_a_slot_issues_tokens_above_the_slots_last_master() {
     let nodes = cluster();
@@ -343,50 +331,26 @@ fn a_master_taking_a_slot_issues_tokens_above_the_slots_last_master() {
     );
 }
 
-/// `CONFIG GET cluster-replica-no-failover` on `server`.
-fn no_failover(server: &Server) -> String {
-    let (_, value): (String, String) = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("cluster-replica-no-failover")
-        .query(&mut server.client())
-        .expect("CONFIG GET");
-    value
-}
-
 #[test]
 fn a_cluster_fails_over_only_to_an_in_sync_replica_which_holds_every_synced_lock() {
     let mut nodes = cluster();
+    let mut replica = add_replica(&nodes, &nodes[0], NODE_TIMEOUT_MS);
     let master = &nodes[0];
-    // The replica hears nothing for 30 s before it makes itself unpromotable: longer than the
-    // cluster takes to fail over — about twice cluster-node-timeout (5 s here), then the
-    // election — with room for a loaded machine. (At 10 s and at 15 s loaded runs lost the race:
-    // the election had not ended when the flag went up, and Redis checks it at every step.)
-    let mut replica = node_with(&["insync-timeout-ms", "30000"]);
-    let mut con = replica.client();
-    let port = master.port.to_string();
-    let (_, bus): (String, String) = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("cluster-port")
-        .query(&mut master.client())
-        .expect("the master's bus port");
-    call(&mut con, &["CLUSTER", "MEET", "127.0.0.1", &port, &bus]);
-    let master_id = node_id(master);
-    wait_until("the replica knows the master", || {
-        let nodes: String = redis::cmd("CLUSTER")
-            .arg("NODES")
-            .query(&mut con)
-            .unwrap_or_default();
-        nodes.contains(&master_id)
-    });
-    call(&mut con, &["CLUSTER", "REPLICATE", &master_id]);
     assert_eq!(
         no_failover(&replica),
         "yes",
         "a new replica is not in the set yet"
     );
+    let forced = error(&mut replica.client(), &["CLUSTER", "FAILOVER", "FORCE"]);
+    assert!(
+        forced.contains("CLUSTER FAILOVER FORCE refused by the lock module"),
+        "{forced}"
+    );
+    // The module learns the timing from cluster-node-timeout: a lease of twice it and 6 s.
+    let lease = info_field(&mut replica.client(), "lock", "lock_insync_lease_ms");
+    assert_eq!(lease.as_deref(), Some("16000"));
     wait_until("the replica joins the set", || {
-        common::info_field(&mut master.client(), "lock", "lock_insync_replicas").as_deref()
-            == Some("1")
+        info_field(&mut master.client(), "lock", "lock_insync_replicas").as_deref() == Some("1")
     });
     wait_until("the replica may be failed over to", || {
         no_failover(&replica) == "no"
@@ -400,32 +364,12 @@ fn a_cluster_fails_over_only_to_an_in_sync_replica_which_holds_every_synced_lock
         .take(10)
         .collect();
     for key in &keys {
-        acquire(&mut mine, key, "holder", 60_000, &[]).expect("granted");
-        let offset = insync(&mut mine).offset;
-        call(&mut mine, &["WAIT", "1", "5000"]);
-        let after = insync(&mut mine);
-        assert!(
-            after.acked >= offset && after.members >= after.required,
-            "{key} synced: {after:?}"
-        );
+        acquire_counted(&mut mine, key, "holder", 60_000);
     }
     drop(mine);
 
-    // The other masters vote only for a replica they know: gossip must have reached them all.
-    let replica_id = node_id(&replica);
-    wait_until("every node knows the replica", || {
-        nodes.iter().all(|node| {
-            redis::cmd("CLUSTER")
-                .arg("NODES")
-                .query::<String>(&mut node.client())
-                .is_ok_and(|known| known.contains(&replica_id))
-        })
-    });
     nodes[0].kill();
-    common::wait_within(Duration::from_secs(30), "the replica is promoted", || {
-        common::info_field(&mut replica.client(), "replication", "role").as_deref()
-            == Some("master")
-    });
+    wait_for_takeover(&nodes[1..], &replica, Duration::from_secs(30));
     let mut promoted = replica.client();
     for key in &keys {
         let holder = common::holder(&mut promoted, key);

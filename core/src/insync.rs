@@ -155,8 +155,12 @@ struct Member {
     online: bool,
     /// When (unix ms, the master's clock) it acknowledged last, at the latest.
     acked_at_ms: u64,
-    /// When the last promotability lease the master gave it ends (unix ms); 0 for none.
+    /// When the longest promotability lease it may hold ends (unix ms); 0 for none.
     listed_until_ms: u64,
+    /// A shorter lease listed since (the lease's length shrank: learned, or set), and the
+    /// replication offset past its message (0 until the next look reads it): it replaces
+    /// `listed_until_ms` once the member acknowledged that offset, so it certainly heard it.
+    shorter: Option<(u64, u64)>,
 }
 
 /// What [`Master::status`] answers: what a client needs to count a write (`LOCK.INSYNC`).
@@ -211,6 +215,7 @@ impl Master {
                 online: true,
                 acked_at_ms: now_ms,
                 listed_until_ms: now_ms.saturating_add(timing.timeout_ms),
+                shorter: None,
             })
             .collect();
         Self {
@@ -243,6 +248,7 @@ impl Master {
                 let acked_at = now_ms.saturating_sub(replica.lag_ms);
                 member.acked_at_ms = member.acked_at_ms.max(acked_at);
             }
+            member.shorten(replication.offset, replica.map(|replica| replica.acked));
         }
         let before = self.members.len();
         if !timing.strict {
@@ -270,6 +276,7 @@ impl Master {
                     online: true,
                     acked_at_ms: now_ms,
                     listed_until_ms: 0,
+                    shorter: None,
                 });
                 self.grouped = true;
                 changed = true;
@@ -279,14 +286,21 @@ impl Master {
     }
 
     /// The members to list as promotable in a message sent at `now_ms` (those connected, and
-    /// whose last acknowledgement is recent), noting the lease each gets.
+    /// whose last acknowledgement is recent), noting the lease each gets. A lease shorter than
+    /// one listed before (its length shrank) is noted apart: the member may not hear it, and
+    /// the master drops it only after the longer one ([`Master::observe`]).
     pub fn list(&mut self, now_ms: u64, timing: Timing) -> Vec<String> {
         let until = now_ms.saturating_add(timing.timeout_ms);
         self.members
             .iter_mut()
             .filter(|member| listable(member, now_ms))
             .map(|member| {
-                member.listed_until_ms = until;
+                if until >= member.listed_until_ms {
+                    member.listed_until_ms = until;
+                    member.shorter = None;
+                } else {
+                    member.shorter = Some((until, 0));
+                }
                 member.id.clone()
             })
             .collect()
@@ -395,6 +409,22 @@ pub const fn refusal(promotion: Promotion, standing: Standing) -> Option<Refusal
 /// listed (and, connected or not, for it to be kept).
 fn fresh(member: &Member, now_ms: u64) -> bool {
     now_ms.saturating_sub(member.acked_at_ms) <= STALE_ACK_MS
+}
+
+impl Member {
+    /// A look at the replication `offset` and what the member `acked` (if connected): the
+    /// offset past a shorter lease's message is noted at the look after it was sent, and once
+    /// the member acknowledged it, the shorter lease is the one it holds.
+    fn shorten(&mut self, offset: u64, acked: Option<u64>) {
+        match self.shorter {
+            Some((until, 0)) => self.shorter = Some((until, offset.max(1))),
+            Some((until, past)) if acked.is_some_and(|acked| acked >= past) => {
+                self.listed_until_ms = until;
+                self.shorter = None;
+            }
+            _ => {}
+        }
+    }
 }
 
 /// True when `member` may be listed at `now_ms`: connected, and [`fresh`].

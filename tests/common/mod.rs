@@ -791,3 +791,19 @@ pub fn insync(con: &mut Connection) -> InSync {
         .expect("LOCK.INSYNC")
         .into()
 }
+
+/// Takes the free lock `key` for `owner` with a `ttl_ms` lease and counts it as the clients
+/// do (`LOCK.INSYNC`, `WAIT` for the set's members, `LOCK.INSYNC`): panics unless every member
+/// of the master's in-sync set has it, and the set is as large as the master requires.
+/// Returns the token.
+pub fn acquire_counted(con: &mut Connection, key: &str, owner: &str, ttl_ms: u64) -> i64 {
+    let token = acquire(con, key, owner, ttl_ms, &[]).expect("a free lock");
+    let before = insync(con);
+    call(con, &["WAIT", &before.members.to_string(), "5000"]);
+    let after = insync(con);
+    assert!(
+        after.members >= after.required && after.acked >= before.offset,
+        "{key} not counted: {before:?} {after:?}"
+    );
+    token
+}
