@@ -1,7 +1,9 @@
 // A real redis-server with the leasehold module for the tests, on a free loopback port in a
-// temp dir, killed when the process exits; and a TCP proxy whose last connection can be
-// stalled, or that can be cut off altogether. LEASEHOLD_SERVER names the server (default redis-server), LEASEHOLD_MODULE the
-// module (default the repository's debug build).
+// temp dir, killed when the process exits (and a master with two replicas); a TCP proxy whose
+// last connection can be stalled, or that can be cut off altogether; and the client libraries
+// the tests run with. LEASEHOLD_SERVER names the server (default redis-server), LEASEHOLD_MODULE
+// the module (default the repository's debug build), LEASEHOLD_NODE_CLIENTS the library
+// versions (`all`, the default: every major the package claims; `current`: the newest of each).
 
 import { spawn } from 'node:child_process';
 import { closeSync, mkdtempSync, openSync, readFileSync, statSync } from 'node:fs';

@@ -1,8 +1,9 @@
-// The Node package against a real server, with node-redis 6 and 4 and ioredis 6 and 5: every
-// API item, waits on pooled connections of their own (the program's connection stays free, and
-// ioredis's commandTimeout cannot cut a wait short), keyPrefix,
-// using() with renewal and the AbortSignal, a lost reply (its connection closed, not reused),
-// the pools closed with the client, and the read-write lock and semaphore.
+// The Node package against a real server, with each library version helpers.mjs runs (every
+// major of node-redis and ioredis the package claims): every API item, waits on pooled
+// connections of their own (the program's connection stays free, and ioredis's commandTimeout
+// cannot cut a wait short), keyPrefix, using() with renewal and the AbortSignal, a lost reply
+// (its connection closed, not reused), the pools closed with the client, and the read-write
+// lock and semaphore.
 
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';

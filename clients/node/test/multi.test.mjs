@@ -1,5 +1,5 @@
-// createMultiLock against a real master and replica, with node-redis 6 and 4 and ioredis 6 and
-// 5: several locks taken together with one token per key, released and renewed together, one
+// createMultiLock against a real master and replica, with each library version helpers.mjs
+// runs: several locks taken together with one token per key, released and renewed together, one
 // lock object shared by concurrent calls (and crossed key orders) excluding them without
 // deadlock, using() losing the set when part of it goes, and the grant on the replica before
 // it is returned.

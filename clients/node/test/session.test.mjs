@@ -1,4 +1,4 @@
-// Sessions against a real server, with node-redis 6 and 4 and ioredis 6 and 5, a grace of
+// Sessions against a real server, with each library version helpers.mjs runs, a grace of
 // 500 ms: a holder process killed with kill -9 hands its lock to a waiter within the grace; a
 // killed session connection is reconnected within it and nothing is handed over; a holder cut
 // off for longer learns it lost the lock before the waiter is granted; one session per client,
@@ -7,7 +7,9 @@
 // was closed, and unbound for an untied lock; a session the server forgot (as after a
 // failover) replaced, the holding renewed onto the new one over a connection bound to it; a
 // session ended by someone else losing its holding; and sessions off (for the client, or one
-// lock) leaving holdings to their leases.
+// lock) leaving holdings to their leases. And a blip, with the package's defaults: every
+// connection of a holder and a waiter killed once, the holder keeps its lock through the
+// server's 3 s grace, and the waiter waits on.
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';

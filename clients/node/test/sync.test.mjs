@@ -1,5 +1,6 @@
 // Grants — a holder's re-entry, downgrade and upgrade too — and renewals synced to the master's
-// in-sync replica set before they count (the `sync` option), with node-redis and ioredis, on a
+// in-sync replica set before they count (the `sync` option), with node-redis and ioredis (each
+// version helpers.mjs runs; what a write that does not count does, with the newest only), on a
 // real master and replica: running and stopped (SIGSTOP); a replica that just joined the set
 // waited for in the grant's own round trip; a replica killed for good counting until the
 // master drops it from the set, and `lock.min-insync-replicas` refusing grants below it; the
