@@ -20,23 +20,32 @@
 //! test, and the freeze blocks the watchdog too) and writes late. A nemesis, at random
 //! moments, each kind once per round in a random order: `kill -9` of the master (it comes back
 //! at once or after the failover, with its own configuration — so as a master — or as a
-//! replica), `SIGSTOP` of the master past the Sentinel down-after time, a cut link (the master's proxy closes, cutting it off from replicas,
-//! Sentinels and clients), `SENTINEL FAILOVER`, `FAILOVER` (the command; Sentinel does not
-//! follow it but fails over again some 20 s later, redis/redis#13118), and
-//! `CLIENT PAUSE WRITE`, a replica killed for good (once a run: the rest of it runs on two
-//! nodes), and a replica's link to its master cut for 3 to 25 s while the Sentinels and the
-//! clients still reach it; after half of them it waits for the group to settle (one master,
-//! every live replica linked), and the other half the next fault overlaps the Sentinels'
-//! reconfiguration (an old master not yet made a replica can be promoted as it is).
+//! replica), `kill -9` of the master and back within a second, the master killed and back at
+//! once with its original configuration (the first master as a master, the others as replicas
+//! of it: a container, or a templated configuration Sentinel's `CONFIG REWRITE` did not
+//! reach), `SIGSTOP` of the master past the Sentinel down-after time, a cut link (the master's
+//! proxy closes, cutting it off from replicas, Sentinels and clients), `SENTINEL FAILOVER`,
+//! `FAILOVER` (the command, only to check that the module refuses it under Sentinel, which
+//! does not follow it: redis/redis#13118), `CLIENT PAUSE WRITE`, a replica killed for good
+//! (replaced 30 to 60 s later by a new, empty server at its address, as an operator or an
+//! orchestrator would; meanwhile the run has two nodes), and a replica's link to its master
+//! cut for 3 to 25 s while the Sentinels and the clients still reach it; after half of them it
+//! waits for the group to settle (one master, every live replica linked), and the other half
+//! the next fault overlaps the Sentinels' reconfiguration. The in-sync set's timing is learned
+//! from the Sentinels (`down-after-milliseconds 1000`), as in production.
 //!
 //! The checker reports operations, grants, faults by kind, failovers, double grants (expected
 //! under asynchronous replication), split-brain grants (by a server Sentinel had already
 //! replaced), and the two token regressions that must be 0: a grant by the designated master
 //! whose token is not above every grant of the lock acknowledged before it was requested, and
 //! a server issuing a token not above one it issued before, across its restarts. Plus the
-//! store's rejections and a replay of what it accepted. The run fails on a token regression and
-//! on a double grant in the default class, and prints that class's grants as a share of the
-//! unsynced class's (what the safe default costs in availability).
+//! store's rejections and a replay of what it accepted. The run fails on a token regression,
+//! on a double grant in the default class, and on a `FAILOVER` the module let through. It
+//! prints what the safe default costs in availability: the default class's grants as a share
+//! of the unsynced class's (over the whole run, the time with three nodes, and the designated
+//! masters' grants only) with a verdict against 0.5x, the seconds the unsynced class was granted
+//! something and the default class nothing, by the fault before them, its refusals by reason,
+//! and the seconds in which no master granted anything.
 //!
 //! `LEASEHOLD_CHAOS_SECONDS` sets the length (default 20, as in `make test`; `make chaos
 //! DURATION=600` for ten minutes), `LEASEHOLD_CHAOS_SEED` the seed (default: new each run).
@@ -94,10 +103,8 @@ const LOCKS: usize = 4;
 const LEASE: Duration = Duration::from_secs(1);
 /// How long a waiting acquire waits in the server's queue.
 const QUEUE_WAIT: Duration = Duration::from_millis(300);
-/// The in-sync set's timing: a replica that hears nothing from its master for 5 s is
-/// unpromotable (the Sentinels' down-after time is 1 s, so a failover picks a replica well
-/// before), and is dropped 11 s later (the Sentinels read a replica's priority every 10 s).
-const INSYNC: &[&str] = &["insync-timeout-ms", "5000", "insync-drop-delay-ms", "11000"];
+/// How long after a replica is lost for good a new, empty one takes its place.
+const REPLACED_AFTER: Range<u64> = 30_000..60_000;
 
 /// How a class of clients syncs its grants before counting on them (`leasehold-client`'s
 /// `Sync`): the same nemesis hits all three at once.
@@ -136,6 +143,8 @@ impl Class {
 #[derive(Default)]
 struct ClassStats {
     refused: AtomicU64,
+    /// The grants refused, by the reason `NotReplicated` gave (each number as N).
+    reasons: Mutex<BTreeMap<String, u64>>,
     /// Explicit renewals the replicas did not acknowledge (they did not count).
     renewals_refused: AtomicU64,
     /// Long holdings reported lost before their time was up.
@@ -145,6 +154,26 @@ struct ClassStats {
 }
 
 impl ClassStats {
+    /// A grant that did not count, for `reason`.
+    fn refused(&self, reason: &str) {
+        self.refused.fetch_add(1, Ordering::SeqCst);
+        // Each number as N, so that one reason is one entry.
+        let mut shape = String::new();
+        for c in reason.chars() {
+            if !c.is_ascii_digit() {
+                shape.push(c);
+            } else if !shape.ends_with('N') {
+                shape.push('N');
+            }
+        }
+        *self
+            .reasons
+            .lock()
+            .expect("reasons")
+            .entry(shape)
+            .or_default() += 1;
+    }
+
     fn granted(&self, latency_us: u64) {
         self.latencies.lock().expect("latencies").push(latency_us);
     }
@@ -179,11 +208,13 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
     // acknowledged — empty, or from an older RDB — must not grant them again while their
     // holders still count on them; its replicas resync from it and cannot keep them.
     let delay = LEASE.as_millis().to_string();
-    let mut group = Group::with(
-        &history,
-        &[&["restart-delay-ms", &delay][..], INSYNC].concat(),
-        Timing::FAST,
-    );
+    let strictly: &[&str] = if strict() {
+        &["insync-strict", "yes"]
+    } else {
+        &[]
+    };
+    let module_args = [&["restart-delay-ms", &delay][..], strictly].concat();
+    let mut group = Group::with(&history, &module_args, Timing::FAST);
     let first_master = group.addresses[0];
     let run = Arc::new(Run::default());
     let clients: Vec<_> = (0..(CLIENTS_PER_CLASS + HOLDERS_PER_CLASS) * Class::ALL.len())
@@ -314,68 +345,7 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
             "OUT OF ORDER"
         },
     );
-    let lost_at = run
-        .faults
-        .lock()
-        .expect("faults")
-        .iter()
-        .find(|(_, kind)| *kind == Fault::ReplicaLost.name())
-        .map(|(began, _)| *began);
-    let share = |from: u64, to: u64| {
-        let count = |class: Class| {
-            grants
-                .iter()
-                .filter(|g| g.lock.starts_with(class.name()))
-                .filter(|g| (from..to).contains(&g.requested_us))
-                .count() as f64
-        };
-        count(Class::InSync) / count(Class::NotSynced).max(1.0)
-    };
-    // Second by second: in how many of the seconds the unsynced class was granted anything the
-    // default class was too (it was available), and its share of the grants in those seconds.
-    let mut per_second: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-    for grant in &grants {
-        let second = per_second
-            .entry(grant.requested_us / 1_000_000)
-            .or_default();
-        if grant.lock.starts_with(Class::InSync.name()) {
-            second.0 += 1;
-        } else if grant.lock.starts_with(Class::NotSynced.name()) {
-            second.1 += 1;
-        }
-    }
-    let granting = per_second
-        .values()
-        .filter(|(_, unsynced)| *unsynced > 0)
-        .count();
-    let available: Vec<(u64, u64)> = per_second
-        .values()
-        .copied()
-        .filter(|(in_sync, unsynced)| *in_sync > 0 && *unsynced > 0)
-        .collect();
-    let (in_sync_there, unsynced_there) = available
-        .iter()
-        .fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
-    eprintln!(
-        "chaos: the default class was granted something in {} of the {granting} seconds the \
-         unsynced class was ({:.0} %), and in those seconds {:.2}x the unsynced class's grants",
-        available.len(),
-        available.len() as f64 * 100.0 / granting.max(1) as f64,
-        in_sync_there as f64 / unsynced_there.max(1) as f64,
-    );
-    let seconds_of = |us: u64| us as f64 / 1e6;
-    let end = history.now_us();
-    let lost_at = lost_at.unwrap_or(end);
-    eprintln!(
-        "chaos: the default class (synced to the in-sync set) was granted {:.2}x the grants of \
-         the unsynced class: {:.2}x in the {:.0} s with three nodes, {:.2}x in the {:.0} s after \
-         a replica was lost for good",
-        share(0, end),
-        share(0, lost_at),
-        seconds_of(lost_at),
-        share(lost_at, end),
-        seconds_of(end - lost_at),
-    );
+    availability(&grants, &designated, history.now_us(), &run);
     if kill_clients() {
         eprintln!(
             "{}",
@@ -387,6 +357,11 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         );
     }
     assert_eq!((across, own), (0, 0), "token regressions");
+    assert_eq!(
+        run.failovers_let_through.load(Ordering::SeqCst),
+        0,
+        "FAILOVER under Sentinel must be refused"
+    );
     // Outside the default rule's stated assumption (a Sentinel beside each server), double
     // grants are counted and printed, not failed on: lock.insync-strict is the rule there.
     if strict() || !partitions() {
@@ -400,6 +375,100 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         "the store accepted a token not above an earlier one"
     );
     assert!(designated.len() >= 100, "only {} grants", designated.len());
+}
+
+/// The default class's grants over the unsynced class's among `grants`.
+fn share<'a>(grants: impl IntoIterator<Item = &'a Grant>) -> f64 {
+    let (mut in_sync, mut unsynced) = (0_u64, 0_u64);
+    for grant in grants {
+        if grant.lock.starts_with(Class::InSync.name()) {
+            in_sync += 1;
+        } else if grant.lock.starts_with(Class::NotSynced.name()) {
+            unsynced += 1;
+        }
+    }
+    in_sync as f64 / unsynced.max(1) as f64
+}
+
+/// What the safe default cost in availability, printed: the default class's grants as a share
+/// of the unsynced class's (the whole run; the time with three nodes, with a verdict against
+/// 0.5x; the designated masters' grants only), second by second when both were granted, the
+/// seconds the unsynced class was granted something and the default class nothing (by the
+/// fault before them), the default class's refusals by reason, and the seconds in which no
+/// master granted anything (the unsynced class got nothing) until `end_us`.
+fn availability(grants: &[Grant], designated: &[&Grant], end_us: u64, run: &Run) {
+    let lost = run.lost_periods.lock().expect("lost periods");
+    let three_nodes = share(grants.iter().filter(|g| !lost.contains(g.requested_us)));
+    let first_us = grants.iter().map(|g| g.requested_us).min().unwrap_or(0);
+    let three_node_s = (first_us / 1_000_000..end_us.div_ceil(1_000_000))
+        .filter(|second| !lost.contains(second * 1_000_000))
+        .count();
+    eprintln!(
+        "chaos: the default class (synced to the in-sync set) was granted {:.2}x the grants of \
+         the unsynced class: {three_nodes:.2}x in the {three_node_s} s with three nodes \
+         ({}), {:.2}x counting the designated masters' grants only",
+        share(grants),
+        if three_nodes >= 0.5 {
+            "at least 0.5x"
+        } else {
+            "BELOW 0.5x"
+        },
+        share(designated.iter().copied()),
+    );
+    // Second by second: whether each class was granted anything, and how much.
+    let mut per_second: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    for grant in grants {
+        let second = per_second
+            .entry(grant.requested_us / 1_000_000)
+            .or_default();
+        if grant.lock.starts_with(Class::InSync.name()) {
+            second.0 += 1;
+        } else if grant.lock.starts_with(Class::NotSynced.name()) {
+            second.1 += 1;
+        }
+    }
+    let granting = per_second
+        .values()
+        .filter(|(_, unsynced)| *unsynced > 0)
+        .count();
+    let both: Vec<(u64, u64)> = per_second
+        .values()
+        .copied()
+        .filter(|(in_sync, unsynced)| *in_sync > 0 && *unsynced > 0)
+        .collect();
+    let (in_sync_there, unsynced_there) = both.iter().fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
+    let faults = run.faults.lock().expect("faults");
+    let mut without: BTreeMap<&str, u64> = BTreeMap::new();
+    for (second, _) in per_second
+        .iter()
+        .filter(|(_, (in_sync, unsynced))| *in_sync == 0 && *unsynced > 0)
+    {
+        let fault = faults
+            .iter()
+            .take_while(|(began, _)| *began <= second * 1_000_000)
+            .last()
+            .map_or("none", |(_, kind)| *kind);
+        *without.entry(fault).or_default() += 1;
+    }
+    let reasons = run
+        .stats(Class::InSync)
+        .reasons
+        .lock()
+        .expect("reasons")
+        .clone();
+    let first = per_second.keys().next().copied().unwrap_or(0);
+    let seconds = end_us.div_ceil(1_000_000).saturating_sub(first);
+    eprintln!(
+        "chaos: the default class was granted something in {} of the {granting} seconds the \
+         unsynced class was ({:.0} %), and in those seconds {:.2}x the unsynced class's grants; \
+         seconds without a synced grant, by the fault before them: {without:?}; its refusals by \
+         reason: {reasons:?}; {} of {seconds} s with no master granting (the unsynced class got \
+         nothing)",
+        both.len(),
+        both.len() as f64 * 100.0 / granting.max(1) as f64,
+        in_sync_there as f64 / unsynced_there.max(1) as f64,
+        seconds.saturating_sub(granting as u64),
+    );
 }
 
 /// `LEASEHOLD_CHAOS_PARTITIONS`: the nemesis also cuts the master and a replica off from the
@@ -435,6 +504,33 @@ struct Run {
     /// Holder processes the crashers started, and those killed while holding.
     holder_processes: AtomicU64,
     kills: Mutex<Vec<Kill>>,
+    /// `FAILOVER` commands the module did not refuse (it must refuse every one).
+    failovers_let_through: AtomicU64,
+    /// When a replica was lost for good, until a new one took its place.
+    lost_periods: Mutex<Periods>,
+}
+
+/// Stretches of the run (µs on the history's clock), the last possibly open.
+#[derive(Default)]
+struct Periods(Vec<(u64, Option<u64>)>);
+
+impl Periods {
+    fn begin(&mut self, at: u64) {
+        self.0.push((at, None));
+    }
+
+    fn push_end(&mut self, at: u64) {
+        if let Some((_, end @ None)) = self.0.last_mut() {
+            *end = Some(at);
+        }
+    }
+
+    /// Whether `at` lies in one of them (an open one runs to the end).
+    fn contains(&self, at: u64) -> bool {
+        self.0
+            .iter()
+            .any(|(begin, end)| *begin <= at && end.is_none_or(|end| at < end))
+    }
 }
 
 /// The double grants of `pairs` by the last fault that began before the later grant was
@@ -467,20 +563,26 @@ enum Fault {
     /// `kill -9`; it comes back with what its persistence kept (or empty), after the failover or
     /// at once, with its own configuration (as a master) or as a replica.
     Kill,
+    /// `kill -9`, and back within a second with its own configuration, before any Sentinel or
+    /// replica reached it again: it must know it belongs to a group.
+    FastRestart,
+    /// `kill -9`, and back at once with the group's original configuration: the first master
+    /// as a master, the others as replicas of it (which may itself follow this one).
+    RestartOriginal,
     /// `SIGSTOP` past the Sentinels' down-after time, then `SIGCONT`.
     Stop,
     /// Its proxy closes: cut off from replicas, Sentinels and clients until reconnected.
     CutOff,
     /// `SENTINEL FAILOVER`, while the old master keeps running.
     SentinelFailover,
-    /// The `FAILOVER` command to a replica (writes paused while it catches up); the
-    /// Sentinels only follow it some 20 s later, after seeing their master report itself a
-    /// replica.
+    /// The `FAILOVER` command to a replica, which the module refuses while Sentinels watch (they
+    /// would only follow it some 20 s later, after seeing their master report itself a
+    /// replica, and it could leave two servers replicating from each other).
     FailoverCommand,
     /// `CLIENT PAUSE 2000 WRITE`.
     ClientPause,
-    /// `kill -9` of a replica, which never comes back: the rest of the run has one node fewer
-    /// (once a run; later, a cut link instead).
+    /// `kill -9` of a replica, which never comes back; a new, empty server takes its place
+    /// [`REPLACED_AFTER`] later (meanwhile a cut link instead).
     ReplicaLost,
     /// A replica's link to its master cut for 3 to 25 s, while the Sentinels and the clients
     /// still reach it (long enough, often, for the master to drop it from the in-sync set).
@@ -492,8 +594,10 @@ enum Fault {
 }
 
 impl Fault {
-    const ALL: [Fault; 8] = [
+    const ALL: [Fault; 10] = [
         Fault::Kill,
+        Fault::FastRestart,
+        Fault::RestartOriginal,
         Fault::Stop,
         Fault::CutOff,
         Fault::SentinelFailover,
@@ -506,10 +610,12 @@ impl Fault {
     fn name(self) -> &'static str {
         match self {
             Fault::Kill => "kill -9 of the master",
+            Fault::FastRestart => "kill -9 of the master, back within a second",
+            Fault::RestartOriginal => "kill -9 of the master, back with its original configuration",
             Fault::Stop => "SIGSTOP of the master",
             Fault::CutOff => "master cut off",
             Fault::SentinelFailover => "SENTINEL FAILOVER",
-            Fault::FailoverCommand => "FAILOVER",
+            Fault::FailoverCommand => "FAILOVER refused",
             Fault::ClientPause => "CLIENT PAUSE WRITE",
             Fault::ReplicaLost => "replica killed for good",
             Fault::ReplicaLinkCut => "replica's link cut",
@@ -523,7 +629,7 @@ impl Fault {
         self,
         group: &mut Group,
         master: usize,
-        history: &History,
+        run: &Run,
         rng: &mut StdRng,
     ) -> &'static str {
         let failover_within = Duration::from_secs(15);
@@ -551,6 +657,12 @@ impl Fault {
                     (None, false, Persistence::Nothing) => "kill -9, back at once empty",
                 };
             }
+            Fault::FastRestart => {
+                group.servers[master].kill();
+                thread::sleep(Duration::from_millis(rng.random_range(0..1_000)));
+                group.restart(master, false, None);
+            }
+            Fault::RestartOriginal => group.restart_original(master),
             Fault::Stop => {
                 group.servers[master].signal("STOP");
                 group.wait_for_failover(master, failover_within);
@@ -598,13 +710,17 @@ impl Fault {
                     return "no replica left to fault";
                 };
                 let mut con = group.servers[master].client();
-                let mut failover = redis::cmd("FAILOVER");
-                failover
+                let refused = redis::cmd("FAILOVER")
                     .arg("TO")
                     .arg("127.0.0.1")
-                    .arg(group.addresses[target]);
-                if failover.arg("TIMEOUT").arg(3_000).exec(&mut con).is_ok() {
-                    group.follow_promotion(target, history, Duration::from_secs(4));
+                    .arg(group.addresses[target])
+                    .arg("TIMEOUT")
+                    .arg(3_000)
+                    .exec(&mut con)
+                    .is_err_and(|error| error.to_string().contains("refused by the lock module"));
+                if !refused {
+                    run.failovers_let_through.fetch_add(1, Ordering::SeqCst);
+                    return "FAILOVER let through";
                 }
             }
             Fault::ClientPause => {
@@ -635,11 +751,28 @@ fn nemesis(
     let started = Instant::now();
     let mut faults = BTreeMap::new();
     let mut round = Vec::new();
+    // A replica lost for good, and when a new one takes its place.
+    let mut replacement: Option<(usize, Instant)> = None;
     while started.elapsed() < length {
         thread::sleep(Duration::from_millis(rng.random_range(500..2_000)));
         let Some(master) = group.master() else {
             continue;
         };
+        if let Some((lost, due)) = replacement
+            && Instant::now() >= due
+            && lost != master
+        {
+            group.replace(lost, master);
+            run.lost_periods
+                .lock()
+                .expect("lost periods")
+                .push_end(history.now_us());
+            *faults
+                .entry("lost replica replaced by an empty one")
+                .or_default() += 1;
+            replacement = None;
+            continue;
+        }
         if round.is_empty() {
             round = Fault::ALL.to_vec();
             if partitions() {
@@ -651,9 +784,16 @@ fn nemesis(
         }
         let fault = round.pop().expect("a fault");
         let began = history.now_us();
-        let done = fault.inflict(group, master, history, &mut rng);
+        let done = fault.inflict(group, master, run, &mut rng);
         run.faults.lock().expect("faults").push((began, done));
         *faults.entry(done).or_default() += 1;
+        if done == Fault::ReplicaLost.name()
+            && let Some(&lost) = group.lost_servers().first()
+        {
+            run.lost_periods.lock().expect("lost periods").begin(began);
+            let after = Duration::from_millis(rng.random_range(REPLACED_AFTER));
+            replacement = Some((lost, Instant::now() + after));
+        }
         // Half the time the next fault waits for the group to settle (the Sentinels make an old
         // master a replica some seconds later); the other half it comes while they still
         // reconfigure, as a nemesis in production would.
@@ -799,8 +939,8 @@ async fn hold(
     let guard = match acquired {
         Ok(Some(guard)) => guard,
         Ok(None) => return Ok(()),
-        Err(Error::NotReplicated { .. }) => {
-            stats.refused.fetch_add(1, Ordering::SeqCst);
+        Err(Error::NotReplicated { reason }) => {
+            stats.refused(&reason);
             return Ok(());
         }
         Err(error) => return Err(error),

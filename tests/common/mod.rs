@@ -353,10 +353,11 @@ impl Server {
         self.restart();
     }
 
-    /// Deletes what a stopped server kept: its RDB and its AOF.
+    /// Deletes what a stopped server kept: its RDB, its AOF and the module's state file.
     pub fn wipe(&mut self) {
         assert!(self.child.is_none(), "stop the server before wiping it");
         let _ = std::fs::remove_file(self.dir().join("dump.rdb"));
+        let _ = std::fs::remove_file(self.dir().join("dump.leasehold"));
         let _ = std::fs::remove_dir_all(self.dir().join("appendonlydir"));
     }
 

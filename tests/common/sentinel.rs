@@ -375,10 +375,27 @@ impl Group {
         lines.join("; ")
     }
 
-    /// Kills server `index` with `kill -9` for good: it never comes back.
+    /// Kills server `index` with `kill -9` for good: it never comes back, though a new one may
+    /// take its place ([`Group::replace`]).
     pub fn lose(&mut self, index: usize) {
         self.servers[index].kill();
         self.lost.insert(index);
+    }
+
+    /// Puts a new, empty server in the place of server `index`, lost for good, as an operator
+    /// or an orchestrator would: the same address, no data, a replica of server `master`.
+    pub fn replace(&mut self, index: usize, master: usize) {
+        self.servers[index].wipe();
+        self.restart(index, false, Some(master));
+        self.lost.remove(&index);
+    }
+
+    /// Kills server `index` and brings it back at once with its original configuration — the
+    /// first master as a master, the others as replicas of it — as a container or a templated
+    /// configuration that Sentinel's `CONFIG REWRITE` did not reach would.
+    pub fn restart_original(&mut self, index: usize) {
+        self.servers[index].kill();
+        self.restart(index, false, (index != 0).then_some(0));
     }
 
     /// The servers not lost for good, other than `master`.
@@ -388,9 +405,14 @@ impl Group {
             .collect()
     }
 
-    /// True once a server was lost for good.
+    /// True while a server is lost for good (and not replaced).
     pub fn lost_any(&self) -> bool {
         !self.lost.is_empty()
+    }
+
+    /// The servers lost for good and not replaced.
+    pub fn lost_servers(&self) -> Vec<usize> {
+        self.lost.iter().copied().collect()
     }
 
     /// The loopback address server `index` connects out from: 127.0.0.2, 127.0.0.3, ...
