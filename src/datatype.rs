@@ -57,7 +57,7 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         free_effort2: None,
         unlink2: Some(unlink),
         copy2: None,
-        aux_save2: None,
+        aux_save2: Some(aux_save_once_used),
     },
 );
 
@@ -170,8 +170,20 @@ unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) 
     saved::save(unsafe { &*value.cast::<Lock>() }, &mut Rdb(rdb));
 }
 
+/// Saves the fencing counter as auxiliary data (Redis 7.0, which has no `aux_save2`).
 unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
     raw::save_unsigned(rdb, state::counter().last());
+}
+
+/// Saves the fencing counter once it issued or loaded a token, and nothing before: Redis 7.2 and
+/// later and Valkey then leave the module's field out of the RDB (`aux_save2`, preferred to
+/// `aux_save` where known), so that a replica without the module still loads its master's full
+/// sync after a `MODULE LOAD` on the master until a lock is taken — Redis stops a server that
+/// finds module data it cannot load.
+unsafe extern "C" fn aux_save_once_used(rdb: *mut raw::RedisModuleIO, when: c_int) {
+    if state::counter().last() > 0 {
+        unsafe { aux_save(rdb, when) };
+    }
 }
 
 unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {

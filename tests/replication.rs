@@ -219,3 +219,42 @@ fn wait_after_a_hand_over_counts_only_replicas_that_have_the_grant() {
         );
     }
 }
+
+/// `MODULE LOAD` on a running master whose replica lacks the module: the replica's next full
+/// sync still loads (Redis stops a server that finds module data it cannot load), since the
+/// module saves nothing in the RDB before it issued a token (`aux_save2`, Redis 7.2 and later,
+/// and Valkey; Redis 7.0 always writes the module's field, so there the module goes on the
+/// replicas first: docs/operations/upgrading.md).
+#[test]
+fn module_load_on_a_running_master_leaves_a_replica_without_it_running() {
+    let master = Server::without_module(&["--enable-module-command", "yes"]);
+    let mut replica = Server::without_module(&[]);
+    replica.replicate(&master);
+    let mut m = master.client();
+    let version = info_field(&mut m, "server", "redis_version").expect("a version");
+    let (major, minor) = version
+        .split_once('.')
+        .and_then(|(major, rest)| {
+            Some((
+                major.parse::<u32>().ok()?,
+                rest.split('.').next()?.parse::<u32>().ok()?,
+            ))
+        })
+        .expect("a version");
+    if (major, minor) < (7, 2) {
+        eprintln!("Redis {version} has no aux_save2: the module's field is always in the RDB");
+        return;
+    }
+    let module = common::module_path().to_string_lossy().into_owned();
+    call(&mut m, &["MODULE", "LOAD", &module]);
+    call(&mut m, &["SET", "plain", "value"]);
+    // A full sync: the replica restarts with nothing.
+    replica.restart_empty();
+    replica.replicate(&master);
+    let mut r = replica.client();
+    assert_eq!(
+        call(&mut r, &["GET", "plain"]),
+        Value::BulkString(b"value".to_vec()),
+        "the replica loaded its master's full sync"
+    );
+}
