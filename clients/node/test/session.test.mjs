@@ -16,7 +16,7 @@ import { spawn } from 'node:child_process';
 import { after, afterEach, before, describe, it } from 'node:test';
 
 import { createLock, createMultiLock, setSessionOptions } from '../dist/index.js';
-import { CLIENTS, close, freePort, lockInfo, stallingProxy, startServer, until, waiters } from './helpers.mjs';
+import { CLIENTS, NEWEST, close, freePort, lockInfo, stallingProxy, startServer, until, waiters } from './helpers.mjs';
 
 const GRACE = 500;
 /** How long after a blip the holder must keep its lock: the server's default grace. */
@@ -36,12 +36,22 @@ async function sessionConnections() {
 }
 
 /** The commands the server runs from now on (`MONITOR`), each as `{ args, source }` (the
- * client's `ip:port`); `stop()` ends it. */
+ * client's `ip:port`); `stop()` ends it. On a node-redis connection: ioredis's `monitor()` fails
+ * now and then ("Command queue state error") when a command is monitored right behind the `OK`
+ * to `MONITOR`, as the module's own `INFO` every 200 ms can be. */
 async function monitored() {
   const seen = [];
-  const monitor = await server.admin.monitor();
-  monitor.on('monitor', (_time, args, source) => seen.push({ args, source }));
-  return { seen, stop: () => monitor.disconnect() };
+  const monitor = await NEWEST['node-redis 6'](server.port);
+  await monitor.monitor((line) => seen.push(monitorLine(line)));
+  return { seen, stop: () => monitor.destroy() };
+}
+
+/** A `MONITOR` line — `1700000000.000001 [0 127.0.0.1:5000] "LOCK.RENEW" "key" ...` — as
+ * `{ args, source }`. */
+function monitorLine(line) {
+  const [, source, quoted] = /^\S+ \[\d+ (\S+)\] (.*)$/s.exec(line);
+  const args = [...quoted.matchAll(/"((?:[^"\\]|\\.)*)"/g)].map(([, arg]) => arg.replace(/\\(.)/g, '$1'));
+  return { args, source };
 }
 
 /** Of `seen` (a {@link monitored} log): the acquires and renewals of `keys`, and the
