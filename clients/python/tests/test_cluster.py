@@ -18,6 +18,9 @@ import leasehold
 import leasehold.asyncio
 from conftest import aclose, cluster_nodes, wait_until, waiters
 
+#: Making the cluster takes 5 to 40 s: started first (conftest.py).
+pytestmark = pytest.mark.long
+
 
 @pytest.fixture(scope="module")
 def nodes():

@@ -17,6 +17,9 @@ import leasehold
 import leasehold.asyncio
 from conftest import aclose, fence, wait_until
 
+#: About 25 s of tests: started first (conftest.py).
+pytestmark = pytest.mark.long
+
 #: Long enough that a stopped replica holds a round trip in its WAIT until resumed.
 PATIENT = leasehold.Sync(timeout=10)
 WRITES = 20

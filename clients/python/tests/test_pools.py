@@ -18,6 +18,9 @@ import leasehold
 import leasehold.asyncio
 from conftest import aclose, wait_until, waiters
 
+#: About 25 s of tests: started first (conftest.py).
+pytestmark = pytest.mark.long
+
 
 def connections_received(admin) -> int:
     """Connections the server accepted so far (``admin``'s own is already open)."""

@@ -25,8 +25,8 @@ import redis.asyncio
 
 import leasehold
 import leasehold.asyncio
-from conftest import (ROOT, Waiter, aclose, as_map, close_listener, free_port, info, wait_until,
-                      waiters)
+from conftest import (ROOT, Waiter, aclose, as_map, close_listener, free_port, info, probe,
+                      wait_until, waiters)
 
 GRACE = 0.5
 
@@ -222,7 +222,7 @@ def test_after_a_restart_the_holdings_are_tied_to_a_new_session(tmp_path, name):
     start = lambda: subprocess.Popen([binary, *command], stdout=subprocess.DEVNULL)  # noqa: E731
     running = start()
     try:
-        admin = redis.Redis(port=port)
+        admin = probe(port)
         wait_until(lambda: ping(admin))
         client = redis.Redis(port=port)
         leasehold.configure_sessions(client, grace=2)

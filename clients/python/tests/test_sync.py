@@ -1,7 +1,7 @@
 """Grants and renewals synced to the master's in-sync replicas before they count
 (``leasehold.Sync``), sync and asyncio, on a real master and replicas: running, stopped
-(``SIGSTOP``), detached, attached just before a grant, and killed for good (dropped from the
-set, then too few for ``lock.min-insync-replicas``)."""
+(``SIGSTOP``), detached, and attached just before a grant. Replicas killed for good:
+test_replica_killed.py and test_watchdog.py."""
 
 import asyncio
 import signal
@@ -14,14 +14,11 @@ import redis.asyncio
 
 import leasehold
 import leasehold.asyncio
-from conftest import (QUICK, Server, aclose, fence, group, insync_replicas, stop_all, wait_until,
+from conftest import (ACKED_LATE, QUICK, Server, aclose, fence, insync_replicas, stop_all, wait_until,
                       waiters)
 
-#: A replica silent for 1 s makes itself unpromotable, and the master drops it from the set
-#: 0.5 s after that is sure: a few seconds after it died (2.7 s measured).
-QUICK_DROP = ("insync-timeout-ms", "1000", "insync-drop-delay-ms", "500")
-
-ACKED_LATE = "not every in-sync replica acknowledged within 200 ms"
+#: About 25 s of tests: started first (conftest.py).
+pytestmark = pytest.mark.long
 
 #: A session's grace longer than any lease here: ``lease_end`` is the lease's end then (with a
 #: shorter one, the session's deadline when sooner, which every heartbeat moves on).
@@ -151,52 +148,6 @@ def test_a_replica_that_left_counts_until_the_master_drops_it(replicated, name):
             lock.acquire(blocking=False)
     assert insync_replicas(master) == 1, "dropped only after lock.insync-timeout-ms and more"
     assert leasehold.Lock(r, name, timeout=10, sync=leasehold.SYNC_OFF).acquire(blocking=False)
-
-
-@pytest.mark.every_redis_py
-def test_a_replica_killed_for_good_stops_counting_once_the_master_drops_it(name):
-    master, (dead, alive) = group(2, QUICK_DROP)
-    try:
-        r = redis.Redis(port=master.port)
-        made_before = leasehold.Lock(r, name, timeout=10, thread_local=False, sync=QUICK)
-        assert made_before.acquire(blocking=False)
-        made_before.release()
-        dead.stop()
-        killed = time.monotonic()
-        made_after = leasehold.Lock(r, name + ":after", timeout=10, thread_local=False, sync=QUICK)
-        refusals = {made_before: [], made_after: []}
-        while refusals:
-            assert time.monotonic() - killed < 6, f"still refused: {refusals}"
-            for lock in list(refusals):
-                try:
-                    granted = lock.acquire(blocking=False)
-                except leasehold.NotReplicatedError as refused:
-                    refusals[lock].append(str(refused))
-                    continue
-                assert granted and insync_replicas(master) == 1, "granted only once dropped"
-                assert fence(alive, lock.name) == lock.fencing_token
-                assert refusals.pop(lock)[0] == ACKED_LATE, "refused while the dead one was in the set"
-            time.sleep(0.1)
-    finally:
-        stop_all([master, dead, alive])
-
-
-def test_fewer_in_sync_replicas_than_required_refuse_every_grant(name):
-    master, (dead, alive) = group(2, QUICK_DROP + ("min-insync-replicas", "2"))
-    try:
-        r = redis.Redis(port=master.port)
-        lock = leasehold.Lock(r, name, timeout=10, thread_local=False, sync=QUICK)
-        assert lock.acquire(blocking=False)
-        lock.release()
-        dead.stop()
-        wait_until(lambda: insync_replicas(master) == 1)
-        with pytest.raises(leasehold.NotReplicatedError) as refused:
-            lock.acquire(blocking=False)
-        assert str(refused.value) == (
-            "the master has 1 in-sync replicas, fewer than lock.min-insync-replicas (2)")
-        assert r.exists(name) == 0, "released"
-    finally:
-        stop_all([master, dead, alive])
 
 
 async def test_asyncio_grants_and_renewals_are_synced_too(replicated, name):

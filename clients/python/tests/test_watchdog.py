@@ -8,12 +8,16 @@ same fencing token two leases on."""
 import asyncio
 import time
 
+import pytest
 import redis
 import redis.asyncio
 
 import leasehold
 import leasehold.asyncio
 from conftest import QUICK, aclose, group, holding, insync_replicas, stop_all
+
+#: Two 9 s leases: started first (conftest.py).
+pytestmark = pytest.mark.long
 
 #: The holders' lease, in seconds: renewed every 3 s, and counted 8.9 s from the grant.
 LEASE = 9

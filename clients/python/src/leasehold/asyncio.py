@@ -810,9 +810,8 @@ class Lock(LockBase):
 
 class Keeper:
     """The watchdog as a task (see :class:`leasehold.lock.Keeper`): renews every third of the
-    lease until stopped or refused as not held, a renewal that did not count again soon
-    (:class:`leasehold._protocol.Renewals`); sets :attr:`lost` when the lease that counted ends
-    first."""
+    lease (one that did not count, again soon: :class:`leasehold._protocol.Renewals`) until
+    stopped or refused as not held; sets :attr:`lost` when the lease that counted ends first."""
 
     def __init__(
         self, renew: Callable[[int, float], Awaitable[bool]], lease_ms: int, lease: Lease

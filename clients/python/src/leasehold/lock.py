@@ -437,9 +437,9 @@ class Lock(LockBase):
       write to, so it can reject a holder whose lease ran out.
     - A module lock always has a lease: with ``timeout=None`` it is 30 s, renewed by the
       watchdog until release. ``watchdog=True`` turns the watchdog on for any ``timeout``: a
-      thread renews the lease every third of it, and a renewal that did not count soon again
-      (see :class:`Keeper`); it stops for good at release or when a renewal is refused because
-      the lock is no longer held (it never takes the lock back), and then sets :attr:`lost`.
+      thread renews the lease every third of it (one that did not count, again soon: see
+      :class:`Keeper`), stops for good at release or when a renewal is refused because the
+      lock is no longer held (it never takes the lock back), and then sets :attr:`lost`.
     - ``locked()`` and ``owned()`` ask the module (``GET`` on a module lock is ``WRONGTYPE``).
     - Every holding is tied to the client's session (see
       :func:`leasehold.configure_sessions`): the server releases it a grace after the client's
