@@ -63,8 +63,8 @@ export interface LockOptions {
      * Renew the lease every third of it until release (always on in `using`). A renewal that did
      * not count — too few replicas acknowledged it (`sync`), no reply came, its connection died,
      * no connection could be had — is tried again soon: at once on a new connection after a dead
-     * one, otherwise 500 ms later (each synced try already waits up to the sync timeout), again
-     * and again, until one counts or the lease that last counted (less the drift allowance) ends:
+     * one, otherwise 500 ms later, or a third of the lease when that is shorter (each synced try
+     * already waits up to the sync timeout), again and again, until one counts or the lease that last counted (less the drift allowance) ends:
      * then the holding is lost and its `signal` aborts. A renewal refused because this owner no
      * longer holds the lock loses the holding at once.
      */

@@ -459,7 +459,7 @@ class Held {
      * again soon, and again, until one counts or the last lease that counted ends (the expiry
      * then reports the loss) — at once after a dead connection (it was closed: the next try goes
      * on a fresh one) unless the try that failed was such a retry already, otherwise after
-     * {@link RENEW_RETRY_MS}.
+     * {@link RENEW_RETRY_MS} (a third of the lease, when that is shorter).
      */
     async tick() {
         if (this.released)
@@ -470,7 +470,7 @@ class Held {
                 return;
         }
         catch (error) {
-            next = error instanceof LostReply && !this.retriedAtOnce ? 0 : RENEW_RETRY_MS;
+            next = error instanceof LostReply && !this.retriedAtOnce ? 0 : Math.min(RENEW_RETRY_MS, this.ttl / 3);
         }
         this.retriedAtOnce = next === 0;
         if (!this.released && !this.lost.signal.aborted)

@@ -70,8 +70,8 @@ export interface LockOptions {
    * Renew the lease every third of it until release (always on in `using`). A renewal that did
    * not count — too few replicas acknowledged it (`sync`), no reply came, its connection died,
    * no connection could be had — is tried again soon: at once on a new connection after a dead
-   * one, otherwise 500 ms later (each synced try already waits up to the sync timeout), again
-   * and again, until one counts or the lease that last counted (less the drift allowance) ends:
+   * one, otherwise 500 ms later, or a third of the lease when that is shorter (each synced try
+   * already waits up to the sync timeout), again and again, until one counts or the lease that last counted (less the drift allowance) ends:
    * then the holding is lost and its `signal` aborts. A renewal refused because this owner no
    * longer holds the lock loses the holding at once.
    */
@@ -631,7 +631,7 @@ class Held implements Holding, Tied {
    * again soon, and again, until one counts or the last lease that counted ends (the expiry
    * then reports the loss) — at once after a dead connection (it was closed: the next try goes
    * on a fresh one) unless the try that failed was such a retry already, otherwise after
-   * {@link RENEW_RETRY_MS}.
+   * {@link RENEW_RETRY_MS} (a third of the lease, when that is shorter).
    */
   private async tick(): Promise<void> {
     if (this.released) return;
@@ -639,7 +639,7 @@ class Held implements Holding, Tied {
     try {
       if (!(await this.renew())) return;
     } catch (error) {
-      next = error instanceof LostReply && !this.retriedAtOnce ? 0 : RENEW_RETRY_MS;
+      next = error instanceof LostReply && !this.retriedAtOnce ? 0 : Math.min(RENEW_RETRY_MS, this.ttl / 3);
     }
     this.retriedAtOnce = next === 0;
     if (!this.released && !this.lost.signal.aborted) this.schedule(next);

@@ -47,9 +47,9 @@ async function monitored() {
 }
 
 /** A `MONITOR` line — `1700000000.000001 [0 127.0.0.1:5000] "LOCK.RENEW" "key" ...` — as
- * `{ args, source }`. */
+ * `{ args, source }` (the module's own commands have no source on Redis 8 and Valkey 8). */
 function monitorLine(line) {
-  const [, source, quoted] = /^\S+ \[\d+ (\S+)\] (.*)$/s.exec(line);
+  const [, source, quoted] = /^\S+ \[\d+ ?([^\]]*)\] (.*)$/s.exec(line);
   const args = [...quoted.matchAll(/"((?:[^"\\]|\\.)*)"/g)].map(([, arg]) => arg.replace(/\\(.)/g, '$1'));
   return { args, source };
 }
