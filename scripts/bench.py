@@ -644,11 +644,20 @@ def node_with_client():
     return folder
 
 
+def failovers(binary):
+    """benches/failover.rs on `binary`: it starts its own Sentinel groups and clusters."""
+    return rust_bench("failover", LEASEHOLD_SERVER=binary)
+
+
 def cargo_bench(server, name):
     """The Markdown tables a Rust benchmark (benches/<name>.rs) prints, run against `server`."""
-    env = dict(os.environ, LEASEHOLD_BENCH_URL=f"redis://127.0.0.1:{server.port}")
-    out = subprocess.run(["cargo", "bench", "--quiet", "--bench", name], cwd=ROOT, env=env,
-                         capture_output=True, text=True, check=True).stdout
+    return rust_bench(name, LEASEHOLD_BENCH_URL=f"redis://127.0.0.1:{server.port}")
+
+
+def rust_bench(name, **env):
+    """The Markdown tables `cargo bench --bench <name>` prints, with `env` added."""
+    out = subprocess.run(["cargo", "bench", "--quiet", "--bench", name], cwd=ROOT,
+                         env=dict(os.environ, **env), capture_output=True, text=True, check=True).stdout
     return [line for line in out.splitlines() if line.startswith("|") or not line.strip()]
 
 
@@ -678,6 +687,9 @@ def main():
         multi_rows = cargo_bench(server, "multi")
         sync_latency, sync_tasks, sync_connections = client_sync_tables(client_sync(servers["redis-7.0"]))
         session_rows = sessions_table(*sessions(servers["redis-7.0"]))
+        print("  failovers at Redis's own timeouts, with the module and without (benches/failover.rs)",
+              file=sys.stderr)
+        failover_rows = failovers(servers["redis-7.0"])
         print(f"  the module before the core split ({BEFORE})", file=sys.stderr)
         redesign = before_after(servers["redis-7.0"], servers["valkey-8.1"], build_before())
         profiles = {}
@@ -884,6 +896,21 @@ def main():
         *shared_rows,
         "",
         *session_rows,
+        "## Failover at Redis's own timeouts",
+        "",
+        f"A master killed with `kill -9` for good, on Redis {server.version} with Sentinel 7.0.15 "
+        "(three servers, three Sentinels, quorum 2) or Redis Cluster (three masters, a replica of "
+        "the one killed): the time until the Sentinels name a replica master (for a Cluster: the "
+        "replica reports the master role and every node `cluster_state:ok`), with the module — "
+        "which learns the failover time from the Sentinels or `cluster-node-timeout` and gives "
+        "its in-sync members leases that outlast it — and without it, in the same run "
+        "(`benches/failover.rs`: each case three times, the median with the least and the most). "
+        "Target: within the time Redis alone takes plus 10 s. Then a replica killed for good: the "
+        "time until a grant synced to the in-sync set counts again (the master dropped it), "
+        "target `down-after-milliseconds` plus 10 s.",
+        "",
+        *failover_rows,
+        "",
         "## The clients: grants synced to a replica",
         "",
         f"Each client on Redis {server.version}, a master with one replica on loopback, grants "

@@ -334,7 +334,7 @@ fn a_master_taking_a_slot_issues_tokens_above_the_slots_last_master() {
 #[test]
 fn a_cluster_fails_over_only_to_an_in_sync_replica_which_holds_every_synced_lock() {
     let mut nodes = cluster();
-    let mut replica = add_replica(&nodes, &nodes[0], NODE_TIMEOUT_MS);
+    let mut replica = add_replica(&nodes, &nodes[0], NODE_TIMEOUT_MS, true);
     let master = &nodes[0];
     assert_eq!(
         no_failover(&replica),

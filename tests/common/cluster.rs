@@ -13,36 +13,41 @@ pub const NODE_TIMEOUT_MS: u64 = 5_000;
 /// [`NODE_TIMEOUT_MS`]: to be made a replica of a master (`CLUSTER MEET`, then
 /// `CLUSTER REPLICATE`).
 pub fn node_with(module_args: &[&str]) -> Server {
-    node_timed(module_args, NODE_TIMEOUT_MS)
+    node_timed(Some(module_args), NODE_TIMEOUT_MS)
 }
 
-/// Like [`node_with`], with a `cluster-node-timeout` of `node_timeout_ms`.
-pub fn node_timed(module_args: &[&str], node_timeout_ms: u64) -> Server {
+/// Like [`node_with`], with a `cluster-node-timeout` of `node_timeout_ms`; without the module
+/// when `module_args` is `None`.
+pub fn node_timed(module_args: Option<&[&str]>, node_timeout_ms: u64) -> Server {
     let bus = free_port().to_string();
     let timeout = node_timeout_ms.to_string();
-    Server::with_module_args(
-        module_args,
-        &[
-            "--cluster-enabled",
-            "yes",
-            "--cluster-port",
-            &bus,
-            "--cluster-config-file",
-            "nodes.conf",
-            "--cluster-node-timeout",
-            &timeout,
-        ],
-    )
+    let args = [
+        "--cluster-enabled",
+        "yes",
+        "--cluster-port",
+        &bus,
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        &timeout,
+    ];
+    match module_args {
+        Some(module_args) => Server::with_module_args(module_args, &args),
+        None => Server::without_module(&args),
+    }
 }
 
 /// Three masters with the slots spread by `redis-cli --cluster create`, ready (`cluster_state:ok`).
 pub fn cluster() -> Vec<Server> {
-    cluster_timed(NODE_TIMEOUT_MS)
+    cluster_timed(NODE_TIMEOUT_MS, true)
 }
 
-/// Like [`cluster`], with a `cluster-node-timeout` of `node_timeout_ms`.
-pub fn cluster_timed(node_timeout_ms: u64) -> Vec<Server> {
-    let nodes: Vec<Server> = (0..3).map(|_| node_timed(&[], node_timeout_ms)).collect();
+/// Like [`cluster`], with a `cluster-node-timeout` of `node_timeout_ms`, with the module or
+/// without it.
+pub fn cluster_timed(node_timeout_ms: u64, module: bool) -> Vec<Server> {
+    let nodes: Vec<Server> = (0..3)
+        .map(|_| node_timed(module.then_some(&[][..]), node_timeout_ms))
+        .collect();
     let addresses: Vec<String> = nodes
         .iter()
         .map(|n| format!("127.0.0.1:{}", n.port))
@@ -98,11 +103,16 @@ pub fn no_failover(server: &Server) -> String {
     value
 }
 
-/// A new node (`cluster-node-timeout` `node_timeout_ms`) made a replica of `master`
-/// (`CLUSTER MEET`, `CLUSTER REPLICATE`), once every one of `nodes` knows it (the masters vote
-/// only for a replica they know) — not waiting for it to join the in-sync set.
-pub fn add_replica(nodes: &[Server], master: &Server, node_timeout_ms: u64) -> Server {
-    let replica = node_timed(&[], node_timeout_ms);
+/// A new node (`cluster-node-timeout` `node_timeout_ms`, with the module or without) made a
+/// replica of `master` (`CLUSTER MEET`, `CLUSTER REPLICATE`), once every one of `nodes` knows it
+/// (the masters vote only for a replica they know) — not waiting for it to join the in-sync set.
+pub fn add_replica(
+    nodes: &[Server],
+    master: &Server,
+    node_timeout_ms: u64,
+    module: bool,
+) -> Server {
+    let replica = node_timed(module.then_some(&[][..]), node_timeout_ms);
     let mut con = replica.client();
     let port = master.port.to_string();
     let (_, bus): (String, String) = redis::cmd("CONFIG")

@@ -9,6 +9,7 @@
 #![allow(dead_code)] // each test file uses its own part of the harness
 
 pub mod cluster;
+pub mod failover;
 pub mod history;
 pub mod proxy;
 pub mod sentinel;

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::history::History;
 use super::proxy::LinkProxy;
-use super::{Server, call, info_field, wait_until};
+use super::{Server, call, info_field, wait_until, wait_within};
 
 /// The name the Sentinels monitor the master under.
 pub const MASTER_NAME: &str = "leasehold";
@@ -101,6 +101,15 @@ impl Group {
     /// Like [`Group::start`], every server loading the module with `module_args`
     /// (`["restart-delay-ms", "1000"]`), the Sentinels timed by `timing`.
     pub fn with(history: &Arc<History>, module_args: &[&str], timing: Timing) -> Self {
+        Self::new(history, Some(module_args), timing)
+    }
+
+    /// Like [`Group::with`], no server loading the module: Redis and Sentinel alone.
+    pub fn without_module(history: &Arc<History>, timing: Timing) -> Self {
+        Self::new(history, None, timing)
+    }
+
+    fn new(history: &Arc<History>, module_args: Option<&[&str]>, timing: Timing) -> Self {
         let persistence = vec![Persistence::Aof, Persistence::Rdb, Persistence::Nothing];
         // The proxies' ports are bound before the servers start, so that no server or
         // connection takes one of them before its proxy does.
@@ -130,7 +139,11 @@ impl Group {
                     Persistence::Rdb => &["--save", "1 1"],
                     Persistence::Nothing => &[],
                 };
-                Server::with_module_args(module_args, &[&announced[..], kept].concat())
+                let args = [&announced[..], kept].concat();
+                match module_args {
+                    Some(module_args) => Server::with_module_args(module_args, &args),
+                    None => Server::without_module(&args),
+                }
             })
             .collect();
         let proxies: Vec<LinkProxy> = servers
@@ -143,7 +156,7 @@ impl Group {
         }
         // A replica is promotable only once the master took it into its in-sync set; the
         // Sentinels read its priority when they first see it, so they start after that.
-        for replica in &servers[1..] {
+        for replica in servers[1..].iter().filter(|_| module_args.is_some()) {
             let mut con = replica.client();
             wait_until("the replica is in the in-sync set", || {
                 info_field(&mut con, "lock", "lock_insync_promotable").as_deref() == Some("1")
@@ -159,14 +172,20 @@ impl Group {
         let sentinels: Vec<Server> = (0..3).map(|_| Server::sentinel(&config)).collect();
         for sentinel in &sentinels {
             let mut con = sentinel.client();
-            wait_until("the Sentinels know the group", || {
-                let mut count = |what: &str| match call(&mut con, &["SENTINEL", what, MASTER_NAME])
-                {
-                    redis::Value::Array(entries) => entries.len(),
-                    _ => 0,
-                };
-                count("replicas") == 2 && count("sentinels") == 2
-            });
+            // Sentinels read their master's INFO every 10 s (the replicas) and hear each other
+            // every 2 s: a loaded machine can take twice that.
+            wait_within(
+                Duration::from_secs(60),
+                "the Sentinels know the group",
+                || {
+                    let mut count =
+                        |what: &str| match call(&mut con, &["SENTINEL", what, MASTER_NAME]) {
+                            redis::Value::Array(entries) => entries.len(),
+                            _ => 0,
+                        };
+                    count("replicas") == 2 && count("sentinels") == 2
+                },
+            );
         }
         let switches = Arc::new(Mutex::new(Vec::new()));
         for sentinel in &sentinels {
