@@ -291,9 +291,11 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
         const client = await holderClient(alone.port);
         const holding = await createLock(client, name, { ttl: 30_000, sync: false }).tryAcquire();
         const first = (await lockInfo(alone.admin, name)).session;
-        // Demoted (to a master that is not there: the data stays) and promoted: it forgets its
-        // sessions, and keeps the lock with its lease.
+        // Demoted (to a master that is not there: the data stays) and promoted by hand (the
+        // module refuses to promote a replica outside an in-sync set unless told to): it
+        // forgets its sessions, and keeps the lock with its lease.
         await alone.admin.call('REPLICAOF', '127.0.0.1', String(await freePort()));
+        await alone.admin.call('CONFIG', 'SET', 'lock.allow-unsafe-promotion', 'yes');
         await alone.admin.call('REPLICAOF', 'NO', 'ONE');
         await until(async () => {
           const session = (await lockInfo(alone.admin, name))?.session;
