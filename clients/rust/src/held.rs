@@ -225,10 +225,19 @@ impl Held {
         }
     }
 
-    /// `LOCK.RELEASE` (a set: `LOCK.MRELEASE`): true if it still held every lock.
+    /// `LOCK.RELEASE` (a set: `LOCK.MRELEASE`): true if it still held every lock. A release
+    /// that could not be sent — its connection had died, a blip or a proxy's restart, while the
+    /// holding sat idle — is sent once more, on the fresh connection the client opens: it never
+    /// reached the server, so its answer is the first one.
     pub(crate) async fn release(&self) -> Result<bool> {
         let command = self.release_command();
-        Ok(self.client.query::<i64>(&command).await? == self.count())
+        let released = match self.client.query::<i64>(&command).await {
+            Err(Error::Redis(error)) if never_sent(&error) => {
+                self.client.query::<i64>(&command).await?
+            }
+            reply => reply?,
+        };
+        Ok(released == self.count())
     }
 
     /// `LOCK.RELEASE name owner` (a set: `LOCK.MRELEASE numkeys names... owner`): one hold of
@@ -277,4 +286,20 @@ impl Renewable for Held {
         };
         Box::pin(async move { held.renew(ttl).await })
     }
+}
+
+/// True when `error` says the command was never sent: writing it to the connection failed
+/// (the peer had closed it: broken pipe; or it was not connected at all).
+fn never_sent(error: &RedisError) -> bool {
+    // The redis crate keeps an I/O error behind an `Arc`, which is what `source` gives.
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + std::marker::Sync>;
+    std::error::Error::source(error)
+        .and_then(|source| source.downcast_ref::<Shared>())
+        .and_then(|shared| shared.downcast_ref::<std::io::Error>())
+        .is_some_and(|io| {
+            matches!(
+                io.kind(),
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::NotConnected
+            )
+        })
 }

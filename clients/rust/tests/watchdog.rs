@@ -257,6 +257,11 @@ async fn a_blip_loses_nothing(sync: Sync) {
     assert_eq!((&after.0, after.1), (&held.0, held.1), "owner and token");
     assert_eq!(after.4, 1, "the waiter waits in the server again");
     assert_eq!(u64::try_from(after.1).ok(), Some(guard.token()));
+    // The release goes out though the connection it finds was killed by the blip, and the
+    // waiter gets the lock at once.
+    assert!(guard.release().await.expect("released"), "still held");
+    let next = waiting.await.expect("the waiter").expect("granted");
+    assert!(next.is_some_and(|token| token > held.1.unsigned_abs()));
 }
 
 /// Waits until `until`; fails if the holder is told it lost its lock (`lost`) or the waiter's
