@@ -209,8 +209,10 @@ fn promotions_are_refused_where_they_could_lose_counted_writes() {
     assert_eq!(refusal(Promotion::Failover, master(false)), None);
 }
 
-#[test]
-fn a_shorter_lease_counts_once_the_member_acknowledged_its_message() {
+/// A member listed with a 37 s lease, then (the lease shrunk) with `TIMING`'s at 1 000: the next
+/// look notes the offset past that list (20), and the one after sees the member's
+/// acknowledgement `acked`.
+fn shortened(acked: u64) -> Master {
     let long = Timing {
         timeout_ms: 37_000,
         ..TIMING
@@ -218,48 +220,39 @@ fn a_shorter_lease_counts_once_the_member_acknowledged_its_message() {
     let mut set = Master::default();
     set.observe(0, &replication(5, vec![replica("a:1", true, 5, 0)]), long);
     set.list(0, long);
-    // The lease shrinks (the Sentinels' timing learned): a shorter one is listed.
     set.list(1_000, TIMING);
-    // The next look notes the offset past that message (20); once the member acked 20, the
-    // shorter lease is the one it holds.
-    set.observe(
-        1_200,
-        &replication(20, vec![replica("a:1", true, 10, 0)]),
-        TIMING,
-    );
-    set.observe(
-        1_400,
-        &replication(20, vec![replica("a:1", true, 19, 0)]),
-        TIMING,
-    );
+    for (at, seen) in [(1_200, 10), (1_400, acked)] {
+        set.observe(
+            at,
+            &replication(20, vec![replica("a:1", true, seen, 0)]),
+            TIMING,
+        );
+    }
+    set
+}
+
+#[test]
+fn a_shorter_lease_counts_once_the_member_acknowledged_its_message() {
     let gone = replication(20, vec![]);
-    set.observe(14_000, &gone, TIMING);
+    let mut unheard = shortened(19);
+    unheard.observe(14_000, &gone, TIMING);
     assert_eq!(
-        set.members().count(),
+        unheard.members().count(),
         1,
         "it may not have heard the shorter lease: the longer one stands"
     );
-    set.observe(37_000 + TIMING.drop_delay_ms, &gone, TIMING);
-    assert_eq!(set.members().count(), 0);
+    unheard.observe(37_000 + TIMING.drop_delay_ms, &gone, TIMING);
+    assert_eq!(unheard.members().count(), 0);
 
-    let mut set = Master::default();
-    set.observe(0, &replication(5, vec![replica("a:1", true, 5, 0)]), long);
-    set.list(0, long);
-    set.list(1_000, TIMING);
-    set.observe(
-        1_200,
-        &replication(20, vec![replica("a:1", true, 10, 0)]),
-        TIMING,
-    );
-    set.observe(
-        1_400,
-        &replication(20, vec![replica("a:1", true, 20, 0)]),
-        TIMING,
-    );
-    set.observe(
+    let mut heard = shortened(20);
+    heard.observe(
         1_000 + TIMING.timeout_ms + TIMING.drop_delay_ms,
         &gone,
         TIMING,
     );
-    assert_eq!(set.members().count(), 0, "acknowledged: the shorter lease");
+    assert_eq!(
+        heard.members().count(),
+        0,
+        "acknowledged: the shorter lease"
+    );
 }
