@@ -24,8 +24,9 @@ cargo test --workspace --doc
 stage scripts/install-tests.sh
 
 # tests/failover.rs waits out real Sentinel and Cluster timers, Redis's own defaults among them
-# (about 90 s, mostly asleep): its binary runs in the background beside each server's other
-# suites, not after them. It is run directly: cargo holds its build lock while it runs tests.
+# (about 90 s, mostly asleep): its binary runs in the background beside each server's Python and
+# Node suites (beside the other Sentinel tests, their elections failed under the load), not
+# after them. It is run directly: cargo holds its build lock while it runs tests.
 failover=$(cargo test -p leasehold --test failover --no-run --message-format=json 2>/dev/null |
   python3 -c 'import json, sys
 for line in sys.stdin:
@@ -54,11 +55,11 @@ skip=()
 while read -r name server; do
   echo "=== integration tests on $name: $("$server" --version)"
   export LEASEHOLD_SERVER="$server"
+  stage cargo test --workspace --exclude leasehold-core "${tests[@]}" -- "${skip[@]}"
   started=$SECONDS
   "$failover" > "build/failover-$name.log" 2>&1 &
   failover_pid=$!
   trap 'kill "$failover_pid" 2>/dev/null || true' EXIT
-  stage cargo test --workspace --exclude leasehold-core "${tests[@]}" -- "${skip[@]}"
   stage scripts/python-tests.sh
   stage scripts/node-tests.sh
   if ! wait "$failover_pid"; then

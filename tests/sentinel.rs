@@ -40,7 +40,11 @@ fn an_old_master_back_as_a_master_follows_the_master_the_sentinels_name() {
     });
 
     group.servers[0].kill();
-    assert!(group.wait_for_switch_to(1, Duration::from_secs(20)));
+    assert!(
+        group.wait_for_switch_to(1, Duration::from_secs(30)),
+        "{}",
+        group.describe()
+    );
     let mut current = group.servers[1].client();
     let current_token = acquire(&mut current, "order", "client", 60_000, &[]).expect("granted");
 
