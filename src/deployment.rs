@@ -72,6 +72,10 @@ pub fn look(ctx: &Context, now_ms: u64, answers: &[Answer]) -> (Failover, bool) 
         }
     }
     let due = learned.deployment.to_ask(now_ms);
+    let Learned {
+        deployment, errors, ..
+    } = &mut *learned;
+    errors.retain(|address, _| deployment.knows(address));
     if !due.is_empty() {
         let credentials = credentials(ctx);
         for (address, master_name) in due {

@@ -47,6 +47,10 @@ pub const CLUSTER_ELECTION_MS: u64 = 5_000;
 /// Sentinel's reply claims is bounded, since any client allowed to `PUBLISH` can send one.
 pub const LARGEST_FAILOVER_MS: u64 = 86_400_000;
 
+/// The most Sentinels kept at once: a group has a handful, and hellos from more (forged: any
+/// client allowed to `PUBLISH` on the channel can send one) are ignored until some are forgotten.
+pub const MAX_SENTINELS: usize = 64;
+
 /// How long a Sentinel not heard from is still counted, in ms: 30 of its 2 s hellos missed.
 pub const SENTINEL_FORGET_MS: u64 = 60_000;
 
@@ -243,7 +247,8 @@ pub struct Deployment {
 }
 
 impl Deployment {
-    /// A hello from a Sentinel arrived at `now_ms`. True when that Sentinel is new.
+    /// A hello from a Sentinel arrived at `now_ms`. True when that Sentinel is new (one more
+    /// than [`MAX_SENTINELS`] is ignored).
     pub fn heard(&mut self, now_ms: u64, hello: &Hello) -> bool {
         if self
             .config_epoch
@@ -263,6 +268,9 @@ impl Deployment {
                 known.down_after_ms = None;
                 known.ask_at_ms = now_ms;
             }
+            return false;
+        }
+        if self.sentinels.len() >= MAX_SENTINELS {
             return false;
         }
         self.sentinels.push(Watcher {
@@ -325,6 +333,12 @@ impl Deployment {
             ms: failover.ms.min(LARGEST_FAILOVER_MS),
             source,
         });
+    }
+
+    /// Whether the Sentinel at `address` is heard of (and not forgotten).
+    #[must_use]
+    pub fn knows(&self, address: &str) -> bool {
+        self.sentinels.iter().any(|known| known.address == address)
     }
 
     /// True once a Sentinel has been heard of (and not forgotten).

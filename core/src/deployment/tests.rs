@@ -255,3 +255,14 @@ fn a_master_replaced_follows_the_master_named() {
         Some("10.0.0.2:6379".to_owned())
     );
 }
+
+#[test]
+fn no_more_than_so_many_sentinels_are_kept() {
+    let mut deployment = Deployment::default();
+    for port in 1..=u16::try_from(MAX_SENTINELS + 10).expect("a port") {
+        deployment.heard(0, &hello(port, "g", 1));
+    }
+    assert_eq!(deployment.to_ask(0).len(), MAX_SENTINELS);
+    assert!(deployment.knows("127.0.0.1:1"));
+    assert!(!deployment.knows("127.0.0.1:70"));
+}
