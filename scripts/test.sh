@@ -26,7 +26,10 @@ stage scripts/install-tests.sh
 # tests/failover.rs waits out real Sentinel and Cluster timers, Redis's own defaults among them
 # (about 90 s, mostly asleep): its binary runs in the background beside each server's Python and
 # Node suites (beside the other Sentinel tests, their elections failed under the load), not
-# after them. It is run directly: cargo holds its build lock while it runs tests.
+# after them, its servers on ports of their own (LEASEHOLD_TEST_PORTS, below the kernel's
+# ephemeral range the other suites' servers come from): a port it frees is never another
+# suite's server, which its replicas or Sentinels would reach. It is run directly: cargo holds
+# its build lock while it runs tests.
 failover=$(cargo test -p leasehold --test failover --no-run --message-format=json 2>/dev/null |
   python3 -c 'import json, sys
 for line in sys.stdin:
@@ -34,8 +37,7 @@ for line in sys.stdin:
     if message.get("reason") == "compiler-artifact" and message["target"]["name"] == "failover" and message.get("executable"):
         print(message["executable"])')
 tests=()
-for file in tests/*.rs clients/rust/tests/*.rs; do
-  name=$(basename "$file" .rs)
+for name in $(basename -s .rs tests/*.rs clients/rust/tests/*.rs | sort -u); do
   [ "$name" = failover ] || tests+=(--test "$name")
 done
 mkdir -p build
@@ -57,7 +59,7 @@ while read -r name server; do
   export LEASEHOLD_SERVER="$server"
   stage cargo test --workspace --exclude leasehold-core "${tests[@]}" -- "${skip[@]}"
   started=$SECONDS
-  "$failover" > "build/failover-$name.log" 2>&1 &
+  LEASEHOLD_TEST_PORTS=20000-29999 "$failover" > "build/failover-$name.log" 2>&1 &
   failover_pid=$!
   trap 'kill "$failover_pid" 2>/dev/null || true' EXIT
   stage scripts/python-tests.sh

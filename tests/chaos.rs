@@ -635,7 +635,7 @@ impl Fault {
         let failover_within = Duration::from_secs(15);
         match self {
             Fault::Kill => {
-                group.servers[master].kill();
+                group.kill(master);
                 // Back after the failover, or at once (a supervisor restarting it, before or
                 // while the Sentinels fail over); mostly with its own configuration, so as a
                 // master, sometimes as a replica of the new master.
@@ -658,7 +658,7 @@ impl Fault {
                 };
             }
             Fault::FastRestart => {
-                group.servers[master].kill();
+                group.kill(master);
                 thread::sleep(Duration::from_millis(rng.random_range(0..1_000)));
                 group.restart(master, false, None);
             }

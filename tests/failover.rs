@@ -304,7 +304,7 @@ fn a_master_restarted_with_its_original_replicaof_leaves_a_promotable_member() {
     let history = Arc::new(History::new());
     let mut group = Group::with(&history, &[], Timing::FIVE_SECONDS);
     wait_learned(&group, 0, Timing::FIVE_SECONDS);
-    group.servers[0].kill();
+    group.kill(0);
     assert!(group.wait_for_failover(0, Duration::from_secs(30)));
     let b = group.master().expect("a master");
     group.restart(0, false, None);
@@ -322,7 +322,7 @@ fn a_master_restarted_with_its_original_replicaof_leaves_a_promotable_member() {
     let token = acquire_counted(&mut group.servers[b].client(), "order", "holder", 600_000);
 
     // B's original configuration: a replica of server 0.
-    group.servers[b].kill();
+    group.kill(b);
     group.restart(b, false, Some(0));
     let restarted = Instant::now();
     thread::sleep(Duration::from_secs(2));

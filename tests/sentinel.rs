@@ -39,7 +39,7 @@ fn an_old_master_back_as_a_master_follows_the_master_the_sentinels_name() {
             .all(|p| p.as_deref() == Some("0"))
     });
 
-    group.servers[0].kill();
+    group.kill(0);
     assert!(
         group.wait_for_switch_to(1, Duration::from_secs(30)),
         "{}",
@@ -71,7 +71,7 @@ fn an_old_master_back_as_a_master_follows_the_master_the_sentinels_name() {
         info_field(&mut old, "lock", "lock_insync_promotable").as_deref() == Some("1")
     });
 
-    group.servers[1].kill();
+    group.kill(1);
     assert!(
         group.wait_for_switch_to(0, Duration::from_secs(30)),
         "Sentinel promoted the old master, now a member: {}",

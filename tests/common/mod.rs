@@ -4,7 +4,8 @@
 //!
 //! `LEASEHOLD_SERVER` names the server binary (default `redis-server` on `PATH`); the module is
 //! the `libleasehold.so` that `cargo build` put beside the test binaries' `deps/` folder, or
-//! `LEASEHOLD_MODULE`.
+//! `LEASEHOLD_MODULE`. `LEASEHOLD_TEST_PORTS` (`first-last`) keeps the servers' ports in a
+//! range of their own, for a test binary that runs beside other suites ([`free_port`]).
 
 #![allow(dead_code)] // each test file uses its own part of the harness
 
@@ -407,15 +408,34 @@ impl Drop for Server {
 
 /// A free port on 127.0.0.1 (bound, read, released), never one this process handed out
 /// before: the kernel may offer a port again as soon as it is released, and this binary's
-/// tests start servers in parallel.
+/// tests start servers in parallel. With `LEASEHOLD_TEST_PORTS=first-last`, one of that range
+/// (outside the kernel's ephemeral ports, which other suites' servers and every outgoing
+/// connection take): a server this binary killed then never hands its port to another
+/// process's server, which its replicas, its cluster or its Sentinels would reach.
 pub fn free_port() -> u16 {
     static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let range = std::env::var("LEASEHOLD_TEST_PORTS")
+        .ok()
+        .and_then(|range| {
+            let (first, last) = range.split_once('-')?;
+            Some(first.parse::<u16>().ok()?..=last.parse::<u16>().ok()?)
+        });
+    let mut handed_out = HANDED_OUT.lock().expect("ports");
+    let free = |port: u16| TcpListener::bind(("127.0.0.1", port)).is_ok();
+    if let Some(range) = range {
+        let port = range
+            .filter(|port| !handed_out.contains(port))
+            .find(|port| free(*port))
+            .expect("a free port in LEASEHOLD_TEST_PORTS");
+        handed_out.insert(port);
+        return port;
+    }
     loop {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|listener| listener.local_addr())
             .map(|addr| addr.port())
             .expect("free port");
-        if HANDED_OUT.lock().expect("ports").insert(port) {
+        if handed_out.insert(port) {
             return port;
         }
     }

@@ -31,11 +31,15 @@ struct State {
     refused: Mutex<HashSet<IpAddr>>,
     /// Whether the Sentinels' connections are closed and refused.
     sentinels_refused: AtomicBool,
+    /// Whether every connection is closed and refused, the port still held: the server
+    /// behind is down ([`LinkProxy::down`]).
+    down: AtomicBool,
 }
 
 impl State {
     fn refuses(&self, source: Option<IpAddr>, sentinel: &AtomicBool) -> bool {
-        (sentinel.load(Ordering::SeqCst) && self.sentinels_refused.load(Ordering::SeqCst))
+        self.down.load(Ordering::SeqCst)
+            || (sentinel.load(Ordering::SeqCst) && self.sentinels_refused.load(Ordering::SeqCst))
             || source.is_some_and(|source| self.refused.lock().expect("refused").contains(&source))
     }
 }
@@ -67,6 +71,7 @@ impl LinkProxy {
             stalled: AtomicU64::new(u64::MAX),
             refused: Mutex::new(HashSet::new()),
             sentinels_refused: AtomicBool::new(false),
+            down: AtomicBool::new(false),
         });
         let accepting = Arc::clone(&state);
         thread::spawn(move || {
@@ -121,6 +126,13 @@ impl LinkProxy {
     /// Takes connections from `source` again after [`LinkProxy::refuse`].
     pub fn admit(&self, source: IpAddr) {
         self.state.refused.lock().expect("refused").remove(&source);
+    }
+
+    /// Closes every connection and refuses new ones while the server behind is `down`, holding
+    /// the port: nothing that takes the server's own port meanwhile (another test's server) is
+    /// reached through this address — a Sentinel would make it a replica.
+    pub fn down(&self, down: bool) {
+        self.state.down.store(down, Ordering::SeqCst);
     }
 
     /// Stalls the connection opened last: it stays open but nothing passes either way.

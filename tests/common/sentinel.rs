@@ -346,6 +346,7 @@ impl Group {
             }
             None => server.restart(),
         }
+        self.proxies[index].down(false);
     }
 
     /// Cuts server `index` off from everyone: its proxy closes every connection and refuses
@@ -394,10 +395,17 @@ impl Group {
         lines.join("; ")
     }
 
+    /// Kills server `index` with `kill -9`; its address refuses everyone until it is back
+    /// ([`Group::restart`]), so that nothing else that takes its port is reached through it.
+    pub fn kill(&mut self, index: usize) {
+        self.servers[index].kill();
+        self.proxies[index].down(true);
+    }
+
     /// Kills server `index` with `kill -9` for good: it never comes back, though a new one may
     /// take its place ([`Group::replace`]).
     pub fn lose(&mut self, index: usize) {
-        self.servers[index].kill();
+        self.kill(index);
         self.lost.insert(index);
     }
 
@@ -413,7 +421,7 @@ impl Group {
     /// first master as a master, the others as replicas of it — as a container or a templated
     /// configuration that Sentinel's `CONFIG REWRITE` did not reach would.
     pub fn restart_original(&mut self, index: usize) {
-        self.servers[index].kill();
+        self.kill(index);
         self.restart(index, false, (index != 0).then_some(0));
     }
 
