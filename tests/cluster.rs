@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::cluster::{
     NODE_TIMEOUT_MS, add_replica, cluster, no_failover, node_id, serves, wait_for_takeover,
+    wait_known,
 };
 use common::{
     Server, acquire, acquire_counted, assert_same_holding, call, error, info_field, lock_info,
@@ -334,7 +335,7 @@ fn a_master_taking_a_slot_issues_tokens_above_the_slots_last_master() {
 #[test]
 fn a_cluster_fails_over_only_to_an_in_sync_replica_which_holds_every_synced_lock() {
     let mut nodes = cluster();
-    let mut replica = add_replica(&nodes, &nodes[0], NODE_TIMEOUT_MS, true);
+    let mut replica = add_replica(&nodes[0], NODE_TIMEOUT_MS, true);
     let master = &nodes[0];
     assert_eq!(
         no_failover(&replica),
@@ -346,9 +347,13 @@ fn a_cluster_fails_over_only_to_an_in_sync_replica_which_holds_every_synced_lock
         forced.contains("CLUSTER FAILOVER FORCE refused by the lock module"),
         "{forced}"
     );
-    // The module learns the timing from cluster-node-timeout: a lease of twice it and 6 s.
-    let lease = info_field(&mut replica.client(), "lock", "lock_insync_lease_ms");
-    assert_eq!(lease.as_deref(), Some("16000"));
+    // The module learns the timing from cluster-node-timeout (at its next look, within 200 ms):
+    // a lease of twice it and 6 s.
+    wait_until("the node timeout learned", || {
+        info_field(&mut replica.client(), "lock", "lock_insync_lease_ms").as_deref()
+            == Some("16000")
+    });
+    wait_known(&nodes, &replica);
     wait_until("the replica joins the set", || {
         info_field(&mut master.client(), "lock", "lock_insync_replicas").as_deref() == Some("1")
     });

@@ -104,14 +104,9 @@ pub fn no_failover(server: &Server) -> String {
 }
 
 /// A new node (`cluster-node-timeout` `node_timeout_ms`, with the module or without) made a
-/// replica of `master` (`CLUSTER MEET`, `CLUSTER REPLICATE`), once every one of `nodes` knows it
-/// (the masters vote only for a replica they know) — not waiting for it to join the in-sync set.
-pub fn add_replica(
-    nodes: &[Server],
-    master: &Server,
-    node_timeout_ms: u64,
-    module: bool,
-) -> Server {
+/// replica of `master` (`CLUSTER MEET`, `CLUSTER REPLICATE`), returned at once (see
+/// [`wait_known`]).
+pub fn add_replica(master: &Server, node_timeout_ms: u64, module: bool) -> Server {
     let replica = node_timed(module.then_some(&[][..]), node_timeout_ms);
     let mut con = replica.client();
     let port = master.port.to_string();
@@ -122,23 +117,30 @@ pub fn add_replica(
         .expect("the master's bus port");
     call(&mut con, &["CLUSTER", "MEET", "127.0.0.1", &port, &bus]);
     let master_id = node_id(master);
-    let knows = |con: &mut redis::Connection, id: &str| {
-        redis::cmd("CLUSTER")
-            .arg("NODES")
-            .query::<String>(con)
-            .is_ok_and(|known| known.contains(id))
-    };
     wait_until("the replica knows the master", || {
         knows(&mut con, &master_id)
     });
     call(&mut con, &["CLUSTER", "REPLICATE", &master_id]);
-    let replica_id = node_id(&replica);
+    replica
+}
+
+/// Waits until every one of `nodes` knows `replica` (the masters vote only for a replica they
+/// know).
+pub fn wait_known(nodes: &[Server], replica: &Server) {
+    let replica_id = node_id(replica);
     wait_until("every node knows the replica", || {
         nodes
             .iter()
             .all(|node| knows(&mut node.client(), &replica_id))
     });
-    replica
+}
+
+/// Whether the node `con` talks to knows the node `id` (`CLUSTER NODES`).
+fn knows(con: &mut redis::Connection, id: &str) -> bool {
+    redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query::<String>(con)
+        .is_ok_and(|known| known.contains(id))
 }
 
 /// Waits up to `within` for `replica` to be promoted and every node of `nodes` that answers to

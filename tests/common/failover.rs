@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use leasehold_client::{Client, Lock};
 
-use super::cluster::{add_replica, cluster_timed, no_failover, serves, wait_for_takeover};
+use super::cluster::{
+    add_replica, cluster_timed, no_failover, serves, wait_for_takeover, wait_known,
+};
 use super::history::History;
 use super::sentinel::{Group, Timing};
 use super::{acquire_counted, holder, info_field, lock_info, wait_until};
@@ -85,7 +87,8 @@ pub fn sentinel_replaces_master(
 /// module, [`LOCKS`] counted locks must be on the replica.
 pub fn cluster_replaces_master(node_timeout_ms: u64, module: bool, within: Duration) -> Duration {
     let mut nodes = cluster_timed(node_timeout_ms, module);
-    let mut replica = add_replica(&nodes, &nodes[0], node_timeout_ms, module);
+    let mut replica = add_replica(&nodes[0], node_timeout_ms, module);
+    wait_known(&nodes, &replica);
     let mut keys = Vec::new();
     if module {
         wait_until("the replica may be failed over to", || {
