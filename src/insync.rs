@@ -48,8 +48,8 @@ use crate::state_file::{self, Kept};
 /// How often the set is looked at, in ms.
 pub const TICK_MS: u64 = 200;
 
-/// How often a replica asks a quiet master for its role, at most, in ms.
-const ROLE_PERIOD_MS: u64 = 1_000;
+/// How often this server asks another who it is, at most, in ms.
+const ASK_PERIOD_MS: u64 = 1_000;
 
 /// What this server knows of the set.
 #[derive(Debug, Default)]
@@ -70,8 +70,14 @@ struct InSync {
     timing: Option<Timing>,
     /// A replica's master (`host:port`) at the last look.
     master_address: Option<String>,
-    /// When a replica last asked its master for its role (unix ms).
-    role_asked_ms: u64,
+    /// When this server last asked another who it is (unix ms): a replica its quiet master, a
+    /// master the one the Sentinels name instead of it.
+    asked_ms: u64,
+    /// This server's `run_id`, read at start.
+    run_id: String,
+    /// The address the Sentinels name this server by, when it is not one it knows as its own
+    /// (NAT, a mapped port): learned by asking who is there.
+    named_as: Option<String>,
     /// What the state file holds.
     kept: Kept,
     /// Whether the log already says that `CONFIG` is out of reach.
@@ -124,6 +130,9 @@ pub fn start(ctx: &Context) -> Result<(), RedisError> {
         }
         state.kept = kept;
         state.is_master = is_master(ctx);
+        state.run_id = server_config::info(ctx, "server")
+            .and_then(|info| server_config::info_field(&info, "run_id").map(str::to_owned))
+            .unwrap_or_default();
     }
     keep_promotability(ctx, clock::now_ms());
     ctx.create_timer(Duration::from_millis(TICK_MS), tick, ());
@@ -151,7 +160,7 @@ fn tick(ctx: &Context, (): ()) {
     }
     if master {
         look_at_set(ctx, now, timing);
-        follow_if_replaced(ctx);
+        follow_if_replaced(ctx, now, &answers);
     } else {
         look_at_master(ctx, now, &answers);
     }
@@ -211,32 +220,76 @@ fn look_at_set(ctx: &Context, now: u64, timing: Timing) {
 }
 
 /// A master the Sentinels' newest word no longer names follows the master it names
-/// ([`leasehold_core::deployment::Record`]): `REPLICAOF ip port`, as Sentinel would some
-/// seconds later. Only for a master named by address, which this server can tell from its own.
-fn follow_if_replaced(ctx: &Context) {
-    let Some(named) = deployment::named_master() else {
+/// ([`leasehold_core::deployment::Record`]): `REPLICAOF host port`, as Sentinel would some
+/// seconds later — once that master answered, among `answers`, that it is a master and another
+/// server than this one (a server may be named by an address it does not know as its own, behind
+/// NAT or a mapped port: it then learns that address instead of following itself).
+fn follow_if_replaced(ctx: &Context, now: u64, answers: &[Answer]) {
+    let Some((named, epoch)) = deployment::named_master() else {
         return;
     };
     let me = Me::of(ctx);
-    let replaced_by = in_sync()
+    let mut state = in_sync();
+    let named_as = state.named_as.clone();
+    let is_me = |id: &str| me.is(id) || named_as.as_deref() == Some(id);
+    let Some(master) = state
         .record
-        .replaced_by(Some((named.0.as_str(), named.1)), |id| me.is(id));
-    let Some((host, port)) = replaced_by
-        .as_deref()
-        .and_then(|master| master.rsplit_once(':'))
-        .filter(|(host, _)| host.parse::<IpAddr>().is_ok())
+        .replaced_by(Some((named.as_str(), epoch)), is_me)
     else {
         return;
     };
-    ctx.log_warning(&format!(
-        "lock: the Sentinels name {host}:{port} master at configuration epoch {}, not this \
-         server: it follows {host}:{port} now (Sentinel would in some seconds), so that it cannot \
-         be named master again without the writes {host}:{port} counted",
-        named.1
-    ));
-    if let Err(error) = ctx.call("REPLICAOF", &[host, port]) {
-        ctx.log_warning(&format!("lock: REPLICAOF {host} {port} failed: {error}"));
+    let answer = answers.iter().find_map(|answer| match answer {
+        Answer::Identity {
+            address,
+            identity: Ok(identity),
+        } if *address == master => Some(identity.clone()),
+        _ => None,
+    });
+    match answer {
+        Some(identity) if identity.run_id == state.run_id => {
+            ctx.log_notice(&format!("lock: the Sentinels name this server {master}"));
+            state.named_as = Some(master);
+        }
+        Some(identity) if identity.master => {
+            drop(state);
+            follow(ctx, &master, epoch);
+        }
+        _ => {
+            if now >= state.asked_ms.saturating_add(ASK_PERIOD_MS)
+                && let Some((host, port)) = address(&master)
+            {
+                state.asked_ms = now;
+                drop(state);
+                probes::ask(Question::Identity {
+                    host,
+                    port,
+                    credentials: deployment::credentials(ctx),
+                });
+            }
+        }
     }
+}
+
+/// Makes this master a replica of `master` (`host:port`), which the Sentinels named at
+/// configuration epoch `epoch`, and logs why.
+fn follow(ctx: &Context, master: &str, epoch: u64) {
+    let Some((host, port)) = address(master) else {
+        return;
+    };
+    ctx.log_warning(&format!(
+        "lock: the Sentinels name {master} master at configuration epoch {epoch}, not this \
+         server: it follows {master} now (Sentinel would in some seconds), so that it cannot be \
+         named master again without the writes {master} counted"
+    ));
+    if let Err(error) = ctx.call("REPLICAOF", &[host.as_str(), &port.to_string()]) {
+        ctx.log_warning(&format!("lock: REPLICAOF {master} failed: {error}"));
+    }
+}
+
+/// `host:port` as its parts.
+fn address(id: &str) -> Option<(String, u16)> {
+    let (host, port) = id.rsplit_once(':')?;
+    Some((host.to_owned(), port.parse().ok()?))
 }
 
 /// A replica's turn: notes a new master (which ends a succession) and a newer Sentinel epoch,
@@ -256,21 +309,21 @@ fn look_at_master(ctx: &Context, now: u64, answers: &[Answer]) {
         state.follower.epoch_seen(epoch);
     }
     for answer in answers {
-        if let Answer::Role {
+        if let Answer::Identity {
             address: asked,
-            master: Ok(master),
+            identity: Ok(identity),
         } = answer
             && Some(asked) == address.as_ref()
         {
-            state.follower.master_reported(now, *master, epoch);
+            state.follower.master_reported(now, identity.master, epoch);
         }
     }
     let ask = state.follower.wants_master_role(now)
-        && now >= state.role_asked_ms.saturating_add(ROLE_PERIOD_MS);
+        && now >= state.asked_ms.saturating_add(ASK_PERIOD_MS);
     if let (true, Some(host), Some(port)) = (ask, host, port) {
-        state.role_asked_ms = now;
+        state.asked_ms = now;
         drop(state);
-        probes::ask(Question::Role {
+        probes::ask(Question::Identity {
             host,
             port,
             credentials: deployment::credentials(ctx),

@@ -1,7 +1,9 @@
 //! The module's own connections out, on a thread of their own so that the server never waits
 //! for a network: asking each Sentinel heard of for its `down-after-milliseconds`
-//! (`SENTINEL MASTER <name>`, for [`leasehold_core::deployment`]), and asking this replica's
-//! master for its role (`ROLE`, for the succession of [`leasehold_core::insync::replica`]).
+//! (`SENTINEL MASTER <name>`, for [`leasehold_core::deployment`]), and asking another server who
+//! it is and whether it is a master (`INFO server replication`): this replica's quiet master
+//! (the succession of [`leasehold_core::insync::replica`]), and the master the Sentinels name
+//! before a replaced master follows it ([`leasehold_core::deployment::Record`]).
 //!
 //! The main thread posts questions ([`ask`]) and takes the answers on its next tick
 //! ([`answers`]); the thread touches nothing of Redis's. Each question gets one connection,
@@ -14,7 +16,7 @@ use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread;
 use std::time::Duration;
 
-use leasehold_core::deployment;
+use leasehold_core::deployment::{self, Identity};
 use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value};
 
 /// How long a connection may take to be made.
@@ -44,8 +46,8 @@ pub enum Question {
         /// How to authenticate if the Sentinel asks for it.
         credentials: Credentials,
     },
-    /// The server at `host`:`port`: whether it is a master.
-    Role {
+    /// The server at `host`:`port`: who it is, and whether it is a master.
+    Identity {
         /// Its host, as this replica's `replicaof` names it.
         host: String,
         /// Its port.
@@ -68,13 +70,12 @@ pub enum Answer {
         /// The value, or what went wrong.
         ms: Result<u64, String>,
     },
-    /// The server at `host:port` is a master (`Ok(true)`), a replica (`Ok(false)`), or did not
-    /// say.
-    Role {
+    /// Who the server at `host:port` is, or why it did not say.
+    Identity {
         /// `host:port`, as asked.
         address: String,
-        /// Whether it is a master, or what went wrong.
-        master: Result<bool, String>,
+        /// Its run id and role, or what went wrong.
+        identity: Result<Identity, String>,
     },
 }
 
@@ -171,21 +172,23 @@ fn answer(question: Question) -> Answer {
                 ms,
             }
         }
-        Question::Role {
+        Question::Identity {
             host,
             port,
             credentials,
         } => {
-            let master = query(&host, port, &credentials, &redis::cmd("ROLE")).and_then(|role| {
-                match bulk_strings(role).first().map(Vec::as_slice) {
-                    Some(b"master") => Ok(true),
-                    Some(b"slave" | b"replica") => Ok(false),
-                    _ => Err("not a master or a replica".to_owned()),
-                }
+            let info = redis::cmd("INFO").arg("server").arg("replication").clone();
+            let identity = query(&host, port, &credentials, &info).and_then(|info| {
+                let text = match info {
+                    Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+                    Value::VerbatimString { text, .. } => text,
+                    _ => String::new(),
+                };
+                deployment::identity(&text).ok_or_else(|| "no run_id and role".to_owned())
             });
-            Answer::Role {
+            Answer::Identity {
                 address: format!("{host}:{port}"),
-                master,
+                identity,
             }
         }
     }

@@ -8,6 +8,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::thread;
 use std::time::{Duration, Instant};
 
 use common::history::History;
@@ -89,4 +90,35 @@ fn an_old_master_back_as_a_master_follows_the_master_the_sentinels_name() {
         Some("client"),
         "it has server 1's lock (followed after {followed_after:?})"
     );
+}
+
+/// A master the Sentinels name by an address it does not know as its own (behind NAT or a
+/// mapped port; here the proxy's port, once it no longer announces it) asks who is there before
+/// following the master named, finds itself, and stays the master.
+#[test]
+fn a_master_named_by_an_address_it_does_not_know_does_not_follow_itself() {
+    let history = Arc::new(History::new());
+    let group = Group::start(&history);
+    let mut master = group.servers[0].client();
+    call(
+        &mut master,
+        &["CONFIG", "SET", "replica-announce-port", "0"],
+    );
+    wait_within(
+        Duration::from_secs(10),
+        "it learned the address the Sentinels name it by",
+        || {
+            group.servers[0]
+                .log()
+                .contains("lock: the Sentinels name this server")
+        },
+    );
+    thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        info_field(&mut master, "replication", "role").as_deref(),
+        Some("master"),
+        "{}",
+        group.describe()
+    );
+    assert!(!group.servers[0].log().contains("it follows"));
 }

@@ -217,6 +217,39 @@ pub fn sentinel_master<T: AsRef<[u8]>>(fields: &[T]) -> Option<u64> {
         .filter(|ms| *ms <= LARGEST_FAILOVER_MS)
 }
 
+/// A server as its `INFO server replication` describes it: who it is and whether it is a
+/// master. Asked of the master the Sentinels name before this server follows it (so that a
+/// server named by an address it does not know as its own — behind NAT, a mapped port — never
+/// follows itself), and of a replica's quiet master (succession).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// `run_id`: the server process's random id.
+    pub run_id: String,
+    /// `role:master`.
+    pub master: bool,
+}
+
+/// Reads `INFO server replication` for a server's [`Identity`]; `None` without a `run_id` of 40
+/// hex digits or a `role` of `master` or `slave`.
+#[must_use]
+pub fn identity(info: &str) -> Option<Identity> {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.trim_end().strip_prefix(name)?.strip_prefix(':'))
+    };
+    let run_id =
+        field("run_id").filter(|id| id.len() == 40 && id.bytes().all(|b| b.is_ascii_hexdigit()))?;
+    let master = match field("role")? {
+        "master" => true,
+        "slave" => false,
+        _ => return None,
+    };
+    Some(Identity {
+        run_id: run_id.to_owned(),
+        master,
+    })
+}
+
 /// One Sentinel heard of.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Watcher {

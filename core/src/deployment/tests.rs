@@ -266,3 +266,29 @@ fn no_more_than_so_many_sentinels_are_kept() {
     assert!(deployment.knows("127.0.0.1:1"));
     assert!(!deployment.knows("127.0.0.1:70"));
 }
+
+#[test]
+fn a_servers_identity_is_read_from_its_info() {
+    let id = "c5b1b4f5e1d6a7b8c9d0e1f2a3b4c5d6e7f8a9b0";
+    let info = format!(
+        "# Server\r\nredis_version:7.0.15\r\nrun_id:{id}\r\n\r\n# Replication\r\nrole:slave\r\n"
+    );
+    assert_eq!(
+        identity(&info),
+        Some(Identity {
+            run_id: id.to_owned(),
+            master: false
+        })
+    );
+    let master = info.replace("role:slave", "role:master");
+    assert!(identity(&master).is_some_and(|identity| identity.master));
+    for bad in [
+        "role:master\r\n".to_owned(),
+        format!("run_id:{id}\r\n"),
+        format!("run_id:{id}\r\nrole:sentinel\r\n"),
+        "run_id:short\r\nrole:master\r\n".to_owned(),
+        format!("run_id:{}\r\nrole:master\r\n", "z".repeat(40)),
+    ] {
+        assert_eq!(identity(&bad), None, "{bad}");
+    }
+}
