@@ -255,19 +255,26 @@ fn follow_if_replaced(ctx: &Context, now: u64, answers: &[Answer]) {
             follow(ctx, &master, epoch);
         }
         _ => {
-            if now >= state.asked_ms.saturating_add(ASK_PERIOD_MS)
-                && let Some((host, port)) = address(&master)
-            {
-                state.asked_ms = now;
-                drop(state);
-                probes::ask(Question::Identity {
-                    host,
-                    port,
-                    credentials: deployment::credentials(ctx),
-                });
+            if let Some((host, port)) = address(&master) {
+                ask_identity(ctx, state, now, host, port);
             }
         }
     }
+}
+
+/// Asks `host:port` who it is (`INFO server replication`, answered by [`probes`]) unless this
+/// server asked within the last [`ASK_PERIOD_MS`].
+fn ask_identity(ctx: &Context, mut state: MutexGuard<InSync>, now: u64, host: String, port: u16) {
+    if now < state.asked_ms.saturating_add(ASK_PERIOD_MS) {
+        return;
+    }
+    state.asked_ms = now;
+    drop(state);
+    probes::ask(Question::Identity {
+        host,
+        port,
+        credentials: deployment::credentials(ctx),
+    });
 }
 
 /// Makes this master a replica of `master` (`host:port`), which the Sentinels named at
@@ -318,16 +325,8 @@ fn look_at_master(ctx: &Context, now: u64, answers: &[Answer]) {
             state.follower.master_reported(now, identity.master, epoch);
         }
     }
-    let ask = state.follower.wants_master_role(now)
-        && now >= state.asked_ms.saturating_add(ASK_PERIOD_MS);
-    if let (true, Some(host), Some(port)) = (ask, host, port) {
-        state.asked_ms = now;
-        drop(state);
-        probes::ask(Question::Identity {
-            host,
-            port,
-            credentials: deployment::credentials(ctx),
-        });
+    if let (true, Some(host), Some(port)) = (state.follower.wants_master_role(now), host, port) {
+        ask_identity(ctx, state, now, host, port);
     }
 }
 
