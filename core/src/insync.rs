@@ -54,6 +54,7 @@
 
 use std::collections::HashMap;
 
+pub mod checks;
 pub mod replica;
 
 pub use replica::{Follower, Priority, Promotability, Promotable};
@@ -283,6 +284,15 @@ impl Master {
             }
         }
         changed
+    }
+
+    /// Removes `id` from the set at once: a replica found without the module, which applied
+    /// none of the lock writes (so it holds no lease to wait out). True when it was a member.
+    pub fn remove(&mut self, id: &str) -> bool {
+        let before = self.members.len();
+        self.members.retain(|member| member.id != id);
+        self.joining.remove(id);
+        self.members.len() != before
     }
 
     /// The members to list as promotable in a message sent at `now_ms` (those connected, and

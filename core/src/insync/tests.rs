@@ -54,6 +54,19 @@ fn a_replica_joins_once_it_caught_up() {
 }
 
 #[test]
+fn a_member_found_without_the_module_leaves_at_once() {
+    let mut set = Master::default();
+    let caught_up = replication(100, vec![replica("a:1", true, 100, 0)]);
+    set.observe(0, &caught_up, TIMING);
+    set.observe(10, &caught_up, TIMING);
+    set.list(10, TIMING);
+    assert!(set.remove("a:1"), "no lease to wait out");
+    assert!(!set.remove("a:1"));
+    let status = set.status(&caught_up, 1);
+    assert_eq!((status.members, status.required), (0, 1), "still grouped");
+}
+
+#[test]
 fn a_replica_that_acknowledged_nothing_has_not_caught_up() {
     let mut set = Master::default();
     let fresh = replication(0, vec![replica("a:1", true, 0, 0)]);
