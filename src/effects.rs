@@ -25,6 +25,7 @@
 
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use leasehold_core::outcome::{Event, Lease};
 use leasehold_core::packed;
@@ -58,6 +59,17 @@ pub fn module_options(ctx: &Context) -> c_int {
     }
 }
 
+/// How many lock writes were sent (holdings, drops and frees) since the module started.
+static WRITES: AtomicU64 = AtomicU64::new(0);
+
+/// How many lock writes were sent since the module started: a replica found without the module
+/// before and with it after has missed lock writes when this moved in between
+/// ([`leasehold_core::insync::checks`]).
+#[must_use]
+pub fn writes() -> u64 {
+    WRITES.load(Ordering::Relaxed)
+}
+
 /// Sends `owner`'s holding of `key`: its token, hold count and lease.
 pub fn replicate_holding(
     ctx: &Context,
@@ -70,6 +82,7 @@ pub fn replicate_holding(
     let Some(replicate) = (unsafe { raw::RedisModule_Replicate }) else {
         return;
     };
+    WRITES.fetch_add(1, Ordering::Relaxed);
     let numbers = packed::pack(token, holds, lease);
     unsafe {
         replicate(
@@ -87,6 +100,7 @@ pub fn replicate_holding(
 /// Sends "`owner`'s shared holding of `key` ended".
 pub fn replicate_drop(ctx: &Context, key: &RedisString, owner: &[u8]) {
     if let Some(replicate) = unsafe { raw::RedisModule_Replicate } {
+        WRITES.fetch_add(1, Ordering::Relaxed);
         unsafe {
             replicate(
                 ctx.get_raw(),
@@ -123,6 +137,7 @@ pub fn replicate_promotable(ctx: &Context, until_ms: u64, timeout_ms: u64, liste
 /// Sends "`key` is free" to replicas and the AOF.
 pub fn replicate_free(ctx: &Context, key: &RedisString) {
     if let Some(replicate) = unsafe { raw::RedisModule_Replicate } {
+        WRITES.fetch_add(1, Ordering::Relaxed);
         unsafe { replicate(ctx.get_raw(), c"DEL".as_ptr(), c"s".as_ptr(), key.inner) };
     }
 }

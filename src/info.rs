@@ -13,6 +13,7 @@ use redis_module::{InfoContext, RedisResult};
 use redis_module_macros::info_command_handler;
 
 use crate::insync;
+use crate::replica_check;
 use crate::state;
 
 /// One counter of the `lock_stats` section.
@@ -125,13 +126,18 @@ fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     let set = insync::fields();
     let builder = builder.add_section("insync");
     let builder = match &set.members {
-        Some(members) => builder
-            .field("insync_role", "master")?
-            .field(
-                "insync_replicas",
-                u64::try_from(members.len()).unwrap_or(u64::MAX),
-            )?
-            .field("insync_members", members.join(","))?,
+        Some(members) => {
+            let (lacking, unverified) = replica_check::fields();
+            builder
+                .field("insync_role", "master")?
+                .field(
+                    "insync_replicas",
+                    u64::try_from(members.len()).unwrap_or(u64::MAX),
+                )?
+                .field("insync_members", members.join(","))?
+                .field("insync_without_module", lacking.join(","))?
+                .field("insync_unverified", unverified.join(","))?
+        }
         None => {
             let (promotable, by) = match set.promotability {
                 Promotability::No => (0_u64, "none"),

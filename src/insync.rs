@@ -41,6 +41,7 @@ use crate::config;
 use crate::deployment;
 use crate::effects;
 use crate::probes::{self, Answer, Question};
+use crate::replica_check;
 use crate::replies;
 use crate::server_config;
 use crate::state_file::{self, Kept};
@@ -159,7 +160,7 @@ fn tick(ctx: &Context, (): ()) {
         state.timing = Some(timing);
     }
     if master {
-        look_at_set(ctx, now, timing);
+        look_at_set(ctx, now, timing, &answers);
         follow_if_replaced(ctx, now, &answers);
     } else {
         look_at_master(ctx, now, &answers);
@@ -195,14 +196,23 @@ fn too_short(failover: &Failover, timing: Timing) -> bool {
     config::insync_timeout_ms().is_some() && timing.timeout_ms < insync::lease_ms(failover.ms)
 }
 
-/// The master's turn: takes in `INFO replication` and lists the promotable members when due.
-fn look_at_set(ctx: &Context, now: u64, timing: Timing) {
+/// The master's turn: takes in `INFO replication`, less the replicas not known to run the
+/// module ([`crate::replica_check`]), and lists the promotable members when due.
+fn look_at_set(ctx: &Context, now: u64, timing: Timing, answers: &[Answer]) {
     let Some(info) = server_config::info(ctx, "replication") else {
         return;
     };
-    let replication = insync::parse(&info);
+    let looked = replica_check::look(ctx, now, insync::parse(&info), answers);
+    let replication = looked.replication;
     let mut state = in_sync();
-    let changed = state.master.observe(now, &replication, timing);
+    if looked.lacking {
+        state.master.group();
+    }
+    let mut changed = false;
+    for id in &looked.found_lacking {
+        changed |= state.master.remove(id);
+    }
+    changed |= state.master.observe(now, &replication, timing);
     let due = changed || now >= state.sent_ms.saturating_add(HEARTBEAT_MS);
     let has_group = state.master.grouped() || !replication.replicas.is_empty();
     if !due || !has_group || effects::replication_paused() {
@@ -367,7 +377,7 @@ pub fn command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         ));
     }
     let info = server_config::info(ctx, "replication").unwrap_or_default();
-    let replication = insync::parse(&info);
+    let replication = replica_check::counted(insync::parse(&info));
     let status = in_sync()
         .master
         .status(&replication, config::min_insync_replicas());

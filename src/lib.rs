@@ -39,6 +39,8 @@ mod metadata;
 mod multi;
 mod probes;
 mod promotion;
+mod replay;
+mod replica_check;
 mod replies;
 mod server_config;
 mod session;

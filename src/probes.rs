@@ -5,6 +5,9 @@
 //! (the succession of [`leasehold_core::insync::replica`]), and the master the Sentinels name
 //! before a replaced master follows it ([`leasehold_core::deployment::Record`]).
 //!
+//! Also whether a replica runs the module at all, for its master
+//! ([`leasehold_core::insync::checks`]).
+//!
 //! The main thread posts questions ([`ask`]) and takes the answers on its next tick
 //! ([`answers`]); the thread touches nothing of Redis's. Each question gets one connection,
 //! made within [`CONNECT_TIMEOUT`] and answered within [`REPLY_TIMEOUT`], with the server's own
@@ -17,6 +20,7 @@ use std::thread;
 use std::time::Duration;
 
 use leasehold_core::deployment::{self, Identity};
+use leasehold_core::insync::checks;
 use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value};
 
 /// How long a connection may take to be made.
@@ -46,6 +50,14 @@ pub enum Question {
         /// How to authenticate if the Sentinel asks for it.
         credentials: Credentials,
     },
+    /// The replica at `host`:`port`: whether the module runs there
+    /// ([`leasehold_core::insync::checks`]), asked without credentials.
+    Module {
+        /// Its host, as the master's `INFO replication` names it.
+        host: String,
+        /// Its port.
+        port: u16,
+    },
     /// The server at `host`:`port`: who it is, and whether it is a master.
     Identity {
         /// Its host, as this replica's `replicaof` names it.
@@ -69,6 +81,13 @@ pub enum Answer {
         master_name: String,
         /// The value, or what went wrong.
         ms: Result<u64, String>,
+    },
+    /// Whether the module runs at `host:port`.
+    Module {
+        /// `host:port`, as asked.
+        address: String,
+        /// What its reply says.
+        answer: checks::Answer,
     },
     /// Who the server at `host:port` is, or why it did not say.
     Identity {
@@ -162,7 +181,8 @@ fn answer(question: Question) -> Answer {
                         port,
                         &credentials,
                         redis::cmd("SENTINEL").arg("MASTER").arg(&master_name),
-                    )?;
+                    )
+                    .map_err(|error| error.to_string())?;
                     deployment::sentinel_master(&bulk_strings(fields))
                         .ok_or_else(|| "no down-after-milliseconds in its reply".to_owned())
                 });
@@ -172,13 +192,39 @@ fn answer(question: Question) -> Answer {
                 ms,
             }
         }
+        Question::Module { host, port } => {
+            let reply = query(
+                &host,
+                port,
+                &Credentials::default(),
+                &redis::cmd(checks::ASK),
+            );
+            let error = match reply {
+                Ok(Value::ServerError(error)) => Some(format!(
+                    "{} {}",
+                    error.code(),
+                    error.details().unwrap_or_default()
+                )),
+                Ok(_) => None,
+                Err(error) => Some(match (error.code(), error.detail()) {
+                    (Some(code), Some(detail)) => format!("{code} {detail}"),
+                    _ => error.to_string(),
+                }),
+            };
+            let answer = error.map_or(checks::Answer::Runs, |error| checks::read_error(&error));
+            Answer::Module {
+                address: format!("{host}:{port}"),
+                answer,
+            }
+        }
         Question::Identity {
             host,
             port,
             credentials,
         } => {
             let info = redis::cmd("INFO").arg("server").arg("replication").clone();
-            let identity = query(&host, port, &credentials, &info).and_then(|info| {
+            let reply = query(&host, port, &credentials, &info).map_err(|error| error.to_string());
+            let identity = reply.and_then(|info| {
                 let text = match info {
                     Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
                     Value::VerbatimString { text, .. } => text,
@@ -201,7 +247,7 @@ fn query(
     port: u16,
     credentials: &Credentials,
     command: &redis::Cmd,
-) -> Result<Value, String> {
+) -> redis::RedisResult<Value> {
     let ask = |credentials: &Credentials| -> redis::RedisResult<Value> {
         let mut settings = RedisConnectionInfo::default().set_skip_set_lib_name();
         if let Some(username) = &credentials.username {
@@ -225,7 +271,6 @@ fn query(
         }
         reply => reply,
     }
-    .map_err(|error| error.to_string())
 }
 
 /// The bulk and simple strings of an array reply, in order (a RESP3 map's keys and values

@@ -33,6 +33,7 @@ use redis_module_macros::role_changed_event_handler;
 
 use crate::api::subscribe;
 use crate::insync;
+use crate::replica_check;
 use crate::session;
 use crate::state;
 
@@ -53,7 +54,8 @@ fn on_role_changed(ctx: &Context, role: ServerRole) {
     insync::on_role_changed(ctx, master);
 }
 
-/// Registers the watch on replicas going offline.
+/// Registers the watch on replicas going offline and coming online (a module has one callback
+/// per event).
 ///
 /// # Errors
 /// The server lacks the event, or refuses the subscription.
@@ -66,14 +68,18 @@ pub fn register(ctx: &Context) -> Result<(), RedisError> {
     )
 }
 
-/// `RedisModuleEvent_ReplicaChange`: a master whose replica went offline holds the reserve.
+/// `RedisModuleEvent_ReplicaChange`: a master whose replica went offline holds the reserve; a
+/// replica that came online must be asked again whether it runs the module
+/// ([`replica_check::replica_online`]).
 unsafe extern "C" fn on_replica_change(
     ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
     subevent: u64,
     _data: *mut c_void,
 ) {
-    if subevent == raw::REDISMODULE_SUBEVENT_REPLICA_CHANGE_OFFLINE
+    if subevent == raw::REDISMODULE_SUBEVENT_REPLICA_CHANGE_ONLINE {
+        replica_check::replica_online();
+    } else if subevent == raw::REDISMODULE_SUBEVENT_REPLICA_CHANGE_OFFLINE
         && Context::new(ctx).get_flags().contains(ContextFlags::MASTER)
     {
         state::counter().hold_reserve(true);

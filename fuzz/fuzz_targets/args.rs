@@ -79,12 +79,16 @@ fuzz_target!(|input: (i64, u8, u64, Vec<&[u8]>)| {
     if let Some(down_after) = deployment::sentinel_master(&words) {
         assert!(down_after <= deployment::LARGEST_FAILOVER_MS);
     }
-    // `INFO replication` as the in-sync set reads it, then the set's rules on what it read; and
-    // a server's identity as the module reads it from another server's `INFO`.
+    // `INFO replication` as the in-sync set reads it, then the set's rules on what it read; a
+    // server's identity as the module reads it from another server's `INFO`.
     let text = words.concat();
     if let Ok(info) = std::str::from_utf8(&text) {
         if let Some(identity) = deployment::identity(info) {
             assert_eq!(identity.run_id.len(), 40);
+        }
+        // A replica's error reply to the master's question whether it runs the module.
+        if let insync::checks::Answer::Unknown(error) = insync::checks::read_error(info) {
+            assert_eq!(error, info);
         }
         let replication = insync::parse(info);
         let timing = insync::Timing {
