@@ -462,7 +462,8 @@ pub fn refusal(promotion: Promotion) -> Option<Refusal> {
         master: Context::dummy().get_flags().contains(ContextFlags::MASTER),
         promotable: state.follower.promotable(now),
         watched_by_sentinel: SENTINEL_SEEN.load(Ordering::Relaxed)
-            || deployment::watched_by_sentinel(),
+            || deployment::watched_by_sentinel()
+            || state.kept.sentinels,
     };
     insync::refusal(promotion, standing)
 }
@@ -526,6 +527,8 @@ fn keep(ctx: &Context, failover: &Failover) {
         let state = in_sync();
         let mut next = state.kept.clone();
         next.grouped = state.master.grouped();
+        next.sentinels |=
+            SENTINEL_SEEN.load(Ordering::Relaxed) || deployment::watched_by_sentinel();
         if learned {
             next.failover_ms = Some(failover.ms);
             next.failover_source = Some(failover.source.describe());

@@ -5,7 +5,8 @@
 //!   replica or Sentinel reached it — never counts a write alone, though with Redis's default
 //!   persistence (diskless replication, snapshots an hour apart) nothing else on disk says so;
 //! - the failover time it learned ([`leasehold_core::deployment`]), which stands in until the
-//!   Sentinels have been asked again.
+//!   Sentinels have been asked again, and that Sentinels watch it (so `FAILOVER` is refused
+//!   from its start, before they reconnect).
 //!
 //! A server that never had a replica, a master or a Sentinel writes nothing, so a lone
 //! development server counts at once. The file is written only when what it says changes
@@ -35,6 +36,10 @@ pub struct Kept {
     /// Where it was learned, as [`Source::describe`] said.
     #[serde(default)]
     pub failover_source: Option<String>,
+    /// Sentinels watch this server: it refuses `FAILOVER` from its start, before they
+    /// reconnect.
+    #[serde(default)]
+    pub sentinels: bool,
 }
 
 impl Kept {

@@ -182,12 +182,25 @@ fn an_out_of_set_replica_refuses_promotion_and_the_override_lets_one_through() {
 #[test]
 fn failover_is_refused_while_sentinels_watch() {
     let history = Arc::new(History::new());
-    let group = Group::start(&history);
+    let mut group = Group::start(&history);
     let mut master = group.servers[0].client();
     let refused = error(&mut master, &["FAILOVER"]);
     assert!(
         refused.contains("FAILOVER refused by the lock module: Sentinels watch this server")
             && refused.contains("SENTINEL FAILOVER"),
+        "{refused}"
+    );
+    // Killed and back at once, before any Sentinel reconnects: it remembers them.
+    let kept = group.servers[0].dir().join("dump.leasehold");
+    wait_until("the master keeps that Sentinels watch it", || {
+        std::fs::read_to_string(&kept).is_ok_and(|kept| kept.contains("\"sentinels\":true"))
+    });
+    group.kill(0);
+    group.restart(0, false, None);
+    let mut master = group.servers[0].client();
+    let refused = error(&mut master, &["FAILOVER"]);
+    assert!(
+        refused.contains("FAILOVER refused by the lock module"),
         "{refused}"
     );
     let abort = error(&mut master, &["FAILOVER", "ABORT"]);
