@@ -314,9 +314,19 @@ fn a_lost_replica_costs_a_watched_holder_with_a_30_s_lease_nothing() {
 /// within 60 s, with the lock it counted.
 #[test]
 fn a_master_restarted_with_its_original_replicaof_leaves_a_promotable_member() {
+    restarted_with_its_original_replicaof(Timing::FIVE_SECONDS);
+}
+
+/// The same at `down-after-milliseconds 1000`, as `make chaos` runs it.
+#[test]
+fn a_master_restarted_at_once_with_its_original_replicaof_leaves_a_promotable_member() {
+    restarted_with_its_original_replicaof(Timing::FAST);
+}
+
+fn restarted_with_its_original_replicaof(timing: Timing) {
     let history = Arc::new(History::new());
-    let mut group = Group::with(&history, &[], Timing::FIVE_SECONDS);
-    wait_learned(&group, 0, Timing::FIVE_SECONDS);
+    let mut group = Group::with(&history, &[], timing);
+    wait_learned(&group, 0, timing);
     group.kill(0);
     assert!(group.wait_for_failover(0, Duration::from_secs(30)));
     let b = group.master().expect("a master");
@@ -338,7 +348,7 @@ fn a_master_restarted_with_its_original_replicaof_leaves_a_promotable_member() {
     group.kill(b);
     group.restart(b, false, Some(0));
     let restarted = Instant::now();
-    thread::sleep(Duration::from_secs(2));
+    thread::sleep(Duration::from_millis(300));
     assert!(
         group.servers.iter().all(|server| {
             info_field(&mut server.client(), "replication", "role").as_deref() == Some("slave")
