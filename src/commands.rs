@@ -7,8 +7,7 @@
 //! command` as `SET ... PX` has them, `WRONGTYPE` for a key of another type.
 
 use redis_module::{
-    Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue,
-    redisvalue::RedisValueKey,
+    Context, RedisError, RedisResult, RedisString, RedisValue, redisvalue::RedisValueKey,
 };
 
 use leasehold_core::args::{self, Acquire};
@@ -27,9 +26,10 @@ use crate::looks::{self, Leaving};
 use crate::replies;
 use crate::session;
 use crate::state;
+use crate::synced;
 
 /// `LOCK.ACQUIRE key owner ttl-ms [REENTRANT] [WAIT timeout-ms] [SHARED [LIMIT n]] [SESSION
-/// id]`: takes the lock for `owner` with a lease of `ttl-ms` — exclusively, or with `SHARED` as
+/// id] [SYNC | NOSYNC]`: takes the lock for `owner` with a lease of `ttl-ms` — exclusively, or with `SHARED` as
 /// one of its shared holders (at most `n` with `LIMIT`) — or resets the lease when `owner`
 /// already holds it (`REENTRANT` also counts one more hold). With `WAIT`, a client that finds
 /// the lock busy blocks until the lock is handed to it, in arrival order, or `timeout-ms` passes
@@ -39,13 +39,16 @@ use crate::state;
 ///
 /// Replies with the holding's fencing token, or null when the lock is busy (or stayed busy
 /// until the timeout), and at once when a shared holder asks for it exclusively while others
-/// hold it too.
+/// hold it too. A grant replies once the in-sync set has it, with `SYNC` or by
+/// `lock.sync-writes` unless `NOSYNC` ([`crate::synced`]).
 ///
 /// # Errors
 /// Arity, owner, TTL, timeout, limit, syntax, `WRONGTYPE`, a different `LIMIT` than the lock's,
-/// no fencing token to issue, and a session id that is invalid or unknown.
+/// no fencing token to issue, a session id that is invalid or unknown; `SYNC` where a client
+/// cannot block; `NOREPLICAS` for a grant the in-sync set did not get (released then).
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let parsed = args::acquire(&args, &config::limits()).map_err(replies::arg_error)?;
+    let sync = synced::wanted(ctx, parsed.sync)?;
     let session = session::of_command(ctx, parsed.session)?;
     let now = clock::now_ms();
     let deadline_ms = lease_deadline(now, parsed.ttl_ms, "lock.acquire")?;
@@ -65,17 +68,27 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     })?;
     let busy = matches!(reply, Reply::Busy | Reply::Refused(Refusal::TooSoon { .. }));
     match parsed.wait_ms {
-        Some(timeout) if busy && can_block(ctx) => wait(ctx, &key, &parsed, tie, timeout),
+        Some(timeout) if busy && blocking::can_block(ctx) => {
+            wait(ctx, &key, &parsed, tie, timeout, sync)
+        }
         _ => {
             session::settle(ctx, &key, name, owner, was, tie);
-            reply_for(reply, "lock.acquire")
+            drop(key);
+            let granted = matches!(reply, Reply::Token(_));
+            let reply = reply_for(reply, "lock.acquire")?;
+            if sync && granted {
+                let undo = synced::release_of(ctx, std::slice::from_ref(name), owner);
+                synced::hold(ctx, reply, undo)
+            } else {
+                Ok(reply)
+            }
         }
     }
 }
 
 /// Blocks the caller of `LOCK.ACQUIRE` until the lock is handed to it or `timeout_ms` passes
 /// (0: no limit), queued last for the open lock `key`; the holding it is granted keeps `tie`
-/// (logged already). Replies nothing now.
+/// (logged already), and its reply waits for the in-sync set when `sync`. Replies nothing now.
 ///
 /// # Errors
 /// When the server cannot block the client (nothing is queued then).
@@ -85,8 +98,13 @@ fn wait(
     parsed: &Acquire<'_, RedisString>,
     tie: Option<Tie>,
     timeout_ms: i64,
+    sync: bool,
 ) -> RedisResult {
-    let handle = blocking::block::<Leaving>(ctx, timeout_ms)?;
+    let handle = blocking::block::<Waiting>(ctx, timeout_ms)?;
+    if sync {
+        let undo = synced::release_of(ctx, std::slice::from_ref(parsed.key), parsed.owner);
+        synced::waiting(handle, undo);
+    }
     let (db, name) = (selected_db(ctx), parsed.key.as_slice());
     let waiter = Waiter {
         handle,
@@ -123,7 +141,7 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     reply_for(reply, "lock.release")
 }
 
-/// `LOCK.RENEW key owner ttl-ms [SESSION id]`: resets the lease of `owner`'s holding to
+/// `LOCK.RENEW key owner ttl-ms [SESSION id] [SYNC | NOSYNC]`: resets the lease of `owner`'s holding to
 /// `ttl-ms` from now; with `SESSION` (or the session the connection uses), the holding is tied
 /// to that session from now on (clients tie their holdings to a new session this way after a
 /// failover). A lease that has ended is not brought back.
@@ -131,10 +149,15 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// Replies `1` when renewed, `0` when there is no lock, `-1` when others hold it but not
 /// `owner`.
 ///
+/// A renewal replies once the in-sync set has it, as a grant does.
+///
 /// # Errors
-/// Arity, syntax, owner, TTL, `WRONGTYPE`, a session id that is invalid or unknown.
+/// Arity, syntax, owner, TTL, `WRONGTYPE`, a session id that is invalid or unknown; `SYNC` where
+/// a client cannot block; `NOREPLICAS` for a renewal the in-sync set did not get (the lease
+/// from before it is the one to count on).
 pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let parsed = args::renew(&args, &config::limits()).map_err(replies::arg_error)?;
+    let sync = synced::wanted(ctx, parsed.sync)?;
     let session = session::of_command(ctx, parsed.session)?;
     let (name, owner) = (parsed.key, parsed.owner);
     let now = clock::now_ms();
@@ -146,7 +169,45 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         scope.renew(owner, deadline, tie);
     })?;
     session::settle(ctx, &key, name, owner, was, tie);
-    reply_for(reply, "lock.renew")
+    drop(key);
+    held_if(
+        ctx,
+        sync,
+        reply_for(reply, "lock.renew")?,
+        1,
+        synced::Undo::Renewal,
+    )
+}
+
+/// The reply to a write: held until the in-sync set has it ([`synced::hold`]) when `sync` and
+/// the command replied `wrote` (the write counts: a renewal, or a set renewed whole);
+/// `reply` at once otherwise.
+///
+/// # Errors
+/// `NOREPLICAS` from [`synced::hold`].
+pub fn held_if(
+    ctx: &Context,
+    sync: bool,
+    reply: RedisValue,
+    wrote: i64,
+    undo: synced::Undo,
+) -> RedisResult {
+    if sync && reply == RedisValue::Integer(wrote) {
+        synced::hold(ctx, reply, undo)
+    } else {
+        Ok(reply)
+    }
+}
+
+/// A waiter leaving without its answer: its place in the queue ([`looks::Leaving`]), and a
+/// synced grant held for it ([`synced::left`]).
+pub struct Waiting;
+
+impl blocking::Leaving for Waiting {
+    fn left(ctx: &Context, blocked: blocking::Blocked, connected: bool) {
+        <Leaving as blocking::Leaving>::left(ctx, blocked, connected);
+        synced::left(ctx, blocked, connected);
+    }
 }
 
 /// `LOCK.RAISE key owner token`: if `owner` holds `key`, its holding's fencing token becomes the
@@ -284,12 +345,6 @@ fn map<const N: usize>(fields: [(&'static str, RedisValue); N]) -> RedisValue {
 pub fn lease_deadline(now_ms: u64, ttl_ms: i64, command: &str) -> Result<i64, RedisError> {
     machine::lease_deadline(now_ms, ttl_ms)
         .ok_or_else(|| replies::refusal(Refusal::InvalidExpire, command))
-}
-
-/// False inside `MULTI`, scripts, functions and `RM_Call`, where a client cannot block.
-pub fn can_block(ctx: &Context) -> bool {
-    !ctx.get_flags()
-        .intersects(ContextFlags::DENY_BLOCKING | ContextFlags::MULTI | ContextFlags::LUA)
 }
 
 fn waiting(ctx: &Context, name: &RedisString) -> i64 {

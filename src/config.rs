@@ -3,8 +3,9 @@
 //! with `CONFIG GET lock.max-ttl-ms`; the same for `lock.max-clock-skew-ms`,
 //! `lock.max-multi-keys`, `lock.restart-delay-ms` and the in-sync set's settings
 //! (`lock.min-insync-replicas`, `lock.insync-timeout-ms`, `lock.insync-drop-delay-ms`,
-//! `lock.insync-strict`, `lock.replica-priority`, `lock.allow-unsafe-promotion`) and the
-//! sessions' (`lock.session-grace-ms`, `lock.session-max-grace-ms`):
+//! `lock.insync-strict`, `lock.replica-priority`, `lock.allow-unsafe-promotion`), the synced
+//! writes' (`lock.sync-writes`, `lock.sync-timeout-ms`) and the sessions'
+//! (`lock.session-grace-ms`, `lock.session-max-grace-ms`):
 //! docs/operations/configuration.md.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -42,6 +43,33 @@ pub const DEFAULT_INSYNC_DROP_DELAY_MS: i64 = 1_000;
 /// a Sentinel majority may form on a side without a majority of the data nodes); `no` by
 /// default.
 pub static INSYNC_STRICT: AtomicBool = AtomicBool::new(false);
+
+/// `lock.sync-writes`: when `yes` (the default), every lock write that counts — a grant, a
+/// renewal, a re-entry — replies only once the in-sync set has it, unless the command says
+/// `NOSYNC`; when `no`, only those that say `SYNC` do ([`crate::synced`]). A server with no
+/// in-sync set to wait for (never part of a replication group) replies at once either way.
+pub static SYNC_WRITES: AtomicBool = AtomicBool::new(true);
+
+/// `lock.sync-timeout-ms`: how long a synced write waits for every member's acknowledgement
+/// before it is refused (and a grant released), in ms: 1 000 by default — a replica
+/// acknowledges within a round trip when asked, and every second on its own. 1 to a day.
+pub static SYNC_TIMEOUT_MS: AtomicI64 = AtomicI64::new(DEFAULT_SYNC_TIMEOUT_MS);
+
+/// The default of `lock.sync-timeout-ms`.
+pub const DEFAULT_SYNC_TIMEOUT_MS: i64 = 1_000;
+
+/// Whether a write whose command said `asked` (`SYNC`: `Some(true)`, `NOSYNC`:
+/// `Some(false)`) waits for the in-sync set: `lock.sync-writes` when it said neither.
+#[must_use]
+pub fn sync_wanted(asked: Option<bool>) -> bool {
+    asked.unwrap_or_else(|| SYNC_WRITES.load(Ordering::Relaxed))
+}
+
+/// `lock.sync-timeout-ms` in ms.
+#[must_use]
+pub fn sync_timeout_ms() -> u64 {
+    u64::try_from(SYNC_TIMEOUT_MS.load(Ordering::Relaxed)).unwrap_or(1)
+}
 
 /// `lock.allow-unsafe-promotion`: when `yes`, the next promotion the module would refuse — of a
 /// replica outside its master's in-sync set, or `FAILOVER` under Sentinel — goes through, and the setting turns itself back to `no` (`no` by default).
@@ -229,6 +257,11 @@ pub fn check_loaded() -> Result<(), String> {
             "session-grace-ms",
             &SESSION_GRACE_MS,
             100..=LARGEST_SESSION_GRACE_MS,
+        ),
+        (
+            "sync-timeout-ms",
+            &SYNC_TIMEOUT_MS,
+            1..=LARGEST_RESTART_DELAY_MS,
         ),
         (
             "session-max-grace-ms",

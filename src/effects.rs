@@ -134,6 +134,23 @@ pub fn replicate_promotable(ctx: &Context, until_ms: u64, timeout_ms: u64, liste
     ctx.replicate("LOCK.PROMOTABLE", args.as_slice());
 }
 
+/// Asks every replica for its acknowledgement now (`REPLCONF GETACK *`, to the replicas only:
+/// `A` keeps it out of the AOF), as `WAIT` asks before the event loop sleeps, instead of
+/// waiting for the replicas' own acknowledgement every second.
+pub fn ask_for_acknowledgements(ctx: &Context) {
+    if let Some(replicate) = unsafe { raw::RedisModule_Replicate } {
+        unsafe {
+            replicate(
+                ctx.get_raw(),
+                c"REPLCONF".as_ptr(),
+                c"ccA".as_ptr(),
+                c"GETACK".as_ptr(),
+                c"*".as_ptr(),
+            );
+        }
+    }
+}
+
 /// Sends "`key` is free" to replicas and the AOF.
 pub fn replicate_free(ctx: &Context, key: &RedisString) {
     if let Some(replicate) = unsafe { raw::RedisModule_Replicate } {

@@ -6,10 +6,11 @@
 use leasehold_core::outcome::{KeyLease, Outcome, Party, Step};
 use redis_module::{Context, RedisError, RedisString};
 
-use crate::blocking::{self, Blocked};
+use crate::blocking::Blocked;
 use crate::effects::{notify, replicate_drop, replicate_free, replicate_holding};
 use crate::info;
 use crate::key::LockKey;
+use crate::synced;
 
 /// Carries out `outcome` on the open lock `key` named `name`, whose value the core already
 /// changed ([`LockKey::update`]); `caller` is the owner the command named. The reply and the
@@ -49,7 +50,7 @@ pub fn carry_out(
             Step::Drop(owner) => replicate_drop(ctx, name, owner),
             Step::Free => replicate_free(ctx, name),
             Step::Notify(event) => notify(ctx, *event, name),
-            Step::Answer(waiter, answer) => blocking::unblock(*waiter, answer.clone()),
+            Step::Answer(waiter, answer) => synced::answer(*waiter, answer),
         }
     }
     info::count(&outcome.counts);

@@ -377,11 +377,30 @@ pub fn command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         ));
     }
     let info = server_config::info(ctx, "replication").unwrap_or_default();
-    let replication = replica_check::counted(insync::parse(&info));
-    let status = in_sync()
+    Ok(reply(&status_of(&info), &info))
+}
+
+/// Whether a master's writes count now ([`Master::status`]): what `LOCK.INSYNC` answers, and
+/// what [`crate::synced`] holds replies until.
+pub fn status(ctx: &Context) -> Status {
+    status_of(&server_config::info(ctx, "replication").unwrap_or_default())
+}
+
+fn status_of(info: &str) -> Status {
+    let replication = replica_check::counted(insync::parse(info));
+    in_sync()
         .master
-        .status(&replication, config::min_insync_replicas());
-    Ok(reply(&status, &info))
+        .status(&replication, config::min_insync_replicas())
+}
+
+/// The set's members and how many a write needs, without reading `INFO`: a write on a master
+/// with neither counts at once.
+pub fn size() -> (usize, usize) {
+    let state = in_sync();
+    (
+        state.master.members().count(),
+        state.master.required(config::min_insync_replicas()),
+    )
 }
 
 fn reply(status: &Status, info: &str) -> RedisValue {

@@ -46,6 +46,7 @@ mod server_config;
 mod session;
 mod state;
 mod state_file;
+mod synced;
 mod timers;
 
 use redis_module::configuration::ConfigurationFlags;
@@ -85,6 +86,10 @@ fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
         ctx.log_warning(
             "the command filter and the replica watch that see promotions could not be registered",
         );
+        return Status::Err;
+    }
+    if let Err(error) = synced::register(ctx) {
+        ctx.log_warning(&format!("synced writes cannot be settled: {error:?}"));
         return Status::Err;
     }
     if let Err(error) = session::register(ctx) {
@@ -217,11 +222,21 @@ redis_module! {
                 None
             ],
             ["replica-priority", &config::REPLICA_PRIORITY, -1, -1, i64::from(i32::MAX), ConfigurationFlags::DEFAULT, None],
+            [
+                "sync-timeout-ms",
+                &config::SYNC_TIMEOUT_MS,
+                config::DEFAULT_SYNC_TIMEOUT_MS,
+                1,
+                config::LARGEST_RESTART_DELAY_MS,
+                ConfigurationFlags::DEFAULT,
+                None
+            ],
         ],
         string: [],
         bool: [
             ["insync-strict", &config::INSYNC_STRICT, false, ConfigurationFlags::DEFAULT, None],
             ["allow-unsafe-promotion", &config::ALLOW_UNSAFE_PROMOTION, false, ConfigurationFlags::DEFAULT, None],
+            ["sync-writes", &config::SYNC_WRITES, true, ConfigurationFlags::DEFAULT, None],
         ],
         enum: [],
         module_args_as_configuration: true,

@@ -239,7 +239,7 @@ fn on_timer(ctx: &Context, (db, key, at_ms): (i32, Box<[u8]>, u64)) {
 pub struct Leaving;
 
 impl blocking::Leaving for Leaving {
-    fn left(ctx: &Context, blocked: Blocked) {
+    fn left(ctx: &Context, blocked: Blocked, _connected: bool) {
         let left = state::waiters().remove(blocked);
         if let Some((_, (db, keys))) = left {
             for key in keys {

@@ -246,7 +246,7 @@ mod tests {
     fn syntax_and_key_ranges_follow_the_metadata() {
         let syntax = |name| command(name).map(Command::syntax);
         let acquire = "LOCK.ACQUIRE key owner ttl-ms [REENTRANT] [WAIT timeout-ms] \
-                       [SHARED [LIMIT limit]] [SESSION id]";
+                       [SHARED [LIMIT limit]] [SESSION id] [SYNC | NOSYNC]";
         assert_eq!(syntax("lock.acquire").as_deref(), Some(acquire));
         let mrelease = "LOCK.MRELEASE numkeys key [key ...] owner";
         assert_eq!(syntax("LOCK.MRELEASE").as_deref(), Some(mrelease));

@@ -20,12 +20,13 @@ use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use crate::blocking;
 use crate::clock;
-use crate::commands::{can_block, lease_deadline, reply_for};
+use crate::commands::{Waiting, held_if, lease_deadline, reply_for};
 use crate::config;
 use crate::key::LockKey;
-use crate::looks::{self, Leaving};
+use crate::looks;
 use crate::replies;
 use crate::session;
+use crate::synced;
 
 /// `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [WAIT timeout-ms] [SESSION id]`: takes
 /// every lock exclusively for `owner` with a lease of `ttl-ms`, or none; with `SESSION` (or the
@@ -48,6 +49,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Ok(RedisValue::NoReply);
     }
     let parsed = args::macquire(&args, &config::limits()).map_err(replies::arg_error)?;
+    let sync = synced::wanted(ctx, parsed.sync)?;
     let session = session::of_command(ctx, parsed.session)?;
     let (names, owner) = (parsed.keys, parsed.owner);
     let now = clock::now_ms();
@@ -59,23 +61,35 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         set.acquire(owner, deadline, &ties);
     })?;
     let busy = matches!(reply, Reply::Busy | Reply::Refused(Refusal::TooSoon { .. }));
-    let waits = busy && parsed.wait_ms.is_some() && can_block(ctx);
+    let waits = busy && parsed.wait_ms.is_some() && blocking::can_block(ctx);
     if !waits {
         settle_all(ctx, &keys, names, owner, &was, &ties);
     }
     match (reply, parsed.wait_ms) {
-        (Reply::Tokens, _) => Ok(RedisValue::Array(
-            replies
-                .into_iter()
-                .map(|reply| match reply {
-                    Reply::Token(token) => replies::token(token),
-                    _ => RedisValue::Null,
-                })
-                .collect(),
-        )),
+        (Reply::Tokens, _) => {
+            drop(keys);
+            let tokens = RedisValue::Array(
+                replies
+                    .into_iter()
+                    .map(|reply| match reply {
+                        Reply::Token(token) => replies::token(token),
+                        _ => RedisValue::Null,
+                    })
+                    .collect(),
+            );
+            if sync {
+                synced::hold(ctx, tokens, synced::release_of(ctx, names, owner))
+            } else {
+                Ok(tokens)
+            }
+        }
         (_, Some(timeout)) if waits => {
+            let handle = blocking::block::<Waiting>(ctx, timeout)?;
+            if sync {
+                synced::waiting(handle, synced::release_of(ctx, names, owner));
+            }
             let waiter = Waiter {
-                handle: blocking::block::<Leaving>(ctx, timeout)?,
+                handle,
                 owner: owner.as_slice().into(),
                 ttl_ms: parsed.ttl_ms,
                 mode: Mode::Exclusive,
@@ -130,6 +144,7 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Ok(RedisValue::NoReply);
     }
     let parsed = args::mrenew(&args, &config::limits()).map_err(replies::arg_error)?;
+    let sync = synced::wanted(ctx, parsed.sync)?;
     let session = session::of_command(ctx, parsed.session)?;
     let (names, owner) = (parsed.keys, parsed.owner);
     let now = clock::now_ms();
@@ -141,7 +156,10 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         set.renew(owner, deadline, &ties);
     })?;
     settle_all(ctx, &keys, names, owner, &was, &ties);
-    reply_for(reply, "lock.mrenew")
+    drop(keys);
+    let renewed = i64::try_from(names.len()).unwrap_or(i64::MAX);
+    let reply = reply_for(reply, "lock.mrenew")?;
+    held_if(ctx, sync, reply, renewed, synced::Undo::Renewal)
 }
 
 /// The tie `owner`'s holding of each of `keys` keeps, before a command changes them.

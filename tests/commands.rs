@@ -325,7 +325,7 @@ fn bad_arguments_are_errors_that_change_nothing() {
                 "00000000000000ab",
                 "x",
             ],
-            "ERR wrong number of arguments for 'lock.renew' command",
+            "ERR syntax error",
         ),
         (
             &["LOCK.FENCE"],

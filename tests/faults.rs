@@ -43,7 +43,7 @@ fn max(tokens: &[i64]) -> i64 {
 /// A new holding of a key never used before: the next token the server issues.
 fn next_token(con: &mut Connection) -> i64 {
     let key = format!("fresh:{}", uuid::Uuid::new_v4());
-    acquire(con, &key, "newcomer", 60_000, &[]).expect("a fresh key is free")
+    acquire(con, &key, "newcomer", 60_000, &["NOSYNC"]).expect("a fresh key is free")
 }
 
 fn assert_increasing(tokens: &[i64]) {
@@ -105,7 +105,8 @@ fn kill_with_rdb_snapshots_only_never_reissues_a_lost_token() {
         None,
         "the snapshot really lacked these"
     );
-    let regranted = acquire(&mut con, "lost:0", "intruder", 60_000, &[]).expect("free again");
+    let regranted =
+        acquire(&mut con, "lost:0", "intruder", 60_000, &["NOSYNC"]).expect("free again");
     assert!(
         regranted > max(&lost),
         "the lock granted again has a larger token"
@@ -151,7 +152,8 @@ fn failover_to_a_replica_that_fell_behind_never_reissues_a_token() {
         None,
         "the replica never received these"
     );
-    let regranted = acquire(&mut new, "unseen:0", "intruder", 60_000, &[]).expect("granted again");
+    let regranted =
+        acquire(&mut new, "unseen:0", "intruder", 60_000, &["NOSYNC"]).expect("granted again");
     let highest_old = max(&unseen);
     assert!(regranted > highest_old, "{regranted} after {highest_old}");
 
@@ -160,7 +162,7 @@ fn failover_to_a_replica_that_fell_behind_never_reissues_a_token() {
     old_master.replicate(&new_master);
     let mut old = old_master.client();
     assert_eq!(holder(&mut old, "unseen:0"), Some("intruder".into()));
-    let later = acquire(&mut new, "later", "someone", 60_000, &[]).expect("granted");
+    let later = acquire(&mut new, "later", "someone", 60_000, &["NOSYNC"]).expect("granted");
     assert!(later > regranted);
     wait_replicas(&mut new, 1);
     assert_eq!(call(&mut old, &["LOCK.FENCE", "later"]), Value::Int(later));
@@ -290,7 +292,7 @@ fn a_later_master(b_token: i64) -> (Server, i64) {
 fn a_master_told_to_be_a_master_issues_tokens_above_a_later_master() {
     let b = Server::start(&[]);
     let mut b_con = b.client();
-    let mut b_token = acquire(&mut b_con, "x", "b", 100, &[]).expect("granted");
+    let mut b_token = acquire(&mut b_con, "x", "b", 100, &["NOSYNC"]).expect("granted");
     // Sentinel sends it in MULTI (with CONFIG REWRITE and CLIENT KILL).
     for (command, in_multi) in [
         ("REPLICAOF NO ONE", false),
@@ -307,7 +309,14 @@ fn a_master_told_to_be_a_master_issues_tokens_above_a_later_master() {
             promote.atomic();
         }
         let _: Value = promote.query(&mut b_con).expect(command);
-        b_token = acquire(&mut b_con, &format!("k:{command}"), "b", 10_000, &[]).expect("granted");
+        b_token = acquire(
+            &mut b_con,
+            &format!("k:{command}"),
+            "b",
+            10_000,
+            &["NOSYNC"],
+        )
+        .expect("granted");
         assert!(
             b_token > a_token,
             "{command} (MULTI: {in_multi}): {b_token} is below the other master's {a_token}"
@@ -327,7 +336,7 @@ fn a_delayed_restart_grants_nothing_until_every_lost_lease_has_ended() {
     wait_out_the_restart_delay(&mut master);
     let mut con = master.client();
     let asked = Instant::now();
-    acquire(&mut con, "job", "first", 1_500, &[]).expect("granted");
+    acquire(&mut con, "job", "first", 1_500, &["NOSYNC"]).expect("granted");
     wait_replicas(&mut con, 1);
     master.kill();
     master.restart();

@@ -37,7 +37,7 @@ const TIMEOUT_MS: u64 = 2_000;
 /// went silent is dropped about 3 s later.
 const FAST: &[&str] = &["insync-timeout-ms", "2000", "insync-drop-delay-ms", "500"];
 
-/// One synced round trip, as the clients make it: `LOCK.ACQUIRE key owner 60000`,
+/// One synced round trip, as a client can make it itself: `LOCK.ACQUIRE key owner 60000 NOSYNC`,
 /// `LOCK.INSYNC` (→ `before`), `WAIT replicas timeout_ms`, `LOCK.INSYNC` (→ `after`). Returns
 /// the token and the two replies.
 fn synced_acquire(
@@ -52,6 +52,7 @@ fn synced_acquire(
         .arg(key)
         .arg(owner)
         .arg(60_000)
+        .arg("NOSYNC")
         .cmd("LOCK.INSYNC")
         .cmd("WAIT")
         .arg(replicas)
@@ -499,10 +500,38 @@ fn sentinel_view(
 
 /// With Sentinel: the replica Sentinel would prefer (priority 10) is cut off from the master
 /// but still reachable and reporting its link up; once the master dropped it, 20 locks granted
-/// and counted as synced survive the master's death: Sentinel promotes the member, which holds
-/// every one of them with the same token.
+/// and counted as synced — by the client's own round trip — survive the master's death:
+/// Sentinel promotes the member, which holds every one of them with the same token.
 #[test]
 fn sentinel_promotes_the_member_not_the_preferred_replica_that_was_cut_off() {
+    preferred_replica_cut_off(|m, key| {
+        let (token, before, after) = synced_acquire(m, key, "client", 1, 5_000);
+        assert!(counts(&before, &after), "{key} did not count: {after:?}");
+        token
+    });
+}
+
+/// The same with a plain client sending one command, `LOCK.ACQUIRE key owner ttl-ms` (synced
+/// by `lock.sync-writes`): a grant the stalled member cannot acknowledge is refused with
+/// `NOREPLICAS` and released; after the drop, every grant it replied is on the promoted member.
+#[test]
+fn a_plain_clients_grants_survive_the_failover_that_follows_a_cut_off_preferred_replica() {
+    preferred_replica_cut_off(|m, key| {
+        let grant = |m: &mut Connection| {
+            redis::cmd("LOCK.ACQUIRE")
+                .arg(key)
+                .arg("client")
+                .arg(60_000)
+                .query::<i64>(m)
+        };
+        grant(m).unwrap_or_else(|error| panic!("{key} refused: {error}"))
+    });
+}
+
+/// Cuts the link of the replica Sentinel prefers, grants 20 locks with `grant` once the master
+/// dropped it (a plain acquire before that must be refused), kills the master, and checks the
+/// member Sentinel promotes holds them all.
+fn preferred_replica_cut_off(grant: impl Fn(&mut Connection, &str) -> i64) {
     // insync-timeout-ms must outlast Sentinel's failover (down-after 1 s, then the vote); the
     // drop delay covers Sentinel's INFO period (1 s here, set below) and a second.
     let args = ["insync-timeout-ms", "6000", "insync-drop-delay-ms", "2000"];
@@ -563,6 +592,16 @@ fn sentinel_promotes_the_member_not_the_preferred_replica_that_was_cut_off() {
     });
     link.stall_last_connection();
     let stalled = Instant::now();
+    let refused = error(&mut m, &["LOCK.ACQUIRE", "stalled", "client", "60000"]);
+    assert!(
+        refused.starts_with("NOREPLICAS not every in-sync replica acknowledged within"),
+        "{refused}"
+    );
+    assert_eq!(
+        call(&mut m, &["EXISTS", "stalled"]),
+        Value::Int(0),
+        "released"
+    );
     let dropped = time_until(
         "the master drops the stalled replica",
         stalled,
@@ -580,13 +619,13 @@ fn sentinel_promotes_the_member_not_the_preferred_replica_that_was_cut_off() {
             })
     });
 
-    let mut granted = Vec::new();
-    for i in 0..20 {
-        let key = format!("order:{i}");
-        let (token, before, after) = synced_acquire(&mut m, &key, "client", 1, 5_000);
-        assert!(counts(&before, &after), "{key} did not count: {after:?}");
-        granted.push((key, token));
-    }
+    let granted: Vec<(String, i64)> = (0..20)
+        .map(|i| {
+            let key = format!("order:{i}");
+            let token = grant(&mut m, &key);
+            (key, token)
+        })
+        .collect();
 
     master.kill();
     let killed = Instant::now();
@@ -651,7 +690,13 @@ fn a_master_a_sentinel_watches_requires_an_in_sync_replica_from_the_start() {
     );
     let _sentinel = Server::sentinel(&config);
     wait_until("the Sentinel connected", || insync(&mut con).required == 1);
-    let granted = common::acquire(&mut con, "k", "me", 10_000, &[]).expect("granted");
+    let refused = error(&mut con, &["LOCK.ACQUIRE", "k", "me", "10000"]);
+    assert!(
+        refused.starts_with("NOREPLICAS the master has 0 in-sync replicas"),
+        "not counted: {refused}"
+    );
+    assert_eq!(call(&mut con, &["EXISTS", "k"]), Value::Int(0), "released");
+    let granted = common::acquire(&mut con, "k", "me", 10_000, &["NOSYNC"]).expect("granted");
     let after = insync(&mut con);
     assert!(
         granted > 0 && after.members < after.required,

@@ -63,11 +63,16 @@ fn command_docs_describe_every_command() {
                 "timeout-ms",
                 "shared",
                 "id",
+                "sync",
             ],
             per_holder,
         ),
         ("lock.release", &["key", "owner"], per_holder),
-        ("lock.renew", &["key", "owner", "ttl-ms", "id"], per_holder),
+        (
+            "lock.renew",
+            &["key", "owner", "ttl-ms", "id", "sync"],
+            per_holder,
+        ),
         ("lock.fence", &["key", "owner"], "O(1)"),
         (
             "lock.info",
@@ -81,13 +86,21 @@ fn command_docs_describe_every_command() {
         ),
         (
             "lock.macquire",
-            &["numkeys", "key", "owner", "ttl-ms", "timeout-ms", "id"],
+            &[
+                "numkeys",
+                "key",
+                "owner",
+                "ttl-ms",
+                "timeout-ms",
+                "id",
+                "sync",
+            ],
             set,
         ),
         ("lock.mrelease", &["numkeys", "key", "owner"], set),
         (
             "lock.mrenew",
-            &["numkeys", "key", "owner", "ttl-ms", "id"],
+            &["numkeys", "key", "owner", "ttl-ms", "id", "sync"],
             "O(K) for K keys",
         ),
     ];

@@ -74,14 +74,14 @@ fn module_load_on_the_master_first_keeps_a_replica_without_it_out_of_the_set() {
             .contains(&format!("replica {id} does not run the lock module")),
         "the master's log names the replica"
     );
-    let token = acquire(&mut m, "order:1", "worker-a", 60_000, &[]).expect("granted");
-    call(&mut m, &["WAIT", "1", "1000"]);
-    let status = insync(&mut m);
-    assert_eq!(
-        (status.members, status.required),
-        (0, 1),
-        "no grant counts as synced by a replica without the module"
+    let refused = common::error(&mut m, &["LOCK.ACQUIRE", "order:1", "worker-a", "60000"]);
+    assert!(
+        refused.starts_with("NOREPLICAS the master has 0 in-sync replicas"),
+        "no grant counts as synced by a replica without the module: {refused}"
     );
+    let token = acquire(&mut m, "order:1", "worker-a", 60_000, &["NOSYNC"]).expect("granted");
+    let status = insync(&mut m);
+    assert_eq!((status.members, status.required), (0, 1));
 
     load_module(&mut r);
     wait_until("the replica joins the set", || {

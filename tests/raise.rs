@@ -17,7 +17,7 @@ fn raise(con: &mut redis::Connection, key: &str, owner: &str, token: i64) -> Val
 fn the_holder_raises_its_own_token_and_the_counter_follows() {
     let server = Server::start(&[]);
     let mut con = server.client();
-    let own = acquire(&mut con, "k", "a", 60_000, &[]).expect("granted");
+    let own = acquire(&mut con, "k", "a", 60_000, &["NOSYNC"]).expect("granted");
     let higher = own + 500;
     assert_eq!(raise(&mut con, "k", "a", higher), Value::Int(higher));
     assert_eq!(
@@ -35,7 +35,7 @@ fn the_holder_raises_its_own_token_and_the_counter_follows() {
         "not the holder"
     );
     assert_eq!(raise(&mut con, "free", "a", higher + 1), Value::Nil);
-    let next = acquire(&mut con, "other", "c", 1_000, &[]).expect("granted");
+    let next = acquire(&mut con, "other", "c", 1_000, &["NOSYNC"]).expect("granted");
     assert!(next > higher, "{next} after a raise to {higher}");
     call(&mut con, &["DEBUG", "RELOAD"]);
     assert_eq!(call(&mut con, &["LOCK.FENCE", "k"]), Value::Int(higher));
@@ -45,7 +45,7 @@ fn the_holder_raises_its_own_token_and_the_counter_follows() {
 fn a_token_out_of_range_is_refused_and_changes_nothing() {
     let server = Server::start(&[]);
     let mut con = server.client();
-    let own = acquire(&mut con, "k", "a", 60_000, &[]).expect("granted");
+    let own = acquire(&mut con, "k", "a", 60_000, &["NOSYNC"]).expect("granted");
     let out_of_range = "ERR token out of range";
     // The most a server whose clock is 10 s ahead (the default skew) could have issued.
     let limit = (now_ms() + 10_000 + 1) * 1000 + RESERVE;
@@ -92,7 +92,7 @@ fn a_token_out_of_range_is_refused_and_changes_nothing() {
 fn a_raise_ahead_of_this_clock_makes_new_holdings_wait_for_it() {
     let server = Server::start(&[]);
     let mut con = server.client();
-    acquire(&mut con, "k", "a", 60_000, &[]).expect("granted");
+    acquire(&mut con, "k", "a", 60_000, &["NOSYNC"]).expect("granted");
     let ahead = (now_ms() + 1_000) * 1000 + RESERVE;
     assert_eq!(raise(&mut con, "k", "a", ahead), Value::Int(ahead));
     assert!(error(&mut con, &["LOCK.ACQUIRE", "new", "b", "1000"]).starts_with("TRYAGAIN"));
@@ -124,7 +124,7 @@ fn a_raise_replicates_and_a_promoted_replica_continues_above_it() {
     let replica = Server::start(&[]);
     replica.replicate(&master);
     let mut m = master.client();
-    let own = acquire(&mut m, "k", "a", 60_000, &[]).expect("granted");
+    let own = acquire(&mut m, "k", "a", 60_000, &["NOSYNC"]).expect("granted");
     acquire(&mut m, "rw", "r", 60_000, &["SHARED"]).expect("granted");
     raise(&mut m, "k", "a", own + 700);
     raise(&mut m, "rw", "r", own + 800);
@@ -143,7 +143,7 @@ fn a_raise_replicates_and_a_promoted_replica_continues_above_it() {
         call(&mut r, &["DEBUG", "DIGEST-VALUE", "rw"])
     );
     promote(&mut r);
-    let next = acquire(&mut r, "other", "b", 1_000, &[]).expect("granted");
+    let next = acquire(&mut r, "other", "b", 1_000, &["NOSYNC"]).expect("granted");
     assert!(next > own + 800);
 }
 

@@ -28,17 +28,17 @@ fn the_replica_sees_the_same_owner_token_holds_and_deadline() {
     let (master, replica) = pair();
     let mut m = master.client();
     let mut r = replica.client();
-    acquire(&mut m, "a", "alice", 60_000, &[]).expect("a");
+    acquire(&mut m, "a", "alice", 60_000, &["NOSYNC"]).expect("a");
     acquire(&mut m, "a", "alice", 90_000, &["REENTRANT"]).expect("a again");
-    acquire(&mut m, "b", "bob", 60_000, &[]).expect("b");
+    acquire(&mut m, "b", "bob", 60_000, &["NOSYNC"]).expect("b");
     assert_eq!(
         call(&mut m, &["LOCK.RENEW", "b", "bob", "120000"]),
         Value::Int(1)
     );
-    acquire(&mut m, "c", "carol", 60_000, &[]).expect("c");
+    acquire(&mut m, "c", "carol", 60_000, &["NOSYNC"]).expect("c");
     acquire(&mut m, "c", "carol", 60_000, &["REENTRANT"]).expect("c again");
     assert_eq!(call(&mut m, &["LOCK.RELEASE", "c", "carol"]), Value::Int(1));
-    acquire(&mut m, "d", "dave", 60_000, &[]).expect("d");
+    acquire(&mut m, "d", "dave", 60_000, &["NOSYNC"]).expect("d");
     assert_eq!(call(&mut m, &["LOCK.RELEASE", "d", "dave"]), Value::Int(1));
     wait_replicas(&mut m, 1);
 
@@ -76,13 +76,13 @@ fn the_replica_sees_the_same_owner_token_holds_and_deadline() {
 fn a_replica_that_syncs_later_gets_the_locks_and_the_counter() {
     let master = Server::start(&[]);
     let mut m = master.client();
-    let token = acquire(&mut m, "a", "alice", 60_000, &[]).expect("a");
+    let token = acquire(&mut m, "a", "alice", 60_000, &["NOSYNC"]).expect("a");
     let replica = Server::start(&[]);
     replica.replicate(&master);
     let mut r = replica.client();
     assert_eq!(lock_info(&mut r, "a").map(|i| i.1), Some(token));
     promote(&mut r);
-    let next = acquire(&mut r, "b", "bob", 1_000, &[]).expect("b");
+    let next = acquire(&mut r, "b", "bob", 1_000, &["NOSYNC"]).expect("b");
     assert!(next > token);
 }
 
@@ -92,7 +92,7 @@ fn a_promoted_replica_issues_larger_tokens_than_its_old_master() {
     let mut m = master.client();
     let mut last = 0;
     for i in 0..20 {
-        last = acquire(&mut m, &format!("k{i}"), "alice", 60_000, &[]).expect("granted");
+        last = acquire(&mut m, &format!("k{i}"), "alice", 60_000, &["NOSYNC"]).expect("granted");
     }
     wait_replicas(&mut m, 1);
     let mut r = replica.client();
@@ -102,7 +102,7 @@ fn a_promoted_replica_issues_larger_tokens_than_its_old_master() {
         Some(last),
         "locks carried over"
     );
-    let next = acquire(&mut r, "new", "bob", 1_000, &[]).expect("granted");
+    let next = acquire(&mut r, "new", "bob", 1_000, &["NOSYNC"]).expect("granted");
     assert!(
         next > last,
         "promotion continues the counter: {next} after {last}"
@@ -116,19 +116,19 @@ fn an_old_master_named_master_again_unseen_issues_larger_tokens() {
     // replica gone.
     let (master, replica) = pair();
     let mut m = master.client();
-    acquire(&mut m, "before", "alice", 60_000, &[]).expect("granted");
+    acquire(&mut m, "before", "alice", 60_000, &["NOSYNC"]).expect("granted");
     wait_replicas(&mut m, 1);
     let mut r = replica.client();
     promote(&mut r);
     let mut newest = 0;
     for i in 0..20 {
-        newest = acquire(&mut r, &format!("k{i}"), "bob", 60_000, &[]).expect("granted");
+        newest = acquire(&mut r, &format!("k{i}"), "bob", 60_000, &["NOSYNC"]).expect("granted");
     }
     wait_until("the old master saw its replica go", || {
         info_field(&mut m, "replication", "connected_slaves").as_deref() == Some("0")
     });
     std::thread::sleep(std::time::Duration::from_millis(5));
-    let token = acquire(&mut m, "after", "carol", 60_000, &[]).expect("granted");
+    let token = acquire(&mut m, "after", "carol", 60_000, &["NOSYNC"]).expect("granted");
     assert!(token > newest, "{token} after {newest}");
 }
 
@@ -140,7 +140,7 @@ fn a_replica_keeps_the_effects_in_its_own_aof_and_passes_them_to_its_replicas() 
     let sub_replica = Server::start(&[]);
     sub_replica.replicate(&replica);
     let mut m = master.client();
-    let token = acquire(&mut m, "k", "alice", 600_000, &[]).expect("granted");
+    let token = acquire(&mut m, "k", "alice", 600_000, &["NOSYNC"]).expect("granted");
     acquire(&mut m, "k", "alice", 600_000, &["REENTRANT"]).expect("re-entered");
     wait_replicas(&mut m, 1);
     let mut sub = sub_replica.client();
@@ -155,7 +155,7 @@ fn a_replica_keeps_the_effects_in_its_own_aof_and_passes_them_to_its_replicas() 
     let mut r = replica.client();
     let info = lock_info(&mut r, "k").expect("restored from the replica's AOF");
     assert_eq!((info.0.as_str(), info.1, info.3), ("alice", token, 2));
-    assert!(acquire(&mut r, "other", "bob", 1_000, &[]).expect("granted") > token);
+    assert!(acquire(&mut r, "other", "bob", 1_000, &["NOSYNC"]).expect("granted") > token);
 }
 
 /// Whether `WAIT` on a waiter's own connection, right after a hand-over granted it the lock,
@@ -170,7 +170,7 @@ fn wait_after_a_hand_over_counts_only_replicas_that_have_the_grant() {
         let key = format!("handed-over:{by_timer}:{replica_running}");
         let lease = if by_timer { 300 } else { 60_000 };
         let mut holder = master.client();
-        acquire(&mut holder, &key, "holder", lease, &[]).expect("free");
+        acquire(&mut holder, &key, "holder", lease, &["NOSYNC"]).expect("free");
         wait_replicas(&mut holder, 1);
         let mut waiter = master.client();
         let waiting_key = key.clone();
@@ -181,6 +181,7 @@ fn wait_after_a_hand_over_counts_only_replicas_that_have_the_grant() {
                 .arg(60_000)
                 .arg("WAIT")
                 .arg(10_000)
+                .arg("NOSYNC")
                 .query(&mut waiter)
                 .expect("LOCK.ACQUIRE WAIT");
             let acked: i64 = redis::cmd("WAIT")

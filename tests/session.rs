@@ -599,7 +599,15 @@ fn after_a_failover_the_holdings_keep_their_leases_only() {
     assert_eq!(
         call(
             &mut n,
-            &["LOCK.RENEW", "order", "alice", "30000", "SESSION", &id]
+            &[
+                "LOCK.RENEW",
+                "order",
+                "alice",
+                "30000",
+                "SESSION",
+                &id,
+                "NOSYNC"
+            ]
         ),
         Value::Int(1)
     );

@@ -116,7 +116,7 @@ impl fmt::Display for ArgError {
 }
 
 /// `LOCK.ACQUIRE key owner ttl-ms [REENTRANT] [WAIT timeout-ms] [SHARED [LIMIT n]]
-/// [SESSION id]`.
+/// [SESSION id] [SYNC | NOSYNC]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Acquire<'a, A> {
     /// The lock's key.
@@ -133,6 +133,9 @@ pub struct Acquire<'a, A> {
     pub mode: Mode,
     /// `SESSION id`: the session the holding is tied to ([`crate::session`]).
     pub session: Option<session::Id>,
+    /// `SYNC` (`Some(true)`) or `NOSYNC` (`Some(false)`): whether the reply waits until the
+    /// in-sync set has the write ([`crate::insync::synced`]); `None`: `lock.sync-writes`.
+    pub sync: Option<bool>,
 }
 
 /// `LOCK.RELEASE key owner`, and `LOCK.RENEW key owner ttl-ms [SESSION id]` (with `ttl_ms`).
@@ -146,6 +149,8 @@ pub struct Held<'a, A> {
     pub ttl_ms: i64,
     /// `LOCK.RENEW`'s `SESSION id`: the session the holding is tied to from now on.
     pub session: Option<session::Id>,
+    /// `LOCK.RENEW`'s `SYNC` or `NOSYNC` (as [`Acquire::sync`]); `None` for `LOCK.RELEASE`.
+    pub sync: Option<bool>,
 }
 
 /// `LOCK.RAISE key owner token`.
@@ -168,9 +173,9 @@ pub struct Fence<'a, A> {
     pub owner: Option<&'a A>,
 }
 
-/// `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [WAIT timeout-ms] [SESSION id]`, and
-/// `LOCK.MRELEASE` and `LOCK.MRENEW` (without `WAIT`; `ttl_ms` 0 for `LOCK.MRELEASE`, which
-/// takes no `SESSION` either).
+/// `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [WAIT timeout-ms] [SESSION id]
+/// [SYNC | NOSYNC]`, and `LOCK.MRELEASE` and `LOCK.MRENEW` (without `WAIT`; `ttl_ms` 0 for
+/// `LOCK.MRELEASE`, which takes no `SESSION`, `SYNC` or `NOSYNC` either).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Set<'a, A> {
     /// The locks' keys, distinct, in the order given.
@@ -183,6 +188,8 @@ pub struct Set<'a, A> {
     pub wait_ms: Option<i64>,
     /// `SESSION id`: the session the holdings are tied to.
     pub session: Option<session::Id>,
+    /// `SYNC` or `NOSYNC` (as [`Acquire::sync`]); `None` for `LOCK.MRELEASE`.
+    pub sync: Option<bool>,
 }
 
 /// `LOCK.APPLY key owner <effect>`: a master's effect on one holding.
@@ -255,10 +262,12 @@ pub fn acquire<'a, A: Deref<Target = [u8]>>(
     let mut args = Args::new(args);
     let (key, owner, ttl) = (args.required()?, args.required()?, args.required()?);
     let (mut reentrant, mut wait_ms, mut shared, mut limit) = (false, None, false, None);
-    let mut session = None;
+    let (mut session, mut sync) = (None, None);
     while let Some(option) = args.next() {
         if is(option, b"SESSION") && session.is_none() {
             session = Some(session_id(args.value()?)?);
+        } else if let Some(asked) = sync_option(option, sync) {
+            sync = Some(asked);
         } else if is(option, b"REENTRANT") && !reentrant {
             reentrant = true;
         } else if is(option, b"SHARED") && !shared {
@@ -285,6 +294,7 @@ pub fn acquire<'a, A: Deref<Target = [u8]>>(
         wait_ms,
         mode,
         session,
+        sync,
     })
 }
 
@@ -301,10 +311,11 @@ pub fn release<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Held<'_, A>, ArgEr
         owner,
         ttl_ms: 0,
         session: None,
+        sync: None,
     })
 }
 
-/// Parses `LOCK.RENEW key owner ttl-ms [SESSION id]`.
+/// Parses `LOCK.RENEW key owner ttl-ms [SESSION id] [SYNC | NOSYNC]`.
 ///
 /// # Errors
 /// Arity, syntax, the session id, the owner, the TTL.
@@ -314,12 +325,13 @@ pub fn renew<'a, A: Deref<Target = [u8]>>(
 ) -> Result<Held<'a, A>, ArgError> {
     let mut args = Args::new(args);
     let key = args.required()?;
-    let (owner, ttl_ms, session) = owner_ttl_and_session(&mut args, limits)?;
+    let (owner, ttl_ms, (session, sync)) = owner_ttl_and_options(&mut args, limits)?;
     Ok(Held {
         key,
         owner,
         ttl_ms,
         session,
+        sync,
     })
 }
 
@@ -367,7 +379,8 @@ pub fn info<A: Deref<Target = [u8]>>(args: &[A]) -> Result<&A, ArgError> {
     Ok(key)
 }
 
-/// Parses `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [WAIT timeout-ms]`.
+/// Parses `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [WAIT timeout-ms] [SESSION id]
+/// [SYNC | NOSYNC]`.
 ///
 /// # Errors
 /// The keys ([`ArgError::NumKeys`] and the rest of [`keys`]), arity, options (`REENTRANT`,
@@ -379,12 +392,14 @@ pub fn macquire<'a, A: Deref<Target = [u8]>>(
     let mut args = Args::new(args);
     let keys = keys_of(&mut args, limits)?;
     let (owner, ttl) = (args.required()?, args.required()?);
-    let (mut wait_ms, mut session) = (None, None);
+    let (mut wait_ms, mut session, mut sync) = (None, None, None);
     while let Some(option) = args.next() {
         if is(option, b"WAIT") && wait_ms.is_none() {
             wait_ms = Some(timeout(args.value()?)?);
         } else if is(option, b"SESSION") && session.is_none() {
             session = Some(session_id(args.value()?)?);
+        } else if let Some(asked) = sync_option(option, sync) {
+            sync = Some(asked);
         } else if let Some(name) = ["REENTRANT", "SHARED", "LIMIT"]
             .into_iter()
             .find(|name| is(option, name.as_bytes()))
@@ -401,6 +416,7 @@ pub fn macquire<'a, A: Deref<Target = [u8]>>(
         ttl_ms: ttl_of(ttl, limits)?,
         wait_ms,
         session,
+        sync,
     })
 }
 
@@ -421,10 +437,11 @@ pub fn mrelease<'a, A: Deref<Target = [u8]>>(
         ttl_ms: 0,
         wait_ms: None,
         session: None,
+        sync: None,
     })
 }
 
-/// Parses `LOCK.MRENEW numkeys key [key ...] owner ttl-ms [SESSION id]`.
+/// Parses `LOCK.MRENEW numkeys key [key ...] owner ttl-ms [SESSION id] [SYNC | NOSYNC]`.
 ///
 /// # Errors
 /// The keys, arity, syntax, the session id, the owner, the TTL.
@@ -434,13 +451,14 @@ pub fn mrenew<'a, A: Deref<Target = [u8]>>(
 ) -> Result<Set<'a, A>, ArgError> {
     let mut args = Args::new(args);
     let keys = keys_of(&mut args, limits)?;
-    let (owner, ttl_ms, session) = owner_ttl_and_session(&mut args, limits)?;
+    let (owner, ttl_ms, (session, sync)) = owner_ttl_and_options(&mut args, limits)?;
     Ok(Set {
         keys,
         owner,
         ttl_ms,
         wait_ms: None,
         session,
+        sync,
     })
 }
 
@@ -512,24 +530,41 @@ fn last_owner<'a, A: Deref<Target = [u8]>>(args: &mut Args<'a, A>) -> Result<&'a
     checked_owner(owner)
 }
 
-/// The `owner ttl-ms [SESSION id]` that end `LOCK.RENEW` and `LOCK.MRENEW`: arity, the
-/// option, then the owner, then the TTL.
-fn owner_ttl_and_session<'a, A: Deref<Target = [u8]>>(
+/// What a renewal's options say: `SESSION id`, and `SYNC` or `NOSYNC`.
+type RenewOptions = (Option<session::Id>, Option<bool>);
+
+/// The `owner ttl-ms [SESSION id] [SYNC | NOSYNC]` that end `LOCK.RENEW` and `LOCK.MRENEW`:
+/// arity, the options (in any order), then the owner, then the TTL.
+fn owner_ttl_and_options<'a, A: Deref<Target = [u8]>>(
     args: &mut Args<'a, A>,
     limits: &Limits,
-) -> Result<(&'a A, i64, Option<session::Id>), ArgError> {
+) -> Result<(&'a A, i64, RenewOptions), ArgError> {
     let (owner, ttl) = (args.required()?, args.required()?);
-    let session = match args.next() {
-        None => None,
-        Some(option) if is(option, b"SESSION") => {
-            let id = session_id(args.value()?)?;
-            args.done()?;
-            Some(id)
+    let (mut session, mut sync) = (None, None);
+    while let Some(option) = args.next() {
+        if is(option, b"SESSION") && session.is_none() {
+            session = Some(session_id(args.value()?)?);
+        } else if let Some(asked) = sync_option(option, sync) {
+            sync = Some(asked);
+        } else {
+            return Err(ArgError::Syntax);
         }
-        Some(_) => return Err(ArgError::Syntax),
-    };
+    }
     let owner = checked_owner(owner)?;
-    Ok((owner, ttl_of(ttl, limits)?, session))
+    Ok((owner, ttl_of(ttl, limits)?, (session, sync)))
+}
+
+/// `SYNC` (true) or `NOSYNC` (false) when `option` is one and neither came before (`sync`).
+fn sync_option(option: &[u8], sync: Option<bool>) -> Option<bool> {
+    if sync.is_some() {
+        None
+    } else if is(option, b"SYNC") {
+        Some(true)
+    } else if is(option, b"NOSYNC") {
+        Some(false)
+    } else {
+        None
+    }
 }
 
 /// A session id ([`session::parse_id`]).

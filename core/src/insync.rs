@@ -56,6 +56,7 @@ use std::collections::HashMap;
 
 pub mod checks;
 pub mod replica;
+pub mod synced;
 
 pub use replica::{Follower, Priority, Promotability, Promotable};
 

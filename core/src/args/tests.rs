@@ -231,6 +231,61 @@ fn promotable_lists_replicas() {
 }
 
 #[test]
+fn every_write_that_counts_takes_sync_or_nosync_once() {
+    let sync = |line: &str| {
+        let args = words(line);
+        if line.starts_with("LOCK.ACQUIRE") {
+            acquire(&args, &LIMITS).map(|a| a.sync)
+        } else if line.starts_with("LOCK.RENEW") {
+            renew(&args, &LIMITS).map(|h| h.sync)
+        } else if line.starts_with("LOCK.MACQUIRE") {
+            macquire(&args, &LIMITS).map(|s| s.sync)
+        } else {
+            mrenew(&args, &LIMITS).map(|s| s.sync)
+        }
+    };
+    let id = "00000000000000ab";
+    for (line, parsed) in [
+        ("LOCK.ACQUIRE k o 5".to_owned(), Ok(None)),
+        ("LOCK.ACQUIRE k o 5 sync WAIT 0".to_owned(), Ok(Some(true))),
+        ("LOCK.ACQUIRE k o 5 NOSYNC".to_owned(), Ok(Some(false))),
+        (
+            "LOCK.ACQUIRE k o 5 SYNC NOSYNC".to_owned(),
+            Err(ArgError::Syntax),
+        ),
+        (
+            "LOCK.ACQUIRE k o 5 SYNC SYNC".to_owned(),
+            Err(ArgError::Syntax),
+        ),
+        (
+            format!("LOCK.RENEW k o 5 SYNC SESSION {id}"),
+            Ok(Some(true)),
+        ),
+        (
+            format!("LOCK.RENEW k o 5 SESSION {id} nosync"),
+            Ok(Some(false)),
+        ),
+        ("LOCK.RENEW k o 5 SYNC x".to_owned(), Err(ArgError::Syntax)),
+        (
+            "LOCK.MACQUIRE 2 a b o 5 SYNC WAIT 10".to_owned(),
+            Ok(Some(true)),
+        ),
+        ("LOCK.MRENEW 2 a b o 5 NOSYNC".to_owned(), Ok(Some(false))),
+        (
+            "LOCK.MRENEW 2 a b o 5 SYNC SYNC".to_owned(),
+            Err(ArgError::Syntax),
+        ),
+    ] {
+        assert_eq!(sync(&line), parsed, "{line}");
+    }
+    assert_eq!(
+        release(&words("LOCK.RELEASE k o SYNC")),
+        Err(ArgError::WrongArity),
+        "a release does not wait"
+    );
+}
+
+#[test]
 fn sessions_are_named_by_sixteen_hexadecimal_digits() {
     let id = "00000000000000ab";
     let acquire_line = format!("LOCK.ACQUIRE k o 5 SESSION {id} WAIT 0");

@@ -1,0 +1,69 @@
+use super::*;
+
+fn status(offset: u64, acked: u64, members: usize, required: usize) -> Status {
+    Status {
+        offset,
+        acked,
+        members,
+        required,
+    }
+}
+
+#[test]
+fn a_write_counts_once_every_member_acknowledged_the_offset_of_its_first_look() {
+    let mut pending = Pending::default();
+    pending.hold("a", 1_000, 500);
+    assert!(pending.ask(), "the replicas are asked once");
+    pending.hold("b", 1_000, 500);
+    assert!(pending.ask());
+    assert!(!pending.ask());
+    assert_eq!(pending.settle(1_001, &status(100, 90, 1, 1)), vec![]);
+    pending.hold("c", 1_002, 500);
+    assert_eq!(
+        pending.settle(1_003, &status(120, 100, 1, 1)),
+        vec![("a", Settled::Counted), ("b", Settled::Counted)],
+        "c's offset is 120"
+    );
+    assert_eq!(
+        pending.settle(1_004, &status(130, 120, 1, 1)),
+        vec![("c", Settled::Counted)]
+    );
+    assert!(pending.is_empty());
+}
+
+#[test]
+fn a_write_is_refused_at_once_below_the_sets_size_and_after_its_timeout_otherwise() {
+    let mut pending = Pending::default();
+    pending.hold("a", 1_000, 500);
+    assert_eq!(
+        pending.settle(1_001, &status(100, 0, 0, 1)),
+        vec![(
+            "a",
+            Settled::TooFew {
+                members: 0,
+                required: 1
+            }
+        )]
+    );
+    pending.hold("b", 1_000, 500);
+    assert_eq!(pending.settle(1_499, &status(100, 90, 1, 1)), vec![]);
+    assert_eq!(
+        pending.settle(1_500, &status(110, 99, 1, 1)),
+        vec![("b", Settled::NotAcknowledged { timeout_ms: 500 })]
+    );
+}
+
+#[test]
+fn a_lone_server_counts_at_once_and_a_client_that_left_is_taken_out() {
+    let mut pending = Pending::default();
+    pending.hold(1, 0, 500);
+    pending.hold(2, 0, 500);
+    assert_eq!(pending.take(|held| *held == 1), Some(1));
+    assert_eq!(pending.take(|held| *held == 1), None);
+    assert_eq!(
+        pending.settle(1, &status(50, 50, 0, 0)),
+        vec![(2, Settled::Counted)]
+    );
+    pending.hold(3, 0, 500);
+    assert_eq!(pending.drain(), vec![3]);
+}

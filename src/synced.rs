@@ -1,0 +1,332 @@
+//! Synced writes on the server: a lock write that counts — a grant, also one a `WAIT` hand-over
+//! makes, a renewal, a re-entry — replies only once the in-sync set has it
+//! ([`leasehold_core::insync::synced`]), with `SYNC` or by `lock.sync-writes`. The client is
+//! blocked meanwhile, as `WAIT` blocks it.
+//!
+//! - Before the event loop sleeps (`RedisModuleEvent_EventLoop`), while writes are held: the
+//!   set's status ([`insync::status`]) settles them, then, for writes held since the last
+//!   look, the replicas are asked for their acknowledgement at once (`REPLCONF GETACK *`, to
+//!   replicas only), as `WAIT` asks — after the offsets were read, since a replica's answer
+//!   does not count the request itself.
+//! - A write that counted gets its reply. One that did not gets `NOREPLICAS` with what was
+//!   missing, and leaves nothing its client does not know of: a grant is released, by its
+//!   owner, as `LOCK.RELEASE` (`LOCK.MRELEASE` for a set) would, just before the error goes out
+//!   ([`Undo`]); a renewal's error says to count on the lease from before it. A client that
+//!   leaves while its write is held has its grant released the same way: before its null reply
+//!   (`CLIENT UNBLOCK`, its `WAIT` timeout), or on the next timer turn once it disconnected.
+//! - A server with no set to wait for (no member, none required) replies at once; one whose set
+//!   is below its size refuses at once.
+//! - Inside `MULTI`, scripts and functions a client cannot block: `SYNC` is refused there, and
+//!   `lock.sync-writes` does not apply (such a write replies at once, unsynced).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::os::raw::c_void;
+use std::time::Duration;
+
+use leasehold_core::insync::synced::{Pending, Settled};
+use leasehold_core::outcome::Answer;
+use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue, raw};
+
+use crate::api::subscribe;
+use crate::blocking::{self, Blocked, can_block};
+use crate::clock;
+use crate::config;
+use crate::effects;
+use crate::insync;
+use crate::key::{select_db, selected_db};
+
+/// What a write that did not count leaves to undo.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Undo {
+    /// A grant: released by its owner, as `LOCK.RELEASE` (one key) or `LOCK.MRELEASE` would.
+    Release {
+        /// The database of the keys.
+        db: i32,
+        /// The locks granted.
+        keys: Vec<Vec<u8>>,
+        /// Their owner.
+        owner: Vec<u8>,
+    },
+    /// A renewal: nothing; the holder counts on the lease it had before.
+    Renewal,
+}
+
+/// A held write.
+struct Held {
+    blocked: Blocked,
+    /// Its reply, once it counted.
+    reply: RedisValue,
+    undo: Undo,
+}
+
+#[derive(Default)]
+struct Synced {
+    pending: Pending<Held>,
+    /// Waiters that asked for a synced grant: what a grant to each would undo.
+    waiters: HashMap<Blocked, Undo>,
+    /// Grants to release on the next timer turn.
+    undo: Vec<Undo>,
+    /// Whether that timer is armed.
+    armed: bool,
+}
+
+thread_local! {
+    /// Commands, events and timers all run on the main thread.
+    static SYNCED: RefCell<Synced> = RefCell::new(Synced::default());
+}
+
+/// Watches the event loop: the held writes are settled before it sleeps.
+///
+/// # Errors
+/// The server refuses the subscription.
+pub fn register(ctx: &Context) -> Result<(), RedisError> {
+    subscribe(
+        ctx,
+        raw::REDISMODULE_EVENT_EVENTLOOP,
+        Some(on_event_loop),
+        "ERR could not watch the event loop",
+    )
+}
+
+/// Whether the write of a command that said `asked` (`SYNC`, `NOSYNC` or neither) is held.
+///
+/// # Errors
+/// `ERR SYNC ...` for `SYNC` where a client cannot block (`MULTI`, scripts, functions).
+pub fn wanted(ctx: &Context, asked: Option<bool>) -> Result<bool, RedisError> {
+    let blockable = can_block(ctx);
+    if asked == Some(true) && !blockable {
+        return Err(RedisError::Str(
+            "ERR SYNC cannot be used inside MULTI, scripts or functions",
+        ));
+    }
+    Ok(blockable && config::sync_wanted(asked))
+}
+
+/// Replies to a write that counts and was to be held (the command's keys closed): at once with
+/// `reply` on a server with no set to wait for; with the refusal at once, after undoing it,
+/// when the set is below its size; otherwise blocks the client until the set has the write.
+///
+/// # Errors
+/// `NOREPLICAS` when the set is below its size, or when the client cannot be blocked.
+pub fn hold(ctx: &Context, reply: RedisValue, undo: Undo) -> RedisResult {
+    let (members, required) = insync::size();
+    if members < required {
+        return refused(ctx, Settled::TooFew { members, required }, &undo);
+    }
+    if members == 0 {
+        return Ok(reply);
+    }
+    match blocking::block::<Leaving>(ctx, 0) {
+        Ok(blocked) => {
+            held(blocked, reply, undo);
+            Ok(RedisValue::NoReply)
+        }
+        Err(_) => refused(ctx, Settled::NotAcknowledged { timeout_ms: 0 }, &undo),
+    }
+}
+
+/// A waiter that asked for a synced grant queued (`LOCK.ACQUIRE ... WAIT`, `LOCK.MACQUIRE ...
+/// WAIT`): a grant to it is held like a command's ([`answer`]), and `undo` releases it.
+pub fn waiting(blocked: Blocked, undo: Undo) {
+    SYNCED.with_borrow_mut(|synced| synced.waiters.insert(blocked, undo));
+}
+
+/// The core answered a waiter: a grant to one that asked for a synced grant is held, anything
+/// else goes out at once.
+pub fn answer(blocked: Blocked, answer: &Answer) {
+    let granted = matches!(answer, Answer::Granted(_) | Answer::GrantedSet(_));
+    let undo = SYNCED.with_borrow_mut(|synced| synced.waiters.remove(&blocked));
+    match (undo, blocking::reply_of(answer)) {
+        (Some(undo), Ok(reply)) if granted && insync::size().0 > 0 => held(blocked, reply, undo),
+        (_, reply) => blocking::unblock(blocked, Box::new(move |_| reply)),
+    }
+}
+
+fn held(blocked: Blocked, reply: RedisValue, undo: Undo) {
+    let now = clock::now_ms();
+    SYNCED.with_borrow_mut(|synced| {
+        synced.pending.hold(
+            Held {
+                blocked,
+                reply,
+                undo,
+            },
+            now,
+            config::sync_timeout_ms(),
+        );
+    });
+}
+
+/// A blocked client left: a grant held for it is released now while it is `connected` (it is
+/// answered null: `CLIENT UNBLOCK`, or its `WAIT` timed out), on the next timer turn once it
+/// disconnected.
+pub fn left(ctx: &Context, blocked: Blocked, connected: bool) {
+    let held = SYNCED.with_borrow_mut(|synced| {
+        synced.waiters.remove(&blocked);
+        synced.pending.take(|held| held.blocked == blocked)
+    });
+    match held {
+        Some(held) if connected => run_undo(ctx, &held.undo),
+        Some(held) => later(ctx, held.undo),
+        None => {}
+    }
+}
+
+/// What a synced write's client leaving does ([`blocking::Leaving`]).
+pub struct Leaving;
+
+impl blocking::Leaving for Leaving {
+    fn left(ctx: &Context, blocked: Blocked, connected: bool) {
+        left(ctx, blocked, connected);
+    }
+}
+
+unsafe extern "C" fn on_event_loop(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP
+        && !SYNCED.with_borrow(|synced| synced.pending.is_empty())
+    {
+        settle(&Context::new(ctx));
+    }
+}
+
+/// Settles the held writes by the set's status, then asks the replicas for their
+/// acknowledgement if writes were held since the last time. On a server that is no longer a
+/// master, every held write is refused (a replica cannot release anything).
+fn settle(ctx: &Context) {
+    if !ctx.get_flags().contains(ContextFlags::MASTER) {
+        for held in SYNCED.with_borrow_mut(|synced| synced.pending.drain()) {
+            let error = format!(
+                "NOREPLICAS this server is no longer a master{}",
+                meaning(&held.undo)
+            );
+            blocking::unblock(
+                held.blocked,
+                Box::new(move |_| Err(RedisError::String(error))),
+            );
+        }
+        return;
+    }
+    let status = insync::status(ctx);
+    let now = clock::now_ms();
+    let (settled, ask) = SYNCED
+        .with_borrow_mut(|synced| (synced.pending.settle(now, &status), synced.pending.ask()));
+    for (held, outcome) in settled {
+        let Held {
+            blocked,
+            reply,
+            undo,
+        } = held;
+        if outcome == Settled::Counted {
+            blocking::unblock(blocked, Box::new(move |_| Ok(reply)));
+        } else {
+            blocking::unblock(blocked, Box::new(move |ctx| refused(ctx, outcome, &undo)));
+        }
+    }
+    if ask && !effects::replication_paused() {
+        effects::ask_for_acknowledgements(ctx);
+    }
+}
+
+/// Undoes a write that did not count (`outcome`), and returns its error.
+fn refused(ctx: &Context, outcome: Settled, undo: &Undo) -> RedisResult {
+    run_undo(ctx, undo);
+    Err(refusal(outcome, undo))
+}
+
+/// The error a write that did not count gets: `NOREPLICAS`, what was missing, what it means.
+fn refusal(outcome: Settled, undo: &Undo) -> RedisError {
+    let missing = match outcome {
+        Settled::TooFew { members, required } => format!(
+            "the master has {members} in-sync replicas, fewer than lock.min-insync-replicas \
+             ({required})"
+        ),
+        Settled::NotAcknowledged { timeout_ms: 0 } => "the client could not be blocked".to_owned(),
+        Settled::NotAcknowledged { timeout_ms } => {
+            format!("not every in-sync replica acknowledged within {timeout_ms} ms")
+        }
+        Settled::Counted => String::new(),
+    };
+    RedisError::String(format!("NOREPLICAS {missing}{}", meaning(undo)))
+}
+
+/// What a refusal means for the client: its grant was released, or its renewal does not count.
+fn meaning(undo: &Undo) -> &'static str {
+    match undo {
+        Undo::Release { .. } => "; the grant was released",
+        Undo::Renewal => "; the renewal does not count: the lease before it does",
+    }
+}
+
+/// Undoes `undo` on the next timer turn (not in a callback Redis calls while it frees a client,
+/// where the keyspace must not change).
+fn later(ctx: &Context, undo: Undo) {
+    if undo == Undo::Renewal {
+        return;
+    }
+    let arm = SYNCED.with_borrow_mut(|synced| {
+        synced.undo.push(undo);
+        !std::mem::replace(&mut synced.armed, true)
+    });
+    if arm {
+        ctx.create_timer(Duration::ZERO, run_later, ());
+    }
+}
+
+/// The timer turn: releases the grants that did not count, unless writes are paused (then a
+/// few ms later).
+fn run_later(ctx: &Context, (): ()) {
+    if effects::replication_paused() {
+        ctx.create_timer(Duration::from_millis(10), run_later, ());
+        return;
+    }
+    let undo = SYNCED.with_borrow_mut(|synced| {
+        synced.armed = false;
+        std::mem::take(&mut synced.undo)
+    });
+    for undo in &undo {
+        run_undo(ctx, undo);
+    }
+}
+
+/// Releases a grant that did not count, by its owner, in its database (`LOCK.RELEASE`, or
+/// `LOCK.MRELEASE` for a set, called as a client would).
+fn run_undo(ctx: &Context, undo: &Undo) {
+    let Undo::Release { db, keys, owner } = undo else {
+        return;
+    };
+    let caller_db = selected_db(ctx);
+    if select_db(ctx, *db).is_ok() {
+        let numkeys = keys.len().to_string();
+        let mut args: Vec<&[u8]> = Vec::with_capacity(keys.len() + 2);
+        let command = if let [key] = keys.as_slice() {
+            args.push(key);
+            "LOCK.RELEASE"
+        } else {
+            args.push(numkeys.as_bytes());
+            args.extend(keys.iter().map(Vec::as_slice));
+            "LOCK.MRELEASE"
+        };
+        args.push(owner);
+        if let Err(error) = ctx.call(command, args.as_slice()) {
+            ctx.log_warning(&format!(
+                "lock: a grant that did not count could not be released: {error}"
+            ));
+        }
+    }
+    let _ = select_db(ctx, caller_db);
+}
+
+/// The keys and owner of a command's grant, for its [`Undo`].
+pub fn release_of(ctx: &Context, keys: &[RedisString], owner: &RedisString) -> Undo {
+    Undo::Release {
+        db: selected_db(ctx),
+        keys: keys.iter().map(|key| key.as_slice().to_vec()).collect(),
+        owner: owner.as_slice().to_vec(),
+    }
+}
