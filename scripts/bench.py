@@ -9,9 +9,12 @@ owner-checked release and extend scripts, Redisson's RLock and RFencedLock acqui
 lock, keys left behind, instruction counts (callgrind) on Redis 7.0 and Valkey 8.1, the
 contention benchmark (benches/contention.rs), the shared-lock benchmark against Redisson's
 read-write lock and semaphore scripts (benches/shared.rs), a crashed holder's hand-over with
-sessions and without, and the clients' synced grants.
+sessions and without, a plain client's synced writes against the client-side pipeline they
+replace and the floor of one replica acknowledgement (benches/synced.rs), and the clients'
+synced grants.
 """
 
+import contextlib
 import json
 import os
 import platform
@@ -382,10 +385,10 @@ def filter_cost(with_module, without_module):
     return rows
 
 
-def client_sync(binary):
-    """Each client on a master with one replica, grants synced to it and not: a dict per client
-    of its bench script's results by case (`acquire+release`, `64 tasks`: by mode;
-    `connections`: opened by what)."""
+@contextlib.contextmanager
+def replicated(binary):
+    """A master with one replica, in the master's in-sync set (the replica must be in it before
+    synced grants count): yields the master's URL."""
     master = Server(binary, args=["--repl-diskless-sync-delay", "0"])
     replica = Server(binary)
     try:
@@ -393,12 +396,34 @@ def client_sync(binary):
         deadline = time.time() + 30
         while "state=online" not in master.cli("INFO", "replication") and time.time() < deadline:
             time.sleep(0.1)
-        # The replica must be in the master's in-sync set before synced grants count.
         while "lock_insync_replicas:1" not in master.cli("INFO", "lock") and time.time() < deadline:
             time.sleep(0.1)
         master.cli("SET", "settled", "1")
         master.cli("WAIT", "1", "10000")
-        url = f"redis://127.0.0.1:{master.port}"
+        yield f"redis://127.0.0.1:{master.port}"
+    finally:
+        master.stop()
+        replica.stop()
+
+
+def json_lines(command, cwd, env):
+    """The JSON objects a bench script prints one per line, by `case` and then by `mode` (or
+    `what`)."""
+    out = subprocess.run(command, cwd=cwd, env=dict(os.environ, **env), capture_output=True,
+                         text=True, check=True).stdout
+    found = {}
+    for line in out.splitlines():
+        if line.startswith("{"):
+            result = json.loads(line)
+            found.setdefault(result["case"], {})[result.get("mode") or result["what"]] = result
+    return found
+
+
+def client_sync(binary):
+    """Each client on a master with one replica, grants synced to it and not: a dict per client
+    of its bench script's results by case (`acquire+release`, `64 tasks`: by mode;
+    `connections`: opened by what)."""
+    with replicated(binary) as url:
         runs = {
             "Rust (`leasehold-client`)": (["cargo", "bench", "--quiet", "--bench", "client_sync"],
                                           ROOT, {"LEASEHOLD_BENCH_URL": url}),
@@ -409,18 +434,45 @@ def client_sync(binary):
         results = {}
         for client, (command, cwd, env) in runs.items():
             print(f"  {client}: synced and not, one task and 64, connections opened", file=sys.stderr)
-            out = subprocess.run(command, cwd=cwd, env=dict(os.environ, **env), capture_output=True,
-                                 text=True, check=True).stdout
-            found = {}
-            for line in out.splitlines():
-                if line.startswith("{"):
-                    result = json.loads(line)
-                    found.setdefault(result["case"], {})[result.get("mode") or result["what"]] = result
-            results[client] = found
+            results[client] = json_lines(command, cwd, env)
         return results
-    finally:
-        master.stop()
-        replica.stop()
+
+
+def synced_writes(binary):
+    """benches/synced.rs on a master with one replica: a plain client's grants unsynced, synced
+    by the server (`SYNC`) and by the packages' former client-side pipeline, beside the floor
+    (`SET`, `SET` + `WAIT 1`)."""
+    with replicated(binary) as url:
+        print("  synced writes from a plain client (benches/synced.rs)", file=sys.stderr)
+        return json_lines(["cargo", "bench", "--quiet", "--bench", "synced"], ROOT,
+                          {"LEASEHOLD_BENCH_URL": url})
+
+
+def synced_tables(found):
+    """The Markdown rows of `synced_writes`: one task's latency per mode with the target
+    (server-side within 1.2× of unsynced + the floor's extra), and 64 tasks' throughput per mode
+    with the target (server-side at least 0.7× unsynced)."""
+    one, many = found.get("one task", {}), found.get("64 tasks", {})
+    latency = [f"| {mode} | {result['p50_ms']:.3f} | {result['p99_ms']:.3f} | {result['ops_per_s']:,.0f} |"
+               for mode, result in one.items()]
+    verdicts = []
+    if all(mode in one for mode in ("unsynced", "server-side", "SET", "SET + WAIT 1")):
+        extra = one["SET + WAIT 1"]["p50_ms"] - one["SET"]["p50_ms"]
+        allowed = one["unsynced"]["p50_ms"] + extra
+        ratio = one["server-side"]["p50_ms"] / allowed
+        verdicts.append(f"Server-side p50 over (unsynced p50 + the floor's extra, {extra:.3f} ms): "
+                        f"**{ratio:.2f}×** (target ≤ 1.2×, {'met' if ratio <= 1.2 else 'NOT met'}).")
+        if "client-side" in one:
+            verdicts.append(f"The client-side pipeline over the same: "
+                            f"{one['client-side']['p50_ms'] / allowed:.2f}×.")
+    tasks = [f"| {mode} | {result['ops_per_s']:,.0f} | "
+             f"{result['ops_per_s'] / many['unsynced']['ops_per_s']:.2f}× |"
+             for mode, result in many.items() if "unsynced" in many]
+    if "server-side" in many and "unsynced" in many:
+        ratio = many["server-side"]["ops_per_s"] / many["unsynced"]["ops_per_s"]
+        verdicts.append(f"64 tasks, server-side over unsynced: **{ratio:.2f}×** "
+                        f"(target ≥ 0.7×, {'met' if ratio >= 0.7 else 'NOT met'}).")
+    return latency, tasks, verdicts
 
 
 def client_sync_tables(results):
@@ -685,6 +737,7 @@ def main():
         shared_rows = cargo_bench(server, "shared")
         print("  sets of locks (benches/multi.rs)", file=sys.stderr)
         multi_rows = cargo_bench(server, "multi")
+        synced_latency, synced_tasks, synced_verdicts = synced_tables(synced_writes(servers["redis-7.0"]))
         sync_latency, sync_tasks, sync_connections = client_sync_tables(client_sync(servers["redis-7.0"]))
         session_rows = sessions_table(*sessions(servers["redis-7.0"]))
         print("  failovers at Redis's own timeouts, with the module and without (benches/failover.rs)",
@@ -911,13 +964,40 @@ def main():
         "",
         *failover_rows,
         "",
+        "## Synced writes: the server holds the reply until the in-sync set has it",
+        "",
+        f"`benches/synced.rs`: a plain client (the `redis` crate, no package) on Redis {server.version}, "
+        "a master with one replica on loopback. One task loops each mode for 1 s, the modes taking "
+        "turns over 5 rounds; the latency of one iteration, ms. `unsynced`: `LOCK.ACQUIRE ... NOSYNC` "
+        "then `LOCK.RELEASE`; `server-side`: `LOCK.ACQUIRE ... SYNC` (the reply waits for the "
+        "replica's acknowledgement, asked for at once with `REPLCONF GETACK`) then `LOCK.RELEASE`; "
+        "`client-side`: the pipeline the packages ran before 0.7.0 (`LOCK.ACQUIRE ... NOSYNC`, "
+        "`LOCK.INSYNC`, `WAIT 1 1000`, `LOCK.INSYNC` in one round trip) then `LOCK.RELEASE`; the "
+        "floor: `SET`, and `SET` + `WAIT 1 1000` in one round trip (one replica acknowledgement with "
+        "nothing of the module's in the way).",
+        "",
+        "| mode | p50 | p99 | iterations/s |",
+        "| --- | ---: | ---: | ---: |",
+        *synced_latency,
+        "",
+        "64 tasks, each on a connection and a lock of its own, loop the lock modes the same way "
+        "(acquires + releases a second; the server batches every write held in one turn of its "
+        "event loop behind one `REPLCONF GETACK`):",
+        "",
+        "| mode | iterations/s | over unsynced |",
+        "| --- | ---: | ---: |",
+        *synced_tasks,
+        "",
+        *synced_verdicts,
+        "",
         "## The clients: grants synced to a replica",
         "",
         f"Each client on Redis {server.version}, a master with one replica on loopback, grants "
-        "synced to the replica before they are returned (the default: the grant, `LOCK.INSYNC`, "
-        "`WAIT` and `LOCK.INSYNC` in one round trip on a pooled connection: the master's in-sync set "
-        "has it) and not (sync off: the shared connection). One task looping acquire (no wait, a free lock) → release for 3 s "
-        "(latency of acquire + release, ms; target: synced ≤ 2× the unsynced time):",
+        "synced to the replica before they are returned (the default: `LOCK.ACQUIRE ... SYNC` on "
+        "a pooled connection, the server replying once the master's in-sync set has it) and not "
+        "(sync off: `NOSYNC` on the shared connection). One task looping acquire (no wait, a free "
+        "lock) → release for 3 s (latency of acquire + release, ms; target: synced ≤ 2× the "
+        "unsynced time):",
         "",
         "| client | synced p50 | not synced p50 | ratio | synced p99 | not synced p99 | synced/s | not synced/s |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
