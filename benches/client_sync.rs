@@ -1,8 +1,8 @@
 //! What syncing grants to the replicas costs `leasehold-client`, on a master with one replica:
 //!
-//! - one task loops `try_acquire` → `release` for 3 s, grants synced (the default: the grant,
-//!   `LOCK.INSYNC`, `WAIT` and `LOCK.INSYNC` in one round trip on a pooled connection) and not
-//!   (`Sync::off()`, on the shared connection);
+//! - one task loops `try_acquire` → `release` for 3 s, grants synced (the default:
+//!   `LOCK.ACQUIRE ... SYNC` on a pooled connection, the server replying once its in-sync set has
+//!   the grant) and not (`Sync::off()`: `NOSYNC` on the shared connection);
 //! - 64 tasks, each on a lock of its own, loop the same for 3 s, synced and not;
 //! - the connections the master accepted (`total_connections_received`) over 1 000 synced
 //!   acquire + release after warm-up, and over 1 000 acquires that wait in the server (8
