@@ -23,13 +23,18 @@ import leasehold.asyncio
 
 ROOT = Path(__file__).resolve().parents[3]
 
-#: Grants and renewals synced to the in-sync replicas within 200 ms: a replica that is up on
-#: this machine acknowledges well within it, and a refusal costs little time.
-QUICK = leasehold.Sync(timeout=0.2)
+#: How long the masters of :func:`group` hold a synced write for their in-sync replicas
+#: (``lock.sync-timeout-ms``), in ms: a replica that is up on this machine acknowledges well
+#: within it, and a refusal costs little time.
+SYNC_TIMEOUT_MS = 200
 
-#: Why a grant or renewal synced with :data:`QUICK` was refused when a member of the in-sync set
-#: did not acknowledge it.
-ACKED_LATE = "not every in-sync replica acknowledged within 200 ms"
+#: Grants and renewals synced to the in-sync replicas by such a master, queueing for a sync
+#: connection for at most as long.
+QUICK = leasehold.Sync(timeout=SYNC_TIMEOUT_MS / 1000)
+
+#: Why such a master refused a grant or renewal (``NOREPLICAS``, the reason of
+#: :class:`leasehold.NotReplicatedError`) when a member of its in-sync set did not acknowledge it.
+ACKED_LATE = f"not every in-sync replica acknowledged within {SYNC_TIMEOUT_MS} ms"
 
 
 def pytest_collection_modifyitems(items) -> None:
@@ -149,7 +154,10 @@ def in_sync(master: Server, replicas: int) -> bool:
 
 def group(replicas: int, module_args: Sequence[str] = ()) -> Tuple[Server, List[Server]]:
     """A master and ``replicas`` replicas, every one in the master's in-sync set and
-    acknowledging writes; the module loaded with ``module_args`` on each."""
+    acknowledging writes; the module loaded with ``module_args`` on each, and
+    ``lock.sync-timeout-ms`` :data:`SYNC_TIMEOUT_MS` unless they say otherwise."""
+    if "sync-timeout-ms" not in module_args:
+        module_args = ("sync-timeout-ms", str(SYNC_TIMEOUT_MS), *module_args)
     # No diskless-sync delay: the replicas sync at once rather than 5 s later.
     master = Server("--repl-diskless-sync-delay", "0", module_args=module_args)
     followers = [Server(module_args=module_args) for _ in range(replicas)]

@@ -1,7 +1,7 @@
 """Grants and renewals synced to the master's in-sync replicas before they count
-(``leasehold.Sync``), sync and asyncio, on a real master and replicas: running, stopped
-(``SIGSTOP``), detached, and attached just before a grant. Replicas killed for good:
-test_replica_killed.py and test_watchdog.py."""
+(``leasehold.Sync``: the server holds each write's reply until they have it, ``SYNC``), sync and
+asyncio, on a real master and replicas: running, stopped (``SIGSTOP``), detached, and attached
+just before a grant. Replicas killed for good: test_replica_killed.py and test_watchdog.py."""
 
 import asyncio
 import signal
@@ -14,8 +14,8 @@ import redis.asyncio
 
 import leasehold
 import leasehold.asyncio
-from conftest import (ACKED_LATE, QUICK, Server, aclose, fence, insync_replicas, stop_all, wait_until,
-                      waiters)
+from conftest import (ACKED_LATE, QUICK, SYNC_TIMEOUT_MS, Server, aclose, fence, insync_replicas,
+                      stop_all, wait_until, waiters)
 
 #: About 25 s of tests: started first (conftest.py).
 pytestmark = pytest.mark.long
@@ -25,22 +25,30 @@ pytestmark = pytest.mark.long
 LONG_GRACE = 60
 
 
+def calls(admin, *commands: str) -> tuple:
+    """How many times the server ran each of ``commands`` so far (``INFO commandstats``)."""
+    stats = admin.info("commandstats")
+    return tuple(int(stats.get(f"cmdstat_{command}", {}).get("calls", 0)) for command in commands)
+
+
 def test_a_lone_server_requires_no_replica(server, name):
     offset, acked, members, required, _, _ = redis.Redis(port=server.port).execute_command("LOCK.INSYNC")
     assert (acked, members, required) == (offset, 0, 0)
     lock = leasehold.Lock(redis.Redis(port=server.port), name, timeout=10, sync=leasehold.Sync(timeout=5))
     started = time.monotonic()
     assert lock.acquire(blocking=False)
-    assert time.monotonic() - started < 1, "WAIT 0 does not wait"
+    assert time.monotonic() - started < 1, "nothing to wait for: the server replies at once"
     lock.release()
 
 
 def test_a_grant_is_on_the_replica_when_returned_immediate_or_handed_over(replicated, name):
     master, replica = replicated
     r = redis.Redis(port=master.port)
+    before = calls(r, "lock.insync", "wait", "lock.acquire", "lock.renew")
     holder = leasehold.Lock(r, name, timeout=10)
     assert holder.acquire(blocking=False)
     assert fence(replica, name) == holder.fencing_token, "already on the replica"
+    assert holder.extend(5)
     waiter = leasehold.Lock(r, name, timeout=10, blocking_timeout=5)
     got = {}
     thread = threading.Thread(target=lambda: got.update(ok=waiter.acquire(), token=waiter.local.fencing_token))
@@ -49,30 +57,62 @@ def test_a_grant_is_on_the_replica_when_returned_immediate_or_handed_over(replic
     holder.release()
     thread.join()
     assert got["ok"] and fence(replica, name) == got["token"], "the hand-over too"
+    after = calls(r, "lock.insync", "wait", "lock.acquire", "lock.renew")
+    assert [n - m for n, m in zip(after, before)] == [0, 0, 2, 1], \
+        "one command a step: no LOCK.INSYNC, no WAIT"
 
 
-def test_a_grant_the_replica_lacks_is_released_and_reported_or_retried(replicated, name):
+def test_a_grant_the_replica_lacks_is_refused_by_the_server_and_left_free(replicated, name):
     master, replica = replicated
     r = redis.Redis(port=master.port)
-    # A new client, which has seen no LOCK.INSYNC: the set comes in the grant's own round trip.
+    sent = []
+    send = r.execute_command
+    r.execute_command = lambda *args, **options: sent.append(args[0]) or send(*args, **options)
     lock = leasehold.Lock(r, name, timeout=10, thread_local=False, sync=QUICK)
     replica.signal(signal.SIGSTOP)
+    started = time.monotonic()
     with pytest.raises(leasehold.NotReplicatedError, match=ACKED_LATE) as refused:
         lock.acquire(blocking=False)
-    assert (refused.value.acked, refused.value.wanted) == (0, 1)
+    assert SYNC_TIMEOUT_MS / 1000 - 0.05 <= time.monotonic() - started < 1.5, "the server's timeout"
+    assert refused.value.reason == ACKED_LATE
+    assert str(refused.value) == f"NOREPLICAS {ACKED_LATE}; the grant was released"
+    assert (refused.value.acked, refused.value.wanted) == (None, None)
     assert isinstance(refused.value, leasehold.LockError)
-    assert r.exists(name) == 0, "released"
+    assert r.exists(name) == 0, "released by the server"
+    assert "LOCK.RELEASE" not in sent, "not by the client"
     assert lock.fencing_token is None and lock.lease_end is None, "no holding"
     threading.Timer(0.5, replica.signal, args=(signal.SIGCONT,)).start()
     assert lock.acquire(blocking_timeout=5), "retried within the wait"
     assert fence(replica, name) == lock.fencing_token
     lock.release()
+    replica.signal(signal.SIGSTOP)
     off = leasehold.Lock(r, name + ":off", timeout=10, sync=leasehold.SYNC_OFF)
-    assert off.acquire(blocking=False)
+    assert off.acquire(blocking=False), "NOSYNC: the master replies at once"
+    replica.signal(signal.SIGCONT)
+
+
+def test_a_lost_reply_to_a_held_grant_closes_the_connection_and_the_server_releases_it(replicated, name):
+    master, replica = replicated
+    r = redis.Redis(port=master.port)
+    r.config_set("lock.sync-timeout-ms", 10_000)  # longer than the client waits for the reply
+    lock = leasehold.Lock(r, name, timeout=10, thread_local=False, sync=QUICK)
+    replica.signal(signal.SIGSTOP)
+    started = time.monotonic()
+    with pytest.raises(redis.TimeoutError):
+        lock.acquire(blocking=False)
+    # 1 s (lock.sync-timeout-ms's default) + 1 s of margin, and 1 s for LOCK.SESSION USE before.
+    assert 1.9 <= time.monotonic() - started < 4
+    wait_until(lambda: r.exists(name) == 0, timeout=3)  # released once its client was gone
+    replica.signal(signal.SIGCONT)
+    r.config_set("lock.sync-timeout-ms", SYNC_TIMEOUT_MS)
+    assert lock.acquire(blocking=False), "the lock is free, the sync pool dials anew"
+    lock.release()
 
 
 def test_a_replica_attached_just_before_a_grant_is_waited_for(name):
-    master, spare = Server("--repl-diskless-sync-delay", "0"), Server()
+    master = Server("--repl-diskless-sync-delay", "0",
+                    module_args=("sync-timeout-ms", str(SYNC_TIMEOUT_MS)))
+    spare = Server()
     try:
         r = redis.Redis(port=master.port)
         lock = leasehold.Lock(r, name, timeout=10, thread_local=False, sync=QUICK)
@@ -81,13 +121,11 @@ def test_a_replica_attached_just_before_a_grant_is_waited_for(name):
         redis.Redis(port=spare.port).execute_command("REPLICAOF", "127.0.0.1", master.port)
         wait_until(lambda: insync_replicas(master) == 1)
         spare.signal(signal.SIGSTOP)
-        # The last LOCK.INSYNC this client saw had no member: WAIT 0, then WAIT 1.
-        with pytest.raises(leasehold.NotReplicatedError, match=ACKED_LATE) as refused:
+        with pytest.raises(leasehold.NotReplicatedError, match=ACKED_LATE):
             lock.acquire(blocking=False)
-        assert (refused.value.acked, refused.value.wanted) == (0, 1)
         waiter = leasehold.Lock(r, name, timeout=10, thread_local=False, sync=QUICK)
         with pytest.raises(leasehold.NotReplicatedError):
-            waiter.acquire(blocking_timeout=0.3)
+            waiter.acquire(blocking_timeout=0.3)  # a grant after a wait is held the same way
         assert r.exists(name) == 0
     finally:
         stop_all([master, spare])
@@ -106,8 +144,9 @@ def test_a_renewal_the_replica_lacks_does_not_count(replicated, name):
     replica.signal(signal.SIGSTOP)
     with pytest.raises(leasehold.NotReplicatedError) as refused:
         lock.extend(20)
-    assert (refused.value.acked, refused.value.wanted) == (0, 1)
-    assert lock.lease_end == synced_end, "the lease believed is the last synced one"
+    assert refused.value.reason == ACKED_LATE
+    assert str(refused.value).endswith("the renewal does not count: the lease before it does")
+    assert lock.lease_end == synced_end, "the lease believed is the last counted one"
     with pytest.raises(leasehold.NotReplicatedError):
         lock.reacquire()
     assert lock.lease_end <= time.monotonic() + 10 < synced_end, (
@@ -132,7 +171,7 @@ def test_a_watched_holding_the_replica_stops_acknowledging_is_lost_when_its_leas
     assert lock.lost.wait(10), "lost"
     assert time.monotonic() >= last_synced_end, "not before its last synced lease ended"
     assert lock.lease_end == last_synced_end
-    assert lock.owned(), "the master still has it: its renewals were applied, not synced"
+    assert lock.owned(), "the master still has it: its renewals were applied, not counted"
     lock.release()
 
 
@@ -153,14 +192,16 @@ def test_a_replica_that_left_counts_until_the_master_drops_it(replicated, name):
 async def test_asyncio_grants_and_renewals_are_synced_too(replicated, name):
     master, replica = replicated
     r = redis.asyncio.Redis(port=master.port)
+    admin = redis.Redis(port=master.port)
     leasehold.asyncio.configure_sessions(r, grace=LONG_GRACE)
     lock = leasehold.asyncio.Lock(r, name, timeout=10, sync=QUICK)
     assert await lock.acquire(blocking=False)
     assert fence(replica, name) == lock.fencing_token
     await lock.release()
     replica.signal(signal.SIGSTOP)
-    with pytest.raises(leasehold.NotReplicatedError):
+    with pytest.raises(leasehold.NotReplicatedError, match=ACKED_LATE):
         await lock.acquire(blocking=False)
+    assert admin.exists(name) == 0, "released by the server"
     asyncio.get_running_loop().call_later(0.5, replica.signal, signal.SIGCONT)
     assert await lock.acquire(blocking_timeout=5)
     synced_end = lock.lease_end

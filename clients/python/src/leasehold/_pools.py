@@ -1,11 +1,10 @@
 """The dedicated connections of the sync and asyncio lock classes: per user client, per master,
 a bounded **wait pool** (blocking acquires, which hold a connection while they wait in the
-server) and a bounded **sync pool** (grants and renewals sent with what syncs them) — two, so
-that waiters can never starve a holder's renewal. Both are redis-py's
-``BlockingConnectionPool`` (``redis.asyncio``'s for the asyncio classes), made from the user's
-own connection settings; kept beside them are each master's outbox of synced writes (see
-:mod:`leasehold._outbox`), what was seen of it (:class:`leasehold._protocol.Seen`), and the
-client's session on it, with a connection of its own (:func:`configure_sessions`)."""
+server) and a bounded **sync pool** (grants and renewals, each holding a connection until the
+server synced it) — two, so that waiters can never starve a holder's renewal. Both are
+redis-py's ``BlockingConnectionPool`` (``redis.asyncio``'s for the asyncio classes), made from
+the user's own connection settings; kept beside them is the client's session on each master,
+with a connection of its own (:func:`configure_sessions`)."""
 
 from __future__ import annotations
 
@@ -20,16 +19,15 @@ from redis.backoff import NoBackoff
 from redis.exceptions import LockError
 from redis.retry import Retry
 
-from ._outbox import Outbox
-from ._protocol import Number, Seen, SessionSettings, is_cluster, to_ms
+from ._protocol import Number, SessionSettings, is_cluster, to_ms
 
 #: Connections in a client's wait pool, per master, unless :func:`configure_pools` says
 #: otherwise: how many blocking acquires wait in the server at once; more queue for one.
 WAIT_POOL_SIZE = 32
 
 #: Connections in a client's sync pool, per master, unless :func:`configure_pools` says
-#: otherwise: how many round trips of synced grants and renewals are in flight at once (each
-#: carries every write queued meanwhile, up to 64); more writes queue for one.
+#: otherwise: how many synced grants and renewals are in flight at once (each holds its
+#: connection until the server replied, up to its sync timeout); more queue for one.
 SYNC_POOL_SIZE = 16
 
 #: How long, in seconds, the caller now borrowing may queue for a connection of a full pool
@@ -103,16 +101,13 @@ class Master(NamedTuple):
 
 class Pools:
     """What the lock classes keep beside one user client: per master, its wait pool and sync
-    pool, the outbox of its synced writes and the client's session (made on first use), and
-    what was seen of it."""
+    pool and the client's session (made on first use)."""
 
     def __init__(self) -> None:
         self.sizes = {"wait": WAIT_POOL_SIZE, "sync": SYNC_POOL_SIZE}
         self.sessions = SessionSettings()
         self._pools: Dict[Tuple[str, Optional[str]], Any] = {}
-        self._outboxes: Dict[Optional[str], Outbox] = {}
         self._sessions: Dict[Optional[str], Any] = {}
-        self._seen: Dict[Optional[str], Seen] = {}
         self._lock = threading.Lock()
 
     def configure_sessions(self, settings: SessionSettings) -> None:
@@ -140,7 +135,7 @@ class Pools:
         if wait < 1 or sync < 1:
             raise LockError(f"pools need at least 1 connection each, not wait={wait} sync={sync}")
         with self._lock:
-            if self._pools or self._outboxes:
+            if self._pools:
                 raise LockError("configure_pools must come before the first lock on this client")
             self.sizes = {"wait": wait, "sync": sync}
 
@@ -156,33 +151,13 @@ class Pools:
                 self._pools[(kind, master.node)] = pool
             return pool
 
-    def seen(self, master: Master) -> Seen:
-        """What was seen of ``master``: its in-sync members last, masters replaced."""
-        with self._lock:
-            return self._seen_of(master)
-
-    def outbox(self, master: Master) -> Outbox:
-        """The synced writes queued for ``master``, with as many sender places as its sync pool
-        has connections."""
-        with self._lock:
-            outbox = self._outboxes.get(master.node)
-            if outbox is None:
-                outbox = Outbox(self._seen_of(master), self.sizes["sync"])
-                self._outboxes[master.node] = outbox
-            return outbox
-
-    def _seen_of(self, master: Master) -> Seen:
-        return self._seen.setdefault(master.node, Seen())
-
     def drain(self) -> Tuple[List[Any], List[Any]]:
-        """Forgets the pools, outboxes and sessions made so far (the next lock makes new ones,
-        what was seen of the masters stays) and returns the pools, to be disconnected, and the
-        sessions, to be closed."""
+        """Forgets the pools and sessions made so far (the next lock makes new ones) and
+        returns the pools, to be disconnected, and the sessions, to be closed."""
         with self._lock:
             pools = list(self._pools.values())
             sessions = list(self._sessions.values())
             self._pools.clear()
-            self._outboxes.clear()
             self._sessions.clear()
             return pools, sessions
 
@@ -212,12 +187,13 @@ def configure_pools(redis: Any, *, wait: int = WAIT_POOL_SIZE, sync: int = SYNC_
     ``redis.Redis``, ``redis.asyncio.Redis`` or either ``RedisCluster``; clients made on one
     ``ConnectionPool`` share them): ``wait`` connections for blocking acquires that wait in
     the server (default 32) and ``sync`` connections for grants and renewals synced to the
-    replicas (default 16), each per master. Synced writes that wait for a sync connection at
-    the same time, with the same :class:`leasehold.Sync`, share one round trip on one (up to 64
-    a round trip). When a pool is full, a caller queues for a connection within its own
-    budget: a blocking acquire within its ``blocking_timeout`` (then
-    it returns ``False``), a synced grant or renewal within the sync timeout (then it raises
-    :class:`leasehold.NotReplicatedError`, as when the replicas did not acknowledge in time).
+    replicas (default 16), each per master. A synced grant or renewal holds its connection
+    until the server replied — once the in-sync replicas acknowledged it, or after
+    ``lock.sync-timeout-ms`` (1 s by default) with ``NOREPLICAS`` — so ``sync`` is how many can
+    be in flight at once. When a pool is full, a caller queues for a connection within its own
+    budget: a blocking acquire within its ``blocking_timeout`` (then it returns ``False``), a
+    synced grant or renewal within the sync timeout (``Sync.timeout``; then it raises
+    :class:`leasehold.NotReplicatedError`, nothing sent).
 
     Call it before the first lock on ``redis`` is used (or after ``close_pools``):
     ``LockError`` while its pools exist, or for a size below 1."""

@@ -1,5 +1,5 @@
 """What the sync and asyncio lock classes share without I/O: the module's commands, time
-conversion, the sync settings and the pipeline that syncs a write, and a holder's state."""
+conversion, the sync settings and the round trip that carries a write, and a holder's state."""
 
 from __future__ import annotations
 
@@ -25,9 +25,17 @@ logger = logging.getLogger("leasehold")
 DEFAULT_LEASE = 30.0
 
 #: How long, in seconds, a reply on a dedicated connection may take beyond the time the server
-#: may take for it (a wait's, a ``WAIT``'s); after it the reply counts as lost, the connection
-#: is closed, and the client finds out for itself whether it got the lock.
+#: may take for it (a wait's, a synced write's, a ``WAIT``'s); after it the reply counts as
+#: lost, the connection is closed, and the client finds out for itself whether it got the lock.
 WAIT_MARGIN = 1.0
+
+#: The longest the server holds a synced write unless its operator set more
+#: (``lock.sync-timeout-ms``'s default, 1000 ms), in seconds.
+SERVER_SYNC_TIMEOUT = 1.0
+
+#: The lock module release this package needs: the first with synced writes (``SYNC`` /
+#: ``NOSYNC`` on ``LOCK.ACQUIRE``, ``LOCK.RENEW``, ``LOCK.MACQUIRE`` and ``LOCK.MRENEW``).
+MODULE_NEEDED = "0.7.0"
 
 #: How long a loop waits before asking again after ``TRYAGAIN`` (the server could not issue a
 #: fencing token yet), in seconds.
@@ -48,50 +56,52 @@ def to_ms(seconds: Number, what: str = "timeout") -> int:
 class Sync:
     """Whether and how grants and renewals reach the replicas before they count.
 
-    ``replicas=None`` (the default) asks the lock's master, in the write's own round trip,
-    which replicas must have it: its **in-sync replica set** (the module's ``LOCK.INSYNC``),
-    the replicas that have every write the master counted — the others make themselves
-    unpromotable. A grant made without waiting, or a renewal, goes on a connection of the
-    client's sync pool as one plain pipeline — the write; ``LOCK.INSYNC``; ``WAIT h timeout``
-    (``WAITAOF 1 h timeout`` with ``aof``); ``LOCK.INSYNC`` — and a blocking acquire the same
-    on one of its wait pool, the server running the rest once the wait is answered: one round
-    trip (see :func:`leasehold.configure_pools`). The write counts when the second
-    ``LOCK.INSYNC`` says the set has at least the members the master requires
-    (``lock.min-insync-replicas``, default 1) and every member acknowledged the offset the first
-    one gave (with ``aof``, the master fsynced it too), and the master is not one this client
-    saw replaced (a promoted replica reports its old master's replication ID as
-    ``master_replid2``): an old master still taking writes in a split brain counts none of
-    them. ``h``, the members the last ``LOCK.INSYNC`` of that master showed, only says how long
-    the ``WAIT`` waits: when the set has more members than the ``WAIT`` counted and the timeout
-    has time left, one more ``WAIT`` for all of them and ``LOCK.INSYNC`` follow on the same
-    connection. A server never part of a replication group requires no replica. Grants and
-    renewals with the same ``Sync`` that wait for a sync connection at the same time, to the
-    same master, share one such pipeline — up to 64 writes behind one ``LOCK.INSYNC``,
-    ``WAIT``, ``LOCK.INSYNC`` — each getting its own reply and the shared acknowledgement
-    (group commit).
+    ``replicas=None`` (the default): the master's **in-sync replica set**, synced by the server
+    (lock module 0.7.0 or later). Every grant and renewal says ``SYNC``, and the master replies
+    to it only once every member of its in-sync set — the replicas that have every write the
+    master counted; the others make themselves unpromotable — acknowledged it and the set has
+    at least ``lock.min-insync-replicas`` members (default 1; none on a server never part of a
+    replication group). One command, one reply: a grant made without waiting, or a renewal,
+    goes on a connection of the client's sync pool, a blocking acquire on one of its wait pool
+    (the server holds a grant handed over after the wait the same way; see
+    :func:`leasehold.configure_pools`). When the master cannot count it within its
+    ``lock.sync-timeout-ms`` (default 1000 ms) it replies ``NOREPLICAS`` — the set too small, a
+    member did not acknowledge, it is no longer a master — having released the grant itself
+    (a renewal stays applied on the master, and the lease before it is the one that counts),
+    and :class:`NotReplicatedError` is raised with its reason. So while a member of the set is
+    down, every grant and renewal fails after the server's sync timeout, until the master drops
+    it from the set (``lock.insync-timeout-ms`` + ``lock.insync-drop-delay-ms`` + 2 s after it
+    went silent, about 25 s with the defaults); then they count again without it — unless
+    fewer members than ``lock.min-insync-replicas`` are left, which refuses every one.
 
-    ``replicas=n`` waits for exactly ``n`` (the writes; ``WAIT n timeout``; no
-    ``LOCK.INSYNC``). **Not safe when the master has more than ``n`` replicas**: a failover
-    may promote a replica that did not acknowledge — a ten-minute ``make chaos`` run (888e1d5,
-    two replicas) found 16 double grants among grants synced to one replica, all after
-    ``SENTINEL FAILOVER`` (later runs: docs/guarantees.md). ``replicas=0``
-    (:data:`SYNC_OFF`) turns syncing off: grants and renewals go on the client's own connection
-    and count at once.
+    ``replicas=n`` waits for exactly ``n`` on the client's side: the write says ``NOSYNC``
+    (the master replies at once) and ``WAIT n timeout`` follows it on the same connection; a
+    grant ``WAIT`` counted fewer than ``n`` for is released by the client. **Not safe when
+    the master has more than ``n`` replicas**: a failover may promote a replica that did not
+    acknowledge — a ten-minute ``make chaos`` run (888e1d5, two replicas) found 16 double
+    grants among grants synced to one replica, all after ``SENTINEL FAILOVER`` (later runs:
+    docs/guarantees.md). ``replicas=0`` (:data:`SYNC_OFF`) turns syncing off: grants and
+    renewals say ``NOSYNC`` and go on the client's own connection, and count at once.
 
-    A grant that does not count within ``timeout`` is released and :class:`NotReplicatedError`
-    raised, saying why. For a renewal that does not count (the master may have made it),
-    ``extend`` / ``reacquire`` raise :class:`NotReplicatedError`, the lease end the holding
-    believes (``lease_end``) stays the last synced one, and the watchdog tries again half a
-    second after each such refusal (:class:`Renewals`) and reports the holding lost when that
-    lease ends first. So while a member of the set is down, every grant and renewal fails
-    after ``timeout``, until the master drops it from the set (``lock.insync-timeout-ms`` +
-    ``lock.insync-drop-delay-ms`` + 2 s after it went silent, about 25 s with the defaults);
-    then they count again without it — unless fewer members than ``lock.min-insync-replicas``
-    are left, which refuses every one.
+    ``aof=True`` wants the master's AOF fsynced too: ``WAITAOF 1 n timeout`` instead of
+    ``WAIT`` with ``replicas=n``, ``WAITAOF 1 0 timeout`` after the server-synced write with
+    the in-sync set (Redis 7.2 or later); a grant not fsynced in time is released by the client.
 
-    ``timeout`` is in seconds (default 1 s: a replica that is up acknowledges within a round
-    trip plus its lag; a second runs out only when one is down or far behind). ``LockError``
-    for a timeout under 1 ms."""
+    ``timeout`` is in seconds (default 1 s): how long a write may queue for a connection of the
+    sync pool, and with ``replicas=n`` or ``aof`` the ``WAIT`` / ``WAITAOF`` timeout. With the
+    in-sync set the server's ``lock.sync-timeout-ms`` decides how long it holds a write; the
+    client waits for the reply the longer of ``timeout`` and 1 s (that setting's default) plus
+    a margin of 1 s (:data:`WAIT_MARGIN`), then counts it lost and closes the connection — the
+    master releases a grant it still held for a client that left. Set ``timeout`` to at least
+    ``lock.sync-timeout-ms`` when the server's is longer than 1 s. ``LockError`` for a timeout
+    under 1 ms.
+
+    A grant that does not count raises :class:`NotReplicatedError`, saying why; with time left
+    in ``blocking_timeout`` a blocking acquire tries again within it. For a renewal that does
+    not count (the master may have made it), ``extend`` / ``reacquire`` raise it, the lease end
+    the holding believes (``lease_end``) stays the last counted one, and the watchdog tries
+    again half a second after each such refusal (:class:`Renewals`) and reports the holding
+    lost when that lease ends first."""
 
     replicas: Optional[int] = None
     timeout: Number = 1.0
@@ -105,10 +115,26 @@ class Sync:
         """Whether syncing is off (``replicas=0``)."""
         return self.replicas == 0
 
-    def wait_command(self, replicas: int, timeout: Number) -> List[Any]:
-        """``WAIT replicas timeout-ms``, or ``WAITAOF 1 replicas timeout-ms`` (``timeout`` in
-        seconds, at least 1 ms)."""
+    @property
+    def option(self) -> str:
+        """What a grant or renewal says: ``SYNC`` for the in-sync set (the server syncs it),
+        else ``NOSYNC`` (the master replies at once)."""
+        return "SYNC" if self.replicas is None else "NOSYNC"
+
+    def held(self) -> float:
+        """How long the server may hold a write's reply until it is synced, in seconds: the
+        longer of ``timeout`` and :data:`SERVER_SYNC_TIMEOUT` for the in-sync set; 0 for
+        ``NOSYNC``."""
+        return max(self.timeout, SERVER_SYNC_TIMEOUT) if self.replicas is None else 0.0
+
+    def wait_command(self, timeout: Number) -> Optional[List[Any]]:
+        """What follows the write on its connection, ``timeout`` seconds (at least 1 ms): ``WAIT
+        n timeout-ms`` (``WAITAOF 1 n timeout-ms`` with ``aof``) for a fixed count;
+        ``WAITAOF 1 0 timeout-ms`` with ``aof`` for the in-sync set; else nothing."""
         ms = max(int(timeout * 1000), 1)
+        if self.off or (self.replicas is None and not self.aof):
+            return None
+        replicas = self.replicas or 0
         return ["WAITAOF", 1, replicas, ms] if self.aof else ["WAIT", replicas, ms]
 
     def waited(self, reply: Any) -> Tuple[int, bool]:
@@ -125,79 +151,62 @@ SYNC_OFF = Sync(replicas=0)
 
 
 class NotReplicatedError(LockError):
-    """A grant or renewal that did not count in time: the master made it, but its replicas did
-    not all have it within the sync timeout — its message says why: the in-sync set was
-    smaller than ``lock.min-insync-replicas``, a member did not acknowledge, the master was
-    replaced — or no dedicated connection was free within it; or a grant whose reply came
-    only after the deadline of the session it is tied to (see
-    :func:`leasehold.configure_sessions`). A grant is released (owner-checked); a renewal does
-    not count (the lease end believed stays the last synced one). Not "busy": the lock was
+    """A grant or renewal that did not count: the master refused it (``NOREPLICAS``: its
+    in-sync set was smaller than ``lock.min-insync-replicas``, a member did not acknowledge
+    within ``lock.sync-timeout-ms``, or it is no longer a master) — it released the grant
+    itself, and a renewal stays applied there without counting; or with ``Sync(replicas=n)``
+    the ``WAIT`` counted fewer than ``n`` in time (or with ``aof`` the master did not fsync),
+    and the client released the grant (owner-checked); or no connection of the sync pool was
+    free within the sync timeout (nothing was sent); or a grant came only after its lease
+    ended, or after the deadline of the session it is tied to (see
+    :func:`leasehold.configure_sessions`), and the client released it. A renewal that does not
+    count leaves the lease end believed at the last counted one. Not "busy": the lock was
     there, the replicas (or the session) were not."""
 
-    def __init__(self, acked: int, wanted: int, reason: Optional[str] = None) -> None:
-        message = reason or f"reached {acked} of the {wanted} replicas wanted in time"
+    def __init__(
+        self,
+        acked: Optional[int],
+        wanted: Optional[int],
+        reason: Optional[str] = None,
+        message: Optional[str] = None,
+    ) -> None:
+        reason = reason or f"reached {acked} of the {wanted} replicas wanted in time"
+        message = message or reason
         super().__init__(message)
         # redis-py 5.1 to 6.x's LockError keeps its message without passing it on to Exception,
         # whose str() would then show every argument given here.
         self.args = (message,)
-        #: How many replicas the ``WAIT`` counted (in the in-sync set or not).
+        #: Why, in a few words: for a refusal by the server, its error up to ``; `` without
+        #: ``NOREPLICAS`` (``not every in-sync replica acknowledged within 1000 ms``); the
+        #: message is its whole text.
+        self.reason = reason
+        #: With ``Sync(replicas=n)``: how many replicas the ``WAIT`` counted; else ``None``.
         self.acked = acked
-        #: How many had to have the write: the in-sync set's members (at least
-        #: ``lock.min-insync-replicas``), or the fixed count.
+        #: With ``Sync(replicas=n)``: ``n``; else ``None``.
         self.wanted = wanted
 
-
-class InSync(NamedTuple):
-    """A ``LOCK.INSYNC`` reply: the master's in-sync replica set as it answered."""
-
-    #: The master's replication offset: it covers every write sent before on the connection.
-    offset: int
-    #: The lowest offset every member acknowledged (``offset`` when the set is empty, 0 while a
-    #: member is not connected).
-    acked: int
-    #: How many replicas are in the set.
-    members: int
-    #: How many the master requires (``lock.min-insync-replicas``; 0 on a server never part of
-    #: a replication group).
-    required: int
-    #: The master's replication ID (``master_replid``).
-    replid: str
-    #: The ID of the master it took over from (``master_replid2``; forty ``0`` when none).
-    replid2: str
-
     @classmethod
-    def of(cls, reply: Sequence[Any]) -> "InSync":
-        """The fields of a reply (an array of 6; bytes or str)."""
-        offset, acked, members, required, replid, replid2 = reply
-        return cls(int(offset), int(acked), int(members), int(required), str(text(replid)),
-                   str(text(replid2)))
+    def refused(cls, error: str) -> "NotReplicatedError":
+        """The server's ``NOREPLICAS <what was missing>; <what it means>`` as raised."""
+        what = error[len("NOREPLICAS "):] if error.startswith("NOREPLICAS ") else error
+        return cls(None, None, what.split("; ", 1)[0], error)
 
 
-class Seen:
-    """What this client saw of one master (a server, or a cluster master) in its ``LOCK.INSYNC``
-    replies: the members of its in-sync set in the last one — how long a ``WAIT`` waits, which
-    correctness never depends on — and the replication IDs of masters replaced by a failover
-    (a promoted replica reports its old master's as ``master_replid2``)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._members = 0
-        self._replaced: Set[str] = set()
-
-    def hint(self) -> int:
-        """The members of the last reply (0 before any)."""
-        with self._lock:
-            return self._members
-
-    def heard(self, insync: InSync) -> bool:
-        """Takes note of a reply; whether it came from a master this client saw replaced — an
-        old master still taking writes after a failover (a split brain): none of its writes
-        count."""
-        with self._lock:
-            self._members = insync.members
-            if insync.replid2.strip("0"):
-                self._replaced.add(insync.replid2)
-            return insync.replid in self._replaced
+def write_reply(reply: Any) -> Any:
+    """A grant's or renewal's reply as the lock takes it: ``NOREPLICAS ...`` as
+    :class:`NotReplicatedError` (the server undid what it could), ``ERR syntax error`` as a
+    ``LockError`` saying the module is too old for ``SYNC`` / ``NOSYNC``; anything else as
+    it is."""
+    if not isinstance(reply, ResponseError):
+        return reply
+    error = str(reply)
+    if error.startswith("NOREPLICAS"):
+        return NotReplicatedError.refused(error)
+    if error.lower() in ("syntax error", "err syntax error"):
+        return LockError(
+            f"the server answered '{error}' to a grant or renewal saying SYNC or NOSYNC: this "
+            f"package needs the leasehold lock module {MODULE_NEEDED} or later (synced writes)")
+    return reply
 
 
 class Grant(NamedTuple):
@@ -288,36 +297,29 @@ class Renewals:
         self.due = time.monotonic() + (0.0 if at_once else self.pause)
 
 
-def hinted(sync: Sync, seen: Seen) -> int:
-    """How many replicas a write is expected to wait for before it is sent: the fixed count, or
-    the in-sync members last seen for its master."""
-    return seen.hint() if sync.replicas is None else sync.replicas
-
-
 class QueuedOut(Exception):
     """Every connection of a pool stayed borrowed until the caller's budget ran out."""
 
-    def __init__(self, wanted: int) -> None:
+    def __init__(self) -> None:
         super().__init__("no dedicated connection was free within the budget")
-        #: The replicas the write would have waited for.
-        self.wanted = wanted
 
     def not_replicated(self) -> NotReplicatedError:
         """What a synced grant or renewal raises for it."""
         return NotReplicatedError(
-            0, self.wanted, "no connection of the sync pool was free within the sync timeout")
+            None, None, "no connection of the sync pool was free within the sync timeout")
 
 
 class Write:
-    """One write that counts only once synced — a grant or a renewal — as its caller sends it,
-    and what it got: its reply, and why it does not count if it was applied and not synced."""
+    """One write that counts only once synced — a grant or a renewal, saying ``SYNC`` or
+    ``NOSYNC`` (:attr:`Sync.option`) — as its caller sends it, and what it got: its reply, and
+    why it does not count if it was applied and the client's own ``WAIT`` did not sync it."""
 
     def __init__(
         self, command: List[Any], applied: Callable[[Any], bool], until: Optional[float] = None
     ) -> None:
         """``command`` the write; ``applied`` whether its reply means it was made; ``until`` the
-        ``time.monotonic()`` by which its ``WAIT`` must end (a watchdog's renewal: its lease's
-        end), ``None`` for the sync timeout alone."""
+        ``time.monotonic()`` by which its replies must have come (a watchdog's renewal: its
+        lease's end), ``None`` for the sync timeout alone."""
         #: The write naming its session: the command, with ``SESSION id`` once tied
         #: (:meth:`tie`). How it goes on a connection not bound to that session (see
         #: :meth:`sent_on`).
@@ -328,11 +330,14 @@ class Write:
         self.term: Optional[Term] = None
         self._base = command
         #: When its lease began at the earliest, ``time.monotonic()`` seconds: when its caller
-        #: sent it (before it queued for a connection), or for a wait when it was answered.
+        #: sent it (before it queued for a connection), or for a wait when it was granted at
+        #: the earliest (:meth:`Pipeline.take`).
         self.started = time.monotonic()
-        #: The write's reply (an exception for an error reply), once taken.
+        #: The write's reply (an exception for an error reply: :class:`NotReplicatedError`
+        #: for ``NOREPLICAS``, see :func:`write_reply`), once taken.
         self.reply: Any = None
-        #: Why an applied write does not count (see :meth:`Pipeline.not_synced`), once settled.
+        #: Why an applied write does not count by the client's own ``WAIT`` (see
+        #: :meth:`Pipeline.not_synced`), once settled.
         self.problem: Optional[Exception] = None
 
     def tie(self, term: Optional["Term"]) -> None:
@@ -350,7 +355,8 @@ class Write:
         return self._base if term is not None and term.id == bound else self.command
 
     def outcome(self) -> Any:
-        """The reply if the write was applied, else ``None``; raises the error reply it got."""
+        """The reply if the write was applied, else ``None``; raises the error reply it got
+        (:class:`NotReplicatedError` when the server refused to count it)."""
         if isinstance(self.reply, Exception):
             raise self.reply
         return self.reply if self.applied(self.reply) else None
@@ -395,54 +401,44 @@ def record_binding(connection: Any, binding: Binding) -> None:
 #: long its reply may take, in seconds.
 Part = Tuple[Any, List[Any], float]
 
-#: The module's command that answers the master's in-sync replica set (:class:`InSync`).
-INSYNC = ["LOCK.INSYNC"]
-
 
 class Pipeline:
-    """Writes to one master on a dedicated connection with what syncs them, as one plain
-    pipeline (never ``MULTI``/``EXEC``: a ``WAIT`` in a transaction does not wait) — what is
-    sent, and what the replies mean; the I/O is the lock's::
+    """One write — a grant or a renewal — to one master on a dedicated connection, as one plain
+    pipeline: what is sent, and what the replies mean; the I/O is the lock's::
 
-        [ASKING]; the writes; LOCK.INSYNC; WAIT h t; LOCK.INSYNC
+        [LOCK.SESSION USE id]; [ASKING]; the write ... SYNC|NOSYNC; [WAIT n t | WAITAOF 1 n t]
 
-    The writes are grants and renewals sent without waiting — one ``WAIT`` covers every write
-    before it on its connection, so concurrent writes with the same :class:`Sync` share the
-    round trip (group commit) — or one blocking acquire (``... WAIT``), the server running the
-    rest once the wait is answered; ``ASKING`` comes before a lone write an ``ASK``
-    redirection sent to another cluster master. ``h`` is the in-sync members last seen
-    (:meth:`Seen.hint`), ``t`` the sync timeout, ending no later than the earliest ``until``
-    of the writes. With ``Sync(replicas=n)``: the writes; ``WAIT n t``. With the sync off, the
-    writes alone. When the writes do not count and the in-sync set has more members than the
-    ``WAIT`` counted, :meth:`again` is one more ``WAIT`` for them and ``LOCK.INSYNC``, sent on
-    the same connection within what is left of ``t``.
+    The write is a grant or a renewal sent without waiting, or a blocking acquire (``...
+    WAIT``). With the in-sync set (``Sync()``) it says ``SYNC`` and its reply comes once the
+    master synced it (or ``NOREPLICAS``), nothing follows it (``WAITAOF 1 0 t`` with
+    ``aof``); with ``Sync(replicas=n)`` it says ``NOSYNC`` and ``WAIT n t`` follows, ``t`` the
+    sync timeout ending no later than the write's ``until``; with the sync off, ``NOSYNC``
+    and nothing more. ``ASKING`` comes before a write an ``ASK`` redirection sent to another
+    cluster master.
 
     Fitted to its connection (:meth:`on`), a write tied to the session the connection is bound
     to goes without ``SESSION id``; when the connection is not bound to the client's current
     session, ``LOCK.SESSION USE id`` goes first (before ``ASKING``, which covers only the
-    command after it) and the writes name their session, so that the next round trips on it
+    command after it) and the write names its session, so that the next round trips on it
     need not (:meth:`binding_after`)."""
 
     def __init__(
         self,
-        writes: List[Write],
+        write: Write,
         *,
         sync: Sync,
-        seen: Seen,
         waiting: bool = False,
         wait_left: Optional[Number] = None,
         asking: bool = False,
     ) -> None:
-        """``seen``: what was seen of the master; ``waiting`` for a blocking acquire (one write)
-        that may wait ``wait_left`` seconds in the server (``None``: no limit); ``asking``
-        after an ``ASK`` (one write)."""
-        self.writes = writes
+        """``waiting`` for a blocking acquire that may wait ``wait_left`` seconds in the server
+        (``None``: no limit); ``asking`` after an ``ASK``."""
+        self.write = write
         self.sync = sync
-        self.seen = seen
         self.waiting = waiting
         self.wait_left = wait_left
         self.asking = asking
-        self.sync_timeout = sync_timeout(sync, writes)
+        self.sync_timeout = sync_timeout(sync, write)
         #: The session id the connection is bound to, and the one ``USE`` binds it to first
         #: (``None``: no ``USE``); :meth:`on` sets them.
         self.bound: Optional[str] = None
@@ -450,44 +446,33 @@ class Pipeline:
         #: The reply to that ``USE``.
         self.used: Any = None
         self._sent = self._parts()
-        self._again: List[Part] = []
-        #: How many replicas the last ``WAIT`` counted, and whether the master fsynced the
-        #: writes to its AOF (``True`` with ``aof`` off).
+        #: How many replicas the ``WAIT`` counted, and whether the master fsynced the write to
+        #: its AOF (``True`` with ``aof`` off).
         self.waited = 0
         self.fsynced = True
-        #: The ``LOCK.INSYNC`` replies before and after the ``WAIT`` (the last one after), and
-        #: whether the latter came from a master this client saw replaced, or another
-        #: replication ID than the former.
-        self.before: Optional[InSync] = None
-        self.after: Optional[InSync] = None
-        self.replaced = False
-        #: When the sync timeout ends (``time.monotonic()`` seconds): from the first
-        #: ``LOCK.INSYNC``'s reply, when the ``WAIT`` began.
-        self.sync_end: Optional[float] = None
-        #: An error replied to ``LOCK.INSYNC`` or ``WAIT``.
+        #: An error replied to ``WAIT`` / ``WAITAOF``.
         self.error: Optional[Exception] = None
 
     def untied(self) -> bool:
-        """Whether a write is tied to no session (sessions off, or none to be had): it must go
-        on a connection bound to none — the server would tie it to the bound one, and end it
+        """Whether the write is tied to no session (sessions off, or none to be had): it must
+        go on a connection bound to none — the server would tie it to the bound one, and end it
         with that session, unbeknownst to its holder."""
-        return any(write.term is None for write in self.writes)
+        return self.write.term is None
 
     def on(self, binding: Binding) -> None:
         """Fits the round trip to the connection it goes on, bound as ``binding`` (bound to no
-        session when :meth:`untied`): each write tied to the bound session goes without
-        ``SESSION id``, every other names its session; and ``LOCK.SESSION USE id`` goes first
-        when a write is tied to the client's current session and the connection is not bound
-        to it (and no ``USE`` was refused on its socket). Every write behind a ``USE`` names its
-        session, so a ``USE`` refused (``no such session``: that session ended) changes none:
-        the write fails the same way, or is tied as it names."""
+        session when :meth:`untied`): a write tied to the bound session goes without ``SESSION
+        id``, any other names its session; and ``LOCK.SESSION USE id`` goes first when the
+        write is tied to the client's current session and the connection is not bound to it
+        (and no ``USE`` was refused on its socket). A write behind a ``USE`` names its session,
+        so a ``USE`` refused (``no such session``: that session ended) changes nothing: the
+        write fails the same way, or is tied as it names."""
         if binding.id is not None and self.untied():
             raise ValueError("a write tied to no session on a connection bound to one")
         self.bound = binding.id
-        self.use = None if binding.refused else next(
-            (write.term.id for write in self.writes
-             if write.term is not None and write.term.current and write.term.id != binding.id),
-            None)
+        term = self.write.term
+        wanted = term is not None and term.current and term.id != binding.id
+        self.use = term.id if wanted and not binding.refused else None  # type: ignore[union-attr]
         self._sent = self._parts()
 
     def binding_after(self, binding: Binding, socket: Any) -> Binding:
@@ -508,123 +493,69 @@ class Pipeline:
 
     def within(self) -> Optional[float]:
         """How long the replies may take, in seconds: what the server may take (the wait, the
-        ``WAIT``) plus :data:`WAIT_MARGIN` for each command, the writes counting as one;
+        sync of a ``SYNC`` write, the ``WAIT``) plus :data:`WAIT_MARGIN` for each command;
         ``None`` for a wait without a limit."""
         if self.waiting and self.wait_left is None:
             return None
-        writes = (self.wait_left if self.waiting else 0.0) + WAIT_MARGIN
-        return writes + sum(within for part, _, within in self._sent if not isinstance(part, Write))
+        write = (self.wait_left if self.waiting else 0.0) + self.sync.held() + WAIT_MARGIN
+        return write + sum(within for part, _, within in self._sent if part is not self.write)
 
     def _parts(self) -> List[Part]:
-        """What to send (the writes' own time counts once, in :meth:`within`)."""
+        """What to send (the write's own time counts in :meth:`within`)."""
         use = [("use", ["LOCK.SESSION", "USE", self.use], WAIT_MARGIN)] if self.use else []
         asking = [("asking", ["ASKING"], WAIT_MARGIN)] if self.asking else []
-        writes: List[Part] = [(write, write.sent_on(self.bound), 0.0) for write in self.writes]
-        if self.sync.off:
-            return use + asking + writes
-        wait = self._wait(hinted(self.sync, self.seen), self.sync_timeout)
-        if self.sync.replicas is not None:
-            return use + asking + writes + [wait]
-        insync = ("before", INSYNC, WAIT_MARGIN), wait, ("after", INSYNC, WAIT_MARGIN)
-        return use + asking + writes + list(insync)
-
-    def _wait(self, replicas: int, timeout: float) -> Part:
-        return "wait", self.sync.wait_command(replicas, timeout), timeout + WAIT_MARGIN
+        parts: List[Part] = [*use, *asking, (self.write, self.write.sent_on(self.bound), 0.0)]
+        wait = self.sync.wait_command(self.sync_timeout)
+        if wait is not None:
+            parts.append(("wait", wait, self.sync_timeout + WAIT_MARGIN))
+        return parts
 
     def take(self, replies: Sequence[Tuple[Any, float]]) -> None:
-        """Takes the replies, each with when it was read (``time.monotonic()`` seconds)."""
-        self._take(self._sent, replies)
-
-    def again(self) -> Optional[Tuple[List[List[Any]], float]]:
-        """One more ``WAIT`` for every in-sync member, and ``LOCK.INSYNC``, with how long their
-        replies may take in seconds: when a write was applied and does not count, the set has
-        the members the master requires and more than the ``WAIT`` counted (``h`` was too
-        small), and the sync timeout has time left; else ``None``."""
-        after = self.after
-        if self.error is not None or after is None or self.sync_end is None or self.replaced:
-            return None
-        if after.members < after.required or after.members <= self.waited:
-            return None
-        applied = any(write.applied(write.reply) for write in self.writes)
-        if not applied or self.not_synced() is None:
-            return None
-        left = self.sync_end - time.monotonic()
-        if left < 0.001:
-            return None
-        self._again = [self._wait(after.members, left), ("after", INSYNC, WAIT_MARGIN)]
-        return [command for _, command, _ in self._again], left + 2 * WAIT_MARGIN
-
-    def take_again(self, replies: Sequence[Tuple[Any, float]]) -> None:
-        """Takes the replies to :meth:`again`."""
-        self._take(self._again, replies)
-
-    def settle(self) -> None:
-        """Tells each write why it does not count, if so (:meth:`not_synced`), once every reply
-        was taken."""
-        for write in self.writes:
-            write.problem = self.not_synced()
-
-    def not_synced(self) -> Optional[Exception]:
-        """For an applied write, why it does not count (an error replied to ``LOCK.INSYNC`` or
-        ``WAIT``, or :class:`NotReplicatedError` with the reason); else ``None``."""
-        if self.error is not None or self.sync.off:
-            return self.error
-        ms = int(self.sync_timeout * 1000)
-        if self.sync.replicas is not None:
-            wanted = self.sync.replicas
-            if self.waited < wanted:
-                return NotReplicatedError(self.waited, wanted)
-        else:
-            before, after = self.before, self.after
-            assert before is not None and after is not None, "every reply taken, none an error"
-            wanted = max(after.members, after.required)
-            if self.replaced:
-                return NotReplicatedError(self.waited, wanted, "this master was replaced by a "
-                                          "failover: its writes do not count")
-            if after.members < after.required:
-                return NotReplicatedError(
-                    self.waited, wanted, f"the master has {after.members} in-sync replicas, fewer "
-                    f"than lock.min-insync-replicas ({after.required})")
-            if after.acked < before.offset:
-                return NotReplicatedError(
-                    self.waited, wanted, f"not every in-sync replica acknowledged within {ms} ms")
-        if not self.fsynced:
-            return NotReplicatedError(
-                self.waited, wanted, f"the master did not fsync its AOF within {ms} ms")
-        return None
-
-    def _take(self, parts: Sequence[Part], replies: Sequence[Tuple[Any, float]]) -> None:
-        for (part, _, _), (reply, answered) in zip(parts, replies):
-            if isinstance(part, Write):
-                part.reply = reply
+        """Takes the replies, each with when it was read (``time.monotonic()`` seconds): the
+        write's as :func:`write_reply` makes it. A blocking acquire's lease began when it was
+        granted: no earlier than when it was sent, and no earlier than its reply less the time
+        the server may have held it to sync it (:meth:`Sync.held`)."""
+        for (part, _, _), (reply, answered) in zip(self._sent, replies):
+            if part is self.write:
+                self.write.reply = write_reply(reply)
                 if self.waiting:
-                    part.started = answered
-            elif part == "asking":
-                continue
+                    self.write.started = max(self.write.started, answered - self.sync.held())
             elif part == "use":
                 self.used = reply
-            elif isinstance(reply, Exception):
-                self.error = reply
             elif part == "wait":
-                self.waited, self.fsynced = self.sync.waited(reply)
-            elif part == "before":
-                self.before = InSync.of(reply)
-                self.seen.heard(self.before)
-                self.sync_end = answered + self.sync_timeout
-            else:  # offsets of another replication history say nothing of this one's
-                self.after = InSync.of(reply)
-                moved = self.before is not None and self.before.replid != self.after.replid
-                self.replaced = self.seen.heard(self.after) or moved
+                if isinstance(reply, Exception):
+                    self.error = reply
+                else:
+                    self.waited, self.fsynced = self.sync.waited(reply)
+
+    def settle(self) -> None:
+        """Tells the write why it does not count, if so (:meth:`not_synced`), once every reply
+        was taken."""
+        self.write.problem = self.not_synced()
+
+    def not_synced(self) -> Optional[Exception]:
+        """For an applied write, why the client's own wait says it does not count (an error
+        replied to ``WAIT`` / ``WAITAOF``, or :class:`NotReplicatedError` with the reason);
+        else ``None``. (A write the server refused has that refusal as its reply.)"""
+        if self.error is not None or self.sync.wait_command(self.sync_timeout) is None:
+            return self.error
+        ms = int(self.sync_timeout * 1000)
+        wanted = self.sync.replicas
+        if wanted is not None and self.waited < wanted:
+            return NotReplicatedError(self.waited, wanted)
+        if not self.fsynced:
+            return NotReplicatedError(
+                None if wanted is None else self.waited, wanted,
+                f"the master did not fsync its AOF within {ms} ms")
+        return None
 
 
-
-def sync_timeout(sync: Sync, writes: Sequence[Write]) -> float:
-    """The ``WAIT`` timeout of a round trip carrying ``writes``, in seconds: the sync's, ending
-    no later than the earliest ``until`` among them (at least 1 ms)."""
-    untils = [write.until for write in writes if write.until is not None]
-    if not untils:
+def sync_timeout(sync: Sync, write: Write) -> float:
+    """The ``WAIT`` timeout of a round trip carrying ``write``, in seconds: the sync's, ending
+    no later than its ``until`` (at least 1 ms)."""
+    if write.until is None:
         return sync.timeout
-    return max(min(sync.timeout, min(untils) - time.monotonic()), 0.001)
+    return max(min(sync.timeout, write.until - time.monotonic()), 0.001)
 
 
 def deadline_of(within: Optional[float], until: Optional[float]) -> Optional[float]:
@@ -1157,36 +1088,37 @@ class LockBase:
         return to_ms(DEFAULT_LEASE if self.timeout is None else self.timeout)
 
     def _acquire_command(self, owner: Any, wait_ms: Optional[int] = None) -> List[Any]:
-        """``LOCK.ACQUIRE name owner lease-ms [SHARED [LIMIT n]] [WAIT wait-ms]`` (a set:
-        ``LOCK.MACQUIRE numkeys names... owner lease-ms [WAIT wait-ms]``)."""
+        """``LOCK.ACQUIRE name owner lease-ms [SHARED [LIMIT n]] [WAIT wait-ms] SYNC|NOSYNC``
+        (a set: ``LOCK.MACQUIRE numkeys names... owner lease-ms [WAIT wait-ms] SYNC|NOSYNC``;
+        see :attr:`Sync.option`)."""
         command = self._command("ACQUIRE", owner, self._lease_ms(), *self.mode)
         if wait_ms is not None:
             command += ["WAIT", wait_ms]
-        return command
+        return [*command, self.sync.option]
 
     def _granted(self, reply: Any) -> bool:
         """Whether a ``LOCK.ACQUIRE`` / ``LOCK.MACQUIRE`` reply is a grant."""
         return reply is not None and not isinstance(reply, Exception)
 
     def _grant_write(self, owner: Any) -> Write:
-        """A grant without waiting, to be synced."""
+        """A grant without waiting, synced as :attr:`sync` says."""
         return Write(self._acquire_command(owner), self._granted)
 
     def _wait_pipeline(
-        self, owner: Any, seen: Seen, asking: bool, deadline: Optional[float], term: Optional[Term]
+        self, owner: Any, asking: bool, deadline: Optional[float], term: Optional[Term]
     ) -> Pipeline:
         """A blocking acquire waiting in the server until ``deadline`` (``time.monotonic()``
-        seconds; ``None``: as long as it takes), tied to ``term``'s session, then synced."""
+        seconds; ``None``: as long as it takes), tied to ``term``'s session, then synced (by
+        the server with ``SYNC``: its reply comes once the grant counts)."""
         left = None if deadline is None else deadline - time.monotonic()
         write = Write(self._acquire_command(owner, wait_ms(left)), self._granted)
         write.tie(term)
-        return Pipeline([write], sync=self.sync, seen=seen, waiting=True, wait_left=left,
-                        asking=asking)
+        return Pipeline(write, sync=self.sync, waiting=True, wait_left=left, asking=asking)
 
     def _renew_write(self, owner: Any, lease_ms: int, until: Optional[float]) -> Write:
-        """A renewal to ``lease_ms``, to be synced; its ``WAIT`` ends by ``until`` at the
-        latest."""
-        return Write(self._command("RENEW", owner, lease_ms), self._whole, until)
+        """A renewal to ``lease_ms`` (``LOCK.RENEW name owner lease-ms SYNC|NOSYNC``, a set's
+        ``LOCK.MRENEW``), synced as :attr:`sync` says; its replies must come by ``until``."""
+        return Write(self._command("RENEW", owner, lease_ms, self.sync.option), self._whole, until)
 
     def _sync_deadline(self, until: Optional[float]) -> float:
         """Until when a synced write may queue for a connection: the sync timeout, and no later
@@ -1200,7 +1132,10 @@ class LockBase:
         reply = grant.reply
         tokens = [int(token) for token in reply] if isinstance(reply, list) else [int(reply)]
         lease = Lease(grant.started + counted_lease(self._lease_ms()), self.lost_signal())
-        lease.renew_command = lambda ms: self._command("RENEW", owner, ms)
+        # Taking the holding over to a new session (after a failover) renews it to no longer
+        # than it has left, not synced: one pipeline on the session's connection, which a
+        # synced renewal would hold up for the server's sync timeout each.
+        lease.renew_command = lambda ms: self._command("RENEW", owner, ms, "NOSYNC")
         lease.renewed = self._whole
         self.local.token = owner
         self.local.fencing_token = max(tokens)
@@ -1226,24 +1161,34 @@ class LockBase:
         lease.own = min(lease.own, started + counted_lease(lease_ms))
 
     def _unkept(self, write: Write) -> Optional[Exception]:
-        """Why a grant cannot be kept: it did not count (:meth:`Pipeline.not_synced`), or it
-        counted only after its lease ended, or after the deadline of the session it is tied to
-        (:class:`Term`) — nobody can count on it then, the lock may have been handed on
-        meanwhile. ``None`` when it can."""
+        """Why a grant the server made and counted cannot be kept, and must be released by
+        the client: the client's own ``WAIT`` did not sync it (:meth:`Pipeline.not_synced`), or
+        its reply came only after its lease ended, or after the deadline of the session it is
+        tied to (:class:`Term`) — nobody can count on it then, the lock may have been handed on
+        meanwhile. ``None`` when it can be kept."""
         if write.problem is not None:
             return write.problem
         if write.started + counted_lease(self._lease_ms()) <= time.monotonic():
-            return NotReplicatedError(0, 1, "the grant was acknowledged only after its lease ended")
+            return NotReplicatedError(None, None, "the grant's reply came only after its lease "
+                                      "ended")
         if write.term is not None and not write.term.holds():
-            return NotReplicatedError(0, 1, "the grant came after its session's deadline: the "
-                                      "session's connection was down for longer than its grace")
+            return NotReplicatedError(None, None, "the grant came after its session's deadline: "
+                                      "the session's connection was down for longer than its "
+                                      "grace")
         return None
 
     def _renewal_counts(self, write: Write, lease: Lease, lease_ms: int) -> bool:
         """What a synced renewal's replies mean: ``True`` once it counts, ``False`` when the
-        lease had run out; raises :class:`NotReplicatedError` (or the error ``LOCK.INSYNC`` or
-        ``WAIT`` got) when the master applied it and it did not count."""
-        if write.outcome() is None:
+        lease had run out; raises :class:`NotReplicatedError` (or the error ``WAIT`` got) when
+        the master applied it and it did not count — the server refused it (``NOREPLICAS``), or
+        the client's own ``WAIT`` did not sync it — and the lease believed ends no later than
+        the renewal would have put it (:meth:`_unsure`)."""
+        try:
+            applied = write.outcome() is not None
+        except NotReplicatedError:
+            self._unsure(lease, write.started, lease_ms)
+            raise
+        if not applied:
             return False
         if write.problem is not None:
             self._unsure(lease, write.started, lease_ms)

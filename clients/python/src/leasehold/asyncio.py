@@ -30,13 +30,11 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from ._outbox import Outbox, Queued, State
 from ._pools import (
     QUEUE_BUDGET,
     QUEUE_SLACK,
     Budgeted,
     Master,
-    Pools,
     borrow_args,
     configure_pools,
     configure_sessions,
@@ -56,7 +54,6 @@ from ._protocol import (
     Pipeline,
     QueuedOut,
     Renewals,
-    Seen,
     SessionSettings,
     SessionState,
     SetOf,
@@ -65,7 +62,6 @@ from ._protocol import (
     Write,
     binding_of,
     deadline_of,
-    hinted,
     is_cluster,
     least_lease_ms,
     logger,
@@ -78,6 +74,7 @@ from ._protocol import (
     time_left,
     to_ms,
     unknown_command,
+    write_reply,
     writing,
 )
 
@@ -104,8 +101,7 @@ async def close_pools(redis: Any) -> None:
     """Closes the dedicated connections the lock classes keep beside ``redis`` (its wait and
     sync pools, see :func:`leasehold.configure_pools`) and ends its sessions (see
     :func:`leasehold.close_pools`): call it with ``await redis.aclose()``, before the event
-    loop ends. A lock used on ``redis`` afterwards makes new pools and a new session; what was
-    seen of the masters is kept."""
+    loop ends. A lock used on ``redis`` afterwards makes new pools and a new session."""
     pools, sessions = pools_of(redis).drain()
     for session in sessions:
         await session.close()
@@ -113,14 +109,14 @@ async def close_pools(redis: Any) -> None:
         await pool.disconnect()
 
 
-async def borrow(pool: BudgetedPool, deadline: Optional[float], wanted: int) -> Any:
+async def borrow(pool: BudgetedPool, deadline: Optional[float]) -> Any:
     """As :func:`leasehold.lock.borrow`."""
     token = QUEUE_BUDGET.set(time_left(deadline))
     try:
         return await pool.get_connection(*BORROW_ARGS)
     except ConnectionError:
         if deadline is not None and time.monotonic() >= deadline - QUEUE_SLACK:
-            raise QueuedOut(wanted) from None
+            raise QueuedOut() from None
         raise
     finally:
         QUEUE_BUDGET.reset(token)
@@ -140,9 +136,9 @@ async def lent(pool: BudgetedPool, connection: Any) -> AsyncIterator[Any]:
 
 
 @asynccontextmanager
-async def borrowed(pool: BudgetedPool, deadline: Optional[float], wanted: int) -> AsyncIterator[Any]:
+async def borrowed(pool: BudgetedPool, deadline: Optional[float]) -> AsyncIterator[Any]:
     """As :func:`leasehold.lock.borrowed`."""
-    async with lent(pool, await borrow(pool, deadline, wanted)) as connection:
+    async with lent(pool, await borrow(pool, deadline)) as connection:
         yield connection
 
 
@@ -156,63 +152,12 @@ async def exchange(connection: Any, pipeline: Pipeline, until: Optional[float]) 
     pipeline.on(binding)
     pipeline.take(await send(connection, pipeline.commands(), pipeline.within(), until))
     record_binding(connection, pipeline.binding_after(binding, socket_of(connection)))
-    again = pipeline.again()
-    if again is not None:
-        commands, within = again
-        pipeline.take_again(await send(connection, commands, within, until))
     pipeline.settle()
 
 
 def socket_of(connection: Any) -> Any:
     """The stream ``connection`` writes to now; ``None`` when not connected."""
     return getattr(connection, "_writer", None)
-
-
-async def send_rounds(connection: Any, outbox: Outbox) -> None:
-    """As :func:`leasehold.lock.send_rounds`, until nothing is queued."""
-    while True:
-        batch = outbox.take()
-        if not batch:
-            return
-        try:
-            await exchange(connection, outbox.pipeline(batch), None)
-        except BaseException as error:  # cancelled too: the others still hear of it
-            outbox.deliver(batch, error)
-            outbox.stop()
-            raise
-        outbox.deliver(batch)
-
-
-#: The tasks sending synced writes (a running task needs a reference kept).
-_SENDERS: Set["asyncio.Task[None]"] = set()
-
-
-def send_in_task(pool: BudgetedPool, connection: Any, outbox: Outbox) -> None:
-    """Sends the writes queued in ``outbox`` on ``connection`` (:func:`send_rounds`) in a task
-    of its own, so that cancelling the caller that borrowed it loses no other caller's outcome;
-    then gives the connection back (closed if a round trip was lost)."""
-
-    async def drain() -> None:
-        try:
-            async with lent(pool, connection):
-                await send_rounds(connection, outbox)
-        except Exception:
-            pass  # told to the writes of the round trip as their lost reply
-
-    task = asyncio.ensure_future(drain())
-    _SENDERS.add(task)
-    task.add_done_callback(_SENDERS.discard)
-
-
-async def woken(queued: Queued, deadline: Optional[float]) -> bool:
-    """Waits until ``queued``'s caller is woken (its outcome came, or a sender's place) or
-    ``deadline`` (``time.monotonic()`` seconds; ``None``: no limit) passes; whether it was."""
-    try:
-        async with timeout_at(on_loop_clock(deadline)):
-            await queued.woken.wait()
-        return True
-    except asyncio.TimeoutError:
-        return False
 
 
 def on_loop_clock(deadline: Optional[float]) -> Optional[float]:
@@ -653,7 +598,7 @@ class Lock(LockBase):
         """As :meth:`leasehold.Lock._waited`."""
         return await self._routed(lambda master, asking, term: self._alone(
             "wait", master, deadline,
-            lambda seen: self._wait_pipeline(owner, seen, asking, deadline, term)))
+            lambda: self._wait_pipeline(owner, asking, deadline, term)))
 
     async def _plain(self, write: Write) -> Write:
         """As :meth:`leasehold.Lock._plain`."""
@@ -663,9 +608,7 @@ class Lock(LockBase):
             try:
                 write.reply = await self.redis.execute_command(*write.command)
             except ResponseError as error:
-                if not no_such_session(error):
-                    raise
-                write.reply = error
+                write.reply = write_reply(error)
             return write
 
         return await self._routed(send)
@@ -684,12 +627,9 @@ class Lock(LockBase):
     ) -> Write:
         """As :meth:`leasehold.Lock._synced_to`."""
         write.tie(term)
-        if not asking:
-            return await self._together(master, write, deadline)
         return await self._alone(
             "sync", master, deadline,
-            lambda seen: Pipeline([write], sync=self.sync, seen=seen, asking=True),
-            write.until)
+            lambda: Pipeline(write, sync=self.sync, asking=asking), write.until)
 
     async def _routed(
         self, send: Callable[[Master, bool, Optional[Term]], Awaitable[Write]]
@@ -722,52 +662,16 @@ class Lock(LockBase):
         kind: str,
         master: Master,
         deadline: Optional[float],
-        build: Callable[[Seen], Pipeline],
+        build: Callable[[], Pipeline],
         until: Optional[float] = None,
     ) -> Write:
-        """As :meth:`leasehold.Lock._alone`."""
-        pools = pools_of(self.redis)
-        seen = pools.seen(master)
-        pool = pools.pool(kind, master, BudgetedPool)
-        async with borrowed(pool, deadline, hinted(self.sync, seen)) as connection:
-            pipeline = build(seen)
+        """As :meth:`leasehold.Lock._alone`: a cancelled call closes its connection (the server
+        releases a grant it still held for it)."""
+        pool = pools_of(self.redis).pool(kind, master, BudgetedPool)
+        async with borrowed(pool, deadline) as connection:
+            pipeline = build()
             await exchange(connection, pipeline, until)
-        return pipeline.writes[0]
-
-    async def _together(self, master: Master, write: Write, deadline: float) -> Write:
-        """As :meth:`leasehold.Lock._together`; a caller cancelled while its write is queued
-        withdraws it, and one cancelled after loses only its own outcome."""
-        pools = pools_of(self.redis)
-        outbox = pools.outbox(master)
-        queued = outbox.queue(write, self.sync, asyncio.Event())
-        try:
-            while not queued.done:
-                if outbox.start(queued):
-                    await self._send_queued(pools, master, outbox, queued, deadline)
-                elif not await woken(queued, None if queued.state is State.TAKEN else deadline):
-                    if outbox.withdraw(queued):
-                        raise QueuedOut(hinted(self.sync, outbox.seen))
-        finally:
-            outbox.withdraw(queued)
-        if queued.error is not None:
-            raise queued.error
-        return write
-
-    async def _send_queued(
-        self, pools: Pools, master: Master, outbox: Outbox, queued: Queued, deadline: float
-    ) -> None:
-        """As a sender: borrows a sync connection, queueing until ``deadline``, and sends the
-        writes queued on it in a task of its own (:func:`send_in_task`) until none is left.
-        When none could be borrowed the place goes on, and the error is raised if the own write
-        was still queued."""
-        pool = pools.pool("sync", master, BudgetedPool)
-        try:
-            connection = await borrow(pool, deadline, hinted(self.sync, outbox.seen))
-        except BaseException as error:
-            if outbox.give_up(queued) or not isinstance(error, Exception):
-                raise
-            return  # another sender took the write: its outcome comes
-        send_in_task(pool, connection, outbox)
+        return pipeline.write
 
     async def _master(self, redirect: Optional[Tuple[str, int]] = None) -> Master:
         """The server, or the master of the lock's slot in a ``RedisCluster`` (which learns its

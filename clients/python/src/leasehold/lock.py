@@ -28,13 +28,11 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from ._outbox import Outbox, Queued, State
 from ._pools import (
     QUEUE_BUDGET,
     QUEUE_SLACK,
     Budgeted,
     Master,
-    Pools,
     borrow_args,
     pools_of,
     redirected,
@@ -52,7 +50,6 @@ from ._protocol import (
     Pipeline,
     QueuedOut,
     Renewals,
-    Seen,
     SessionSettings,
     SessionState,
     SetOf,
@@ -60,7 +57,6 @@ from ._protocol import (
     Write,
     binding_of,
     deadline_of,
-    hinted,
     is_cluster,
     least_lease_ms,
     logger,
@@ -73,6 +69,7 @@ from ._protocol import (
     time_left,
     to_ms,
     unknown_command,
+    write_reply,
     writing,
 )
 
@@ -90,8 +87,7 @@ def close_pools(redis: Any) -> None:
     sync pools, see :func:`leasehold.configure_pools`) — with ``redis.close()``, say — and
     ends its sessions (``LOCK.SESSION CLOSE``, see :func:`leasehold.configure_sessions`): the
     server releases the holdings tied to them at once, and their ``lost`` is set. A lock used
-    on ``redis`` afterwards makes new pools and a new session; what was seen of the masters is
-    kept."""
+    on ``redis`` afterwards makes new pools and a new session."""
     pools, sessions = pools_of(redis).drain()
     for session in sessions:
         session.close()
@@ -99,17 +95,16 @@ def close_pools(redis: Any) -> None:
         pool.disconnect()
 
 
-def borrow(pool: BudgetedPool, deadline: Optional[float], wanted: int) -> Any:
+def borrow(pool: BudgetedPool, deadline: Optional[float]) -> Any:
     """A connection of ``pool``, queueing for it until ``deadline`` (``time.monotonic()``
-    seconds; ``None``: until one is free) — :class:`QueuedOut` (for a write waiting for
-    ``wanted`` replicas) when that passes first; redis-py's ``ConnectionError`` when none can
-    be opened."""
+    seconds; ``None``: until one is free) — :class:`QueuedOut` when that passes first;
+    redis-py's ``ConnectionError`` when none can be opened."""
     token = QUEUE_BUDGET.set(time_left(deadline))
     try:
         return pool.get_connection(*BORROW_ARGS)
     except ConnectionError:
         if deadline is not None and time.monotonic() >= deadline - QUEUE_SLACK:
-            raise QueuedOut(wanted) from None
+            raise QueuedOut() from None
         raise
     finally:
         QUEUE_BUDGET.reset(token)
@@ -129,17 +124,18 @@ def lent(pool: BudgetedPool, connection: Any) -> Iterator[Any]:
 
 
 @contextmanager
-def borrowed(pool: BudgetedPool, deadline: Optional[float], wanted: int) -> Iterator[Any]:
+def borrowed(pool: BudgetedPool, deadline: Optional[float]) -> Iterator[Any]:
     """A connection of ``pool`` (see :func:`borrow`), lent for the block (see :func:`lent`)."""
-    with lent(pool, borrow(pool, deadline, wanted)) as connection:
+    with lent(pool, borrow(pool, deadline)) as connection:
         yield connection
 
 
 def exchange(connection: Any, pipeline: Pipeline, until: Optional[float]) -> None:
-    """Sends ``pipeline`` on ``connection`` and reads every reply, then those of
-    :meth:`Pipeline.again` if it says so; then tells its writes whether they count. Replies
-    later than their time (or than ``until``) raise ``TimeoutError``, a dropped connection
-    ``ConnectionError``.
+    """Sends ``pipeline`` on ``connection`` and reads every reply, then tells its write whether
+    the client's own ``WAIT`` (if any) synced it. Replies later than their time (or than
+    ``until``) raise ``TimeoutError``, a dropped connection ``ConnectionError`` — the caller
+    closes the connection then, and the server releases a grant it still held for it (one
+    waiting to be synced).
 
     The pipeline is fitted to the session the connection is bound to (:meth:`Pipeline.on`:
     binding it with ``LOCK.SESSION USE`` in the same round trip when it is not bound to the
@@ -155,10 +151,6 @@ def exchange(connection: Any, pipeline: Pipeline, until: Optional[float]) -> Non
     pipeline.on(binding)
     pipeline.take(send(connection, pipeline.commands(), pipeline.within(), until))
     record_binding(connection, pipeline.binding_after(binding, socket_of(connection)))
-    again = pipeline.again()
-    if again is not None:
-        commands, within = again
-        pipeline.take_again(send(connection, commands, within, until))
     pipeline.settle()
 
 
@@ -166,24 +158,6 @@ def socket_of(connection: Any) -> Any:
     """The socket ``connection`` talks on now (of the connection a redis-py client-side cache
     wraps, for one); ``None`` when not connected."""
     return getattr(getattr(connection, "_conn", connection), "_sock", None)
-
-
-def send_rounds(connection: Any, outbox: Outbox, own: Optional[Queued] = None) -> None:
-    """Sends the writes queued in ``outbox`` on ``connection``, a round trip at a time, until
-    it says stop (see :meth:`Outbox.take`: ``own`` answered, or nothing queued), telling each
-    caller its outcome. A round trip that raised is told to its writes as a lost reply, the
-    sender's place goes on, and the error is raised again."""
-    while True:
-        batch = outbox.take(own)
-        if not batch:
-            return
-        try:
-            exchange(connection, outbox.pipeline(batch), None)
-        except BaseException as error:
-            outbox.deliver(batch, error)
-            outbox.stop()
-            raise
-        outbox.deliver(batch)
 
 
 def send(
@@ -447,12 +421,14 @@ class Lock(LockBase):
       pooled connections are bound to the session once each (``LOCK.SESSION USE``), so grants
       and renewals carry no ``SESSION id``.
     - Every grant and every renewal reaches the master's replicas before it counts (``sync``,
-      see :class:`leasehold.Sync`): a grant that does not count in time is released and
-      :class:`leasehold.NotReplicatedError` raised (or with time left in
-      ``blocking_timeout`` the lock tries again within it); such a renewal raises it from
+      see :class:`leasehold.Sync`): by default it says ``SYNC`` and the server replies once
+      its in-sync replicas have it (lock module 0.7.0 or later). A grant that does not count
+      raises :class:`leasehold.NotReplicatedError` — released by the server (``NOREPLICAS``),
+      or by the client after its own ``WAIT`` with ``Sync(replicas=n)`` — or with time left in
+      ``blocking_timeout`` the lock tries again within it; such a renewal raises it from
       ``extend`` / ``reacquire`` and leaves :attr:`lease_end` where it was; the watchdog tries
-      again every half second after the sync timeout and sets :attr:`lost` when that lease
-      ends first. Releases are not synced.
+      again every half second after each refusal and sets :attr:`lost` when that lease ends
+      first. Releases are not synced.
     """
 
     def __enter__(self) -> "Lock":
@@ -493,8 +469,12 @@ class Lock(LockBase):
         otherwise waits up to ``blocking_timeout`` seconds (``None``: as long as it takes),
         queueing for a connection of the wait pool within that time when every one is waiting
         (see :func:`leasehold.configure_pools`). ``token`` picks the owner (default: a new
-        random one). :class:`leasehold.NotReplicatedError` when the grant did not reach the
-        replicas in time (see :class:`leasehold.Sync`) and no wait is left."""
+        random one). :class:`leasehold.NotReplicatedError` when the grant did not count — the
+        master refused it (``NOREPLICAS``: its in-sync replicas did not all acknowledge within
+        ``lock.sync-timeout-ms``, or the set is too small) and released it, see
+        :class:`leasehold.Sync` — and no wait is left; the lock is free of this grant then.
+        ``LockError`` when the server's module is older than 0.7.0 (no ``SYNC`` /
+        ``NOSYNC``)."""
         if blocking is None:
             blocking = self.blocking
         if blocking_timeout is None:
@@ -527,9 +507,11 @@ class Lock(LockBase):
         """Adds ``additional_time`` seconds to the lease left (a set's shortest), or with
         ``replace_ttl`` makes it the lease. ``LockNotOwnedError`` when the lease had run out (it
         is not brought back). The lease left is read first: the addition is off by the round
-        trip. Synced like a grant: :class:`leasehold.NotReplicatedError` when the replicas did
-        not acknowledge the renewal in time — it does not count, and :attr:`lease_end` stays
-        where the last synced grant or renewal put it."""
+        trip. Synced like a grant: :class:`leasehold.NotReplicatedError` when the master refused
+        to count the renewal (``NOREPLICAS``: the lease before it is the one that counts) or
+        the client's own ``WAIT`` did not sync it — it does not count, and :attr:`lease_end`
+        stays where the last counted grant or renewal put it (sooner if the renewal asked for
+        less than was left)."""
         owner = self.local.token
         if owner is None:
             raise LockError("Cannot extend an unlocked lock")
@@ -548,8 +530,7 @@ class Lock(LockBase):
 
     def reacquire(self) -> bool:
         """Resets the lease to ``timeout``. ``LockNotOwnedError`` when it had run out;
-        :class:`leasehold.NotReplicatedError` when the replicas did not acknowledge it in time
-        (as :meth:`extend`)."""
+        :class:`leasehold.NotReplicatedError` when it did not count (as :meth:`extend`)."""
         owner = self.local.token
         if owner is None:
             raise LockError("Cannot reacquire an unlocked lock")
@@ -602,8 +583,10 @@ class Lock(LockBase):
                     return granted
 
     def _kept(self, owner: Any, write: Write) -> Optional[Grant]:
-        """The grant a write made, once synced; ``None`` when there was none. A grant that
-        cannot be kept (:meth:`_unkept`) is released (owner-checked), and the reason raised."""
+        """The grant a write made, once synced; ``None`` when there was none. A grant the
+        server refused to count (``NOREPLICAS``) raises :class:`NotReplicatedError` here and is
+        not released: the server released it. One that counted there and cannot be kept
+        (:meth:`_unkept`) is released (owner-checked), and the reason raised."""
         reply = write.outcome()
         if reply is None:
             return None
@@ -619,29 +602,28 @@ class Lock(LockBase):
         synced."""
         return self._routed(lambda master, asking, term: self._alone(
             "wait", master, deadline,
-            lambda seen: self._wait_pipeline(owner, seen, asking, deadline, term)))
+            lambda: self._wait_pipeline(owner, asking, deadline, term)))
 
     def _plain(self, write: Write) -> Write:
-        """``write`` on the client's own connection, not synced (``SYNC_OFF``), naming the
-        session; its reply taken (``no such session`` as the error, the others raised)."""
+        """``write`` on the client's own connection, not synced (``SYNC_OFF``: it says
+        ``NOSYNC``), naming the session; its reply taken (an error reply as
+        :func:`leasehold._protocol.write_reply` makes it)."""
 
         def send(master: Master, asking: bool, term: Optional[Term]) -> Write:
             write.tie(term)
             try:
                 write.reply = self.redis.execute_command(*write.command)
             except ResponseError as error:
-                if not no_such_session(error):
-                    raise
-                write.reply = error
+                write.reply = write_reply(error)
             return write
 
         return self._routed(send)
 
     def _synced(self, write: Write) -> Write:
-        """``write`` (a grant without waiting, or a renewal) sent with the synced writes queued
-        for its master meanwhile (:meth:`_together`) — alone, on the master an ``ASK`` named.
-        :class:`NotReplicatedError` when no sync connection came free within the sync timeout
-        (nothing was sent)."""
+        """``write`` (a grant without waiting, or a renewal) on a connection of its master's
+        sync pool, held by the server until synced (``SYNC``), or followed by the client's own
+        ``WAIT`` (see :class:`leasehold.Sync`). :class:`NotReplicatedError` when no sync
+        connection came free within the sync timeout (nothing was sent)."""
         deadline = self._sync_deadline(write.until)
         try:
             return self._routed(lambda master, asking, term: self._synced_to(
@@ -653,14 +635,11 @@ class Lock(LockBase):
         self, master: Master, asking: bool, write: Write, deadline: float, term: Optional[Term]
     ) -> Write:
         """``write`` sent to ``master`` (see :meth:`_synced`) naming ``term``'s session,
-        queueing until ``deadline``."""
+        queueing for a connection until ``deadline``."""
         write.tie(term)
-        if not asking:
-            return self._together(master, write, deadline)
         return self._alone(
             "sync", master, deadline,
-            lambda seen: Pipeline([write], sync=self.sync, seen=seen, asking=True),
-            write.until)
+            lambda: Pipeline(write, sync=self.sync, asking=asking), write.until)
 
     def _routed(self, send: Callable[[Master, bool, Optional[Term]], Write]) -> Write:
         """The write ``send(master, asking, term)`` sends to the lock's master naming the
@@ -691,59 +670,17 @@ class Lock(LockBase):
         kind: str,
         master: Master,
         deadline: Optional[float],
-        build: Callable[[Seen], Pipeline],
+        build: Callable[[], Pipeline],
         until: Optional[float] = None,
     ) -> Write:
-        """The one write of the pipeline ``build(seen)`` makes, sent on a connection of
-        ``master``'s ``kind`` pool (``"wait"`` or ``"sync"``), queueing for one until
-        ``deadline`` (:class:`QueuedOut` after), every reply by ``until``."""
-        pools = pools_of(self.redis)
-        seen = pools.seen(master)
-        pool = pools.pool(kind, master, BudgetedPool)
-        with borrowed(pool, deadline, hinted(self.sync, seen)) as connection:
-            pipeline = build(seen)
+        """The write of the pipeline ``build()`` makes, sent on a connection of ``master``'s
+        ``kind`` pool (``"wait"`` or ``"sync"``), queueing for one until ``deadline``
+        (:class:`QueuedOut` after), every reply by ``until``."""
+        pool = pools_of(self.redis).pool(kind, master, BudgetedPool)
+        with borrowed(pool, deadline) as connection:
+            pipeline = build()
             exchange(connection, pipeline, until)
-        return pipeline.writes[0]
-
-    def _together(self, master: Master, write: Write, deadline: float) -> Write:
-        """``write`` in a round trip with the other synced writes queued for ``master`` (see
-        :mod:`leasehold._outbox`): sent by this caller if it holds a sender's place, else by
-        the sender that takes it. :class:`QueuedOut` when it was still queued at ``deadline``
-        (withdrawn, nothing sent); the round trip's lost reply raises here."""
-        pools = pools_of(self.redis)
-        outbox = pools.outbox(master)
-        queued = outbox.queue(write, self.sync, threading.Event())
-        try:
-            while not queued.done:
-                if outbox.start(queued):
-                    self._send_queued(pools, master, outbox, queued, deadline)
-                elif not queued.woken.wait(None if queued.state is State.TAKEN else time_left(deadline)):
-                    if outbox.withdraw(queued):
-                        raise QueuedOut(hinted(self.sync, outbox.seen))
-        finally:
-            outbox.withdraw(queued)  # when leaving early: not sent, a place handed over goes on
-        if queued.error is not None:
-            raise queued.error
-        return write
-
-    def _send_queued(
-        self, pools: Pools, master: Master, outbox: Outbox, queued: Queued, deadline: float
-    ) -> None:
-        """As a sender: borrows a sync connection, queueing until ``deadline``, and sends the
-        writes queued on it until this caller's own is answered. When none could be borrowed
-        the place goes on, and the error is raised if the own write was still queued."""
-        pool = pools.pool("sync", master, BudgetedPool)
-        try:
-            connection = borrow(pool, deadline, hinted(self.sync, outbox.seen))
-        except BaseException as error:
-            if outbox.give_up(queued) or not isinstance(error, Exception):
-                raise
-            return  # another sender took the write: its outcome comes
-        try:
-            with lent(pool, connection):
-                send_rounds(connection, outbox, queued)
-        except Exception:
-            pass  # told to the writes of the round trip as their lost reply; connection closed
+        return pipeline.write
 
     def _master(self, redirect: Optional[Tuple[str, int]] = None) -> Master:
         """The server, or the master of the lock's slot in a ``RedisCluster`` (or the one an
@@ -775,8 +712,8 @@ class Lock(LockBase):
 
     def _renew(self, owner: Any, lease_ms: int, lease: Lease, until: Optional[float] = None) -> bool:
         """Renews to ``lease_ms``; ``True`` once the renewal counts (synced), ``False`` when
-        the lease had run out. :class:`NotReplicatedError` when not synced in time; the
-        ``WAIT`` ends by ``until`` (the watchdog's: the lease's end)."""
+        the lease had run out. :class:`NotReplicatedError` when it did not count; its replies
+        must come by ``until`` (the watchdog's: the lease's end)."""
         write = self._renew_write(owner, lease_ms, until)
         try:
             write = self._plain(write) if self.sync.off else self._synced(write)
