@@ -3,15 +3,16 @@
  * (v4 and later) or ioredis — and the connections they borrow for themselves.
  *
  * Quick commands (a grant that is not synced, a release) go over the program's own connection.
- * A blocked `LOCK.ACQUIRE ... WAIT` stalls the connection it was sent on, and a synced write
- * ends in a `WAIT` that stalls it too, so those go over dedicated connections — duplicates of
- * the program's client, without the client's command timeout or retries — kept in two bounded
- * pools per client (per master in a cluster, {@link PoolSizes}): one for waits, one for synced
- * writes, so that waiters never starve a holder's renewal. A connection is given back once
- * every reply sent on it came, and closed when one did not come `margin` ms after it should
- * have (ioredis's `commandTimeout` would otherwise report a failure while the server still
- * grants the lock) or the connection failed. Closing the program's client closes its pools (a
- * connection lent to a wait once the wait ends).
+ * A blocked `LOCK.ACQUIRE ... WAIT` stalls the connection it was sent on, and so does a synced
+ * write (`SYNC`: the server holds its reply until the replicas have it), so those go over
+ * dedicated connections — duplicates of the program's client, without the client's command
+ * timeout or retries — kept in two bounded pools per client (per master in a cluster, {@link
+ * PoolSizes}): one for waits, one for synced writes, so that waiters never starve a holder's
+ * renewal. A connection is given back once every reply sent on it came, and closed when one
+ * did not come `margin` ms after it should have (ioredis's `commandTimeout` would otherwise
+ * report a failure while the server still grants the lock; closing it makes the server release
+ * a grant it still held for it) or the connection failed. Closing the program's client closes
+ * its pools (a connection lent to a wait once the wait ends).
  *
  * Each master's place also keeps the client's session there ({@link SessionKeeper}) on a
  * connection of its own; closing the program's client closes the session (`LOCK.SESSION
@@ -21,7 +22,6 @@
  * {@link binding}.
  */
 import { Session, SessionOptions } from './session.js';
-import { Seen } from './sync.js';
 export { Exhausted, PoolClosed } from './pool.js';
 /** What the locks use of a node-redis client (`createClient()`, v4 and later). */
 export interface NodeRedisClient {
@@ -96,7 +96,8 @@ export interface PoolSizes {
     /** For waits in the server (`acquire({ wait })`, `using`): each waiter holds one as long as
      * it waits (default 32). */
     wait?: number;
-    /** For synced writes — a grant without waiting, a renewal — and their `WAIT` (default 16). */
+    /** For synced writes — a grant without waiting, a renewal — and for writes tied to a
+     * session (default 16). */
     sync?: number;
 }
 /** Which pool a connection is borrowed from. */
@@ -104,10 +105,6 @@ export type PoolKind = keyof PoolSizes;
 export declare const DEFAULT_POOL_SIZES: Required<PoolSizes>;
 /** A pooled connection lent to one caller, to the master serving its key. */
 export interface Own {
-    /** The address of that master (`''` for one server). */
-    readonly master: string;
-    /** What this client saw of its masters' in-sync sets. */
-    readonly seen: Seen;
     /** The client's session on that master, when the caller asked for it ({@link
      * Connection.lend}): the one a command ending in `SESSION` is tied to. */
     readonly tie: Session | undefined;
@@ -128,17 +125,6 @@ export interface Own {
 export interface Replies {
     replies: unknown[];
     arrived: number[];
-}
-/** A dedicated connection, as the pools (and the sessions) keep it. */
-export interface Dedicated {
-    /** Sends the commands together; each reply or error, a connection failure as an error too,
-     * with when it came. */
-    pipeline(commands: string[][]): Promise<Replied[]>;
-    alive(): boolean;
-    close(): void;
-    /** The id of the session this connection is bound to (`LOCK.SESSION USE`), as the server's
-     * `OK` told; undefined: none. */
-    session?: string;
 }
 /** The client as the locks use it: commands on a lock go to the master serving it (in a
  * cluster, the master of its slot). */
@@ -165,17 +151,6 @@ export declare class Connection {
      */
     lend<T>(kind: PoolKind, key: string, deadline: number | undefined, use: (own: Own) => Promise<T>, tied?: boolean): Promise<T>;
     private lendOnce;
-    /**
-     * Gathers the `item`s given in one tick for keys served by the same master under the same
-     * `group`, then runs `run` once with them all (and the first caller's key): each caller gets
-     * the result at its item's place, or the rejection.
-     */
-    together<I, R>(key: string, group: string, item: I, run: (key: string, items: I[]) => Promise<R[]>): Promise<R>;
-    /** The members of the in-sync set of the master serving `key`, in its last `LOCK.INSYNC`
-     * reply this client saw (0 before any). */
-    membersSeen(key: string): number;
-    /** What this client saw of its masters' in-sync sets, shared by every lock of the client. */
-    private get seen();
     /** The pools to the master at `address`, made on first use (and again when the cluster
      * client replaced its client for that node: the session stays, reconnecting through the new
      * one); closed, with the session, when that client closes. */
@@ -205,8 +180,6 @@ export declare function setPoolSizes(client: Client, sizes: PoolSizes): void;
  * rejects with that error.
  */
 export declare function setSessionOptions(client: Client, options: SessionOptions): void;
-/** A command's reply (an error as an `Error` value) and when it came, ms since the epoch. */
-type Replied = [unknown, number];
 /** A reply did not come: the server may have done the command, or not. */
 export declare class LostReply extends Error {
     name: string;

@@ -3,15 +3,16 @@
  * (v4 and later) or ioredis — and the connections they borrow for themselves.
  *
  * Quick commands (a grant that is not synced, a release) go over the program's own connection.
- * A blocked `LOCK.ACQUIRE ... WAIT` stalls the connection it was sent on, and a synced write
- * ends in a `WAIT` that stalls it too, so those go over dedicated connections — duplicates of
- * the program's client, without the client's command timeout or retries — kept in two bounded
- * pools per client (per master in a cluster, {@link PoolSizes}): one for waits, one for synced
- * writes, so that waiters never starve a holder's renewal. A connection is given back once
- * every reply sent on it came, and closed when one did not come `margin` ms after it should
- * have (ioredis's `commandTimeout` would otherwise report a failure while the server still
- * grants the lock) or the connection failed. Closing the program's client closes its pools (a
- * connection lent to a wait once the wait ends).
+ * A blocked `LOCK.ACQUIRE ... WAIT` stalls the connection it was sent on, and so does a synced
+ * write (`SYNC`: the server holds its reply until the replicas have it), so those go over
+ * dedicated connections — duplicates of the program's client, without the client's command
+ * timeout or retries — kept in two bounded pools per client (per master in a cluster, {@link
+ * PoolSizes}): one for waits, one for synced writes, so that waiters never starve a holder's
+ * renewal. A connection is given back once every reply sent on it came, and closed when one
+ * did not come `margin` ms after it should have (ioredis's `commandTimeout` would otherwise
+ * report a failure while the server still grants the lock; closing it makes the server release
+ * a grant it still held for it) or the connection failed. Closing the program's client closes
+ * its pools (a connection lent to a wait once the wait ends).
  *
  * Each master's place also keeps the client's session there ({@link SessionKeeper}) on a
  * connection of its own; closing the program's client closes the session (`LOCK.SESSION
@@ -23,7 +24,6 @@
 import keySlot from 'cluster-key-slot';
 import { Pool } from './pool.js';
 import { SessionKeeper, binding, tiedByUse } from './session.js';
-import { Seen } from './sync.js';
 export { Exhausted, PoolClosed } from './pool.js';
 export const DEFAULT_POOL_SIZES = { wait: 32, sync: 16 };
 /** The client as the locks use it: commands on a lock go to the master serving it (in a
@@ -87,7 +87,7 @@ export class Connection {
         const tie = tied && this.sessions ? await this.keeper(place).current() : undefined;
         const pool = place.pools[kind];
         const dedicated = await pool.borrow(deadline);
-        const lent = new Lent(dedicated, address, this.seen, asking !== undefined, tie);
+        const lent = new Lent(dedicated, asking !== undefined, tie);
         try {
             return await use(lent);
         }
@@ -97,44 +97,6 @@ export class Connection {
             else
                 pool.giveBack(dedicated);
         }
-    }
-    /**
-     * Gathers the `item`s given in one tick for keys served by the same master under the same
-     * `group`, then runs `run` once with them all (and the first caller's key): each caller gets
-     * the result at its item's place, or the rejection.
-     */
-    together(key, group, item, run) {
-        const gatherings = perClient(GATHERINGS, this.client);
-        const name = `${this.masterAddress(key)} ${group}`;
-        let gathering = gatherings.get(name);
-        if (!gathering) {
-            const started = { items: [], callers: [] };
-            gatherings.set(name, started);
-            process.nextTick(() => {
-                gatherings.delete(name);
-                run(key, started.items).then((results) => started.callers.forEach(({ resolve }, at) => resolve(results[at])), (error) => started.callers.forEach(({ reject }) => reject(error)));
-            });
-            gathering = started;
-        }
-        const joined = gathering;
-        return new Promise((resolve, reject) => {
-            joined.items.push(item);
-            joined.callers.push({ resolve, reject });
-        });
-    }
-    /** The members of the in-sync set of the master serving `key`, in its last `LOCK.INSYNC`
-     * reply this client saw (0 before any). */
-    membersSeen(key) {
-        return this.seen.hint(this.masterAddress(key));
-    }
-    /** What this client saw of its masters' in-sync sets, shared by every lock of the client. */
-    get seen() {
-        let seen = SEEN.get(this.client);
-        if (!seen) {
-            seen = new Seen();
-            SEEN.set(this.client, seen);
-        }
-        return seen;
     }
     /** The pools to the master at `address`, made on first use (and again when the cluster
      * client replaced its client for that node: the session stays, reconnecting through the new
@@ -249,24 +211,20 @@ export function setSessionOptions(client, options) {
 /** A pooled connection while it is lent: it knows whether it may be reused. */
 class Lent {
     dedicated;
-    master;
-    seen;
     asking;
     tie;
     /** A reply did not come (or the connection failed), or the server is no longer a master
      * (`READONLY`: a failover demoted it; a new connection finds the new one): close it. */
     spent = false;
-    constructor(dedicated, master, seen, asking, tie) {
+    constructor(dedicated, asking, tie) {
         this.dedicated = dedicated;
-        this.master = master;
-        this.seen = seen;
         this.asking = asking;
         this.tie = tie;
     }
     async pipeline(commands, timeoutMs) {
         const { commands: writes, use, to } = binding(commands, this.tie, this.dedicated.session);
         // After ASK, `ASKING` goes right before each command on a key (it covers the next command;
-        // before the keyless `LOCK.INSYNC` and `LOCK.SESSION` it does nothing).
+        // before the keyless `LOCK.SESSION` it does nothing).
         const sent = [...(use ? [use] : []), ...writes].flatMap((command) => (this.asking && command[0].startsWith('LOCK.') ? [['ASKING'], command] : [command]));
         let timer;
         const expiry = new Promise((_, reject) => {
@@ -364,12 +322,8 @@ function replied(reply) {
 }
 /** How many `MOVED` / `ASK` redirections a command on a connection of its own follows. */
 const REDIRECTS = 5;
-/** What each client saw of its masters' in-sync sets. */
-const SEEN = new WeakMap();
 /** The pools per client, by master address. */
 const PLACES = new WeakMap();
-/** The gatherings open per client, by master address and group. */
-const GATHERINGS = new WeakMap();
 /** The pool sizes set per client. */
 const SIZES = new WeakMap();
 /** The session options set per client. */

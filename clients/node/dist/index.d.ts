@@ -10,8 +10,8 @@
  *   shorter than the wait; a lost reply is followed up by asking again as the same owner, so a
  *   caller never holds a lock it was told it did not get, and the connection is closed.
  * - Grants (a holder's re-entry, downgrade and upgrade too) and renewals count only once every
- *   replica of the master's in-sync set has them (`sync`), asked and waited for in the write's
- *   own round trip.
+ *   replica of the master's in-sync set has them (`sync`): the server holds the reply until
+ *   then (`SYNC`, lock module 0.7.0 and later), or refuses the write with `NOREPLICAS`.
  * - Every holding has a fencing token, a JS `number` (tokens stay below 2^53).
  * - `using(routine)` renews the lease every third of it — a renewal that did not count tried
  *   again within a second, until one does — and hands the routine an `AbortSignal` that fires
@@ -61,7 +61,7 @@ export interface LockOptions {
     reentrant?: boolean;
     /**
      * Renew the lease every third of it until release (always on in `using`). A renewal that did
-     * not count — too few replicas acknowledged it (`sync`), no reply came, its connection died,
+     * not count — the replicas did not acknowledge it (`sync`), no reply came, its connection died,
      * no connection could be had — is tried again soon: at once on a new connection after a dead
      * one, otherwise 500 ms later, or a third of the lease when that is shorter (each synced try
      * already waits up to the sync timeout), again and again, until one counts or the lease that last counted (less the drift allowance) ends:
@@ -81,21 +81,31 @@ export interface LockOptions {
      */
     session?: boolean;
     /** How long after a reply should have come (a wait's end, the sync timeout) the client gives
-     * up on it — closing its connection — and asks for itself, ms (default 1 000). */
+     * up on it — closing its connection, which makes the server release a grant it still held for
+     * it — and asks for itself, ms (default 1 000). */
     timeoutMargin?: number;
     /**
      * How grants and renewals reach the master's replicas before they count (default: every
-     * replica of the master's in-sync set, as `LOCK.INSYNC` tells it in the write's round trip,
-     * within 1 s; `false`: not at all). When one does not count — not every member acknowledged
-     * in time, the set has fewer than `lock.min-insync-replicas` members, or the master was
-     * replaced by a failover — a grant is released and the acquire rejects with
-     * {@link NotReplicatedError} (its `reason` says which), or with a `wait` budget left, tries
-     * again within it; a holding's `reenter`, `downgrade` and `upgrade` are grants too and reject
-     * with it, the holding left as it was; a renewal rejects with it and does not count (the
-     * lease the holding believes stays the last synced one — or, when its ttl is shorter than what
-     * was left, ends that ttl after it was sent, since the master may have made it; a watched
-     * holding tries again within a second, and aborts its `signal` when that lease ends first).
+     * replica of the master's in-sync set — the write goes with `SYNC`, and the server replies
+     * once they all acknowledged it, within its `lock.sync-timeout-ms`; `false`: not at all,
+     * `NOSYNC`). Needs lock module 0.7.0 or later (an older one answers `ERR syntax error`: the
+     * write rejects with an error that says so). When one does not count — not every member
+     * acknowledged in time, the set has fewer than `lock.min-insync-replicas` members, or the
+     * server is no longer a master — the server answers `NOREPLICAS` and the write rejects with
+     * {@link NotReplicatedError} (its `reason` says which). A grant the server refused it also
+     * released: an acquire rejects with it (or with a `wait` budget left, tries again within it);
+     * a holding's `reenter` rejects, the new hold given back and the holding left as it was; a
+     * `downgrade` or `upgrade` rejects and the holding is lost (the server released it). A renewal
+     * rejects with it and does not count (the lease the holding believes stays the last one that
+     * counted — or, when its ttl is shorter than what was left, ends that ttl after it was sent,
+     * since the master made it; a watched holding tries again within a second, and aborts its
+     * `signal` when that lease ends first). A grant handed over after a wait in the server counts
+     * from its reply less the sync timeout (the server may have held the reply that long).
      * Releases never wait.
+     *
+     * With a fixed `replicas` count the write goes with `NOSYNC` and the client sends `WAIT n`
+     * behind it: a grant too few replicas acknowledged is released by the client (a `downgrade`
+     * or `upgrade` stays made on the master, the holding keeping its mode, token and lease).
      *
      * While a member of the set is down, every grant and renewal fails after the sync timeout
      * until the master drops it from the set (with the module's defaults about 25 s after it
@@ -129,9 +139,9 @@ export interface Holding {
     /** Resets the lease to `ttl` ms (default: the lock's), tied to the client's current session.
      * False when it was lost (and then `signal` aborts); a lost lock is never taken back — nor
      * one lost with its session, which is not even asked for. Synced like a grant: rejects with
-     * {@link NotReplicatedError} (`write: 'renewal'`) when the master renewed it but too few
-     * replicas had it in time — it does not count, the holding's lease stays the last synced
-     * one — and with {@link LostReply} when the reply did not come. */
+     * {@link NotReplicatedError} (`write: 'renewal'`) when the master renewed it but the replicas
+     * did not have it in time — it does not count, the holding's lease stays the last one that
+     * counted — and with {@link LostReply} when the reply did not come. */
     renew(ttl?: number): Promise<boolean>;
     /** Stops renewing and releases. True if it was still held. */
     release(): Promise<boolean>;
@@ -143,9 +153,11 @@ export interface Holding {
      * not renew by itself: this holding's watchdog, if on, keeps the lease.
      *
      * Synced like a grant: rejects with {@link NotReplicatedError} (`write: 'grant'`) when the
-     * master added the hold but too few replicas had it in time — the hold is then given back
-     * (one owner-checked release) and this holding's lease stays the last synced one — and with
-     * {@link LostReply} when the reply did not come (a hold it may have added ends with the lease).
+     * master added the hold but the replicas did not have it in time — the hold is then given
+     * back (by the server, or with a fixed `replicas` count by one owner-checked release) and this
+     * holding's lease stays the last one that counted — and with {@link LostReply} when the reply
+     * did not come (its connection is closed: a hold the server still held for it is given back;
+     * one it replied already ends with the lease).
      */
     reenter(ttl?: number): Promise<Holding | null>;
     /**
@@ -154,10 +166,13 @@ export interface Holding {
      * lock.
      *
      * Synced like a grant: rejects with {@link NotReplicatedError} (`write: 'grant'`) when the
-     * master made the change but too few replicas had it in time — a failover may undo it, so the
-     * holding keeps its mode and its last synced lease, while the master may already let readers
-     * in: write no more, and downgrade again or release — and with {@link LostReply} when the
-     * reply did not come.
+     * master made the change but the replicas did not have it in time: the server released the
+     * holding (`released`), which is then lost (its `signal` aborts). With a fixed `replicas`
+     * count the change stays made on the master instead — a failover may undo it, so the holding
+     * keeps its mode and its last lease that counted, while the master may already let readers
+     * in: write no more, and downgrade again or release. Rejects with {@link LostReply} when the
+     * reply did not come (its connection is closed: the server releases the holding if it still
+     * held the reply).
      */
     downgrade(ttl?: number): Promise<boolean>;
     /**
@@ -166,10 +181,13 @@ export interface Holding {
      * reader's holding kept, while others read too; false also when no longer held.
      *
      * Synced like a grant: rejects with {@link NotReplicatedError} (`write: 'grant'`) when the
-     * master made the change but too few replicas had it in time — a failover may lose it and
-     * let another writer in, so it does not count: the holding stays a reader's, with its old
-     * token and its last synced lease (write nothing; upgrade again once the replicas are back,
-     * or release) — and with {@link LostReply} when the reply did not come.
+     * master made the change but the replicas did not have it in time: the server released the
+     * holding (`released`), which is then lost (its `signal` aborts). With a fixed `replicas`
+     * count the change stays made on the master instead — a failover may lose it and let another
+     * writer in, so it does not count: the holding stays a reader's, with its old token and its
+     * last lease that counted (write nothing; upgrade again once the replicas are back, or
+     * release). Rejects with {@link LostReply} when the reply did not come (its connection is
+     * closed: the server releases the holding if it still held the reply).
      */
     upgrade(ttl?: number): Promise<boolean>;
 }

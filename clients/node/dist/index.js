@@ -10,8 +10,8 @@
  *   shorter than the wait; a lost reply is followed up by asking again as the same owner, so a
  *   caller never holds a lock it was told it did not get, and the connection is closed.
  * - Grants (a holder's re-entry, downgrade and upgrade too) and renewals count only once every
- *   replica of the master's in-sync set has them (`sync`), asked and waited for in the write's
- *   own round trip.
+ *   replica of the master's in-sync set has them (`sync`): the server holds the reply until
+ *   then (`SYNC`, lock module 0.7.0 and later), or refuses the write with `NOREPLICAS`.
  * - Every holding has a fencing token, a JS `number` (tokens stay below 2^53).
  * - `using(routine)` renews the lease every third of it — a renewal that did not count tried
  *   again within a second, until one does — and hands the routine an `AbortSignal` that fires
@@ -200,8 +200,8 @@ class LeaseholdLock {
                 const tokens = tokensOf(granted.reply);
                 if (tokens === null)
                     return null;
-                // The server replies the moment it hands the lock over: the lease began just before.
-                const holding = await this.held(owner, { tokens, tie: granted.tie }, watchdog, granted.answered);
+                // The lease began when the server handed the lock over: at the earliest `began`.
+                const holding = await this.held(owner, { tokens, tie: granted.tie }, watchdog, granted.began);
                 if (holding)
                     return holding;
                 // Granted, but lost with the session it was tied to before the grant came: wait again.
@@ -265,9 +265,9 @@ class LeaseholdLock {
     }
     /**
      * The holding a grant gives, its lease begun at `began` (ms since the epoch), or null when it
-     * was no grant. A grant acknowledged only after that lease ended is one nobody can count on
-     * (the lock may have been handed on meanwhile): it is released and rejected with
-     * {@link NotReplicatedError}. A grant tied to a session whose deadline passed before it came
+     * was no grant. A grant whose reply came only after that lease ended (the server held it
+     * until the replicas had it) is one nobody can count on (the lock may have been handed on
+     * meanwhile): it is released and rejected with {@link NotReplicatedError}. A grant tied to a session whose deadline passed before it came
      * (the server may have ended that session, and released the lock) is renewed first, to the
      * lease it has left, tied to the client's current session: null when that is refused (or no
      * lease is left: then it is released).
@@ -278,8 +278,7 @@ class LeaseholdLock {
             return null;
         if (began + countedLease(this.ttl) <= Date.now()) {
             await this.writes.connection.send(this.release(owner), this.keys.first);
-            const wanted = this.writes.connection.membersSeen(this.keys.first);
-            throw new NotReplicatedError(0, wanted, 'grant', 'the replicas acknowledged it only after its lease had ended');
+            throw new NotReplicatedError(0, 0, 'grant', 'its reply came only after its lease had ended');
         }
         const holding = new Held(this.writes, this.keys, owner, tokens, this.ttl, this.mode, watchdog, began, this.tied);
         if (!tie || tie.alive) {
@@ -395,13 +394,22 @@ class Held {
         return this.changeMode(ttl, EXCLUSIVE);
     }
     /** The holding's mode becomes `mode`, with the token the grant gives, once the replicas have
-     * it (else it rejects and nothing changes here). */
+     * it. Else it rejects: lost when the server released it, otherwise nothing changes here. */
     async changeMode(ttl, mode) {
         if (this.gone)
             return false;
         const sent = Date.now();
         const changing = this.acquire(mode === SHARED ? 'downgrade' : 'upgrade', ttl, mode, false);
-        const { tokens, tie } = await this.counted(sent, ttl, changing);
+        let grant;
+        try {
+            grant = await this.counted(sent, ttl, changing);
+        }
+        catch (error) {
+            if (error instanceof NotReplicatedError && error.released)
+                this.lose(`the lock was lost: ${error.message}`);
+            throw error;
+        }
+        const { tokens, tie } = grant;
         if (tokens === null || !this.tieTo(tie))
             return false;
         this.mode = mode;
@@ -410,9 +418,10 @@ class Held {
         return true;
     }
     /** `LOCK.ACQUIRE` as this holding's owner for `what` (a single lock's), synced like a grant:
-     * the token, or null when not granted. One more hold (`reentrant`) the replicas lack is given
-     * back; a change of mode they lack stays made on the master. Rejects with
-     * {@link NotReplicatedError} then. */
+     * the token, or null when not granted. Rejects with {@link NotReplicatedError} when the
+     * replicas lack it: the server released it (one hold of the owner's holding), or short of a
+     * fixed count's `WAIT`, one more hold (`reentrant`) is given back here and a change of mode
+     * stays made on the master. */
     async acquire(what, ttl, mode, reentrant) {
         if (this.keys.set)
             throw new Error(`${what} is not supported on a set of locks`);
@@ -421,9 +430,8 @@ class Held {
         return grantTokens(this.writes, command, reentrant ? this.keys.command('RELEASE', this.owner) : undefined);
     }
     /** `write`, sent at `sent` to reset the lease to `ttl` ms: when it does not count (not
-     * acknowledged, no reply) the master may still have made it, and a `ttl` shorter than what
-     * was left shortened the lease there — so the lease the holder counts on is then at most
-     * that. */
+     * acknowledged, no reply) the master made it (or may have), and a `ttl` shorter than what was
+     * left shortened the lease there — so the lease the holder counts on is then at most that. */
     async counted(sent, ttl, write) {
         try {
             return await write;
@@ -454,8 +462,8 @@ class Held {
     }
     /**
      * One renewal of the watchdog. Counted: the next a third of the lease later. Refused because
-     * the owner no longer holds the lock: lost, at once ({@link renew}). Not counted — too few
-     * replicas acknowledged it, or it failed (no reply, a dead connection, no connection): tried
+     * the owner no longer holds the lock: lost, at once ({@link renew}). Not counted — the
+     * replicas did not acknowledge it, or it failed (no reply, a dead connection, no connection): tried
      * again soon, and again, until one counts or the last lease that counted ends (the expiry
      * then reports the loss) — at once after a dead connection (it was closed: the next try goes
      * on a fresh one) unless the try that failed was such a retry already, otherwise after
@@ -547,8 +555,8 @@ function tokensOf(reply) {
         return null;
     return Array.isArray(reply) ? reply.map(Number) : [Number(reply)];
 }
-/** A grant without waiting, synced ({@link Writes.grant}; `release` gives it back when the
- * replicas lack it): the tokens, or null when busy (or when the server cannot issue a token
+/** A grant without waiting, synced ({@link Writes.grant}; `release` gives it back when a fixed
+ * count's `WAIT` falls short): the tokens, or null when busy (or when the server cannot issue a token
  * yet: `TRYAGAIN`), and its session. */
 async function grantTokens(writes, command, release) {
     try {

@@ -23,7 +23,7 @@
  * renewed on a connection bound to the new one: renewed, it is tied to the new session;
  * refused, it is lost. A holding whose session's deadline passed is never taken back.
  */
-import type { Dedicated } from './connection.js';
+import { Dedicated } from './pool.js';
 /** How a client's holdings are tied to a session ({@link setSessionOptions}). */
 export interface SessionOptions {
     /** Tie holdings to a session, so that the server releases them a grace after this program's

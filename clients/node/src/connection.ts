@@ -3,15 +3,16 @@
  * (v4 and later) or ioredis — and the connections they borrow for themselves.
  *
  * Quick commands (a grant that is not synced, a release) go over the program's own connection.
- * A blocked `LOCK.ACQUIRE ... WAIT` stalls the connection it was sent on, and a synced write
- * ends in a `WAIT` that stalls it too, so those go over dedicated connections — duplicates of
- * the program's client, without the client's command timeout or retries — kept in two bounded
- * pools per client (per master in a cluster, {@link PoolSizes}): one for waits, one for synced
- * writes, so that waiters never starve a holder's renewal. A connection is given back once
- * every reply sent on it came, and closed when one did not come `margin` ms after it should
- * have (ioredis's `commandTimeout` would otherwise report a failure while the server still
- * grants the lock) or the connection failed. Closing the program's client closes its pools (a
- * connection lent to a wait once the wait ends).
+ * A blocked `LOCK.ACQUIRE ... WAIT` stalls the connection it was sent on, and so does a synced
+ * write (`SYNC`: the server holds its reply until the replicas have it), so those go over
+ * dedicated connections — duplicates of the program's client, without the client's command
+ * timeout or retries — kept in two bounded pools per client (per master in a cluster, {@link
+ * PoolSizes}): one for waits, one for synced writes, so that waiters never starve a holder's
+ * renewal. A connection is given back once every reply sent on it came, and closed when one
+ * did not come `margin` ms after it should have (ioredis's `commandTimeout` would otherwise
+ * report a failure while the server still grants the lock; closing it makes the server release
+ * a grant it still held for it) or the connection failed. Closing the program's client closes
+ * its pools (a connection lent to a wait once the wait ends).
  *
  * Each master's place also keeps the client's session there ({@link SessionKeeper}) on a
  * connection of its own; closing the program's client closes the session (`LOCK.SESSION
@@ -23,9 +24,8 @@
 
 import keySlot from 'cluster-key-slot';
 
-import { Exhausted, Factory, Pool } from './pool.js';
+import { Dedicated, Exhausted, Factory, Pool, Replied } from './pool.js';
 import { Session, SessionKeeper, SessionOptions, binding, tiedByUse } from './session.js';
-import { Seen } from './sync.js';
 
 export { Exhausted, PoolClosed } from './pool.js';
 
@@ -100,7 +100,8 @@ export interface PoolSizes {
   /** For waits in the server (`acquire({ wait })`, `using`): each waiter holds one as long as
    * it waits (default 32). */
   wait?: number;
-  /** For synced writes — a grant without waiting, a renewal — and their `WAIT` (default 16). */
+  /** For synced writes — a grant without waiting, a renewal — and for writes tied to a
+   * session (default 16). */
   sync?: number;
 }
 
@@ -111,10 +112,6 @@ export const DEFAULT_POOL_SIZES: Required<PoolSizes> = { wait: 32, sync: 16 };
 
 /** A pooled connection lent to one caller, to the master serving its key. */
 export interface Own {
-  /** The address of that master (`''` for one server). */
-  readonly master: string;
-  /** What this client saw of its masters' in-sync sets. */
-  readonly seen: Seen;
   /** The client's session on that master, when the caller asked for it ({@link
    * Connection.lend}): the one a command ending in `SESSION` is tied to. */
   readonly tie: Session | undefined;
@@ -136,18 +133,6 @@ export interface Own {
 export interface Replies {
   replies: unknown[];
   arrived: number[];
-}
-
-/** A dedicated connection, as the pools (and the sessions) keep it. */
-export interface Dedicated {
-  /** Sends the commands together; each reply or error, a connection failure as an error too,
-   * with when it came. */
-  pipeline(commands: string[][]): Promise<Replied[]>;
-  alive(): boolean;
-  close(): void;
-  /** The id of the session this connection is bound to (`LOCK.SESSION USE`), as the server's
-   * `OK` told; undefined: none. */
-  session?: string;
 }
 
 /** A client (or a cluster node's client) whose duplicates a pool keeps. */
@@ -228,57 +213,13 @@ export class Connection {
     const tie = tied && this.sessions ? await this.keeper(place).current() : undefined;
     const pool = place.pools[kind];
     const dedicated = await pool.borrow(deadline);
-    const lent = new Lent(dedicated, address, this.seen, asking !== undefined, tie);
+    const lent = new Lent(dedicated, asking !== undefined, tie);
     try {
       return await use(lent);
     } finally {
       if (lent.spent) pool.discard(dedicated);
       else pool.giveBack(dedicated);
     }
-  }
-
-  /**
-   * Gathers the `item`s given in one tick for keys served by the same master under the same
-   * `group`, then runs `run` once with them all (and the first caller's key): each caller gets
-   * the result at its item's place, or the rejection.
-   */
-  together<I, R>(key: string, group: string, item: I, run: (key: string, items: I[]) => Promise<R[]>): Promise<R> {
-    const gatherings = perClient(GATHERINGS, this.client) as Map<string, Gathering<I, R>>;
-    const name = `${this.masterAddress(key)} ${group}`;
-    let gathering = gatherings.get(name);
-    if (!gathering) {
-      const started: Gathering<I, R> = { items: [], callers: [] };
-      gatherings.set(name, started);
-      process.nextTick(() => {
-        gatherings.delete(name);
-        run(key, started.items).then(
-          (results) => started.callers.forEach(({ resolve }, at) => resolve(results[at])),
-          (error: unknown) => started.callers.forEach(({ reject }) => reject(error)),
-        );
-      });
-      gathering = started;
-    }
-    const joined = gathering;
-    return new Promise((resolve, reject) => {
-      joined.items.push(item);
-      joined.callers.push({ resolve, reject });
-    });
-  }
-
-  /** The members of the in-sync set of the master serving `key`, in its last `LOCK.INSYNC`
-   * reply this client saw (0 before any). */
-  membersSeen(key: string): number {
-    return this.seen.hint(this.masterAddress(key));
-  }
-
-  /** What this client saw of its masters' in-sync sets, shared by every lock of the client. */
-  private get seen(): Seen {
-    let seen = SEEN.get(this.client);
-    if (!seen) {
-      seen = new Seen();
-      SEEN.set(this.client, seen);
-    }
-    return seen;
   }
 
   /** The pools to the master at `address`, made on first use (and again when the cluster
@@ -400,8 +341,6 @@ class Lent implements Own {
 
   constructor(
     private readonly dedicated: Dedicated,
-    readonly master: string,
-    readonly seen: Seen,
     private readonly asking: boolean,
     readonly tie: Session | undefined,
   ) {}
@@ -409,7 +348,7 @@ class Lent implements Own {
   async pipeline(commands: string[][], timeoutMs: number | undefined): Promise<Replies> {
     const { commands: writes, use, to } = binding(commands, this.tie, this.dedicated.session);
     // After ASK, `ASKING` goes right before each command on a key (it covers the next command;
-    // before the keyless `LOCK.INSYNC` and `LOCK.SESSION` it does nothing).
+    // before the keyless `LOCK.SESSION` it does nothing).
     const sent = [...(use ? [use] : []), ...writes].flatMap((command) => (this.asking && command[0].startsWith('LOCK.') ? [['ASKING'], command] : [command]));
     let timer: NodeJS.Timeout | undefined;
     const expiry = new Promise<never>((_, reject) => {
@@ -501,9 +440,6 @@ function closeQuietly(close: () => unknown): void {
   }
 }
 
-/** A command's reply (an error as an `Error` value) and when it came, ms since the epoch. */
-type Replied = [unknown, number];
-
 function replied(reply: Promise<unknown>): Promise<Replied> {
   return reply.then(
     (value) => [value, Date.now()],
@@ -514,18 +450,8 @@ function replied(reply: Promise<unknown>): Promise<Replied> {
 /** How many `MOVED` / `ASK` redirections a command on a connection of its own follows. */
 const REDIRECTS = 5;
 
-/** Items gathered in one tick, and their callers. */
-interface Gathering<I, R> {
-  items: I[];
-  callers: { resolve(result: R): void; reject(error: unknown): void }[];
-}
-
-/** What each client saw of its masters' in-sync sets. */
-const SEEN = new WeakMap<Client, Seen>();
 /** The pools per client, by master address. */
 const PLACES = new WeakMap<Client, Map<string, Place>>();
-/** The gatherings open per client, by master address and group. */
-const GATHERINGS = new WeakMap<Client, Map<string, Gathering<unknown, unknown>>>();
 /** The pool sizes set per client. */
 const SIZES = new WeakMap<Client, Required<PoolSizes>>();
 /** The session options set per client. */

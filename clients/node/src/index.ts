@@ -10,8 +10,8 @@
  *   shorter than the wait; a lost reply is followed up by asking again as the same owner, so a
  *   caller never holds a lock it was told it did not get, and the connection is closed.
  * - Grants (a holder's re-entry, downgrade and upgrade too) and renewals count only once every
- *   replica of the master's in-sync set has them (`sync`), asked and waited for in the write's
- *   own round trip.
+ *   replica of the master's in-sync set has them (`sync`): the server holds the reply until
+ *   then (`SYNC`, lock module 0.7.0 and later), or refuses the write with `NOREPLICAS`.
  * - Every holding has a fencing token, a JS `number` (tokens stay below 2^53).
  * - `using(routine)` renews the lease every third of it — a renewal that did not count tried
  *   again within a second, until one does — and hands the routine an `AbortSignal` that fires
@@ -68,7 +68,7 @@ export interface LockOptions {
   reentrant?: boolean;
   /**
    * Renew the lease every third of it until release (always on in `using`). A renewal that did
-   * not count — too few replicas acknowledged it (`sync`), no reply came, its connection died,
+   * not count — the replicas did not acknowledge it (`sync`), no reply came, its connection died,
    * no connection could be had — is tried again soon: at once on a new connection after a dead
    * one, otherwise 500 ms later, or a third of the lease when that is shorter (each synced try
    * already waits up to the sync timeout), again and again, until one counts or the lease that last counted (less the drift allowance) ends:
@@ -88,21 +88,31 @@ export interface LockOptions {
    */
   session?: boolean;
   /** How long after a reply should have come (a wait's end, the sync timeout) the client gives
-   * up on it — closing its connection — and asks for itself, ms (default 1 000). */
+   * up on it — closing its connection, which makes the server release a grant it still held for
+   * it — and asks for itself, ms (default 1 000). */
   timeoutMargin?: number;
   /**
    * How grants and renewals reach the master's replicas before they count (default: every
-   * replica of the master's in-sync set, as `LOCK.INSYNC` tells it in the write's round trip,
-   * within 1 s; `false`: not at all). When one does not count — not every member acknowledged
-   * in time, the set has fewer than `lock.min-insync-replicas` members, or the master was
-   * replaced by a failover — a grant is released and the acquire rejects with
-   * {@link NotReplicatedError} (its `reason` says which), or with a `wait` budget left, tries
-   * again within it; a holding's `reenter`, `downgrade` and `upgrade` are grants too and reject
-   * with it, the holding left as it was; a renewal rejects with it and does not count (the
-   * lease the holding believes stays the last synced one — or, when its ttl is shorter than what
-   * was left, ends that ttl after it was sent, since the master may have made it; a watched
-   * holding tries again within a second, and aborts its `signal` when that lease ends first).
+   * replica of the master's in-sync set — the write goes with `SYNC`, and the server replies
+   * once they all acknowledged it, within its `lock.sync-timeout-ms`; `false`: not at all,
+   * `NOSYNC`). Needs lock module 0.7.0 or later (an older one answers `ERR syntax error`: the
+   * write rejects with an error that says so). When one does not count — not every member
+   * acknowledged in time, the set has fewer than `lock.min-insync-replicas` members, or the
+   * server is no longer a master — the server answers `NOREPLICAS` and the write rejects with
+   * {@link NotReplicatedError} (its `reason` says which). A grant the server refused it also
+   * released: an acquire rejects with it (or with a `wait` budget left, tries again within it);
+   * a holding's `reenter` rejects, the new hold given back and the holding left as it was; a
+   * `downgrade` or `upgrade` rejects and the holding is lost (the server released it). A renewal
+   * rejects with it and does not count (the lease the holding believes stays the last one that
+   * counted — or, when its ttl is shorter than what was left, ends that ttl after it was sent,
+   * since the master made it; a watched holding tries again within a second, and aborts its
+   * `signal` when that lease ends first). A grant handed over after a wait in the server counts
+   * from its reply less the sync timeout (the server may have held the reply that long).
    * Releases never wait.
+   *
+   * With a fixed `replicas` count the write goes with `NOSYNC` and the client sends `WAIT n`
+   * behind it: a grant too few replicas acknowledged is released by the client (a `downgrade`
+   * or `upgrade` stays made on the master, the holding keeping its mode, token and lease).
    *
    * While a member of the set is down, every grant and renewal fails after the sync timeout
    * until the master drops it from the set (with the module's defaults about 25 s after it
@@ -138,9 +148,9 @@ export interface Holding {
   /** Resets the lease to `ttl` ms (default: the lock's), tied to the client's current session.
    * False when it was lost (and then `signal` aborts); a lost lock is never taken back — nor
    * one lost with its session, which is not even asked for. Synced like a grant: rejects with
-   * {@link NotReplicatedError} (`write: 'renewal'`) when the master renewed it but too few
-   * replicas had it in time — it does not count, the holding's lease stays the last synced
-   * one — and with {@link LostReply} when the reply did not come. */
+   * {@link NotReplicatedError} (`write: 'renewal'`) when the master renewed it but the replicas
+   * did not have it in time — it does not count, the holding's lease stays the last one that
+   * counted — and with {@link LostReply} when the reply did not come. */
   renew(ttl?: number): Promise<boolean>;
   /** Stops renewing and releases. True if it was still held. */
   release(): Promise<boolean>;
@@ -152,9 +162,11 @@ export interface Holding {
    * not renew by itself: this holding's watchdog, if on, keeps the lease.
    *
    * Synced like a grant: rejects with {@link NotReplicatedError} (`write: 'grant'`) when the
-   * master added the hold but too few replicas had it in time — the hold is then given back
-   * (one owner-checked release) and this holding's lease stays the last synced one — and with
-   * {@link LostReply} when the reply did not come (a hold it may have added ends with the lease).
+   * master added the hold but the replicas did not have it in time — the hold is then given
+   * back (by the server, or with a fixed `replicas` count by one owner-checked release) and this
+   * holding's lease stays the last one that counted — and with {@link LostReply} when the reply
+   * did not come (its connection is closed: a hold the server still held for it is given back;
+   * one it replied already ends with the lease).
    */
   reenter(ttl?: number): Promise<Holding | null>;
   /**
@@ -163,10 +175,13 @@ export interface Holding {
    * lock.
    *
    * Synced like a grant: rejects with {@link NotReplicatedError} (`write: 'grant'`) when the
-   * master made the change but too few replicas had it in time — a failover may undo it, so the
-   * holding keeps its mode and its last synced lease, while the master may already let readers
-   * in: write no more, and downgrade again or release — and with {@link LostReply} when the
-   * reply did not come.
+   * master made the change but the replicas did not have it in time: the server released the
+   * holding (`released`), which is then lost (its `signal` aborts). With a fixed `replicas`
+   * count the change stays made on the master instead — a failover may undo it, so the holding
+   * keeps its mode and its last lease that counted, while the master may already let readers
+   * in: write no more, and downgrade again or release. Rejects with {@link LostReply} when the
+   * reply did not come (its connection is closed: the server releases the holding if it still
+   * held the reply).
    */
   downgrade(ttl?: number): Promise<boolean>;
   /**
@@ -175,10 +190,13 @@ export interface Holding {
    * reader's holding kept, while others read too; false also when no longer held.
    *
    * Synced like a grant: rejects with {@link NotReplicatedError} (`write: 'grant'`) when the
-   * master made the change but too few replicas had it in time — a failover may lose it and
-   * let another writer in, so it does not count: the holding stays a reader's, with its old
-   * token and its last synced lease (write nothing; upgrade again once the replicas are back,
-   * or release) — and with {@link LostReply} when the reply did not come.
+   * master made the change but the replicas did not have it in time: the server released the
+   * holding (`released`), which is then lost (its `signal` aborts). With a fixed `replicas`
+   * count the change stays made on the master instead — a failover may lose it and let another
+   * writer in, so it does not count: the holding stays a reader's, with its old token and its
+   * last lease that counted (write nothing; upgrade again once the replicas are back, or
+   * release). Rejects with {@link LostReply} when the reply did not come (its connection is
+   * closed: the server releases the holding if it still held the reply).
    */
   upgrade(ttl?: number): Promise<boolean>;
 }
@@ -386,8 +404,8 @@ class LeaseholdLock implements Lock {
         const granted = await this.writes.wait(this.command(owner, waitMs), waitMs, deadline, this.release(owner));
         const tokens = tokensOf(granted.reply);
         if (tokens === null) return null;
-        // The server replies the moment it hands the lock over: the lease began just before.
-        const holding = await this.held(owner, { tokens, tie: granted.tie }, watchdog, granted.answered);
+        // The lease began when the server handed the lock over: at the earliest `began`.
+        const holding = await this.held(owner, { tokens, tie: granted.tie }, watchdog, granted.began);
         if (holding) return holding;
         // Granted, but lost with the session it was tied to before the grant came: wait again.
       } catch (error) {
@@ -446,9 +464,9 @@ class LeaseholdLock implements Lock {
 
   /**
    * The holding a grant gives, its lease begun at `began` (ms since the epoch), or null when it
-   * was no grant. A grant acknowledged only after that lease ended is one nobody can count on
-   * (the lock may have been handed on meanwhile): it is released and rejected with
-   * {@link NotReplicatedError}. A grant tied to a session whose deadline passed before it came
+   * was no grant. A grant whose reply came only after that lease ended (the server held it
+   * until the replicas had it) is one nobody can count on (the lock may have been handed on
+   * meanwhile): it is released and rejected with {@link NotReplicatedError}. A grant tied to a session whose deadline passed before it came
    * (the server may have ended that session, and released the lock) is renewed first, to the
    * lease it has left, tied to the client's current session: null when that is refused (or no
    * lease is left: then it is released).
@@ -458,8 +476,7 @@ class LeaseholdLock implements Lock {
     if (tokens === null) return null;
     if (began + countedLease(this.ttl) <= Date.now()) {
       await this.writes.connection.send(this.release(owner), this.keys.first);
-      const wanted = this.writes.connection.membersSeen(this.keys.first);
-      throw new NotReplicatedError(0, wanted, 'grant', 'the replicas acknowledged it only after its lease had ended');
+      throw new NotReplicatedError(0, 0, 'grant', 'its reply came only after its lease had ended');
     }
     const holding = new Held(this.writes, this.keys, owner, tokens, this.ttl, this.mode, watchdog, began, this.tied);
     if (!tie || tie.alive) {
@@ -568,12 +585,19 @@ class Held implements Holding, Tied {
   }
 
   /** The holding's mode becomes `mode`, with the token the grant gives, once the replicas have
-   * it (else it rejects and nothing changes here). */
+   * it. Else it rejects: lost when the server released it, otherwise nothing changes here. */
   private async changeMode(ttl: number, mode: Mode): Promise<boolean> {
     if (this.gone) return false;
     const sent = Date.now();
     const changing = this.acquire(mode === SHARED ? 'downgrade' : 'upgrade', ttl, mode, false);
-    const { tokens, tie } = await this.counted(sent, ttl, changing);
+    let grant;
+    try {
+      grant = await this.counted(sent, ttl, changing);
+    } catch (error) {
+      if (error instanceof NotReplicatedError && error.released) this.lose(`the lock was lost: ${error.message}`);
+      throw error;
+    }
+    const { tokens, tie } = grant;
     if (tokens === null || !this.tieTo(tie)) return false;
     this.mode = mode;
     this.tokens = tokens;
@@ -582,9 +606,10 @@ class Held implements Holding, Tied {
   }
 
   /** `LOCK.ACQUIRE` as this holding's owner for `what` (a single lock's), synced like a grant:
-   * the token, or null when not granted. One more hold (`reentrant`) the replicas lack is given
-   * back; a change of mode they lack stays made on the master. Rejects with
-   * {@link NotReplicatedError} then. */
+   * the token, or null when not granted. Rejects with {@link NotReplicatedError} when the
+   * replicas lack it: the server released it (one hold of the owner's holding), or short of a
+   * fixed count's `WAIT`, one more hold (`reentrant`) is given back here and a change of mode
+   * stays made on the master. */
   private async acquire(what: string, ttl: number, mode: Mode, reentrant: boolean): Promise<Grant> {
     if (this.keys.set) throw new Error(`${what} is not supported on a set of locks`);
     // Sent untied, it would untie the holding from its session on the server.
@@ -593,9 +618,8 @@ class Held implements Holding, Tied {
   }
 
   /** `write`, sent at `sent` to reset the lease to `ttl` ms: when it does not count (not
-   * acknowledged, no reply) the master may still have made it, and a `ttl` shorter than what
-   * was left shortened the lease there — so the lease the holder counts on is then at most
-   * that. */
+   * acknowledged, no reply) the master made it (or may have), and a `ttl` shorter than what was
+   * left shortened the lease there — so the lease the holder counts on is then at most that. */
   private async counted<T>(sent: number, ttl: number, write: Promise<T>): Promise<T> {
     try {
       return await write;
@@ -626,8 +650,8 @@ class Held implements Holding, Tied {
 
   /**
    * One renewal of the watchdog. Counted: the next a third of the lease later. Refused because
-   * the owner no longer holds the lock: lost, at once ({@link renew}). Not counted — too few
-   * replicas acknowledged it, or it failed (no reply, a dead connection, no connection): tried
+   * the owner no longer holds the lock: lost, at once ({@link renew}). Not counted — the
+   * replicas did not acknowledge it, or it failed (no reply, a dead connection, no connection): tried
    * again soon, and again, until one counts or the last lease that counted ends (the expiry
    * then reports the loss) — at once after a dead connection (it was closed: the next try goes
    * on a fresh one) unless the try that failed was such a retry already, otherwise after
@@ -724,8 +748,8 @@ interface Grant {
   tie?: Session;
 }
 
-/** A grant without waiting, synced ({@link Writes.grant}; `release` gives it back when the
- * replicas lack it): the tokens, or null when busy (or when the server cannot issue a token
+/** A grant without waiting, synced ({@link Writes.grant}; `release` gives it back when a fixed
+ * count's `WAIT` falls short): the tokens, or null when busy (or when the server cannot issue a token
  * yet: `TRYAGAIN`), and its session. */
 async function grantTokens(writes: Writes, command: string[], release?: string[]): Promise<Grant> {
   try {

@@ -10,6 +10,21 @@
  * wait on).
  */
 
+/** A dedicated connection, as the pools (and the sessions) keep it. */
+export interface Dedicated {
+  /** Sends the commands together; each reply or error, a connection failure as an error too,
+   * with when it came. */
+  pipeline(commands: string[][]): Promise<Replied[]>;
+  alive(): boolean;
+  close(): void;
+  /** The id of the session this connection is bound to (`LOCK.SESSION USE`), as the server's
+   * `OK` told; undefined: none. */
+  session?: string;
+}
+
+/** A command's reply (an error as an `Error` value) and when it came, ms since the epoch. */
+export type Replied = [unknown, number];
+
 /** How the pool makes, checks and closes a connection. */
 export interface Factory<T> {
   /** A new connection, ready for commands; rejects when it cannot connect. */

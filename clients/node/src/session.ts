@@ -24,8 +24,7 @@
  * refused, it is lost. A holding whose session's deadline passed is never taken back.
  */
 
-import type { Dedicated } from './connection.js';
-import { PoolClosed } from './pool.js';
+import { Dedicated, PoolClosed } from './pool.js';
 
 /** How a client's holdings are tied to a session ({@link setSessionOptions}). */
 export interface SessionOptions {

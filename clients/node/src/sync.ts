@@ -4,22 +4,21 @@
  * promoted replica grants the same lock again (or ends the lease earlier than the holder
  * believes).
  *
- * Which replicas must have a write is the master's to say: its module keeps the **in-sync
- * replica set** (the replicas that have every write it counted; a replica outside it makes
- * itself unpromotable), and `LOCK.INSYNC` reports it. A synced write is followed, on the
- * connection that carried it, by `LOCK.INSYNC` (its offset covers the write), `WAIT h timeout`
- * (or `WAITAOF 1 h timeout`) and `LOCK.INSYNC` again: the write counts when the second reply
- * says the set has the members the master requires and every member acknowledged the first
- * reply's offset ({@link shortfall}). `h` is only a hint for how long `WAIT` waits: the members
- * the last reply of that master showed ({@link Seen}). When it was too small, one more
- * `WAIT` for every member, and `LOCK.INSYNC`, follow within the sync timeout.
+ * The server does it (lock module 0.7.0 and later): a write sent with `SYNC` replies only once
+ * every member of the master's **in-sync replica set** (the replicas that have every write it
+ * counted; a replica outside it makes itself unpromotable) acknowledged it and the set has the
+ * members `lock.min-insync-replicas` requires. Otherwise, within `lock.sync-timeout-ms`, it
+ * answers `NOREPLICAS <what was missing>; <what that means>`: a grant was released by the
+ * server, a renewal does not count (the lease before it does) — {@link refusalOf}. `NOSYNC`
+ * replies at once. A fixed replica count, and the master's AOF, are the client's to wait for:
+ * `WAIT` / `WAITAOF` behind the write on its connection ({@link waitCommand}, {@link shortfall}).
  */
 
 /** How grants and renewals reach the replicas before they count. */
 export interface SyncOptions {
   /**
-   * A fixed number of replicas to wait for (`WAIT n`) instead of the master's in-sync replica
-   * set; 0: off.
+   * A fixed number of replicas to wait for (`NOSYNC` on the write, then `WAIT n`) instead of
+   * the master's in-sync replica set; 0: off.
    *
    * Fewer than the master has is not safe: a failover may promote a replica that did not
    * acknowledge, which then grants the lock again. A ten-minute `make chaos` run (888e1d5) found
@@ -27,76 +26,76 @@ export interface SyncOptions {
    * FAILOVER` (later runs: docs/guarantees.md).
    */
   replicas?: number;
-  /** How long to wait for them, ms (default 1 000: a replica that is up acknowledges within a
-   * round trip plus its lag; a second runs out only when one is down or far behind). It also
-   * bounds the wait for a connection of the sync pool. */
+  /**
+   * The longest the server may hold a synced write's reply, ms (default 1 000): set it to at
+   * least the server's `lock.sync-timeout-ms` (1 000 by default), after which the server
+   * refuses a write the in-sync set did not acknowledge. The reply is given up on this long
+   * plus `timeoutMargin` after it was sent (beyond a wait's own time): a lost reply, whose
+   * connection is closed — which makes the server release a grant it still held for it. A
+   * grant handed over after a wait in the server counts from its reply less this long (the
+   * server may have held it that long). It also bounds the wait for a connection of the sync
+   * pool, and is the timeout of a `WAIT` / `WAITAOF` the client sends.
+   */
   timeout?: number;
-  /** `WAITAOF 1 n` instead of `WAIT n`: on disk on the master and the replicas (Redis 7.2+,
-   * Valkey 8+, with `appendonly yes`). */
+  /** The master must also have the write in its AOF on disk: `WAITAOF 1 0` behind a write
+   * synced to the in-sync set, `WAITAOF 1 n` instead of `WAIT n` with a fixed count (Redis
+   * 7.2+, Valkey 8+, with `appendonly yes`). */
   aof?: boolean;
 }
 
-/** A grant or renewal was made on the master but does not count: `reason` says why — the
- * in-sync set was smaller than `lock.min-insync-replicas`, not every member acknowledged it
- * within the sync timeout, the master was replaced by a failover — or no connection came free
- * for it within the sync timeout (nothing was sent). An acquire's grant, or a re-entry's new
- * hold, is released (owner-checked); a downgrade or upgrade stays made on the master while the
- * holding keeps its mode, token and lease; a renewal leaves the holding's lease the last synced
- * one. Not "busy": the lock was free, the replicas were not there. */
+/**
+ * A grant or renewal does not count: `reason` says what was missing — the in-sync set was
+ * smaller than `lock.min-insync-replicas`, not every member acknowledged it within the server's
+ * sync timeout, the server is no longer a master, fewer than a fixed `replicas` count
+ * acknowledged, the master did not fsync its AOF — or no connection came free for it within the
+ * sync timeout (nothing was sent). Not "busy": the lock was free, the replicas were not there.
+ *
+ * A grant the server refused is not held (`released`): the server gave it back as the owner's
+ * `LOCK.RELEASE` would — an acquire's grant, a re-entry's new hold, and a downgrade's or
+ * upgrade's holding. One that missed a client-side `WAIT` is released by the client (a
+ * downgrade or upgrade stays made on the master). A renewal that does not count leaves the
+ * holding's lease the last one that counted.
+ */
 export class NotReplicatedError extends Error {
   override name = 'NotReplicatedError';
 
-  /** `acked`: replicas the `WAIT` counted (in the in-sync set or not); `wanted`: replicas that
-   * had to have it (the in-sync set's members, at least `lock.min-insync-replicas`; or the
-   * fixed count); `write`: what was not synced (`'grant'` for an acquire, a re-entry, a
-   * downgrade and an upgrade); `reason`: why it does not count. */
+  /** `acked`, `wanted`: how many replicas acknowledged, how many had to — for a client-side
+   * `WAIT` (a fixed `replicas` count); 0 and 0 when the server refused it (`reason` says what
+   * was missing); `write`: what did not count (`'grant'` for an acquire, a re-entry, a
+   * downgrade and an upgrade); `reason`: why; `released`: the server released the grant. */
   constructor(
     readonly acked: number,
     readonly wanted: number,
     readonly write: 'grant' | 'renewal' = 'grant',
     readonly reason = `${acked} of the ${wanted} replicas wanted acknowledged in time`,
+    readonly released = false,
   ) {
-    super(`the ${write} does not count: ${reason}`);
+    super(`the ${write} does not count: ${reason}${released ? '; the server released it' : ''}`);
   }
 }
 
+/** The sync timeout by default, ms: the server's `lock.sync-timeout-ms` by default. */
 export const DEFAULT_SYNC_TIMEOUT = 1_000;
 
-/** `LOCK.INSYNC`: the master's in-sync replica set ({@link InSync}). */
-export const INSYNC = ['LOCK.INSYNC'];
+/** What a module without synced writes (before 0.7.0) answers to `SYNC` and `NOSYNC`. */
+const SYNTAX_ERROR = /^ERR syntax error/;
 
-/** A `LOCK.INSYNC` reply: the master's in-sync replica set as it answered. */
-export interface InSync {
-  /** The master's replication offset: it covers every write sent before on the connection. */
-  offset: number;
-  /** The lowest offset every member acknowledged (`offset` when the set is empty, 0 while a
-   * member is not connected). */
-  acked: number;
-  /** How many replicas are in the set. */
-  members: number;
-  /** How many the master requires (`lock.min-insync-replicas`; 0 on a server never part of a
-   * replication group). */
-  required: number;
-  /** The master's replication ID (`master_replid`). */
-  replid: string;
-  /** The ID of the master it took over from (`master_replid2`; forty `0`s when none). */
-  replid2: string;
-}
-
-/** The fields of a `LOCK.INSYNC` reply; an error reply as it is, and an error for a reply
- * that is not an array of 6. */
-export function inSyncOf(reply: unknown): InSync | Error {
-  if (reply instanceof Error) return reply;
-  if (!Array.isArray(reply) || reply.length !== 6) return new Error(`LOCK.INSYNC replied ${String(reply)}: not an in-sync set`);
-  const [offset, acked, members, required, replid, replid2] = reply;
-  return {
-    offset: Number(offset),
-    acked: Number(acked),
-    members: Number(members),
-    required: Number(required),
-    replid: String(replid),
-    replid2: String(replid2),
-  };
+/**
+ * A lock write's error reply as the package reports it: `NOREPLICAS <missing>; <meaning>` as a
+ * {@link NotReplicatedError} of `write` (`reason`: what was missing; `released` for a grant);
+ * `ERR syntax error` — a module older than 0.7.0 answers it to `SYNC` and `NOSYNC` — as an
+ * error that says this package needs lock module 0.7.0 or later; anything else as it is.
+ */
+export function refusalOf(reply: Error, write: 'grant' | 'renewal'): Error {
+  const refused = /^NOREPLICAS ([^;]*)/.exec(reply.message);
+  if (refused) return new NotReplicatedError(0, 0, write, refused[1], write === 'grant');
+  if (SYNTAX_ERROR.test(reply.message)) {
+    return new Error(
+      `the server answered "${reply.message}" to a lock write with SYNC or NOSYNC: this package needs the lock module 0.7.0 or later`,
+      { cause: reply },
+    );
+  }
+  return reply;
 }
 
 /** `WAIT n timeout` or `WAITAOF 1 n timeout`, `timeoutMs` at least 1 (0 would be no limit). */
@@ -105,96 +104,24 @@ export function waitCommand(sync: SyncOptions, replicas: number, timeoutMs: numb
   return sync.aof ? ['WAITAOF', '1', String(replicas), timeout] : ['WAIT', String(replicas), timeout];
 }
 
-/** What a `WAIT` / `WAITAOF` reply says. */
-export interface Acks {
-  /** How many replicas acknowledged. */
-  replicas: number;
-  /** The master has the writes on disk (`WAITAOF`'s local count is 1; always for `WAIT`). */
-  local: boolean;
-}
-
-/** The acknowledgements a `WAIT` / `WAITAOF` reply reports. */
-export function acksOf(sync: SyncOptions, reply: unknown): Acks {
-  if (!sync.aof) return { replicas: Number(reply), local: true };
-  const [local, replicas] = reply as [number, number];
-  return { replicas: Number(replicas), local: Number(local) >= 1 };
-}
-
-/** One synced round trip's replies, after the writes: `LOCK.INSYNC`, `WAIT`, `LOCK.INSYNC`. */
-export interface RoundTrip {
-  /** `LOCK.INSYNC` right after the writes: its offset covers them. */
-  before: InSync;
-  /** How many replicas the `WAIT` waited for: the hint. */
-  hint: number;
-  /** What the `WAIT` answered. */
-  waited: Acks;
-  /** `LOCK.INSYNC` after the `WAIT`. */
-  after: InSync;
-}
-
-/** Why writes do not count, and how far they got. */
-export interface Shortfall {
-  /** Replicas the `WAIT` counted. */
-  acked: number;
-  /** Replicas that had to have them: the in-sync set's members, at least the required. */
-  wanted: number;
-  reason: string;
-  /** One more `WAIT` for every member may yet make them count (from a {@link RoundTrip}): only
-   * acknowledgements are missing, and the `WAIT` stopped before every member could acknowledge
-   * — it counted fewer replicas, or waited for fewer (the hint was too small). Whether time is
-   * left is the caller's to check. */
-  again?: boolean;
-}
-
 /**
- * Why writes synced in `trip` do not count, or `undefined` when they count: when `after` says
- * the set has at least the members the master requires and every member acknowledged
- * `before.offset`, `after` came from the master `before` came from, not one this client saw
- * `replaced`, and (AOF) the master has them on disk. `timeoutMs`, the sync timeout, is for the
- * reason.
+ * Why a `write` does not count after all, from the `reply` to the `WAIT n` / `WAITAOF 1 n`
+ * the client sent behind it (`replicas`: n), or `undefined` when it counts: the `WAIT`'s error
+ * reply as it is; a {@link NotReplicatedError} when fewer than `replicas` acknowledged, or
+ * (`WAITAOF`) the master did not fsync. `timeoutMs`, the `WAIT`'s timeout, is for the reason.
  */
-export function shortfall(trip: RoundTrip, replaced: boolean, timeoutMs: number): Shortfall | undefined {
-  const { before, hint, waited, after } = trip;
-  const missing = (reason: string, again = false): Shortfall => ({
-    acked: waited.replicas,
-    wanted: Math.max(after.members, after.required),
-    reason,
-    again,
-  });
-  if (replaced || after.replid !== before.replid) {
-    return missing('this master was replaced by a failover: its writes do not count');
+export function shortfall(
+  sync: SyncOptions,
+  replicas: number,
+  reply: unknown,
+  timeoutMs: number,
+  write: 'grant' | 'renewal',
+): Error | undefined {
+  if (reply instanceof Error) return reply;
+  const [local, acked] = sync.aof ? (reply as unknown[]).map(Number) : [1, Number(reply)];
+  if (local < 1) return new NotReplicatedError(acked, replicas, write, `the master did not fsync its AOF within ${timeoutMs} ms`);
+  if (acked < replicas) {
+    return new NotReplicatedError(acked, replicas, write, `${acked} of the ${replicas} replicas wanted acknowledged within ${timeoutMs} ms`);
   }
-  if (after.members < after.required) {
-    return missing(`the master has ${after.members} in-sync replicas, fewer than lock.min-insync-replicas (${after.required})`);
-  }
-  if (after.acked < before.offset) {
-    const again = after.members > Math.min(waited.replicas, hint);
-    return missing(`not every in-sync replica acknowledged within ${timeoutMs} ms`, again);
-  }
-  if (!waited.local) return missing(`the master did not fsync its AOF within ${timeoutMs} ms`);
   return undefined;
-}
-
-/** What one client saw in the `LOCK.INSYNC` replies of its masters: the members of each
- * master's set in its last reply — how many replicas the next `WAIT` waits for, a hint
- * correctness never depends on — and the replication IDs of masters replaced by a failover
- * (a promoted replica reports its old master's as `replid2`). */
-export class Seen {
-  /** The members of the last reply, by master address (`''` for one server). */
-  private readonly members = new Map<string, number>();
-  private readonly replaced = new Set<string>();
-
-  /** The members of the last reply of the master at `address` (0 before any). */
-  hint(address: string): number {
-    return this.members.get(address) ?? 0;
-  }
-
-  /** Takes note of a reply of the master at `address`; whether that master is one this client
-   * saw replaced — an old master still taking writes after a failover (a split brain): none
-   * of its writes count. */
-  heard(address: string, inSync: InSync): boolean {
-    this.members.set(address, inSync.members);
-    if (/[^0]/.test(inSync.replid2)) this.replaced.add(inSync.replid2);
-    return this.replaced.has(inSync.replid);
-  }
 }

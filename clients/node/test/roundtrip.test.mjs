@@ -1,119 +1,141 @@
-// The synced round trip as the client sends it, against a scripted stand-in for ioredis (no
-// server needed): the writes, `LOCK.INSYNC`, `WAIT h`, `LOCK.INSYNC`; one more `WAIT` for every
-// member when the hint was too small; writes of one tick behind one sync; a refusal with its
-// reason and the grant given back; a fixed count and no sync at all as opt-outs. Sessions are
-// off here (the stand-in does not answer LOCK.SESSION; session.test.mjs has them on a server).
+// Each write as the client sends it, against a scripted stand-in for ioredis (no server
+// needed): one command with SYNC (the server syncs it to the in-sync set), NOSYNC with sync off
+// or a fixed count — whose WAIT, and WAITAOF for the AOF, go behind it; a NOREPLICAS refusal
+// reported and never released by the client; a module without SYNC named; a held reply waited
+// for up to the sync timeout and the margin, then given up on with its connection closed.
+// Sessions are off here (the stand-in does not answer LOCK.SESSION; session.test.mjs has them
+// on a server).
 
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
 
-import { NotReplicatedError, createLock, setSessionOptions } from '../dist/index.js';
+import { LostReply, NotReplicatedError, createLock, setSessionOptions } from '../dist/index.js';
 
-const ZEROS = '0'.repeat(40);
-
-/** An ioredis-like client (and its duplicates) whose commands `answer` answers, all logged in
- * `sent`; an `Error` answer is an error reply. */
+/** An ioredis-like client (and its duplicates) whose commands `answer` answers (a promise:
+ * answered when it settles), all logged in `sent`; an `Error` answer is an error reply.
+ * `closed` counts the duplicates closed. */
 function scripted(answer) {
   const sent = [];
+  const counts = { closed: 0 };
   const make = () => ({
     options: {},
     status: 'ready',
     call: async (...args) => {
       sent.push(args);
-      const reply = answer(args);
+      const reply = await answer(args);
       if (reply instanceof Error) throw reply;
       return reply;
     },
     duplicate: () => make(),
     connect: async () => {},
-    disconnect: () => {},
+    disconnect: () => { counts.closed++; },
     on: () => {},
   });
   const client = make();
   setSessionOptions(client, { enabled: false });
-  return { client, sent };
+  return { client, sent, counts };
 }
 
-/** A master whose set has `members` of `required` members; each acknowledges what it is sent
- * once a `WAIT` asks for at least `ackedFrom` replicas. */
-function master({ members = 2, required = 1, ackedFrom = members } = {}) {
-  let offset = 0;
-  let acked = 0;
+/** A master that grants and renews everything, and answers `WAIT n` with `acked` replicas
+ * (`WAITAOF` with `[local, acked]`). */
+function master({ acked = 2, local = 1 } = {}) {
   return (args) => {
     switch (args[0]) {
       case 'LOCK.ACQUIRE':
       case 'LOCK.RENEW':
-        offset += 10;
-        return 1;
       case 'LOCK.RELEASE':
         return 1;
       case 'WAIT':
-        if (Number(args[1]) >= ackedFrom) acked = offset;
-        return acked === offset ? members : 0;
-      case 'LOCK.INSYNC':
-        return [offset, acked, members, required, 'a', ZEROS];
+        return acked;
+      case 'WAITAOF':
+        return [local, acked];
       default:
         return new Error(`ERR unknown command '${args[0]}'`);
     }
   };
 }
 
-const names = (sent) => sent.map((args) => (args[0] === 'WAIT' ? `WAIT ${args[1]}` : args[0]));
+/** Each command sent: its name, and its last argument for a lock write (SYNC or NOSYNC) or its
+ * count for a WAIT. */
+const names = (sent) => sent.map((args) => (args[0].startsWith('WAIT') ? `${args[0]} ${args.at(-2)}` : `${args[0]} ${args.at(-1)}`));
 
-it('asks the master, waits for its hint, and once more for every member when the hint was too small', async () => {
-  const { client, sent } = scripted(master({ members: 2 }));
-  const lock = createLock(client, 'k', { ttl: 10_000 });
-  const holding = await lock.tryAcquire();
+it('sends each grant and renewal alone with SYNC: the server syncs it', async () => {
+  const { client, sent } = scripted(master());
+  const holding = await createLock(client, 'k', { ttl: 10_000 }).tryAcquire();
   assert.ok(holding);
-  assert.deepEqual(names(sent), ['LOCK.ACQUIRE', 'LOCK.INSYNC', 'WAIT 0', 'LOCK.INSYNC', 'WAIT 2', 'LOCK.INSYNC']);
-  sent.length = 0;
   assert.equal(await holding.renew(), true);
-  assert.deepEqual(names(sent), ['LOCK.RENEW', 'LOCK.INSYNC', 'WAIT 2', 'LOCK.INSYNC'], 'the hint learned: one round trip');
+  assert.deepEqual(names(sent), ['LOCK.ACQUIRE SYNC', 'LOCK.RENEW SYNC']);
+  assert.deepEqual(sent[0], ['LOCK.ACQUIRE', 'k', holding.owner, '10000', 'SYNC']);
 });
 
-it('syncs a wait in the server behind the blocking acquire', async () => {
-  const { client, sent } = scripted(master({ members: 1 }));
+it('sends a wait in the server with SYNC, and writes of one tick each alone', async () => {
+  const { client, sent } = scripted(master());
   assert.ok(await createLock(client, 'k').acquire({ wait: 1_000 }));
-  assert.deepEqual(sent[0].slice(-2), ['WAIT', '1000']);
-  assert.deepEqual(names(sent), ['LOCK.ACQUIRE', 'LOCK.INSYNC', 'WAIT 0', 'LOCK.INSYNC', 'WAIT 1', 'LOCK.INSYNC']);
-});
-
-it('shares one sync among the writes of one tick', async () => {
-  const { client, sent } = scripted(master({ members: 0, required: 0 }));
+  assert.deepEqual(sent[0].slice(-3), ['WAIT', '1000', 'SYNC']);
+  sent.length = 0;
   const granted = await Promise.all(['a', 'b', 'c'].map((name) => createLock(client, name).tryAcquire()));
   assert.ok(granted.every(Boolean));
-  assert.deepEqual(names(sent), ['LOCK.ACQUIRE', 'LOCK.ACQUIRE', 'LOCK.ACQUIRE', 'LOCK.INSYNC', 'WAIT 0', 'LOCK.INSYNC']);
+  assert.deepEqual(names(sent), ['LOCK.ACQUIRE SYNC', 'LOCK.ACQUIRE SYNC', 'LOCK.ACQUIRE SYNC']);
 });
 
-it('refuses with the reason, and gives the grant back', async () => {
-  const { client, sent } = scripted(master({ members: 1, required: 2 }));
+it("rejects a grant the server refused with NOREPLICAS, and never releases it: the server did", async () => {
+  const refusal = 'NOREPLICAS the master has 1 in-sync replicas, fewer than lock.min-insync-replicas (2); the grant was released';
+  const { client, sent } = scripted((args) => (args[0] === 'LOCK.ACQUIRE' ? new Error(refusal) : master()(args)));
   await assert.rejects(createLock(client, 'k').tryAcquire(), (error) =>
-    error instanceof NotReplicatedError && error.write === 'grant' && error.wanted === 2 &&
-    error.message === 'the grant does not count: the master has 1 in-sync replicas, fewer than lock.min-insync-replicas (2)');
-  assert.deepEqual(names(sent), ['LOCK.ACQUIRE', 'LOCK.INSYNC', 'WAIT 0', 'LOCK.INSYNC', 'LOCK.RELEASE'], 'no second WAIT: it cannot help');
+    error instanceof NotReplicatedError && error.write === 'grant' && error.released &&
+    error.reason === 'the master has 1 in-sync replicas, fewer than lock.min-insync-replicas (2)');
+  await assert.rejects(createLock(client, 'k').acquire({ wait: 100 }), NotReplicatedError);
+  assert.ok(sent.every(([command]) => command === 'LOCK.ACQUIRE'), 'no LOCK.RELEASE');
 });
 
-it('refuses when a member does not acknowledge within the sync timeout', async () => {
-  const { client, sent } = scripted(master({ members: 2, ackedFrom: 3 }));
-  await assert.rejects(createLock(client, 'k', { sync: { timeout: 50 } }).tryAcquire(), (error) =>
-    error instanceof NotReplicatedError && error.reason === 'not every in-sync replica acknowledged within 50 ms');
-  assert.deepEqual(names(sent), ['LOCK.ACQUIRE', 'LOCK.INSYNC', 'WAIT 0', 'LOCK.INSYNC', 'WAIT 2', 'LOCK.INSYNC', 'LOCK.RELEASE']);
+it('rejects a renewal the server refused, which leaves the holding as it was', async () => {
+  const refusal = 'NOREPLICAS not every in-sync replica acknowledged within 1000 ms; the renewal does not count: the lease before it does';
+  const { client, sent } = scripted((args) => (args[0] === 'LOCK.RENEW' ? new Error(refusal) : master()(args)));
+  const holding = await createLock(client, 'k', { ttl: 10_000 }).tryAcquire();
+  await assert.rejects(holding.renew(), (error) =>
+    error instanceof NotReplicatedError && error.write === 'renewal' && !error.released);
+  assert.equal(holding.signal.aborted, false);
+  assert.deepEqual(names(sent), ['LOCK.ACQUIRE SYNC', 'LOCK.RENEW SYNC']);
 });
 
-it('passes an error reply of LOCK.INSYNC on, and gives the grant back', async () => {
-  const { client, sent } = scripted((args) =>
-    args[0] === 'LOCK.INSYNC' ? new Error('ERR LOCK.INSYNC is answered by the master; this server is a replica') : master()(args));
-  await assert.rejects(createLock(client, 'k').tryAcquire(), /this server is a replica/);
-  assert.equal(sent.at(-1)[0], 'LOCK.RELEASE');
+it('names the module needed when the server does not know SYNC (before 0.7.0), with sync on or off', async () => {
+  const old = (args) => (args[0].startsWith('LOCK.') && /^N?O?SYNC$/.test(args.at(-1)) ? new Error('ERR syntax error') : master()(args));
+  const { client } = scripted(old);
+  await assert.rejects(createLock(client, 'k').tryAcquire(), /needs the lock module 0\.7\.0 or later/);
+  await assert.rejects(createLock(client, 'k', { sync: false }).tryAcquire(), /needs the lock module 0\.7\.0 or later/);
 });
 
-it('with a fixed count waits for it alone; with sync off sends the write alone', async () => {
-  const fixed = scripted(master({ members: 2 }));
+it('waits for a held reply up to the sync timeout and the margin, then closes its connection', async () => {
+  const held = (ms) => (args) => (args[0] === 'LOCK.ACQUIRE' ? new Promise((r) => setTimeout(() => r(1), ms)) : master()(args));
+  const slow = scripted(held(150));
+  assert.ok(await createLock(slow.client, 'k', { sync: { timeout: 100 }, timeoutMargin: 100 }).tryAcquire(), 'within 200 ms');
+  const lost = scripted(held(60_000));
+  const started = Date.now();
+  await assert.rejects(createLock(lost.client, 'k', { sync: { timeout: 100 }, timeoutMargin: 100 }).tryAcquire(), LostReply);
+  const took = Date.now() - started;
+  assert.ok(took >= 190 && took < 2_000, `given up on after ${took} ms`);
+  assert.equal(lost.counts.closed, 1, 'its connection closed: the server releases a grant it held for it');
+});
+
+it('with a fixed count sends NOSYNC and its WAIT behind it, and releases a grant too few acknowledged', async () => {
+  const fixed = scripted(master({ acked: 2 }));
   assert.ok(await createLock(fixed.client, 'k', { sync: { replicas: 2, timeout: 300 } }).tryAcquire());
-  assert.deepEqual(names(fixed.sent), ['LOCK.ACQUIRE', 'WAIT 2']);
-  const timeout = Number(fixed.sent[1][2]);
-  assert.ok(timeout > 0 && timeout <= 300, `WAIT waits what is left of the 300 ms sync timeout, not ${timeout}`);
+  assert.deepEqual(names(fixed.sent), ['LOCK.ACQUIRE NOSYNC', 'WAIT 2']);
+  assert.equal(fixed.sent[1][2], '300');
+  const short = scripted(master({ acked: 1 }));
+  await assert.rejects(createLock(short.client, 'k', { sync: { replicas: 2 } }).tryAcquire(), (error) =>
+    error instanceof NotReplicatedError && error.acked === 1 && error.wanted === 2 && !error.released);
+  assert.deepEqual(names(short.sent), ['LOCK.ACQUIRE NOSYNC', 'WAIT 2', `LOCK.RELEASE ${short.sent[0][2]}`]);
+});
+
+it('with aof waits for the AOF behind a SYNC write; with sync off sends the write alone with NOSYNC', async () => {
+  const aof = scripted(master({ local: 1 }));
+  assert.ok(await createLock(aof.client, 'k', { sync: { aof: true } }).tryAcquire());
+  assert.deepEqual(names(aof.sent), ['LOCK.ACQUIRE SYNC', 'WAITAOF 0']);
+  const unsynced = scripted(master({ local: 0 }));
+  await assert.rejects(createLock(unsynced.client, 'k', { sync: { aof: true } }).tryAcquire(), /did not fsync its AOF/);
+  assert.equal(unsynced.sent.at(-1)[0], 'LOCK.RELEASE');
   const off = scripted(master());
   assert.ok(await createLock(off.client, 'k', { sync: false }).tryAcquire());
-  assert.deepEqual(names(off.sent), ['LOCK.ACQUIRE']);
+  assert.deepEqual(names(off.sent), ['LOCK.ACQUIRE NOSYNC']);
 });

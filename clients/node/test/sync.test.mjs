@@ -1,27 +1,41 @@
 // Grants — a holder's re-entry, downgrade and upgrade too — and renewals synced to the master's
-// in-sync replica set before they count (the `sync` option), with node-redis and ioredis (each
-// version helpers.mjs runs; what a write that does not count does, with the newest only), on a
-// real master and replica: running and stopped (SIGSTOP); a replica that just joined the set
-// waited for in the grant's own round trip; a replica killed for good counting until the
-// master drops it from the set, and `lock.min-insync-replicas` refusing grants below it; the
-// pooled connections reused, and an exhausted pool queued for within the caller's budget.
+// in-sync replica set before they count (the `sync` option: `SYNC`, the server holds the reply
+// until the set has the write), with node-redis and ioredis (each version helpers.mjs runs;
+// what a write that does not count does, with the newest only), on a real master and replica:
+// running and stopped (SIGSTOP), a refused grant released by the server; a replica that just
+// joined the set waited for; a replica killed for good counting until the master drops it from
+// the set, and `lock.min-insync-replicas` refusing grants below it; a held reply given up on;
+// the pooled connections reused, and an exhausted pool queued for within the caller's budget.
 
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
-import { NotReplicatedError, createLock, createReadWriteLock, setPoolSizes } from '../dist/index.js';
+import { LostReply, NotReplicatedError, createLock, createReadWriteLock, setPoolSizes } from '../dist/index.js';
 import { CLIENTS, NEWEST, attach, close, group, inSyncReplicas, infoField, lockInfo, startServer, until, waiters } from './helpers.mjs';
 
-const master = await startServer(['--repl-diskless-sync-delay', '0']);
-const replica = await startServer();
+/** The server refuses a write the in-sync set did not acknowledge after 200 ms (`QUICK`). */
+const SYNC_TIMEOUT = ['sync-timeout-ms', '200'];
+const master = await startServer(['--repl-diskless-sync-delay', '0'], SYNC_TIMEOUT);
+const replica = await startServer([], SYNC_TIMEOUT);
 await attach(master, replica);
 after(() => { replica.signal('SIGCONT'); master.stop(); replica.stop(); });
 
 let counter = 0;
 const unique = (what) => `${what}:${process.pid}:${counter++}`;
 const QUICK = { timeout: 200 };
-/** The rejection of a grant the stopped replica did not acknowledge. */
-const grantNotSynced = (error) => error instanceof NotReplicatedError && error.write === 'grant' && error.acked === 0 && error.wanted === 1;
+const NOT_ACKNOWLEDGED = 'not every in-sync replica acknowledged within 200 ms';
+/** The rejection of a grant the stopped replica did not acknowledge: the server released it. */
+const grantNotSynced = (error) => error instanceof NotReplicatedError && error.write === 'grant' && error.released &&
+  error.reason === NOT_ACKNOWLEDGED;
+/** Sets the master's `lock.sync-timeout-ms` for `routine`, then back to 200 ms. */
+async function syncTimeout(ms, routine) {
+  await master.admin.call('CONFIG', 'SET', 'lock.sync-timeout-ms', String(ms));
+  try {
+    return await routine();
+  } finally {
+    await master.admin.call('CONFIG', 'SET', 'lock.sync-timeout-ms', '200');
+  }
+}
 
 for (const [label, connect] of Object.entries(CLIENTS)) {
   describe(label, () => {
@@ -97,14 +111,13 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
     // What a write that does not count does is the same whichever library carried it: these
     // run with the newest of each library only.
     if (label in NEWEST) {
-      it('a grant the replica lacks is released and reported, or retried within the wait', async () => {
+      it('a grant the replica lacks is refused and released by the server, or retried within the wait', async () => {
         const name = unique('unsynced');
         const lock = createLock(client, name, { ttl: 10_000, sync: QUICK });
         await (await lock.tryAcquire()).release();
         replica.signal('SIGSTOP');
         try {
-          await assert.rejects(lock.tryAcquire(), (error) =>
-            error instanceof NotReplicatedError && error.acked === 0 && error.wanted === 1);
+          await assert.rejects(lock.tryAcquire(), grantNotSynced);
           assert.equal(await master.admin.exists(name), 0, 'released');
           setTimeout(() => replica.signal('SIGCONT'), 500);
           const holding = await lock.acquire({ wait: 5_000 });
@@ -119,6 +132,40 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
       });
 
 
+      it('a hand-over the replica lacks is refused, tried again within the wait, and leaves the lock free', async () => {
+        const name = unique('handed');
+        const holding = await createLock(client, name, { ttl: 10_000, sync: false }).tryAcquire();
+        replica.signal('SIGSTOP');
+        try {
+          const waiting = createLock(client, name, { ttl: 10_000, sync: QUICK }).acquire({ wait: 600 });
+          await until(async () => (await waiters(master.admin, name)) === 1);
+          await holding.release();
+          await assert.rejects(waiting, grantNotSynced);
+          assert.equal(await master.admin.exists(name), 0, 'the server released every grant it refused');
+        } finally {
+          replica.signal('SIGCONT');
+        }
+      });
+
+
+      it('a reply held past the sync timeout and the margin is given up on: the grant does not stay', async () => {
+        const name = unique('given-up');
+        replica.signal('SIGSTOP');
+        try {
+          await syncTimeout(10_000, async () => {
+            const started = Date.now();
+            await assert.rejects(createLock(client, name, { sync: { timeout: 100 }, timeoutMargin: 100 }).tryAcquire(), LostReply);
+            assert.ok(Date.now() - started < 2_000);
+            // Its connection closed, the server releases the grant it held (and the client
+            // releases it too): long before the server's 10 s.
+            await until(async () => (await master.admin.exists(name)) === 0, 2_000);
+          });
+        } finally {
+          replica.signal('SIGCONT');
+        }
+      });
+
+
       it('a renewal the replica lacks does not count; a watched holding is lost when its last synced lease ends', async () => {
         const name = unique('renewal');
         const holding = await createLock(client, name, { ttl: 2_000, watchdog: true, sync: QUICK }).tryAcquire();
@@ -126,7 +173,7 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
         replica.signal('SIGSTOP');
         try {
           await assert.rejects(holding.renew(60_000), (error) =>
-            error instanceof NotReplicatedError && error.write === 'renewal' && error.acked === 0 && error.wanted === 1);
+            error instanceof NotReplicatedError && error.write === 'renewal' && !error.released && error.reason === NOT_ACKNOWLEDGED);
           assert.ok((await master.admin.pttl(name)) > 50_000, 'renewed on the master only');
           assert.equal(holding.signal.aborted, false, 'the lease from the last synced renewal still runs');
           // The watchdog's renewals are not synced either: the holding is lost 2 s after the last
@@ -156,7 +203,7 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
       });
 
 
-      it('a re-entry, a downgrade or an upgrade the replica lacks rejects, and the holding stays as it was', async () => {
+      it('a re-entry the replica lacks is given back; a downgrade or an upgrade it lacks loses the holding', async () => {
         const options = { ttl: 3_000, watchdog: true, sync: QUICK };
         const [writing, reading] = [unique('unsynced-writer'), unique('unsynced-reader')];
         const writer = await createReadWriteLock(client, writing, options).write.tryAcquire();
@@ -165,20 +212,20 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
         replica.signal('SIGSTOP');
         try {
           await assert.rejects(writer.reenter(60_000), grantNotSynced);
-          assert.equal((await lockInfo(master.admin, writing)).holds, 1, 'the new hold given back');
+          assert.equal((await lockInfo(master.admin, writing)).holds, 1, 'the new hold given back by the server');
+          assert.equal(writer.signal.aborted, false, 'the holding stays as it was');
           await assert.rejects(writer.downgrade(60_000), grantNotSynced);
-          assert.equal((await lockInfo(master.admin, writing)).mode, 'shared', 'downgraded on the master only');
+          assert.equal(await lockInfo(master.admin, writing), null, 'released by the server');
+          assert.equal(writer.signal.aborted, true, 'the holding is lost');
           await assert.rejects(reader.upgrade(60_000), grantNotSynced);
-          assert.equal((await lockInfo(master.admin, reading)).mode, 'exclusive', 'upgraded on the master only');
+          assert.equal(await lockInfo(master.admin, reading), null, 'released by the server');
+          assert.equal(reader.signal.aborted, true);
           assert.deepEqual([writer.token, reader.token], tokens, 'the tokens kept: the new one does not count');
-          // Each believes the grant's lease still: with the watchdog's renewals not synced either,
-          // both are lost when it ends, not 60 s after the change the master made.
-          await until(() => writer.signal.aborted && reader.signal.aborted, 15_000);
         } finally {
           replica.signal('SIGCONT');
         }
-        await writer.release();
-        await reader.release();
+        assert.equal(await writer.release(), false);
+        assert.equal(await reader.release(), false);
       });
 
     }
@@ -186,7 +233,7 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
 }
 
 describe('pooled connections', () => {
-  it('a full sync pool makes a synced grant queue within its sync timeout, then answer not synced', async (t) => {
+  it('a full sync pool makes a synced grant queue within its sync timeout, then answer not synced', (t) => syncTimeout(3_000, async () => {
     const own = await CLIENTS['ioredis 6'](master.port);
     t.after(() => close(own));
     setPoolSizes(own, { sync: 1 });
@@ -200,7 +247,7 @@ describe('pooled connections', () => {
     replica.signal('SIGSTOP');
     try {
       const before = await acquires();
-      const first = slow.tryAcquire(); // in WAIT on the one sync connection for 3 s
+      const first = slow.tryAcquire(); // held by the server on the one sync connection for 3 s
       await until(async () => (await acquires()) === before + 1);
       const started = Date.now();
       await assert.rejects(quick.tryAcquire(), (error) => error instanceof NotReplicatedError && error.acked === 0);
@@ -211,7 +258,7 @@ describe('pooled connections', () => {
     } finally {
       replica.signal('SIGCONT');
     }
-  });
+  }));
 
   it('one that reached a replica (READONLY, as after a failover) is closed, not reused', async (t) => {
     const toReplica = await CLIENTS['ioredis 6'](replica.port);
@@ -250,10 +297,10 @@ describe("a holding's lease", () => {
 
 describe('the in-sync set', () => {
   /** How long a replica killed for good counts: it is dropped ~3.5-4 s after it died. */
-  const FAST = ['insync-timeout-ms', '1000', 'insync-drop-delay-ms', '500'];
+  const FAST = ['insync-timeout-ms', '1000', 'insync-drop-delay-ms', '500', ...SYNC_TIMEOUT];
 
-  it('is asked in the round trip of the grant itself: a replica that just joined is waited for', async () => {
-    const alone = await startServer(['--repl-diskless-sync-delay', '0']);
+  it('is waited for by the server as it is: a replica that just joined is waited for', async () => {
+    const alone = await startServer(['--repl-diskless-sync-delay', '0'], SYNC_TIMEOUT);
     const joining = await startServer();
     const client = await CLIENTS['node-redis 6'](alone.port);
     try {
@@ -261,8 +308,7 @@ describe('the in-sync set', () => {
       await (await lock.tryAcquire()).release(); // a lone server: no replica to wait for
       await attach(alone, joining);
       joining.signal('SIGSTOP');
-      await assert.rejects(lock.tryAcquire(), (error) => error instanceof NotReplicatedError && error.wanted === 1 &&
-        error.reason === 'not every in-sync replica acknowledged within 200 ms');
+      await assert.rejects(lock.tryAcquire(), grantNotSynced);
       joining.signal('SIGCONT');
       assert.ok(await lock.acquire({ wait: 5_000 }), 'counted once the replica acknowledges');
     } finally {
@@ -294,7 +340,7 @@ describe('the in-sync set', () => {
           await holding.release();
         } catch (error) {
           if (!(error instanceof NotReplicatedError)) throw error;
-          assert.equal(error.reason, 'not every in-sync replica acknowledged within 200 ms');
+          assert.equal(error.reason, NOT_ACKNOWLEDGED);
           refused++;
         }
       }));
@@ -310,8 +356,8 @@ describe('the in-sync set', () => {
     await (await lock.tryAcquire()).release();
     replicas[1].signal('SIGKILL');
     await until(async () => (await inSyncReplicas(primary.admin)) === 1, 10_000);
-    const fewer = (error) => error instanceof NotReplicatedError && error.wanted === 2 &&
-      error.message === 'the grant does not count: the master has 1 in-sync replicas, fewer than lock.min-insync-replicas (2)';
+    const fewer = (error) => error instanceof NotReplicatedError && error.released &&
+      error.message === 'the grant does not count: the master has 1 in-sync replicas, fewer than lock.min-insync-replicas (2); the server released it';
     await assert.rejects(lock.tryAcquire(), fewer);
     assert.equal(await primary.admin.exists(lock.name), 0, 'released');
     await assert.rejects(lock.acquire({ wait: 500 }), fewer);
