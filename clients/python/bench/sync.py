@@ -1,6 +1,6 @@
 """What syncing grants to the replicas costs the Python client, on a master with one replica,
-with grants synced (the default: the grant + ``LOCK.INSYNC`` + ``WAIT 1`` + ``LOCK.INSYNC`` in
-one round trip on a pooled connection, concurrent grants sharing it) and not (``SYNC_OFF``):
+with grants synced (the default: ``LOCK.ACQUIRE ... SYNC`` on a pooled connection, the server
+replying once the replica acknowledged it) and not (``SYNC_OFF``: ``NOSYNC``):
 
 - ``acquire+release``: one thread loops ``leasehold.Lock`` ``acquire(blocking=False)`` →
   ``release()`` for 3 s; the latency of acquire + release;

@@ -11,12 +11,15 @@ commands).
 
 with waiting in the server (fair, on a pooled connection of its own whose reply may take as
 long as the wait), a fencing token for every holding, grants and renewals synced to the
-master's replicas before they count (:class:`Sync`, one round trip on a pooled connection:
-:func:`configure_pools`), every holding tied to the client's session, released by the server
+master's in-sync replicas before they count (:class:`Sync`: the write says ``SYNC`` and the
+server replies once they have it, or ``NOREPLICAS``, raised as :class:`NotReplicatedError`; on
+a pooled connection, :func:`configure_pools`), every holding tied to the client's session,
+released by the server
 soon after the client's process dies (:func:`configure_sessions`), an optional watchdog, and
 ``ReadWriteLock``, ``Semaphore`` and ``MultiLock`` (several locks taken together, all or
 none, without deadlock). ``leasehold.asyncio`` has the same classes for
-``redis.asyncio``. Times are seconds, as in redis-py.
+``redis.asyncio``. Times are seconds, as in redis-py. Needs the leasehold lock module 0.7.0 or
+later (synced writes: ``SYNC`` / ``NOSYNC``).
 """
 
 from redis.exceptions import LockError, LockNotOwnedError
@@ -40,4 +43,4 @@ __all__ = [
     "LockNotOwnedError",
     "NotReplicatedError",
 ]
-__version__ = "0.5.0"
+__version__ = "0.6.0"

@@ -94,7 +94,11 @@ class Sync:
     a margin of 1 s (:data:`WAIT_MARGIN`), then counts it lost and closes the connection — the
     master releases a grant it still held for a client that left. Set ``timeout`` to at least
     ``lock.sync-timeout-ms`` when the server's is longer than 1 s. ``LockError`` for a timeout
-    under 1 ms.
+    under 1 ms. A grant handed over after a wait in the server may have been held that long
+    before its reply: its lease counts from the reply less that time (no earlier than the
+    acquire was sent), so a lease not much longer than it, granted after a long wait, may come
+    too late to keep (:class:`NotReplicatedError`; the lock tries again within
+    ``blocking_timeout``).
 
     A grant that does not count raises :class:`NotReplicatedError`, saying why; with time left
     in ``blocking_timeout`` a blocking acquire tries again within it. For a renewal that does
