@@ -26,7 +26,7 @@ use crate::looks::{self, Leaving};
 use crate::replies;
 use crate::session;
 use crate::state;
-use crate::synced;
+use crate::synced::{self, Stretch};
 
 /// `LOCK.ACQUIRE key owner ttl-ms [REENTRANT] [WAIT timeout-ms] [SHARED [LIMIT n]] [SESSION
 /// id] [SYNC | NOSYNC]`: takes the lock for `owner` with a lease of `ttl-ms` — exclusively, or with `SHARED` as
@@ -51,7 +51,9 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let sync = synced::wanted(ctx, parsed.sync)?;
     let session = session::of_command(ctx, parsed.session)?;
     let now = clock::now_ms();
-    let deadline_ms = lease_deadline(now, parsed.ttl_ms, "lock.acquire")?;
+    let stretch = Stretch::of(sync, parsed.wait_ms.is_some(), parsed.ttl_ms);
+    let lease_ms = Stretch::lease_ms(stretch, parsed.ttl_ms);
+    let deadline_ms = lease_deadline(now, lease_ms, "lock.acquire")?;
     let (name, owner) = (parsed.key, parsed.owner);
     let mut key = LockKey::write(ctx, name)?;
     let was = session::tied_to(&key, owner);
@@ -69,7 +71,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let busy = matches!(reply, Reply::Busy | Reply::Refused(Refusal::TooSoon { .. }));
     match parsed.wait_ms {
         Some(timeout) if busy && blocking::can_block(ctx) => {
-            wait(ctx, &key, &parsed, tie, timeout, sync)
+            wait(ctx, &key, &parsed, tie, timeout, (sync, stretch))
         }
         _ => {
             session::settle(ctx, &key, name, owner, was, tie);
@@ -77,7 +79,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             let granted = matches!(reply, Reply::Token(_));
             let reply = reply_for(reply, "lock.acquire")?;
             if sync && granted {
-                let undo = synced::release_of(ctx, std::slice::from_ref(name), owner);
+                let undo = synced::release_of(ctx, std::slice::from_ref(name), owner, stretch);
                 synced::hold(ctx, reply, undo)
             } else {
                 Ok(reply)
@@ -88,7 +90,8 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 /// Blocks the caller of `LOCK.ACQUIRE` until the lock is handed to it or `timeout_ms` passes
 /// (0: no limit), queued last for the open lock `key`; the holding it is granted keeps `tie`
-/// (logged already), and its reply waits for the in-sync set when `sync`. Replies nothing now.
+/// (logged already), and its reply waits for the in-sync set when `sync` (its grant made as
+/// `stretch` says). Replies nothing now.
 ///
 /// # Errors
 /// When the server cannot block the client (nothing is queued then).
@@ -98,18 +101,18 @@ fn wait(
     parsed: &Acquire<'_, RedisString>,
     tie: Option<Tie>,
     timeout_ms: i64,
-    sync: bool,
+    (sync, stretch): (bool, Option<Stretch>),
 ) -> RedisResult {
     let handle = blocking::block::<Waiting>(ctx, timeout_ms)?;
     if sync {
-        let undo = synced::release_of(ctx, std::slice::from_ref(parsed.key), parsed.owner);
-        synced::waiting(handle, undo);
+        let key = std::slice::from_ref(parsed.key);
+        synced::waiting(handle, synced::release_of(ctx, key, parsed.owner, stretch));
     }
     let (db, name) = (selected_db(ctx), parsed.key.as_slice());
     let waiter = Waiter {
         handle,
         owner: parsed.owner.as_slice().into(),
-        ttl_ms: parsed.ttl_ms,
+        ttl_ms: Stretch::lease_ms(stretch, parsed.ttl_ms),
         mode: parsed.mode,
         reentrant: parsed.reentrant,
         ties: tie.into_iter().collect(),

@@ -26,7 +26,7 @@ use crate::key::LockKey;
 use crate::looks;
 use crate::replies;
 use crate::session;
-use crate::synced;
+use crate::synced::{self, Stretch};
 
 /// `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [WAIT timeout-ms] [SESSION id]`: takes
 /// every lock exclusively for `owner` with a lease of `ttl-ms`, or none; with `SESSION` (or the
@@ -53,7 +53,9 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let session = session::of_command(ctx, parsed.session)?;
     let (names, owner) = (parsed.keys, parsed.owner);
     let now = clock::now_ms();
-    let deadline = lease_deadline(now, parsed.ttl_ms, "lock.macquire")?;
+    let stretch = Stretch::of(sync, parsed.wait_ms.is_some(), parsed.ttl_ms);
+    let lease_ms = Stretch::lease_ms(stretch, parsed.ttl_ms);
+    let deadline = lease_deadline(now, lease_ms, "lock.macquire")?;
     let mut keys = looks::open_all(ctx, names)?;
     let was = tied_to(&keys, owner);
     let ties = log_all(ctx, session, names, deadline);
@@ -78,7 +80,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                     .collect(),
             );
             if sync {
-                synced::hold(ctx, tokens, synced::release_of(ctx, names, owner))
+                synced::hold(ctx, tokens, synced::release_of(ctx, names, owner, stretch))
             } else {
                 Ok(tokens)
             }
@@ -86,12 +88,12 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         (_, Some(timeout)) if waits => {
             let handle = blocking::block::<Waiting>(ctx, timeout)?;
             if sync {
-                synced::waiting(handle, synced::release_of(ctx, names, owner));
+                synced::waiting(handle, synced::release_of(ctx, names, owner, stretch));
             }
             let waiter = Waiter {
                 handle,
                 owner: owner.as_slice().into(),
-                ttl_ms: parsed.ttl_ms,
+                ttl_ms: lease_ms,
                 mode: Mode::Exclusive,
                 reentrant: false,
                 ties: ties.into_iter().collect(),

@@ -18,6 +18,10 @@
 //!   is below its size refuses at once.
 //! - Inside `MULTI`, scripts and functions a client cannot block: `SYNC` is refused there, and
 //!   `lock.sync-writes` does not apply (such a write replies at once, unsynced).
+//! - A grant by a command with `WAIT` is counted by its holder from the reply (the server
+//!   replies the moment it grants), which a held grant sends later: such a grant is made
+//!   [`Stretch`]ed by the time it may be held, and its lease set to what was asked from the
+//!   moment it counted, so that no holder counts on a lease longer than the replicas have.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -47,9 +51,49 @@ pub enum Undo {
         keys: Vec<Vec<u8>>,
         /// Their owner.
         owner: Vec<u8>,
+        /// How the grant of a command with `WAIT` was stretched; `None` for one without.
+        stretch: Option<Stretch>,
     },
     /// A renewal: nothing; the holder counts on the lease it had before.
     Renewal,
+}
+
+/// How the grant of a synced command with `WAIT` is made: its holder counts the lease from the
+/// reply, which comes up to `stretch_ms` (the sync timeout) after the grant when the grant is
+/// held, so the grant is made for `ttl_ms + stretch_ms`; once it counted (or when it goes out
+/// unheld) the lease is set to `ttl_ms` from then (`LOCK.RENEW`/`LOCK.MRENEW ... NOSYNC`).
+/// Either lease, on the master or a replica, ends no earlier than the one its holder counts.
+/// On a server with no set to wait for (no member, none required) nothing is stretched, and a
+/// grant that must be held after all (a replica joined the set while its waiter waited) is held
+/// for no time: it counts only if the set already had it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stretch {
+    /// The lease asked for, ms.
+    pub ttl_ms: i64,
+    /// How much longer the grant is made, ms: the longest the grant may be held.
+    pub stretch_ms: i64,
+}
+
+impl Stretch {
+    /// The stretch of a grant of `ttl_ms` by a command that `waits` (has `WAIT`) and is
+    /// `sync`ed: by `lock.sync-timeout-ms`, or 0 on a server with no set to wait for; `None` for
+    /// any other command.
+    pub fn of(sync: bool, waits: bool, ttl_ms: i64) -> Option<Self> {
+        let lone = insync::size() == (0, 0);
+        (sync && waits).then(|| Self {
+            ttl_ms,
+            stretch_ms: if lone {
+                0
+            } else {
+                i64::try_from(config::sync_timeout_ms()).unwrap_or(i64::MAX)
+            },
+        })
+    }
+
+    /// The lease a grant is made for, ms: `ttl_ms`, stretched by `stretch`.
+    pub fn lease_ms(stretch: Option<Self>, ttl_ms: i64) -> i64 {
+        stretch.map_or(ttl_ms, |stretch| ttl_ms.saturating_add(stretch.stretch_ms))
+    }
 }
 
 /// A held write.
@@ -115,6 +159,7 @@ pub fn hold(ctx: &Context, reply: RedisValue, undo: Undo) -> RedisResult {
         return refused(ctx, Settled::TooFew { members, required }, &undo);
     }
     if members == 0 {
+        rebase(ctx, &undo);
         return Ok(reply);
     }
     match blocking::block::<Leaving>(ctx, 0) {
@@ -138,13 +183,41 @@ pub fn answer(blocked: Blocked, answer: &Answer) {
     let granted = matches!(answer, Answer::Granted(_) | Answer::GrantedSet(_));
     let undo = SYNCED.with_borrow_mut(|synced| synced.waiters.remove(&blocked));
     match (undo, blocking::reply_of(answer)) {
-        (Some(undo), Ok(reply)) if granted && insync::size().0 > 0 => held(blocked, reply, undo),
+        (Some(undo), Ok(reply)) if granted => hand_over(blocked, reply, undo),
         (_, reply) => blocking::unblock(blocked, Box::new(move |_| reply)),
     }
 }
 
+/// A synced grant to a waiter, as [`hold`] treats a command's: refused at once (after undoing
+/// it) when the set is below its size, answered at once on a server with no set to wait for,
+/// held otherwise.
+fn hand_over(blocked: Blocked, reply: RedisValue, undo: Undo) {
+    let (members, required) = insync::size();
+    let answer: blocking::Reply = if members < required {
+        Box::new(move |ctx| refused(ctx, Settled::TooFew { members, required }, &undo))
+    } else if members == 0 {
+        Box::new(move |ctx| {
+            rebase(ctx, &undo);
+            Ok(reply)
+        })
+    } else {
+        return held(blocked, reply, undo);
+    };
+    blocking::unblock(blocked, answer);
+}
+
 fn held(blocked: Blocked, reply: RedisValue, undo: Undo) {
     let now = clock::now_ms();
+    let timeout_ms = match &undo {
+        // Never held longer than the grant was stretched for (the setting may have changed).
+        Undo::Release {
+            stretch: Some(stretch),
+            ..
+        } => u64::try_from(stretch.stretch_ms)
+            .unwrap_or(0)
+            .min(config::sync_timeout_ms()),
+        _ => config::sync_timeout_ms(),
+    };
     SYNCED.with_borrow_mut(|synced| {
         synced.pending.hold(
             Held {
@@ -153,7 +226,7 @@ fn held(blocked: Blocked, reply: RedisValue, undo: Undo) {
                 undo,
             },
             now,
-            config::sync_timeout_ms(),
+            timeout_ms,
         );
     });
 }
@@ -203,7 +276,7 @@ fn settle(ctx: &Context) {
         for held in SYNCED.with_borrow_mut(|synced| synced.pending.drain()) {
             let error = format!(
                 "NOREPLICAS this server is no longer a master{}",
-                meaning(&held.undo)
+                demoted_meaning(&held.undo)
             );
             blocking::unblock(
                 held.blocked,
@@ -223,7 +296,13 @@ fn settle(ctx: &Context) {
             undo,
         } = held;
         if outcome == Settled::Counted {
-            blocking::unblock(blocked, Box::new(move |_| Ok(reply)));
+            blocking::unblock(
+                blocked,
+                Box::new(move |ctx| {
+                    rebase(ctx, &undo);
+                    Ok(reply)
+                }),
+            );
         } else {
             blocking::unblock(blocked, Box::new(move |ctx| refused(ctx, outcome, &undo)));
         }
@@ -263,6 +342,16 @@ fn meaning(undo: &Undo) -> &'static str {
     }
 }
 
+/// What a refusal on a server that became a replica means: nothing could be released there.
+fn demoted_meaning(undo: &Undo) -> &'static str {
+    match undo {
+        Undo::Release { .. } => {
+            "; the grant was not released here: the new master may have it, release it there"
+        }
+        Undo::Renewal => "; the renewal does not count: the lease before it does",
+    }
+}
+
 /// Undoes `undo` on the next timer turn (not in a callback Redis calls while it frees a client,
 /// where the keyspace must not change).
 fn later(ctx: &Context, undo: Undo) {
@@ -294,39 +383,70 @@ fn run_later(ctx: &Context, (): ()) {
     }
 }
 
-/// Releases a grant that did not count, by its owner, in its database (`LOCK.RELEASE`, or
-/// `LOCK.MRELEASE` for a set, called as a client would).
+/// Releases a grant that did not count, by its owner (`LOCK.RELEASE`, or `LOCK.MRELEASE` for a
+/// set).
 fn run_undo(ctx: &Context, undo: &Undo) {
-    let Undo::Release { db, keys, owner } = undo else {
+    call_as_owner(ctx, undo, ["LOCK.RELEASE", "LOCK.MRELEASE"], &[], "released");
+}
+
+/// Sets a stretched grant's lease to the one asked for, from now ([`Stretch`]): `LOCK.RENEW`,
+/// or `LOCK.MRENEW` for a set, with `NOSYNC` (a shorter lease needs no acknowledgement: the
+/// replicas' longer one outlasts it).
+fn rebase(ctx: &Context, undo: &Undo) {
+    if let Undo::Release {
+        stretch: Some(stretch),
+        ..
+    } = undo
+        && stretch.stretch_ms > 0
+    {
+        let ttl_ms = stretch.ttl_ms.to_string();
+        let extra: [&[u8]; 2] = [ttl_ms.as_bytes(), b"NOSYNC"];
+        call_as_owner(ctx, undo, ["LOCK.RENEW", "LOCK.MRENEW"], &extra, "set to its lease");
+    }
+}
+
+/// Calls `commands[0]` (one key) or `commands[1]` (a set, after `numkeys`) on a grant's keys as
+/// its owner, in its database, then `extra`, as a client would; a failure is logged as the
+/// grant not being `done`.
+fn call_as_owner(ctx: &Context, undo: &Undo, commands: [&str; 2], extra: &[&[u8]], done: &str) {
+    let Undo::Release {
+        db, keys, owner, ..
+    } = undo
+    else {
         return;
     };
     let caller_db = selected_db(ctx);
     if select_db(ctx, *db).is_ok() {
         let numkeys = keys.len().to_string();
-        let mut args: Vec<&[u8]> = Vec::with_capacity(keys.len() + 2);
+        let mut args: Vec<&[u8]> = Vec::with_capacity(keys.len() + 2 + extra.len());
         let command = if let [key] = keys.as_slice() {
             args.push(key);
-            "LOCK.RELEASE"
+            commands[0]
         } else {
             args.push(numkeys.as_bytes());
             args.extend(keys.iter().map(Vec::as_slice));
-            "LOCK.MRELEASE"
+            commands[1]
         };
         args.push(owner);
+        args.extend_from_slice(extra);
         if let Err(error) = ctx.call(command, args.as_slice()) {
-            ctx.log_warning(&format!(
-                "lock: a grant that did not count could not be released: {error}"
-            ));
+            ctx.log_warning(&format!("lock: a synced grant could not be {done}: {error}"));
         }
     }
     let _ = select_db(ctx, caller_db);
 }
 
-/// The keys and owner of a command's grant, for its [`Undo`].
-pub fn release_of(ctx: &Context, keys: &[RedisString], owner: &RedisString) -> Undo {
+/// The keys and owner of a command's grant, and how it was stretched, for its [`Undo`].
+pub fn release_of(
+    ctx: &Context,
+    keys: &[RedisString],
+    owner: &RedisString,
+    stretch: Option<Stretch>,
+) -> Undo {
     Undo::Release {
         db: selected_db(ctx),
         keys: keys.iter().map(|key| key.as_slice().to_vec()).collect(),
         owner: owner.as_slice().to_vec(),
+        stretch,
     }
 }

@@ -7,6 +7,9 @@
 //!   error says the one before it counts).
 //! - A replica dead for good: refusals, then grants once the master dropped it.
 //! - A client that disconnects while its grant waits leaves no lock behind.
+//! - A `WAIT` grant, whose holder counts its lease from the reply: the replica's lease never
+//!   ends before the holder's count, however late the reply; a hand-over on a master whose set
+//!   is below its size is refused as a grant without `WAIT` is.
 //! - `lock.sync-writes no` makes only `SYNC` wait; `NOSYNC` never waits; inside `MULTI`,
 //!   `SYNC` is refused and the default does not apply.
 
@@ -17,7 +20,7 @@ use std::net::TcpStream;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{Server, call, error, info_field, wait_until};
+use common::{Server, call, error, info_field, wait_for, wait_until};
 use redis::{Connection, Value};
 
 /// A 2 s lease and a 0.5 s drop delay: a dead member is dropped about 3 s after it died.
@@ -257,4 +260,67 @@ fn a_lone_server_replies_at_once() {
     let mut con = server.client();
     let token = call(&mut con, &["LOCK.ACQUIRE", "k", "me", "1000", "SYNC"]);
     assert!(matches!(token, Value::Int(_)), "{token:?}");
+}
+
+/// The lease left on `key` (`PTTL`), ms.
+fn pttl(con: &mut Connection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(con).expect("PTTL")
+}
+
+#[test]
+fn a_wait_grant_replied_late_leaves_the_replica_a_lease_no_shorter_than_its_holder_counts() {
+    let (master, replica) = pair(&[]);
+    let mut holder = master.client();
+    call(&mut holder, &["LOCK.ACQUIRE", "order", "holder", "60000"]);
+    let waiter = wait_for(&master, "order", "waiter", 10_000);
+    common::queued(&mut holder, "order", 1);
+    // The hand-over is held while the replica is stopped: its reply comes ~0.5 s after it.
+    replica.signal("STOP");
+    call(&mut holder, &["LOCK.RELEASE", "order", "holder"]);
+    thread::sleep(Duration::from_millis(500));
+    replica.signal("CONT");
+    let replied = Instant::now();
+    common::granted(waiter);
+    // The holder counts 60 s from the reply; the replica must have at least that left.
+    let mut r = replica.client();
+    let counted = 60_000 - i64::try_from(replied.elapsed().as_millis()).expect("ms");
+    let left = pttl(&mut r, "order");
+    assert!(left >= counted - 50, "replica {left} ms, holder counts {counted} ms");
+    // Once the grant counted, its lease is the one asked for, from then, on the master.
+    let mut m = master.client();
+    wait_until("the lease is set to what was asked", || {
+        pttl(&mut m, "order") <= 60_000
+    });
+    assert!(pttl(&mut m, "order") > 59_000);
+}
+
+#[test]
+fn a_wait_hand_over_on_a_master_below_its_set_size_is_refused_and_released() {
+    let master = Server::with_module_args(FAST, &[]);
+    let mut replica = Server::with_module_args(FAST, &[]);
+    replica.replicate(&master);
+    let mut m = master.client();
+    wait_until("the replica is a member", || {
+        info_field(&mut m, "lock", "lock_insync_replicas").as_deref() == Some("1")
+    });
+    call(&mut m, &["LOCK.ACQUIRE", "order", "holder", "60000", "NOSYNC"]);
+    let waiter = wait_for(&master, "order", "waiter", 30_000);
+    common::queued(&mut m, "order", 1);
+    replica.kill();
+    wait_until("the master dropped its dead member", || {
+        info_field(&mut m, "lock", "lock_insync_replicas").as_deref() == Some("0")
+    });
+    call(&mut m, &["LOCK.RELEASE", "order", "holder"]);
+    let refused = waiter
+        .reply
+        .join()
+        .expect("waiter thread")
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        refused.contains("fewer than lock.min-insync-replicas")
+            && refused.contains("the grant was released"),
+        "{refused}"
+    );
+    assert!(!exists(&mut m, "order"), "released");
 }
