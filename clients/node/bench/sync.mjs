@@ -1,6 +1,7 @@
 // What syncing grants to the replicas costs the Node package, with node-redis, on a master
-// with one replica, grants synced (the default: grant + LOCK.INSYNC + WAIT + LOCK.INSYNC in one
-// pipeline on a pooled connection) and not (sync: false). Prints one JSON object per line:
+// with one replica, grants synced (the default: the grant with SYNC on a pooled connection, its
+// reply held by the server until the replica has it) and not (sync: false: NOSYNC). Prints one
+// JSON object per line:
 //
 // - {"case": "acquire+release", "mode", "ops_per_s", "p50_ms", "p99_ms"}: one loop of
 //   tryAcquire() → release() for 3 s; the latency of acquire + release.

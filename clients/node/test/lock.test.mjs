@@ -2,8 +2,8 @@
 // major of node-redis and ioredis the package claims): every API item, waits on pooled
 // connections of their own (the program's connection stays free, and ioredis's commandTimeout
 // cannot cut a wait short), keyPrefix, using() with renewal and the AbortSignal, a lost reply
-// (its connection closed, not reused), the pools closed with the client, and the read-write
-// lock and semaphore.
+// (its connection closed, not reused), a pooled connection the server dropped closed quietly
+// and replaced, the pools closed with the client, and the read-write lock and semaphore.
 
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -198,6 +198,28 @@ for (const [label, connect] of Object.entries(CLIENTS)) {
       assert.equal(await pool.tryAcquire(), null);
       await a.release();
       assert.ok(await pool.tryAcquire());
+    });
+
+    it('replaces pooled connections the server dropped, closing them quietly', async () => {
+      // node-redis 5's destroy() throws ClientClosedError on a connection closed already: the
+      // pool closes a dead idle one before it lends a new one, and that must not throw.
+      const ids = async () => (await server.admin.call('CLIENT', 'LIST')).split('\n').filter(Boolean)
+        .map((line) => /\bid=(\d+)/.exec(line)[1]);
+      const own = await connect(server.port);
+      try {
+        const known = new Set(await ids());
+        const lock = createLock(own, unique('dropped'), { ttl: 10_000 });
+        await (await lock.acquire({ wait: 1_000 })).release(); // a wait connection, and the session's
+        const opened = (await ids()).filter((id) => !known.has(id));
+        assert.ok(opened.length >= 1);
+        for (const id of opened) await server.admin.call('CLIENT', 'KILL', 'ID', id);
+        await new Promise((r) => setTimeout(r, 100));
+        const holding = await lock.acquire({ wait: 1_000 });
+        assert.ok(holding, 'on new connections');
+        assert.equal(await holding.release(), true);
+      } finally {
+        await close(own);
+      }
     });
   });
 }
