@@ -946,7 +946,7 @@ async fn hold(
     let guard = match acquired {
         Ok(Some(guard)) => guard,
         Ok(None) => return Ok(()),
-        Err(Error::NotReplicated { reason }) => {
+        Err(Error::NotReplicated { reason, .. }) => {
             stats.refused(&reason);
             return Ok(());
         }

@@ -1,40 +1,34 @@
 //! The connection to a leasehold server or cluster: one shared, reconnecting connection for the
 //! quick commands, and pools of dedicated connections ([`crate::pool`]) for waits and synced
-//! writes, with the round trip that syncs a write to the replicas ([`crate::sync`]).
+//! writes.
 //!
-//! A synced write is one round trip on a sync connection: the write, then `LOCK.INSYNC`, `WAIT
-//! h`, `LOCK.INSYNC` ([`crate::sync`]), and one more `WAIT` and `LOCK.INSYNC` on the same
-//! connection when that may still make it count. Synced writes queue per master, and a sender
-//! task sends every write queued with the same sync setting (up to 64) in one round trip,
-//! before one `LOCK.INSYNC`, `WAIT`, `LOCK.INSYNC` (group commit, [`Pools::take`]); each
-//! caller waits for its write's outcome. A wait in the server is one round
-//! trip on a wait connection: the blocking acquire, then the same commands, which the server
-//! runs only once the acquire was answered. The writes and what follows them go as two requests
-//! in one write to the socket, so the client sees when the writes' replies came (a wait's lease
-//! begins then), not only when the `WAIT`'s did. Plain pipelines, never `MULTI`: a `WAIT` in a
-//! transaction does not wait.
+//! A synced write is one command on a sync connection, carrying `SYNC`: the server replies once
+//! its in-sync set has the write, or refuses it with `NOREPLICAS` ([`crate::sync`]) — a grant it
+//! refuses it has released, so the client releases nothing. With a fixed count (or AOF) the
+//! write carries `NOSYNC` and a `WAIT` (`WAITAOF`) goes behind it in the same round trip, as a
+//! second request in the same write to the socket, so the client sees when the write's reply
+//! came (a wait's lease begins then), not only when the `WAIT`'s did. A wait in the server is
+//! one round trip on a wait connection: the blocking acquire, synced the same way (the server
+//! holds a hand-over's reply until its in-sync set has it). Plain pipelines, never `MULTI`: a
+//! write in a transaction cannot be held, nor can a `WAIT` wait. A connection is bound to the
+//! write's session in the same round trip when it is not yet ([`crate::binding`]).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::Slot;
 use redis::{Cmd, FromRedisValue, IntoConnectionInfo, RedisError, Value};
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::binding::{Bound, Head, Write, named};
 use crate::error::{Error, Result};
 use crate::masters::Masters;
-use crate::pool::{
-    Borrowed, ClientOptions, Pools, Purpose, Queued, RESPONSE_TIMEOUT, Sent, Ticket, Undo,
-    is_lost_reply,
-};
+use crate::pool::{Borrowed, ClientOptions, Pools, Purpose, RESPONSE_TIMEOUT};
 use crate::session::{Session, Tying};
-use crate::sync::{Check, Place, Seen, Sync};
+use crate::sync::{Sync, write_error};
 
 /// A connection to one Redis (or Valkey) server, or to one Redis Cluster, with the leasehold
 /// module loaded. Cloning is cheap: clones share the connections.
@@ -42,7 +36,8 @@ use crate::sync::{Check, Place, Seen, Sync};
 /// Besides one shared connection (for quick commands: grants with syncing off, releases,
 /// Redlock), it keeps two bounded pools of dedicated connections per server ([`ClientOptions`]):
 /// one for waits in the server, one for synced writes (a grant made without waiting, a renewal,
-/// and the `WAIT` for their replicas). On one server it also keeps a session, which every
+/// which the server answers once its in-sync set has them). Needs the lock module 0.7.0 or
+/// later ([`crate::Error::ModuleTooOld`]). On one server it also keeps a session, which every
 /// holding is tied to ([`ClientOptions::sessions`]): one for the client and all its clones,
 /// which each pooled connection is bound to (`LOCK.SESSION USE`) by its first write.
 ///
@@ -56,9 +51,6 @@ use crate::sync::{Check, Place, Seen, Sync};
 pub struct Client {
     inner: Arc<Inner>,
     options: ClientOptions,
-    /// What this client heard from the masters (those replaced, their in-sync counts), for
-    /// syncing writes.
-    seen: Arc<Mutex<Seen>>,
     /// The session its holdings are tied to; `None` with sessions off and in a cluster.
     session: Option<Arc<Session>>,
 }
@@ -74,20 +66,26 @@ enum Inner {
     },
 }
 
-/// What a synced write got: its reply, and why it does not count (`None`: it counts).
+/// What a synced write got: its reply, and why the client found it does not count (`None`: it
+/// counts). A refusal by the server (`NOREPLICAS`) is an error instead
+/// ([`crate::Error::NotReplicated`]).
 pub(crate) struct Synced<T> {
     pub(crate) reply: T,
     pub(crate) refused: Option<String>,
-    /// When the write's reply came (a wait's grant: the lease began just before), ahead of
-    /// the `WAIT`'s.
+    /// When the write's reply came (a wait's grant: the lease began just before; a synced
+    /// hand-over's reply comes once the in-sync set has it), ahead of a `WAIT`'s.
     pub(crate) answered: Instant,
 }
 
 impl<T: FromRedisValue> Synced<T> {
-    /// The outcome of a write sent on a pooled connection, its reply read as a `T`.
-    fn of(sent: Sent) -> Result<Self, RedisError> {
+    /// The outcome of a write, its reply read as a `T`.
+    ///
+    /// # Errors
+    /// The write's error reply ([`write_error`]), or a reply of another shape.
+    fn of(sent: Sent) -> Result<Self> {
+        let reply = sent.reply.extract_error().map_err(write_error)?;
         Ok(Self {
-            reply: from_value(sent.reply.extract_error()?)?,
+            reply: from_value(reply)?,
             refused: sent.refused,
             answered: sent.answered,
         })
@@ -95,11 +93,19 @@ impl<T: FromRedisValue> Synced<T> {
 }
 
 impl<T> Synced<T> {
-    /// The error of a write that does not count; `None` when it counts.
+    /// The error of a write the client found does not count (a fixed count's `WAIT`, the AOF's
+    /// fsync); `None` when it counts.
     pub(crate) fn refusal(&self) -> Option<Error> {
-        let reason = self.refused.clone()?;
-        Some(Error::NotReplicated { reason })
+        self.refused.clone().map(Error::not_replicated)
     }
+}
+
+/// What a write sent on a pooled connection got: its reply (an error reply too), why the
+/// client found it does not count (`None`: it counts), and when the reply came.
+struct Sent {
+    reply: Value,
+    refused: Option<String>,
+    answered: Instant,
 }
 
 impl Client {
@@ -161,25 +167,20 @@ impl Client {
         Ok(Self::with(Inner::Cluster { shared, masters }, options))
     }
 
-    /// Connects to another server (`redis://host:port`) as the same client, with the same pool
-    /// sizes, to follow a failover to a new master: what this client heard carries over, so a
-    /// master it saw replaced still counts none of its writes (see [`crate::sync`]).
+    /// Connects to another server (`redis://host:port`) with the same options, to follow a
+    /// failover to a new master. (A master that was replaced refuses the synced writes it held
+    /// itself, [`crate::sync`].)
     ///
     /// # Errors
     /// As [`Client::open`].
     pub async fn reopen(&self, url: &str) -> Result<Self> {
-        let reopened = Self::open_with(url, self.options).await?;
-        Ok(Self {
-            seen: Arc::clone(&self.seen),
-            ..reopened
-        })
+        Self::open_with(url, self.options).await
     }
 
     fn with(inner: Inner, options: ClientOptions) -> Self {
         Self {
             inner: Arc::new(inner),
             options,
-            seen: Arc::default(),
             session: None,
         }
     }
@@ -228,153 +229,56 @@ impl Client {
         })
     }
 
-    /// Sends `write`, which counts only once synced as `sync` says, tied to its session, and
-    /// syncs it: with syncing off on the shared connection (naming its session, `SESSION id`),
-    /// otherwise queued for its master and sent by a sender task on a sync connection bound to
-    /// its session ([`crate::binding`]), in one round trip with what syncs it, together with
-    /// the other writes queued meanwhile ([`Pools::take`]). If the caller drops this future, a
-    /// write still queued is withdrawn; one already taken is sent all the same, and `undo` (a
-    /// release) is sent if it granted something nobody received ([`Undo`]).
+    /// Sends `write`, which counts only once synced as `sync` says, tied to its session: with
+    /// syncing off on the shared connection (`NOSYNC`, naming its session: `SESSION id`);
+    /// otherwise on a sync connection of its master, bound to its session
+    /// ([`crate::binding`]), carrying `SYNC` (the server replies once its in-sync set has it)
+    /// or, with a fixed count, `NOSYNC` and the `WAIT` behind it ([`crate::sync`]). The reply
+    /// may take the sync timeout plus 5 s; no reply by then, the connection is closed. If the
+    /// caller drops this future while the write is in flight, its connection is closed too: the
+    /// server releases a grant it was holding for it, and `undo` (a release as the write's
+    /// owner) is sent in the background, for a grant whose reply had already come.
     ///
     /// # Errors
-    /// The server's error (`ERR no such session` when its session has ended: nothing was
-    /// done), no connection, or [`Error::NotReplicated`] when no sender took the write within
-    /// the sync timeout (nothing was sent).
+    /// [`Error::NotReplicated`]: the server refused it (`NOREPLICAS`: a grant was released by the
+    /// server), or no sync connection was free within the sync timeout (nothing was sent);
+    /// [`Error::ModuleTooOld`]; the server's error (`ERR no such session` when its session has
+    /// ended: nothing was done); no connection, or no reply in time.
     pub(crate) async fn synced<T: FromRedisValue>(
         &self,
         write: Write<'_>,
         sync: &Sync,
-        undo: Option<Undo>,
+        undo: Option<Cmd>,
     ) -> Result<Synced<T>> {
+        let command = sync.marked(write.command);
+        let write = Write {
+            command: &command,
+            ..write
+        };
         if sync.is_off() {
-            let reply = self.query(&named(write.command, write.session)).await?;
-            return Ok(Synced {
+            let named = named(write.command, write.session);
+            let reply = match self.query::<Value>(&named).await {
+                Err(Error::Redis(error)) => return Err(write_error(error)),
+                other => other?,
+            };
+            return Synced::of(Sent {
                 reply,
                 refused: None,
                 answered: Instant::now(),
             });
         }
         let pools = self.pools(write.key).await?;
-        let (ticket, outcome, start) = pools.queue(*sync, write, undo.clone());
-        let mut pending = Pending {
-            client: self,
-            pools: &pools,
-            ticket,
-            outcome: Some(outcome),
-            undo,
+        let budget = Some(sync.timeout);
+        let Some(mut connection) = pools.borrow(Purpose::Sync, budget).await? else {
+            let timeout = sync.timeout_ms();
+            let reason = format!("no sync connection was free within {timeout} ms");
+            return Err(Error::not_replicated(reason));
         };
-        if start {
-            tokio::spawn(self.clone().send_queued(pools.clone(), *sync));
-        }
-        let sent = pending.outcome(sync.timeout).await?;
-        Ok(Synced::of(sent)?)
-    }
-
-    /// A sender: takes the writes queued for `pools`' master, starting in lane `lane`, a round
-    /// trip at a time on a sync connection, until no lane needs it ([`Pools::take`]), and tells
-    /// each write's caller its outcome — or, if the caller is gone, undoes a grant
-    /// ([`Client::unclaimed`]). A round trip lost, the connection is closed and the next one
-    /// borrowed; no connection, the taken writes are told why.
-    async fn send_queued(self, pools: Pools, lane: Sync) {
-        let mut sender = Sender {
-            pools: &pools,
-            lane,
-            stopped: false,
-        };
-        let mut connection: Option<Borrowed> = None;
-        loop {
-            let borrowed = match connection.take() {
-                Some(connection) => Ok(Some(connection)),
-                None => {
-                    // Taken first: the oldest write's timeout bounds the wait.
-                    let budget = Some(sender.lane.timeout);
-                    pools.borrow(Purpose::Sync, budget).await
-                }
-            };
-            let queued = pools.take(&mut sender.lane);
-            if queued.is_empty() {
-                sender.stopped = true;
-                return;
-            }
-            let sync = sender.lane;
-            let mut borrowed = match borrowed {
-                Ok(Some(borrowed)) => borrowed,
-                Ok(None) => {
-                    let timeout = sync.timeout_ms();
-                    let reason = format!("no sync connection was free within {timeout} ms");
-                    let refused = || Error::NotReplicated {
-                        reason: reason.clone(),
-                    };
-                    self.deliver(queued, |_| Err(refused()));
-                    continue;
-                }
-                Err(error) => {
-                    self.deliver(queued, |_| Err(Error::Redis(error.clone())));
-                    continue;
-                }
-            };
-            let writes: Vec<Write<'_>> = queued
-                .iter()
-                .map(|queued| Write {
-                    key: &queued.key,
-                    command: &queued.command,
-                    session: queued.session.as_deref(),
-                })
-                .collect();
-            let timeout = Some(RESPONSE_TIMEOUT + sync.timeout);
-            let sent = self.exchange(&mut borrowed, &sync, &writes, timeout).await;
-            drop(writes);
-            match sent {
-                Ok(sent) => {
-                    let mut sent = sent.into_iter();
-                    self.deliver(queued, |_| sent.next().ok_or_else(|| no_reply().into()));
-                }
-                Err(error) => self.deliver(queued, |_| Err(Error::Redis(error.clone()))),
-            }
-            // A lost reply closed it: the next round trip borrows another.
-            if borrowed.is_open() {
-                connection = Some(borrowed);
-            }
-        }
-    }
-
-    /// Tells each of `queued` its outcome, `outcome` of it; an outcome nobody receives is
-    /// undone ([`Client::unclaimed`]).
-    fn deliver(&self, queued: Vec<Queued>, mut outcome: impl FnMut(&Queued) -> Result<Sent>) {
-        for queued in queued {
-            let sent = outcome(&queued);
-            if let Err(sent) = queued.done.send(sent) {
-                self.unclaimed(queued.undo, &sent);
-            }
-        }
-    }
-
-    /// A synced write's `outcome` that its caller never received: when it granted something
-    /// (or, with [`Undo::if_lost`], its reply was lost), sends `undo`'s release in the
-    /// background, retrying with backoff while the server cannot be reached (a few seconds).
-    fn unclaimed(&self, undo: Option<Undo>, outcome: &Result<Sent>) {
-        let Some(undo) = undo else {
-            return;
-        };
-        let release = match outcome {
-            Ok(sent) => granted(&sent.reply),
-            Err(Error::Redis(error)) => undo.if_lost && is_lost_reply(error),
-            Err(_) => false,
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        if release {
-            let client = self.clone();
-            runtime.spawn(async move {
-                for attempt in 0..20 {
-                    if client.query::<Value>(&undo.release).await.is_ok() {
-                        return;
-                    }
-                    tokio::time::sleep(Backoff::default().delay(attempt)).await;
-                }
-            });
-        }
+        let mut in_flight = Unfinished { client: self, undo };
+        let timeout = Some(RESPONSE_TIMEOUT + sync.timeout);
+        let sent = self.exchange(&mut connection, sync, write, timeout).await;
+        in_flight.undo = None;
+        Synced::of(sent?)
     }
 
     /// Borrows a wait connection to `key`'s master, queueing up to `budget` (`None`: as long as
@@ -392,101 +296,61 @@ impl Client {
 
     /// Sends `write`, which blocks in the server up to `wait` (`None`: no limit), on
     /// `connection`, bound to the write's session first if it is not ([`crate::binding`]), and
-    /// syncs what it granted as `sync` says in the same round trip; gives up `margin` after the
-    /// wait (and the sync) should have ended.
+    /// synced as `sync` says (`SYNC`: the server holds a grant's reply until its in-sync set has
+    /// it; or `NOSYNC` and the `WAIT` behind it); gives up `margin` after the wait (and the
+    /// sync) should have ended.
     ///
     /// # Errors
-    /// The server's error (`ERR no such session` when the write's session has ended: nothing
-    /// was done), or a lost reply (the connection is then closed).
+    /// As [`Client::synced`] (but for a free connection: the caller has one), or a lost reply
+    /// (the connection is then closed: the server releases a grant it was holding for it).
     pub(crate) async fn wait_synced<T: FromRedisValue>(
         &self,
         connection: &mut Borrowed,
         write: Write<'_>,
         (wait, margin): (Option<Duration>, Duration),
         sync: &Sync,
-    ) -> Result<Synced<T>, RedisError> {
+    ) -> Result<Synced<T>> {
+        let command = sync.marked(write.command);
+        let write = Write {
+            command: &command,
+            ..write
+        };
         let syncing = if sync.is_off() {
             Duration::ZERO
         } else {
             sync.timeout
         };
         let timeout = wait.map(|wait| wait + margin + syncing);
-        let sent = self.exchange(connection, sync, &[write], timeout).await?;
-        Synced::of(sent.into_iter().next().ok_or_else(no_reply)?)
+        Synced::of(self.exchange(connection, sync, write, timeout).await?)
     }
 
-    /// One round trip of `writes` on `connection`, bound first to the session they are to be
-    /// tied to ([`Head`]), with what syncs them as `sync` says behind them, and one more round
-    /// trip when that may still make them count; each write's outcome, in order.
+    /// One round trip of `write` on `connection`, bound first to the session it is to be tied
+    /// to ([`Head`]), with what syncs it as `sync` says behind it: its outcome.
     async fn exchange(
         &self,
         connection: &mut Borrowed,
         sync: &Sync,
-        writes: &[Write<'_>],
+        write: Write<'_>,
         timeout: Option<Duration>,
-    ) -> Result<Vec<Sent>, RedisError> {
-        let places: Vec<Place> = writes.iter().map(|write| self.place(write.key)).collect();
-        let head = Head::new(&connection.bound(), writes);
+    ) -> Result<Sent, RedisError> {
+        let head = Head::new(&connection.bound(), &[write]);
         if head.binds() {
             connection.set_bound(Bound::Unknown);
         }
-        let tail = sync.tail(self.seen().hint(&places));
+        let tail = sync.tail();
         let replies = connection.exchange(head.pipeline(), &tail, timeout).await;
         let (replies, answered, tail) = replies.inspect_err(|error| self.heard(error))?;
         let (replies, bound) = head.read(replies);
         connection.set_bound(bound);
-        for reply in &replies {
-            if let Value::ServerError(error) = reply {
-                self.heard(&RedisError::from(error.clone()));
-            }
+        let reply = replies.into_iter().next().ok_or_else(no_reply)?;
+        if let Value::ServerError(error) = &reply {
+            self.heard(&RedisError::from(error.clone()));
         }
-        let refused = self
-            .refused(connection, sync, &places, tail, answered)
-            .await?;
-        Ok(replies
-            .into_iter()
-            .map(|reply| Sent {
-                reply,
-                refused: refused.clone(),
-                answered,
-            })
-            .collect())
-    }
-
-    /// Why writes to `places`, answered at `answered`, do not count by `tail`, the replies to
-    /// what synced them ([`Sync::tail`]), after one more `WAIT` on `connection` when the sync
-    /// timeout has time left for one that may help; `None` when they count.
-    ///
-    /// # Errors
-    /// The reply to that one more `WAIT` was lost.
-    async fn refused(
-        &self,
-        connection: &mut Borrowed,
-        sync: &Sync,
-        places: &[Place],
-        tail: Vec<Value>,
-        answered: Instant,
-    ) -> Result<Option<String>, RedisError> {
-        let mut check = match Check::read(sync, tail) {
-            Ok(check) => check,
-            Err(reason) => return Ok(Some(reason)),
-        };
-        let left = sync.timeout.saturating_sub(answered.elapsed());
-        let refusal = match check.judge(sync, &mut self.seen(), places, left) {
-            Ok(()) => return Ok(None),
-            Err(refusal) => refusal,
-        };
-        let Some(replicas) = refusal.again else {
-            return Ok(Some(refusal.reason));
-        };
-        let again = sync.again(replicas, left);
-        let timeout = Some(RESPONSE_TIMEOUT + left);
-        let (replies, _, _) = connection.exchange(&again, &redis::pipe(), timeout).await?;
-        if let Err(reason) = check.reread(sync, replies) {
-            return Ok(Some(reason));
-        }
-        let judged = check.judge(sync, &mut self.seen(), places, Duration::ZERO);
-        Ok(judged.err().map(|refusal| refusal.reason))
+        Ok(Sent {
+            reply,
+            refused: sync.judge(tail).err(),
+            answered,
+        })
     }
 
     /// The pools of `key`'s master.
@@ -503,104 +367,34 @@ impl Client {
             masters.heard(error);
         }
     }
-
-    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
-        self.seen.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn place(&self, key: &str) -> Place {
-        match &*self.inner {
-            Inner::Server { .. } => None,
-            Inner::Cluster { .. } => Some(Slot::for_key(key)),
-        }
-    }
 }
 
-/// A caller's write queued for a sender ([`Client::synced`]): waits for its outcome, and if
-/// dropped first, withdraws the write while it is queued, or undoes an outcome that came but
-/// was not received ([`Client::unclaimed`]; one still to come is undone by its sender).
-struct Pending<'a> {
+/// A synced write in flight ([`Client::synced`]): if its caller drops the future first, the
+/// write's connection is closed (the server releases a grant it was holding for it), and `undo`
+/// — a release as the write's owner — is sent in the background, in case the reply had come
+/// (the grant counted) without being read. `None` once the outcome was read.
+struct Unfinished<'a> {
     client: &'a Client,
-    pools: &'a Pools,
-    ticket: Ticket,
-    /// `None` once the outcome was received, or the write withdrawn.
-    outcome: Option<oneshot::Receiver<Result<Sent>>>,
-    undo: Option<Undo>,
+    undo: Option<Cmd>,
 }
 
-impl Pending<'_> {
-    /// The write's outcome. Still queued after `budget`, it is withdrawn and not synced.
-    ///
-    /// # Errors
-    /// The round trip's error, [`Error::NotReplicated`] when withdrawn, or a lost reply when
-    /// its sender was gone before the outcome came.
-    async fn outcome(&mut self, budget: Duration) -> Result<Sent> {
-        let Some(outcome) = self.outcome.as_mut() else {
-            return Err(no_reply().into());
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        let Some(release) = self.undo.take() else {
+            return;
         };
-        let came = match tokio::time::timeout(budget, &mut *outcome).await {
-            Ok(came) => came,
-            Err(_) if self.pools.withdraw(self.ticket) => {
-                self.outcome = None;
-                let timeout = budget.as_millis().max(1);
-                let reason = format!("no sync connection was free within {timeout} ms");
-                return Err(Error::NotReplicated { reason });
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let client = self.client.clone();
+        runtime.spawn(async move {
+            for attempt in 0..20 {
+                if client.query::<Value>(&release).await.is_ok() {
+                    return;
+                }
+                tokio::time::sleep(Backoff::default().delay(attempt)).await;
             }
-            // A sender took it: its outcome comes.
-            Err(_) => outcome.await,
-        };
-        self.outcome = None;
-        came.map_err(|_| {
-            let error = std::io::Error::new(
-                std::io::ErrorKind::ConnectionAborted,
-                "the round trip that carried the write was cancelled",
-            );
-            Error::Redis(error.into())
-        })?
-    }
-}
-
-impl Drop for Pending<'_> {
-    fn drop(&mut self) {
-        let Some(mut outcome) = self.outcome.take() else {
-            return;
-        };
-        if self.pools.withdraw(self.ticket) {
-            return;
-        }
-        // Closed, no outcome can come any more: either it is here, or its sender undoes it.
-        outcome.close();
-        if let Ok(sent) = outcome.try_recv() {
-            self.client.unclaimed(self.undo.take(), &sent);
-        }
-    }
-}
-
-/// A running sender's place in its master's outbox: given up if its task ends before
-/// [`Pools::take`] stopped it (dropped with the runtime, or a panic), so writes queued later
-/// start another.
-struct Sender<'a> {
-    pools: &'a Pools,
-    /// The lane it sends, as [`Pools::take`] moved it.
-    lane: Sync,
-    stopped: bool,
-}
-
-impl Drop for Sender<'_> {
-    fn drop(&mut self) {
-        if !self.stopped {
-            self.pools.give_up(self.lane);
-        }
-    }
-}
-
-/// Whether a grant's reply granted something: a token (`LOCK.ACQUIRE`) or a set's tokens
-/// (`LOCK.MACQUIRE`), not a null (busy) or an error.
-fn granted(reply: &Value) -> bool {
-    match reply {
-        Value::Int(_) => true,
-        Value::Array(tokens) => !tokens.is_empty(),
-        _ => false,
+        });
     }
 }
 

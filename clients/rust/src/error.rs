@@ -17,18 +17,36 @@ pub enum Error {
     /// allowance (ttl × drift factor + 2 ms).
     #[error("the lease of {0:?} is too short")]
     Lease(std::time::Duration),
-    /// A write did not count ([`crate::Sync`]): the master has fewer in-sync replicas than
-    /// its `lock.min-insync-replicas`, not every in-sync replica acknowledged it within the
-    /// sync timeout, the master was replaced, no sync connection was free within the timeout
-    /// (nothing was sent), or the replicas acknowledged a grant only after its lease ended.
-    /// For a grant, the client released it (owner-checked) — distinct from "busy": the lock
-    /// was free, the replicas were not there. For a renewal, it does not count: the holder's
-    /// lease ends as the last synced one did ([`crate::Guard::lease_end`]).
-    #[error("not synced to the replicas: {reason}")]
+    /// A write did not count ([`crate::Sync`]). The master refused it (`NOREPLICAS`): it has
+    /// fewer in-sync replicas than its `lock.min-insync-replicas`, not every in-sync replica
+    /// acknowledged it within its `lock.sync-timeout-ms`, or it is no longer a master. Or the
+    /// client found it short: a fixed count's `WAIT` counted too few replicas, the master did not
+    /// fsync its AOF, no sync connection was free within the timeout (nothing was sent), or the
+    /// replicas acknowledged a grant only after its lease ended. For a grant, nothing is left
+    /// behind — the server released it before it replied `NOREPLICAS`, the client released it
+    /// (owner-checked) otherwise — distinct from "busy": the lock was free, the replicas were
+    /// not there. For a renewal, it does not count: the holder's lease ends as the last synced
+    /// one did ([`crate::Guard::lease_end`]).
+    #[error("not synced to the replicas: {message}")]
     NotReplicated {
         /// Why, e.g. "the master has 1 in-sync replicas, fewer than
-        /// lock.min-insync-replicas (2)".
+        /// lock.min-insync-replicas (2)": for the server's refusal, its text up to `; `.
         reason: String,
+        /// The whole of it: for the server's refusal, its error as it replied it (`NOREPLICAS
+        /// ...; the grant was released`, `...; the renewal does not count: the lease before it
+        /// does`); otherwise the reason.
+        message: String,
+    },
+    /// The server answered `SYNC` or `NOSYNC` on a grant or renewal with a syntax error: its
+    /// lock module is older than 0.7.0, which syncs writes itself. This client needs the lock
+    /// module 0.7.0 or later; nothing was done.
+    #[error(
+        "leasehold-client needs the lock module 0.7.0 or later, with synced writes (SYNC and \
+         NOSYNC); the server answered: {reply}"
+    )]
+    ModuleTooOld {
+        /// What the server answered (`ERR syntax error`).
+        reply: String,
     },
     /// The client's session ([`crate::ClientOptions::sessions`]) ran past its deadline — no
     /// heartbeat confirmed for its grace — before a grant's reply came: the server may end the
@@ -49,3 +67,14 @@ pub enum Error {
 
 /// The crate's result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// [`Error::NotReplicated`] for a refusal the client made itself: its message is `reason`.
+    pub(crate) fn not_replicated(reason: impl Into<String>) -> Self {
+        let reason = reason.into();
+        Self::NotReplicated {
+            message: reason.clone(),
+            reason,
+        }
+    }
+}

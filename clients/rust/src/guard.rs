@@ -23,6 +23,7 @@ use crate::lease::Lease;
 use crate::pool::is_lost_reply;
 use crate::quorum::Quorum;
 use crate::session::{Tie, Tying};
+use crate::sync::released_by_server;
 
 /// What a guard holds.
 pub(crate) enum Holding {
@@ -121,7 +122,8 @@ impl Lost {
 impl Guard {
     /// A guard for a holding just granted in `mode` with `tokens` (one, or a set's), whose
     /// lease of `ttl` began at `granted` (when the acquire was sent; for a wait, when the
-    /// grant's reply came, which the server sends the moment it grants), tied to the session
+    /// grant's reply came, which the server sends once its in-sync set has the grant — normally
+    /// within a replication round trip), tied to the session
     /// `tying` names when the grant named one. A guard whose session's deadline has passed
     /// already is lost from the start ([`Guard::is_held`] is false).
     pub(crate) fn start(
@@ -244,7 +246,8 @@ impl Guard {
     /// guard has no watchdog: this one's, if on, keeps the lease. Synced like a grant.
     ///
     /// # Errors
-    /// [`Error::NotReplicated`] (the new hold was given back), no connection, a Redlock holding
+    /// [`Error::NotReplicated`] (the new hold was given back: by the server, or by the client
+    /// when its own `WAIT` counted too few), no connection, a Redlock holding
     /// ([`Error::NotOnRedlock`]) or a set ([`Error::NotOnSet`]).
     pub async fn reenter(&self, ttl: Duration) -> Result<Option<Guard>> {
         let held = self.node("reenter")?;
@@ -291,9 +294,12 @@ impl Guard {
     /// grant.
     ///
     /// # Errors
-    /// [`Error::NotReplicated`] (the master made the change, the guard keeps its mode and
-    /// token: release it), no connection, a Redlock holding ([`Error::NotOnRedlock`]) or a set
-    /// ([`Error::NotOnSet`]).
+    /// [`Error::NotReplicated`]: refused by the server (`NOREPLICAS`), which gave the changed
+    /// holding back as it does a grant that did not count (it released one hold of this
+    /// owner's: the lock, unless it was re-entered) — the guard is then lost
+    /// ([`Guard::lost`]); found short by the client (a fixed count's `WAIT`), the master made
+    /// the change and the guard keeps its mode and token: release it. Or no connection, a
+    /// Redlock holding ([`Error::NotOnRedlock`]) or a set ([`Error::NotOnSet`]).
     pub async fn downgrade(&mut self, ttl: Duration) -> Result<bool> {
         self.change_mode("downgrade", ttl, Mode::Shared(None)).await
     }
@@ -312,6 +318,11 @@ impl Guard {
     async fn change_mode(&mut self, what: &'static str, ttl: Duration, mode: Mode) -> Result<bool> {
         let sent = Instant::now();
         let changed = self.node(what)?.acquire(ttl, mode, false).await;
+        if let Err(error) = &changed
+            && released_by_server(error)
+        {
+            self.ended.send_replace(true);
+        }
         let Some(token) = self.counted(sent, ttl, changed)? else {
             return Ok(false);
         };
@@ -347,7 +358,8 @@ impl Guard {
     ///
     /// # Errors
     /// [`Error::NotReplicated`]: the master renewed it but the replicas did not acknowledge in
-    /// time, so the renewal does not count (a failover may lose it) and the lease end stays the
+    /// time (the server refused it, `NOREPLICAS`, or a fixed count's `WAIT` counted too few),
+    /// so the renewal does not count (a failover may lose it) and the lease end stays the
     /// last synced one — or earlier, `ttl` from now, when `ttl` is shorter than what was left:
     /// the master may have made the renewal. Or the server could not be reached (the same).
     /// Either way the guard still counts as held until [`Guard::lease_end`].
@@ -520,9 +532,7 @@ mod tests {
 
     /// A renewal the replicas did not acknowledge in time.
     fn not_counted() -> Error {
-        Error::NotReplicated {
-            reason: "not every in-sync replica acknowledged within 1000 ms".to_owned(),
-        }
+        Error::not_replicated("not every in-sync replica acknowledged within 1000 ms")
     }
 
     #[test]

@@ -11,9 +11,9 @@ use crate::backoff::Backoff;
 use crate::binding::Write;
 use crate::client::{Client, Synced};
 use crate::error::{Error, Result};
-use crate::pool::{Undo, is_lost_reply};
+use crate::pool::is_lost_reply;
 use crate::session::{Renewable, Tie, is_no_such_session};
-use crate::sync::Sync;
+use crate::sync::{Sync, renewed_by_server};
 
 /// What is asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,11 +120,14 @@ impl Held {
 
     /// `LOCK.ACQUIRE` as this holding's owner in `mode`, one more hold with `reentrant`,
     /// synced: the token, or `None` when the owner no longer holds what it takes (or another
-    /// holds it). A new hold the replicas did not acknowledge is given back.
+    /// holds it). A new hold the replicas did not acknowledge is given back: by the server when
+    /// it refused it (`NOREPLICAS`), by the client when its own `WAIT` counted too few.
     ///
     /// # Errors
-    /// [`Error::NotReplicated`] when the replicas did not acknowledge it; a mode change stays
-    /// made on the master (it may be lost in a failover).
+    /// [`Error::NotReplicated`] when the replicas did not acknowledge it. A mode change the
+    /// server refused was given back as a grant is — the server released one hold of this
+    /// owner's ([`crate::sync::released_by_server`]); one the client found short stays made on
+    /// the master (it may be lost in a failover).
     pub(crate) async fn acquire(
         &self,
         ttl: Duration,
@@ -137,14 +140,11 @@ impl Held {
         }
         // Tied to no session (on an unbound connection) the server would untie the holding.
         let naming = self.naming();
-        // A re-entry nobody received is one hold too many: released. A mode change is no
-        // new hold: kept, as a refused one is.
-        let undo = reentrant.then(|| Undo {
-            release: self.release_command(),
-            if_lost: false,
-        });
+        // Nothing is released when the caller drops this future: the server gives back a
+        // re-entry it was holding when the connection closes, and a release sent for one it
+        // may not have made would give back a hold the holder counts on.
         let write = self.write(&command, naming.as_deref());
-        let synced = self.client.synced::<Option<u64>>(write, &self.sync, undo);
+        let synced = self.client.synced::<Option<u64>>(write, &self.sync, None);
         let synced = synced.await;
         self.named(naming.as_deref(), &synced, |synced| synced.reply.is_some())
             .await;
@@ -168,7 +168,8 @@ impl Held {
     ///
     /// # Errors
     /// [`Error::NotReplicated`] when it was renewed on the master but the replicas did not
-    /// acknowledge it in time: the renewal does not count.
+    /// acknowledge it in time (the server said so, `NOREPLICAS`, or the client's own `WAIT`
+    /// counted too few): the renewal does not count, the lease before it does.
     pub(crate) async fn renew(&self, ttl: Duration) -> Result<bool> {
         let mut command = set_command("LOCK.RENEW", &self.names, self.mode());
         command.arg(&self.owner).arg(millis(ttl)?);
@@ -205,8 +206,9 @@ impl Held {
     }
 
     /// After a write that named session `id` (`None`: none) came back as `outcome`: made
-    /// (`made` says so from its reply), the holding is tied to `id`; no reply, it may be;
-    /// refused because the server has no such session, a new one is opened.
+    /// (`made` says so from its reply) or a renewal the server made but refused to count
+    /// (`NOREPLICAS`), the holding is tied to `id`; no reply, it may be; refused because the
+    /// server has no such session, a new one is opened.
     async fn named<T>(
         &self,
         id: Option<&str>,
@@ -221,6 +223,8 @@ impl Held {
             Ok(_) => {}
             Err(Error::Redis(error)) if is_no_such_session(error) => tie.gone(id).await,
             Err(Error::Redis(error)) if is_lost_reply(error) => tie.moved(id, false),
+            // The master made the renewal (and tied the holding), but it does not count.
+            Err(error) if renewed_by_server(error) => tie.moved(id, true),
             Err(_) => {}
         }
     }

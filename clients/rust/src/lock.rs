@@ -15,7 +15,7 @@ use crate::guard::{Guard, Holding, Keeping};
 use crate::held::{Held, Mode, Tokens, acquire_command, is_try_again};
 use crate::lease;
 use crate::owner::new_owner;
-use crate::pool::{Undo, is_lost_reply};
+use crate::pool::is_lost_reply;
 use crate::session::{Tying, is_no_such_session};
 use crate::sync::Sync;
 
@@ -170,11 +170,13 @@ impl Lock {
     }
 
     /// Whether and how a grant reaches the replicas before an acquire returns it, and a
-    /// renewal before it counts (default: every replica in the master's in-sync set, within
-    /// 1 s — see [`Sync`]). A grant that does not count is released and the acquire fails with
-    /// [`Error::NotReplicated`], or, with a wait budget left, tries again within it; a renewal
-    /// that does not count is not counted on ([`Guard::renew`], the watchdog). Releases never
-    /// wait. Syncing to fewer replicas than the master's in-sync set is not safe (see
+    /// renewal before it counts (default: every replica in the master's in-sync set, which the
+    /// master makes sure of before it replies, within its `lock.sync-timeout-ms` — see
+    /// [`Sync`]). A grant that does not count is released (by the server when it refused it,
+    /// `NOREPLICAS`; by the client when its own `WAIT` counted too few) and the acquire fails
+    /// with [`Error::NotReplicated`], or, with a wait budget left, tries again within it; a
+    /// renewal that does not count is not counted on ([`Guard::renew`], the watchdog). Releases
+    /// never wait. Syncing to fewer replicas than the master's in-sync set is not safe (see
     /// [`Sync::exactly`]).
     #[must_use]
     pub fn with_sync(mut self, sync: Sync) -> Self {
@@ -224,9 +226,10 @@ impl Lock {
     ///
     /// # Errors
     /// The server's error (`WRONGTYPE`, a different `LIMIT`), no connection, the session could
-    /// not be opened, [`Error::NotReplicated`] (see [`Lock::with_sync`]), or
-    /// [`Error::SessionExpired`]. After a lost reply the client releases in the background
-    /// whatever it may have been granted.
+    /// not be opened, [`Error::NotReplicated`] (see [`Lock::with_sync`]),
+    /// [`Error::ModuleTooOld`], or [`Error::SessionExpired`]. After a lost reply the client
+    /// releases in the background whatever it may have been granted, as it does when the caller
+    /// drops this future with the grant in flight.
     pub async fn try_acquire(&self, ttl: Duration) -> Result<Option<Guard>> {
         let owner = self.next_owner();
         let tried = self.try_acquire_as(&owner, ttl).await;
@@ -250,12 +253,9 @@ impl Lock {
                 session: tying.as_ref().map(Tying::id),
             };
             let sync = &self.settings.sync;
-            // A grant nobody received (the caller dropped this future) is released, as one
-            // whose reply was lost is ([`Lock::try_acquire`]).
-            let undo = Undo {
-                release: self.held(owner).release_command(),
-                if_lost: true,
-            };
+            // A grant nobody received (the caller dropped this future with the write in flight)
+            // is released, as one whose reply was lost is ([`Lock::try_acquire`]).
+            let undo = self.held(owner).release_command();
             let synced = self.client.synced(write, sync, Some(undo));
             let synced = match (synced.await, &tying) {
                 (Err(Error::Redis(error)), _) if is_try_again(&error) => return Ok(None),
@@ -279,9 +279,11 @@ impl Lock {
         }
     }
 
-    /// The tokens of a grant once it counts (`None`: nothing was granted). When it does not, or
-    /// its replicas acknowledged it only after the lease it `began` with (for `ttl`) had ended,
-    /// releases it (owner-checked) and fails with [`Error::NotReplicated`].
+    /// The tokens of a grant once it counts (`None`: nothing was granted). When the client
+    /// found it does not (a fixed count's `WAIT`, the AOF), or its reply came only after the
+    /// lease it `began` with (for `ttl`) had ended, releases it (owner-checked) and fails with
+    /// [`Error::NotReplicated`]. (A grant the server refused, `NOREPLICAS`, came as that error:
+    /// the server released it.)
     async fn acknowledged(
         &self,
         owner: &str,
@@ -291,9 +293,8 @@ impl Lock {
         // A grant acknowledged only after the lease it began with ended is one nobody can
         // count on: the lock may have been handed on meanwhile.
         let ended = began + lease::counted(ttl) <= Instant::now();
-        let late = || Error::NotReplicated {
-            reason: "the replicas acknowledged it only after its lease ended".to_owned(),
-        };
+        let late =
+            || Error::not_replicated("the replicas acknowledged it only after its lease ended");
         if synced.reply.any()
             && let Some(error) = synced.refusal().or_else(|| ended.then(late))
         {
@@ -311,7 +312,9 @@ impl Lock {
     /// background.
     ///
     /// # Errors
-    /// The server's error, or no connection.
+    /// The server's error, no connection, [`Error::NotReplicated`] for a grant that did not
+    /// count with no budget left to try again (see [`Lock::with_sync`]), or
+    /// [`Error::ModuleTooOld`].
     pub async fn acquire_timeout(&self, ttl: Duration, wait: Duration) -> Result<Option<Guard>> {
         self.acquire_until(ttl, Some(Instant::now() + wait)).await
     }
@@ -319,7 +322,8 @@ impl Lock {
     /// Takes the lock, waiting as long as it takes.
     ///
     /// # Errors
-    /// The server's error, or no connection.
+    /// The server's error, no connection, [`Error::NotReplicated`] for a grant that did not
+    /// count (see [`Lock::with_sync`]), or [`Error::ModuleTooOld`].
     pub async fn acquire(&self, ttl: Duration) -> Result<Guard> {
         loop {
             if let Some(guard) = self.acquire_until(ttl, None).await? {
@@ -401,7 +405,8 @@ impl Lock {
             .await;
         drop(connection);
         match synced {
-            // The server replies the moment it hands the lock over: the lease began then (the
+            // The server replies once the in-sync set has the hand-over (normally within a
+            // replication round trip of it): the lease began just before (a fixed count's
             // `WAIT` behind the grant comes later).
             Ok(synced) => {
                 let granted = synced.answered;
@@ -414,18 +419,21 @@ impl Lock {
                 }
             }
             // The server has no such session (a failover, a restart): nothing was done.
-            Err(error) if is_no_such_session(&error) => {
+            Err(Error::Redis(error)) if is_no_such_session(&error) => {
                 if let Some(tying) = &tying {
                     tying.gone().await?;
                 }
                 Ok(Attempt::Again)
             }
-            Err(error) if is_try_again(&error) => {
+            Err(Error::Redis(error)) if is_try_again(&error) => {
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 Ok(Attempt::Again)
             }
-            Err(error) if is_lost_reply(&error) => self.recover(owner, ttl).await,
-            Err(error) => Err(error.into()),
+            // The connection was closed: the server releases a grant it was holding for it
+            // until synced; one already made is found by asking again.
+            Err(Error::Redis(error)) if is_lost_reply(&error) => self.recover(owner, ttl).await,
+            // Refused by the server (`NOREPLICAS`): the grant was released there.
+            Err(error) => Err(error),
         }
     }
 

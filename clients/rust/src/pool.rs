@@ -1,20 +1,19 @@
 //! The dedicated connections of one server (or one cluster master): a bounded pool for waits in
-//! the server and one for synced writes, lent to one caller (a waiter, or a sender of synced
-//! writes) at a time (deadpool), and the synced writes queued for the senders ([`Pools::queue`],
-//! group commit).
+//! the server and one for synced writes, each connection lent to one caller (a waiter, or the
+//! sender of one synced write) at a time (deadpool).
 //!
-//! A blocked command (`LOCK.ACQUIRE ... WAIT`, `WAIT`) stalls the connection it was sent on, so
-//! neither goes over the shared connection. Two pools, so that waiters — who keep their
-//! connection for as long as they wait — never starve a holder's synced renewal. A caller that
-//! finds its pool exhausted queues within its own budget. A connection goes back to its pool
-//! only once every reply it was sent has been read: one whose reply was lost (the client-side
-//! timeout fired, the connection dropped, the caller was cancelled with a command in flight) is
-//! closed and never lent again. Each connection remembers the session it is bound to
-//! (`LOCK.SESSION USE`, [`crate::binding`]), which ends with it.
+//! A blocked command stalls the connection it was sent on: a wait (`LOCK.ACQUIRE ... WAIT`), a
+//! synced write whose reply the server holds until its in-sync set has it (`SYNC`,
+//! [`crate::sync`]), a `WAIT`. So none goes over the shared connection. Two pools, so that
+//! waiters — who keep their connection for as long as they wait — never starve a holder's
+//! synced renewal. A caller that finds its pool exhausted queues within its own budget. A
+//! connection goes back to its pool only once every reply it was sent has been read: one whose
+//! reply was lost (the client-side timeout fired, the connection dropped, the caller was
+//! cancelled with a command in flight) is closed and never lent again — and the server, seeing
+//! it closed, releases a grant it was holding for it until synced. Each connection remembers
+//! the session it is bound to (`LOCK.SESSION USE`, [`crate::binding`]), which ends with it.
 
-use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use deadpool::Runtime;
@@ -23,18 +22,16 @@ use deadpool::managed::{
 };
 use futures_util::future::join;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, Value};
-use tokio::sync::oneshot;
+use redis::{AsyncConnectionConfig, Pipeline, RedisError, Value};
 use tokio::time::Instant;
 
-use crate::binding::{Bound, Write};
-use crate::error::Error;
-use crate::sync::Sync;
+use crate::binding::Bound;
 
 /// How long opening a connection may take.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long a quick command (everything but a wait or a `WAIT`) may take before it fails.
+/// How long a quick command (everything but a wait or a synced write) may take before it fails;
+/// also the margin a synced write's reply gets beyond its sync timeout.
 pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A connection lent again after lying idle this long is first checked with `PING` (a server's
@@ -140,11 +137,13 @@ impl ClientOptions {
     }
 
     /// At most `connections` (at least 1) for synced writes — a grant made without waiting, a
-    /// renewal, a re-entry — and their `WAIT`: the most round trips of synced writes to one
-    /// server in flight at once. Concurrent writes share round trips (up to 64 writes each,
-    /// before one `WAIT`); another connection is used only while more writes are queued than the
-    /// round trips in flight take next, so a synced write waits for at most one round trip
-    /// ahead of it.
+    /// renewal, a re-entry, a mode change — each carrying one write at a time (the server holds
+    /// its reply until the in-sync set has it, stalling the connection meanwhile; with a fixed
+    /// count, its `WAIT` follows it): the most synced writes to one server in flight at once.
+    /// The server asks its replicas for their acknowledgement once per turn of its event loop
+    /// for all the writes it holds, so concurrent writes on several connections sync together.
+    /// A write that finds every connection taken queues for one up to its sync timeout
+    /// ([`crate::Sync::timeout`]), then fails with [`crate::Error::NotReplicated`], unsent.
     #[must_use]
     pub const fn sync_connections(mut self, connections: usize) -> Self {
         self.sync = if connections == 0 { 1 } else { connections };
@@ -161,9 +160,9 @@ impl Default for ClientOptions {
 /// What a connection is borrowed for: each has a pool of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Purpose {
-    /// A wait in the server (`... WAIT`), and the sync of what it granted.
+    /// A wait in the server (`... WAIT`), synced as the write it is.
     Wait,
-    /// A synced write: a grant made without waiting, a renewal, and their `WAIT`.
+    /// A synced write: a grant made without waiting, a renewal, and a fixed count's `WAIT`.
     Sync,
 }
 
@@ -209,95 +208,11 @@ impl managed::Manager for Dialer {
     }
 }
 
-/// The wait pool and the sync pool of one server, and the synced writes queued for it.
-/// Cloning is cheap: clones share them.
+/// The wait pool and the sync pool of one server. Cloning is cheap: clones share them.
 #[derive(Clone)]
 pub(crate) struct Pools {
     wait: Pool<Dialer>,
     sync: Pool<Dialer>,
-    outbox: Arc<Mutex<Outbox>>,
-}
-
-/// The most synced writes sent in one round trip.
-const MOST_PER_ROUND_TRIP: usize = 64;
-
-/// The synced writes queued for one master (group commit), in a lane per sync setting, and the
-/// senders that take them. A sender is a task with a sync connection: it takes the oldest
-/// writes of a lane, up to [`MOST_PER_ROUND_TRIP`], and sends them in one round trip before one
-/// `LOCK.INSYNC`, `WAIT`, `LOCK.INSYNC` (a `WAIT` covers every write before it on its
-/// connection), then takes again, until no lane needs it.
-///
-/// A lane needs one more sender while it queues more writes than its senders take in their
-/// next round trips ([`MOST_PER_ROUND_TRIP`] each); at most the sync pool's size run at once.
-/// So a lone write is sent at once, a write queued behind a round trip in flight waits for at
-/// most that one, and concurrent writes share round trips instead of each paying its own
-/// `WAIT` (every round trip in flight to a master waits for the same replicas: more of them
-/// cost the master commands and acknowledgements, and make no write count sooner than the one
-/// ahead of it).
-struct Outbox {
-    next: u64,
-    lanes: HashMap<Sync, Lane>,
-    /// Senders running, in all lanes.
-    senders: usize,
-    /// The most senders that may run: the sync pool's size.
-    places: usize,
-}
-
-/// The writes queued with one sync setting, oldest first, and its senders.
-#[derive(Default)]
-struct Lane {
-    queued: VecDeque<Queued>,
-    senders: usize,
-}
-
-impl Lane {
-    /// Whether it queues more writes than its senders take in their next round trips.
-    fn needs_sender(&self) -> bool {
-        self.queued.len() > self.senders.saturating_mul(MOST_PER_ROUND_TRIP)
-    }
-}
-
-/// A synced write waiting to be sent.
-pub(crate) struct Queued {
-    id: u64,
-    /// The key it writes (in a cluster, its slot's master is the one asked).
-    pub(crate) key: String,
-    /// The write, naming no session.
-    pub(crate) command: Cmd,
-    /// The session it is to be tied to (`None`: to none), which its connection is bound to
-    /// ([`crate::binding`]).
-    pub(crate) session: Option<String>,
-    /// What undoes it when its caller is gone before its outcome came ([`Undo`]).
-    pub(crate) undo: Option<Undo>,
-    /// Where its outcome goes.
-    pub(crate) done: oneshot::Sender<Result<Sent, Error>>,
-}
-
-/// The command that undoes a synced write nobody received the outcome of (its caller dropped
-/// its future after a sender took the write): a release as the write's owner, sent when the
-/// write granted something (a token, or a set's tokens) — and, with `if_lost`, when its reply
-/// was lost too (a grant to a new owner: releasing frees nothing else).
-#[derive(Clone)]
-pub(crate) struct Undo {
-    /// `LOCK.RELEASE name owner` (a set: `LOCK.MRELEASE`), sent on the shared connection.
-    pub(crate) release: Cmd,
-    /// Also sent when the write's reply was lost (it may have granted).
-    pub(crate) if_lost: bool,
-}
-
-/// What a synced write got: its reply (an error reply too), why it does not count (`None`: it
-/// counts), and when the reply came.
-pub(crate) struct Sent {
-    pub(crate) reply: Value,
-    pub(crate) refused: Option<String>,
-    pub(crate) answered: Instant,
-}
-
-/// A queued write's place in its master's queue, for [`Pools::withdraw`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Ticket {
-    sync: Sync,
-    id: u64,
 }
 
 impl Pools {
@@ -318,93 +233,7 @@ impl Pools {
         Self {
             wait: pool(options.wait),
             sync: pool(options.sync),
-            outbox: Arc::new(Mutex::new(Outbox {
-                next: 0,
-                lanes: HashMap::new(),
-                senders: 0,
-                places: options.sync,
-            })),
         }
-    }
-
-    /// Queues `write`, synced as `sync` and undone by `undo` if nobody receives its outcome.
-    /// Returns its ticket, where its outcome will come, and whether the caller must start a
-    /// sender for its lane ([`Pools::take`]): one is counted for it.
-    pub(crate) fn queue(
-        &self,
-        sync: Sync,
-        write: Write<'_>,
-        undo: Option<Undo>,
-    ) -> (Ticket, oneshot::Receiver<Result<Sent, Error>>, bool) {
-        let (done, outcome) = oneshot::channel();
-        let mut outbox = self.outbox();
-        outbox.next += 1;
-        let id = outbox.next;
-        let queued = Queued {
-            id,
-            key: write.key.to_owned(),
-            command: write.command.clone(),
-            session: write.session.map(str::to_owned),
-            undo,
-            done,
-        };
-        let has_place = outbox.senders < outbox.places;
-        let lane = outbox.lanes.entry(sync).or_default();
-        lane.queued.push_back(queued);
-        let start = has_place && lane.needs_sender();
-        if start {
-            lane.senders += 1;
-            outbox.senders += 1;
-        }
-        (Ticket { sync, id }, outcome, start)
-    }
-
-    /// The next round trip of a sender of lane `lane`: the oldest writes, up to
-    /// [`MOST_PER_ROUND_TRIP`], of the lane that needs a sender and queued the oldest write —
-    /// `lane` is set to it. Empty when no lane needs one: the sender stops, its place given up.
-    pub(crate) fn take(&self, lane: &mut Sync) -> Vec<Queued> {
-        let mut outbox = self.outbox();
-        outbox.leave(*lane);
-        let Outbox { lanes, senders, .. } = &mut *outbox;
-        let next = lanes
-            .iter_mut()
-            .filter(|(_, queue)| queue.needs_sender())
-            .min_by_key(|(_, queue)| queue.queued.front().map(|queued| queued.id));
-        let Some((next, queue)) = next else {
-            *senders = senders.saturating_sub(1);
-            return Vec::new();
-        };
-        *lane = *next;
-        queue.senders += 1;
-        let count = queue.queued.len().min(MOST_PER_ROUND_TRIP);
-        queue.queued.drain(..count).collect()
-    }
-
-    /// A sender of lane `lane` stopped before [`Pools::take`] stopped it (its task was dropped
-    /// or panicked): gives up its place.
-    pub(crate) fn give_up(&self, lane: Sync) {
-        let mut outbox = self.outbox();
-        outbox.leave(lane);
-        outbox.senders = outbox.senders.saturating_sub(1);
-    }
-
-    /// Takes the write of `ticket` out of the queue; false when a sender already took it.
-    pub(crate) fn withdraw(&self, ticket: Ticket) -> bool {
-        let mut outbox = self.outbox();
-        let Some(lane) = outbox.lanes.get_mut(&ticket.sync) else {
-            return false;
-        };
-        let before = lane.queued.len();
-        lane.queued.retain(|queued| queued.id != ticket.id);
-        let withdrawn = lane.queued.len() < before;
-        if lane.queued.is_empty() && lane.senders == 0 {
-            outbox.lanes.remove(&ticket.sync);
-        }
-        withdrawn
-    }
-
-    fn outbox(&self) -> std::sync::MutexGuard<'_, Outbox> {
-        self.outbox.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Borrows a connection for `purpose`, queueing up to `budget` (`None`: as long as it
@@ -435,28 +264,10 @@ impl Pools {
     }
 }
 
-impl Outbox {
-    /// A sender leaves lane `sync` (to take again, or to stop); a lane left with neither
-    /// writes nor senders is forgotten.
-    fn leave(&mut self, sync: Sync) {
-        if let Some(lane) = self.lanes.get_mut(&sync) {
-            lane.senders = lane.senders.saturating_sub(1);
-            if lane.queued.is_empty() && lane.senders == 0 {
-                self.lanes.remove(&sync);
-            }
-        }
-    }
-}
-
 /// A connection borrowed from a pool; it goes back when dropped, unless a reply was lost on it.
 pub(crate) struct Borrowed(Option<Object<Dialer>>);
 
 impl Borrowed {
-    /// False once a reply was lost on it: it was closed, and the next exchange fails.
-    pub(crate) fn is_open(&self) -> bool {
-        self.0.is_some()
-    }
-
     /// The session it is bound to, as far as the client knows ([`crate::binding`]); unknown
     /// once it was closed.
     pub(crate) fn bound(&self) -> Bound {

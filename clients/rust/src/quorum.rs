@@ -11,6 +11,7 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::held::millis;
 use crate::lease::drift;
+use crate::sync::write_error;
 
 /// One owner's holding of one name on a set of nodes.
 #[derive(Clone)]
@@ -51,12 +52,23 @@ impl Quorum {
         ttl: Duration,
         command: &redis::Cmd,
     ) -> Vec<Option<T>> {
+        let replies = self.each_with_errors(nodes, ttl, command).await;
+        replies.into_iter().map(|reply| reply?.ok()).collect()
+    }
+
+    /// [`Quorum::each`], keeping each node's error: `None` when a node did not answer within
+    /// the node timeout.
+    async fn each_with_errors<T: redis::FromRedisValue>(
+        &self,
+        nodes: &[usize],
+        ttl: Duration,
+        command: &redis::Cmd,
+    ) -> Vec<Option<Result<T>>> {
         let timeout = self.timeout(ttl);
         join_all(nodes.iter().map(|node| async move {
             let client = self.nodes.get(*node)?;
             tokio::time::timeout(timeout, client.query::<T>(command))
                 .await
-                .ok()?
                 .ok()
         }))
         .await
@@ -66,15 +78,44 @@ impl Quorum {
         (0..self.nodes.len()).collect()
     }
 
-    /// `LOCK.ACQUIRE` on every node: each node's token, or `None`.
+    /// `LOCK.ACQUIRE ... NOSYNC` on every node: each node's token, or `None`. (`NOSYNC`: a
+    /// node's replicas are no part of Redlock, and a reply held for them would stall the
+    /// node's shared connection.)
+    ///
+    /// # Errors
+    /// A lease too short for the drift allowance, or [`Error::ModuleTooOld`] when a node's
+    /// module does not know `NOSYNC` (what the others granted is released first).
     pub(crate) async fn acquire(&self, ttl: Duration) -> Result<Vec<Option<u64>>> {
         if drift(ttl) >= ttl {
             return Err(Error::Lease(ttl));
         }
         let mut command = redis::cmd("LOCK.ACQUIRE");
-        command.arg(&self.name).arg(&self.owner).arg(millis(ttl)?);
-        let replies: Vec<Option<Option<u64>>> = self.each(&self.all(), ttl, &command).await;
-        Ok(replies.into_iter().map(Option::flatten).collect())
+        command
+            .arg(&self.name)
+            .arg(&self.owner)
+            .arg(millis(ttl)?)
+            .arg("NOSYNC");
+        let replies: Vec<Option<Result<Option<u64>>>> =
+            self.each_with_errors(&self.all(), ttl, &command).await;
+        let mut tokens = Vec::with_capacity(replies.len());
+        let mut too_old = None;
+        for reply in replies {
+            match reply {
+                Some(Err(Error::Redis(error))) => {
+                    if let error @ Error::ModuleTooOld { .. } = write_error(error) {
+                        too_old = Some(error);
+                    }
+                    tokens.push(None);
+                }
+                Some(reply) => tokens.push(reply.ok().flatten()),
+                None => tokens.push(None),
+            }
+        }
+        if let Some(error) = too_old {
+            self.release().await;
+            return Err(error);
+        }
+        Ok(tokens)
     }
 
     /// `LOCK.RAISE ... token` on `nodes`: how many confirmed a token of at least `token`.
@@ -89,14 +130,19 @@ impl Quorum {
             .count()
     }
 
-    /// `LOCK.RENEW` on every node: true if a majority renewed within the validity time.
+    /// `LOCK.RENEW ... NOSYNC` on every node: true if a majority renewed within the validity
+    /// time.
     pub(crate) async fn renew(&self, ttl: Duration) -> bool {
         let started = Instant::now();
         let Ok(ms) = millis(ttl) else {
             return false;
         };
         let mut command = redis::cmd("LOCK.RENEW");
-        command.arg(&self.name).arg(&self.owner).arg(ms);
+        command
+            .arg(&self.name)
+            .arg(&self.owner)
+            .arg(ms)
+            .arg("NOSYNC");
         let replies: Vec<Option<i64>> = self.each(&self.all(), ttl, &command).await;
         let renewed = replies
             .into_iter()

@@ -1,8 +1,9 @@
 //! Redlock over N independent masters, with fencing tokens that never go backwards.
 //!
 //! # The protocol
-//! To acquire, the client sends `LOCK.ACQUIRE key owner ttl` (no `WAIT`) to every node at
-//! once, each with a short timeout. It has the lock if a majority granted it within the
+//! To acquire, the client sends `LOCK.ACQUIRE key owner ttl NOSYNC` (no `WAIT`; `NOSYNC`: a
+//! node replies at once, not once its replicas have the grant) to every node at once, each with
+//! a short timeout. It has the lock if a majority granted it within the
 //! validity time: `ttl - elapsed - (ttl × drift factor + 2 ms)` still positive (Redis's
 //! Redlock description, with its default drift factor of 0.01). Then:
 //!
@@ -163,7 +164,10 @@ impl RedlockLock {
     /// One round of the protocol: the lock with its quorum token, or `None`.
     ///
     /// # Errors
-    /// [`Error::Lease`] for a lease shorter than the drift allowance.
+    /// [`Error::Lease`] for a lease shorter than the drift allowance, or
+    /// [`Error::ModuleTooOld`] when a node's lock module is older than 0.7.0 (it does not know
+    /// `NOSYNC`, which Redlock's grants and renewals carry: a node's replicas are no part of
+    /// Redlock).
     pub async fn try_acquire(&self, ttl: Duration) -> Result<Option<Guard>> {
         let started = Instant::now();
         let quorum = &Quorum {

@@ -1,5 +1,8 @@
 //! Grants and renewals synced to replicas before they count (`Sync`): on a real master and
-//! replicas, with a replica running, stopped (`SIGSTOP`), promoted and killed for good.
+//! replicas, with a replica running, stopped (`SIGSTOP`), the master turned replica, and a
+//! replica killed for good. The server syncs the writes itself (`SYNC`, module 0.7.0+): the
+//! client sends one command per write, no `LOCK.INSYNC` and no `WAIT`, and reports the server's
+//! `NOREPLICAS` as `NotReplicated`; a fixed count still waits with `WAIT` behind `NOSYNC`.
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
@@ -33,8 +36,15 @@ fn int(token: u64) -> Value {
     Value::Int(i64::try_from(token).expect("below 2^53"))
 }
 
-/// A lock whose grants wait up to 200 ms for the replicas, after a synced grant on it (so
-/// the client heard the master's in-sync set).
+/// Makes `master` wait up to 200 ms for its replicas before it refuses a synced write
+/// (`lock.sync-timeout-ms`).
+fn quick(master: &Server) {
+    let set = ["CONFIG", "SET", "lock.sync-timeout-ms", "200"];
+    assert_eq!(call(&mut master.client(), &set), Value::Okay);
+}
+
+/// A lock whose grants the client waits for with a 200 ms sync timeout (the server's must be
+/// set apart, [`quick`]), after a synced grant on it.
 async fn synced_once(client: &Client) -> Lock {
     let lock = Lock::new(client, "k").with_sync(Sync::to_replicas().timeout(QUICK));
     let guard = lock.try_acquire(TTL).await.expect("synced");
@@ -44,7 +54,7 @@ async fn synced_once(client: &Client) -> Lock {
 
 /// True when `outcome` is a refusal whose reason contains `reason`.
 fn refused<T>(outcome: &leasehold_client::Result<T>, reason: &str) -> bool {
-    matches!(outcome, Err(Error::NotReplicated { reason: why }) if why.contains(reason))
+    matches!(outcome, Err(Error::NotReplicated { reason: why, .. }) if why.contains(reason))
 }
 
 /// The reason of a refusal, or what came instead.
@@ -65,13 +75,18 @@ async fn a_lone_server_waits_for_nothing() {
     assert!(guard.renew(TTL).await.expect("renew"));
     assert!(guard.release().await.expect("release"));
     assert_eq!(waits(&server), 0, "no replicas: no WAIT");
-    assert!(calls(&server, "lock.insync") >= 2, "it asked the server");
+    assert_eq!(
+        calls(&server, "lock.insync"),
+        0,
+        "the server syncs: nothing to ask"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_grant_is_on_the_replica_when_it_is_returned_immediate_or_handed_over() {
     let (master, replica) = pair();
     let client = client(&master).await;
+    let before = waits(&master);
     let guard = Lock::new(&client, "k")
         .try_acquire(TTL)
         .await
@@ -82,7 +97,8 @@ async fn a_grant_is_on_the_replica_when_it_is_returned_immediate_or_handed_over(
         int(guard.token()),
         "already on the replica"
     );
-    assert!(waits(&master) >= 1);
+    assert_eq!(waits(&master), before, "the server synced it: no WAIT");
+    assert_eq!(calls(&master, "lock.insync"), 0);
 
     let waiting = tokio::spawn({
         let lock = Lock::new(&client, "k");
@@ -105,12 +121,23 @@ async fn a_grant_is_on_the_replica_when_it_is_returned_immediate_or_handed_over(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_grant_the_replica_does_not_get_is_released_and_reported() {
     let (master, replica) = pair();
+    quick(&master);
     let client = client(&master).await;
     let lock = synced_once(&client).await;
     replica.signal("STOP");
+    let releases = calls(&master, "lock.release");
     let tried = lock.try_acquire(TTL).await;
     assert!(refused(&tried, UNACKNOWLEDGED), "{}", outcome(&tried));
+    let message = outcome(&tried);
+    assert!(
+        message.contains("NOREPLICAS") && message.contains("the grant was released"),
+        "the server's whole refusal: {message}"
+    );
     assert_eq!(holder(&mut master.client(), "k"), None, "released");
+    assert!(
+        calls(&master, "lock.release") <= releases + 1,
+        "by the server (at most its own release), not by the client too"
+    );
 
     // With a wait budget it tries again within it, and gets it once the replica is back.
     let resume = tokio::spawn(async move {
@@ -136,39 +163,60 @@ async fn a_grant_the_replica_does_not_get_is_released_and_reported() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_master_seen_replaced_counts_none_of_its_writes() {
+async fn a_master_turned_replica_refuses_the_grants_it_held() {
     let (master, replica) = pair();
     let client = client(&master).await;
-    let lock = synced_once(&client).await;
-    // A split brain: the replica is promoted, the old master keeps taking writes. Neither
-    // requires a replica, so only the replacement can refuse.
-    for server in [&master, &replica] {
-        let set = ["CONFIG", "SET", "lock.min-insync-replicas", "0"];
-        assert_eq!(call(&mut server.client(), &set), Value::Okay);
-    }
-    call(&mut replica.client(), &["REPLICAOF", "NO", "ONE"]);
-    let promoted = client.reopen(&replica.url()).await.expect("connect");
-    let on_promoted = Lock::new(&promoted, "k").with_sync(Sync::to_replicas().timeout(QUICK));
-    let granted = on_promoted.try_acquire(TTL).await;
-    let granted = granted.expect("synced on the promoted replica");
-    assert!(granted.expect("free").release().await.expect("release"));
-
-    // The promoted replica named the old master as the one it replaced: none of the old
-    // master's writes count any more, for this client and the one it was reopened from.
-    for _ in 0..2 {
-        let tried = lock.try_acquire(TTL).await;
-        assert!(
-            refused(&tried, "the master was replaced"),
-            "{}",
-            outcome(&tried)
-        );
-    }
-    assert_eq!(holder(&mut master.client(), "k"), None, "released");
-    let off = lock.clone().with_sync(Sync::off());
+    let lock = Lock::new(&client, "k").with_sync(Sync::to_replicas().timeout(TTL));
+    let set = ["CONFIG", "SET", "lock.sync-timeout-ms", "10000"];
+    assert_eq!(call(&mut master.client(), &set), Value::Okay);
+    replica.signal("STOP");
+    let tried = tokio::spawn(async move { lock.try_acquire(TTL).await });
+    common::wait_until("the grant is held", || {
+        holder(&mut master.client(), "k").is_some()
+    });
+    // A failover demotes the master while the grant waits for its replica.
+    let port = replica.port.to_string();
+    call(&mut master.client(), &["REPLICAOF", "127.0.0.1", &port]);
+    let tried = tokio::time::timeout(Duration::from_secs(5), tried)
+        .await
+        .expect("refused at once, not after the sync timeout")
+        .expect("task");
     assert!(
-        off.try_acquire(TTL).await.expect("acquire").is_some(),
-        "off"
+        refused(&tried, "this server is no longer a master"),
+        "{}",
+        outcome(&tried)
     );
+    replica.signal("CONT");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fixed_count_waits_with_wait_behind_nosync() {
+    let (master, replica) = pair();
+    let client = client(&master).await;
+    let lock = Lock::new(&client, "k").with_sync(Sync::exactly(1));
+    let before = waits(&master);
+    let guard = lock.try_acquire(TTL).await.expect("acquire").expect("free");
+    assert_eq!(
+        fence(&replica, "k"),
+        int(guard.token()),
+        "WAIT 1 counted it"
+    );
+    assert!(guard.renew(TTL).await.expect("renew"));
+    assert_eq!(waits(&master) - before, 2, "one WAIT per write");
+
+    // Two replicas asked of one: the client finds it short and releases the grant itself.
+    let two = Lock::new(&client, "two").with_sync(Sync::exactly(2).timeout(QUICK));
+    let tried = two.try_acquire(TTL).await;
+    assert!(
+        refused(
+            &tried,
+            "1 of the 2 replicas asked for acknowledged within 200 ms"
+        ),
+        "{}",
+        outcome(&tried)
+    );
+    assert_eq!(holder(&mut master.client(), "two"), None, "released");
+    assert!(guard.release().await.expect("release"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -188,6 +236,7 @@ async fn waitaof_puts_the_grant_on_the_replicas_disks_where_the_server_has_it() 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_renewal_the_replica_does_not_get_does_not_count_and_a_watched_holding_is_lost() {
     let (master, replica) = pair();
+    quick(&master);
     let client = client(&master).await;
     let lock = synced_once(&client).await;
     let renewed = lock.try_acquire(TTL).await.expect("acquire").expect("free");
@@ -203,6 +252,13 @@ async fn a_renewal_the_replica_does_not_get_does_not_count_and_a_watched_holding
 
     let renewal = renewed.renew(TTL * 2).await;
     assert!(refused(&renewal, UNACKNOWLEDGED), "{renewal:?}");
+    let message = renewal.as_ref().err().map(ToString::to_string);
+    assert!(
+        message
+            .as_ref()
+            .is_some_and(|m| m.contains("the renewal does not count")),
+        "{message:?}"
+    );
     assert_eq!(
         renewed.lease_end(),
         renewed_until,
@@ -281,9 +337,19 @@ async fn a_grant_acknowledged_only_after_its_lease_ended_is_not_returned() {
 /// Module arguments that drop a dead replica from the in-sync set within about 4 s.
 const QUICK_DROP: [&str; 4] = ["insync-timeout-ms", "1000", "insync-drop-delay-ms", "500"];
 
+/// [`QUICK_DROP`], and synced writes refused after 200 ms.
+const QUICK_DROP_AND_SYNC: [&str; 6] = [
+    "insync-timeout-ms",
+    "1000",
+    "insync-drop-delay-ms",
+    "500",
+    "sync-timeout-ms",
+    "200",
+];
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replica_dead_for_good_stops_counting_once_the_master_drops_it() {
-    let (master, mut replicas) = group(&QUICK_DROP, 2);
+    let (master, mut replicas) = group(&QUICK_DROP_AND_SYNC, 2);
     let before = client(&master).await;
     synced_once(&before).await;
     replicas[0].kill();

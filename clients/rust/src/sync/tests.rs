@@ -1,257 +1,170 @@
 use super::*;
 
-const ID: &str = "8c5e2d0e5b1f6a2f1d3c4b5a69788796a5b4c3d2";
-const OTHER: &str = "1111111111111111111111111111111111111111";
-
-/// A `LOCK.INSYNC` reply.
-fn insync(offset: i64, acked: i64, (members, required): (i64, i64), replid2: &str) -> Value {
-    Value::Array(vec![
-        Value::Int(offset),
-        Value::Int(acked),
-        Value::Int(members),
-        Value::Int(required),
-        Value::BulkString(ID.into()),
-        Value::BulkString(replid2.into()),
-    ])
-}
-
-fn none() -> String {
-    "0".repeat(40)
-}
-
 fn error(text: &str) -> Value {
     redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).expect("an error reply")
 }
 
-/// Each command of `pipeline`, its arguments joined by spaces.
-fn commands(pipeline: &Pipeline) -> Vec<String> {
+/// The error a write gets for the error reply `text`.
+fn write_error_of(text: &str) -> Error {
+    let reply = error(text).extract_error().expect_err("an error");
+    write_error(reply)
+}
+
+/// A command's arguments joined by spaces.
+fn words(command: &Cmd) -> String {
     let arg = |arg: redis::Arg<&[u8]>| match arg {
         redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
         _ => "?".to_owned(),
     };
-    let command = |cmd: &Cmd| cmd.args_iter().map(arg).collect::<Vec<_>>().join(" ");
-    pipeline.cmd_iter().map(command).collect()
+    command.args_iter().map(arg).collect::<Vec<_>>().join(" ")
 }
 
-/// Judges `replies` to `sync`'s tail with a fresh memory, `left` of the timeout.
-fn judge(sync: &Sync, replies: Vec<Value>, left: Duration) -> Result<(), Refusal> {
-    let check = Check::read(sync, replies).map_err(|reason| Refusal {
-        reason,
-        again: None,
-    })?;
-    check.judge(sync, &mut Seen::default(), &[None], left)
+/// Each command of `pipeline`, its arguments joined by spaces.
+fn commands(pipeline: &Pipeline) -> Vec<String> {
+    pipeline.cmd_iter().map(words).collect()
 }
 
-const LEFT: Duration = Duration::from_millis(500);
-
-#[test]
-fn a_reply_is_read_with_its_old_master_when_it_has_one() {
-    let read = InSync::read(insync(100, 90, (2, 1), OTHER)).expect("read");
-    let expected = InSync {
-        offset: 100,
-        acked: 90,
-        members: 2,
-        required: 1,
-        replid: ID.to_owned(),
-        replaced: Some(OTHER.to_owned()),
-    };
-    assert_eq!(read, expected);
-    let first = InSync::read(insync(1, 1, (0, 0), &none())).expect("read");
-    assert_eq!(first.replaced, None, "forty 0s: none");
+fn acquire() -> Cmd {
+    let mut command = redis::cmd("LOCK.ACQUIRE");
+    command.arg("k").arg("owner").arg(1_000);
+    command
 }
 
 #[test]
-fn an_error_or_another_shape_is_a_reason_not_to_count() {
-    let replica = error("ERR LOCK.INSYNC is answered by the master; this server is a replica");
-    let refused = InSync::read(replica).expect_err("a replica");
-    assert!(refused.contains("this server is a replica"), "{refused}");
-    let short = Value::Array(vec![Value::Int(1), Value::Int(1)]);
-    assert!(InSync::read(short).is_err());
-    let sync = Sync::to_replicas();
-    let waited = vec![
-        error("ERR WAIT cannot be used"),
-        insync(9, 9, (1, 1), &none()),
-    ];
-    let refused = judge(
-        &sync,
-        [vec![insync(9, 0, (1, 1), &none())], waited].concat(),
-        LEFT,
-    );
-    assert!(
-        refused
-            .expect_err("no WAIT")
-            .reason
-            .starts_with("WAIT failed")
-    );
-    let refused = judge(&sync, Vec::new(), LEFT).expect_err("no reply");
-    assert_eq!(refused.reason, "a reply is missing");
-}
-
-#[test]
-fn the_tail_waits_for_the_hint_and_asks_the_set_again() {
+fn the_in_sync_set_is_asked_of_the_server_with_sync_and_nothing_behind() {
     let sync = Sync::to_replicas();
     assert_eq!(
-        commands(&sync.tail(2)),
-        ["LOCK.INSYNC", "WAIT 2 1000", "LOCK.INSYNC"]
+        words(&sync.marked(&acquire())),
+        "LOCK.ACQUIRE k owner 1000 SYNC"
     );
-    assert_eq!(
-        commands(&sync.tail(0)),
-        ["LOCK.INSYNC"],
-        "nothing to wait for"
-    );
+    assert!(sync.tail().is_empty(), "no LOCK.INSYNC, no WAIT");
+    assert_eq!(sync.judge(Vec::new()), Ok(()), "the reply itself decides");
     let aof = sync.with_aof(true).timeout(Duration::from_millis(1_500));
     assert_eq!(
-        commands(&aof.tail(0)),
-        ["LOCK.INSYNC", "WAITAOF 1 0 1500", "LOCK.INSYNC"],
+        words(&aof.marked(&acquire())),
+        "LOCK.ACQUIRE k owner 1000 SYNC"
+    );
+    assert_eq!(
+        commands(&aof.tail()),
+        ["WAITAOF 1 0 1500"],
         "the master's own fsync"
     );
-    let left = Duration::from_micros(300);
+}
+
+#[test]
+fn a_fixed_count_and_off_say_nosync_and_a_fixed_count_waits_behind() {
+    let off = Sync::off();
     assert_eq!(
-        commands(&sync.again(3, left)),
-        ["WAIT 3 1", "LOCK.INSYNC"],
+        words(&off.marked(&acquire())),
+        "LOCK.ACQUIRE k owner 1000 NOSYNC"
+    );
+    assert!(off.tail().is_empty());
+    assert_eq!(off.judge(Vec::new()), Ok(()));
+    let two = Sync::exactly(2).timeout(Duration::from_micros(300));
+    assert_eq!(
+        words(&two.marked(&acquire())),
+        "LOCK.ACQUIRE k owner 1000 NOSYNC"
+    );
+    assert_eq!(
+        commands(&two.tail()),
+        ["WAIT 2 1"],
         "at least 1 ms: 0 would wait for ever"
     );
-    assert_eq!(commands(&Sync::exactly(2).tail(5)), ["WAIT 2 1000"]);
-    assert!(Sync::off().tail(5).is_empty());
-}
-
-#[test]
-fn a_write_counts_when_every_member_acknowledged_it_and_there_are_enough() {
-    let sync = Sync::to_replicas();
-    let before = insync(100, 80, (2, 1), &none());
-    let counted = |after: Value| judge(&sync, vec![before.clone(), Value::Int(2), after], LEFT);
-    assert_eq!(counted(insync(120, 100, (2, 1), &none())), Ok(()));
-    let late = counted(insync(120, 99, (2, 1), &none())).expect_err("one short");
-    assert_eq!(
-        late.reason,
-        "not every in-sync replica acknowledged within 1000 ms"
-    );
-    let few = counted(insync(120, 120, (1, 2), &none())).expect_err("too few");
-    assert_eq!(
-        few.reason,
-        "the master has 1 in-sync replicas, fewer than lock.min-insync-replicas (2)"
-    );
-    assert_eq!(few.again, None, "waiting longer adds no member");
-    let alone = judge(&sync, vec![insync(7, 7, (0, 0), &none())], LEFT);
-    assert_eq!(
-        alone,
-        Ok(()),
-        "a lone server: no WAIT, the first reply decides"
-    );
-    let lost_all = judge(&sync, vec![insync(7, 7, (0, 1), &none())], LEFT);
-    assert!(lost_all.is_err(), "a master that had replicas and has none");
-}
-
-#[test]
-fn one_more_wait_only_when_a_member_may_still_acknowledge_in_time() {
-    let sync = Sync::to_replicas();
-    let before = insync(100, 80, (2, 1), &none());
-    let after = insync(100, 90, (2, 1), &none());
-    let tail = |waited: i64| vec![before.clone(), Value::Int(waited), after.clone()];
-    assert_eq!(
-        judge(&sync, tail(1), LEFT).expect_err("late").again,
-        Some(2)
-    );
-    assert_eq!(
-        judge(&sync, tail(1), Duration::ZERO)
-            .expect_err("late")
-            .again,
-        None,
-        "no time left"
-    );
-    assert_eq!(
-        judge(&sync, tail(2), LEFT).expect_err("late").again,
-        None,
-        "as many acknowledged the WAIT as there are members"
-    );
-    let first = judge(&sync, vec![before.clone()], LEFT);
-    assert_eq!(
-        first.expect_err("no WAIT yet").again,
-        Some(2),
-        "the first write to a master with replicas"
-    );
-
-    // The one more try is read in place of the first WAIT and the last LOCK.INSYNC, and judged
-    // against the first offset.
-    let mut check = Check::read(&sync, tail(1)).expect("read");
-    let again = vec![Value::Int(2), insync(130, 100, (2, 1), &none())];
-    check.reread(&sync, again).expect("reread");
-    let judged = check.judge(&sync, &mut Seen::default(), &[None], Duration::ZERO);
-    assert_eq!(judged, Ok(()));
-}
-
-#[test]
-fn a_master_seen_replaced_counts_no_write() {
-    let sync = Sync::to_replicas();
-    let mut seen = Seen::default();
-    let old = insync(10, 10, (0, 0), &none());
-    let check = Check::read(&sync, vec![old.clone()]).expect("read");
-    assert_eq!(check.judge(&sync, &mut seen, &[None], LEFT), Ok(()));
-    // A promoted replica names the old master's ID as its replid2.
-    let promoted = Value::Array(vec![
-        Value::Int(20),
-        Value::Int(20),
-        Value::Int(0),
-        Value::Int(0),
-        Value::BulkString(OTHER.into()),
-        Value::BulkString(ID.into()),
-    ]);
-    let check = Check::read(&sync, vec![promoted]).expect("read");
-    let slot = Slot::new(7);
-    assert_eq!(check.judge(&sync, &mut seen, &[slot], LEFT), Ok(()));
-    let check = Check::read(&sync, vec![old]).expect("read");
-    let refused = check.judge(&sync, &mut seen, &[None], LEFT);
-    let refused = refused.expect_err("the old master, still taking writes");
-    assert_eq!(
-        refused,
-        Refusal {
-            reason: "the master was replaced (a failover): none of its writes count".to_owned(),
-            again: None
-        }
-    );
-}
-
-#[test]
-fn the_hint_is_the_set_last_heard_where_the_writes_go() {
-    let sync = Sync::to_replicas();
-    let mut seen = Seen::default();
-    let (one, seven) = (None, Slot::new(7));
-    assert_eq!(seen.hint(&[one]), 0, "nothing heard yet");
-    let check = Check::read(&sync, vec![insync(5, 5, (2, 1), &none())]).expect("read");
-    let _ = check.judge(&sync, &mut seen, &[one], LEFT);
-    assert_eq!((seen.hint(&[one]), seen.hint(&[seven])), (2, 0));
-    let check = Check::read(&sync, vec![insync(5, 5, (1, 1), &none())]).expect("read");
-    let _ = check.judge(&sync, &mut seen, &[one], LEFT);
-    assert_eq!(seen.hint(&[one]), 1, "lowered with the set");
-    assert_eq!(seen.hint(&[one, seven]), 1);
+    assert_eq!(commands(&two.with_aof(true).tail()), ["WAITAOF 1 2 1"]);
 }
 
 #[test]
 fn a_fixed_count_is_what_wait_counts_and_waitaof_needs_the_masters_fsync() {
     let sync = Sync::exactly(2);
-    assert_eq!(judge(&sync, vec![Value::Int(2)], LEFT), Ok(()));
-    let short = judge(&sync, vec![Value::Int(1)], LEFT).expect_err("one short");
+    assert_eq!(sync.judge(vec![Value::Int(2)]), Ok(()));
     assert_eq!(
-        short.reason,
-        "1 of the 2 replicas asked for acknowledged within 1000 ms"
+        sync.judge(vec![Value::Int(1)]),
+        Err("1 of the 2 replicas asked for acknowledged within 1000 ms".to_owned())
     );
-    assert_eq!(judge(&Sync::off(), Vec::new(), LEFT), Ok(()));
+    let failed = sync.judge(vec![error("ERR WAIT cannot be used")]);
+    assert!(failed.expect_err("an error").starts_with("WAIT failed"));
+    assert_eq!(sync.judge(Vec::new()), Err("no reply to WAIT".to_owned()));
     let aof = sync.with_aof(true);
-    let fsynced = |local: i64| vec![Value::Array(vec![Value::Int(local), Value::Int(2)])];
-    assert_eq!(judge(&aof, fsynced(1), LEFT), Ok(()));
-    let refused = judge(&aof, fsynced(0), LEFT).expect_err("not on the master's disk");
+    let fsynced = |local: i64, replicas: i64| {
+        vec![Value::Array(vec![Value::Int(local), Value::Int(replicas)])]
+    };
+    assert_eq!(aof.judge(fsynced(1, 2)), Ok(()));
     assert_eq!(
-        refused.reason,
-        "the master did not fsync its AOF within 1000 ms"
+        aof.judge(fsynced(0, 2)),
+        Err("the master did not fsync its AOF within 1000 ms".to_owned())
     );
     let insync_aof = Sync::to_replicas().with_aof(true);
-    let tail = vec![
-        insync(10, 10, (0, 0), &none()),
-        Value::Array(vec![Value::Int(0), Value::Int(0)]),
-        insync(10, 10, (0, 0), &none()),
-    ];
-    assert!(
-        judge(&insync_aof, tail, LEFT).is_err(),
-        "in-sync, not fsynced"
+    assert_eq!(
+        insync_aof.judge(fsynced(1, 0)),
+        Ok(()),
+        "no replica asked for"
     );
+    assert!(insync_aof.judge(fsynced(0, 0)).is_err(), "not fsynced");
+}
+
+#[test]
+fn noreplicas_is_not_replicated_with_the_reason_up_to_the_semicolon() {
+    let text = "NOREPLICAS not every in-sync replica acknowledged within 1000 ms; the grant was \
+                released";
+    let refused = write_error_of(text);
+    let Error::NotReplicated { reason, message } = &refused else {
+        panic!("{refused:?}");
+    };
+    assert_eq!(
+        reason,
+        "not every in-sync replica acknowledged within 1000 ms"
+    );
+    assert_eq!(message, text);
+    assert!(
+        refused.to_string().contains("the grant was released"),
+        "{refused}"
+    );
+    assert!(released_by_server(&refused));
+    assert!(!renewed_by_server(&refused));
+
+    let renewal = write_error_of(
+        "NOREPLICAS the master has 0 in-sync replicas, fewer than lock.min-insync-replicas (1); \
+         the renewal does not count: the lease before it does",
+    );
+    assert!(
+        matches!(&renewal, Error::NotReplicated { reason, .. }
+            if reason == "the master has 0 in-sync replicas, fewer than lock.min-insync-replicas (1)"),
+        "{renewal:?}"
+    );
+    assert!(renewed_by_server(&renewal) && !released_by_server(&renewal));
+
+    let replaced =
+        write_error_of("NOREPLICAS this server is no longer a master; the grant was released");
+    assert!(
+        matches!(&replaced, Error::NotReplicated { reason, .. }
+            if reason == "this server is no longer a master"),
+        "{replaced:?}"
+    );
+
+    let unblocked = write_error_of(
+        "UNBLOCKED force unblock from blocking operation, instance state changed (master -> \
+         replica?)",
+    );
+    assert!(
+        matches!(&unblocked, Error::NotReplicated { reason, message }
+            if reason == "this server is no longer a master" && message.starts_with("UNBLOCKED")),
+        "{unblocked:?}"
+    );
+    assert!(released_by_server(&unblocked));
+
+    let client_side = Error::not_replicated("1 of the 2 replicas asked for acknowledged");
+    assert!(!released_by_server(&client_side), "the client releases it");
+}
+
+#[test]
+fn a_syntax_error_means_a_module_without_synced_writes() {
+    let old = write_error_of("ERR syntax error");
+    assert!(matches!(old, Error::ModuleTooOld { .. }), "{old:?}");
+    let message = old.to_string();
+    assert!(message.contains("0.7.0"), "{message}");
+    assert!(message.contains("ERR syntax error"), "{message}");
+    let other = write_error_of("ERR no such session");
+    assert!(matches!(other, Error::Redis(_)), "{other:?}");
+    let wrong = write_error_of("WRONGTYPE Operation against a key holding the wrong kind of value");
+    assert!(matches!(wrong, Error::Redis(_)), "{wrong:?}");
 }
