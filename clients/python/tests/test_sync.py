@@ -81,6 +81,11 @@ def test_a_grant_the_replica_lacks_is_refused_by_the_server_and_left_free(replic
     assert r.exists(name) == 0, "released by the server"
     assert "LOCK.RELEASE" not in sent, "not by the client"
     assert lock.fencing_token is None and lock.lease_end is None, "no holding"
+    keys = [f"{{{name}}}:a", f"{{{name}}}:b"]
+    both = leasehold.MultiLock(r, keys, timeout=10, sync=QUICK)
+    with pytest.raises(leasehold.NotReplicatedError, match=ACKED_LATE):
+        both.acquire(blocking=False)
+    assert r.exists(*keys) == 0, "the set released by the server"
     threading.Timer(0.5, replica.signal, args=(signal.SIGCONT,)).start()
     assert lock.acquire(blocking_timeout=5), "retried within the wait"
     assert fence(replica, name) == lock.fencing_token
