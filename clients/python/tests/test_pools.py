@@ -231,7 +231,7 @@ def test_a_full_sync_pool_makes_a_grant_queue_within_the_sync_timeout(replicated
     wait_until(lambda: blocked_clients(admin) == 1)  # held by the server: the one sync connection
     quick = leasehold.Lock(r, name, timeout=10, sync=leasehold.Sync(timeout=0.5))
     started = time.monotonic()
-    with pytest.raises(leasehold.NotReplicatedError, match="sync pool") as queued:
+    with pytest.raises(leasehold.NotReplicatedError, match="sync pool"):
         quick.acquire(blocking=False)
     assert 0.5 <= time.monotonic() - started < 2.5, "within its own sync timeout"
     assert r.exists(name) == 0, "never granted"

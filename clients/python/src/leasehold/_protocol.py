@@ -94,11 +94,9 @@ class Sync:
     a margin of 1 s (:data:`WAIT_MARGIN`), then counts it lost and closes the connection — the
     master releases a grant it still held for a client that left. Set ``timeout`` to at least
     ``lock.sync-timeout-ms`` when the server's is longer than 1 s. ``LockError`` for a timeout
-    under 1 ms. A grant handed over after a wait in the server may have been held that long
-    before its reply: its lease counts from the reply less that time (no earlier than the
-    acquire was sent), so a lease not much longer than it, granted after a long wait, may come
-    too late to keep (:class:`NotReplicatedError`; the lock tries again within
-    ``blocking_timeout``).
+    under 1 ms. A grant handed over after a wait in the server counts from its reply: the
+    server makes a ``SYNC`` grant with ``WAIT`` longer by its sync timeout while the reply is
+    held, and sets its lease from the moment it counted (module 0.7.0).
 
     A grant that does not count raises :class:`NotReplicatedError`, saying why; with time left
     in ``blocking_timeout`` a blocking acquire tries again within it. For a renewal that does
@@ -158,7 +156,9 @@ class NotReplicatedError(LockError):
     """A grant or renewal that did not count: the master refused it (``NOREPLICAS``: its
     in-sync set was smaller than ``lock.min-insync-replicas``, a member did not acknowledge
     within ``lock.sync-timeout-ms``, or it is no longer a master) — it released the grant
-    itself, and a renewal stays applied there without counting; or with ``Sync(replicas=n)``
+    itself (a master that became a replica could not: :attr:`left_behind`, the lock then
+    releases it in the background, owner-checked), and a renewal stays applied there without
+    counting; or with ``Sync(replicas=n)``
     the ``WAIT`` counted fewer than ``n`` in time (or with ``aof`` the master did not fsync),
     and the client released the grant (owner-checked); or no connection of the sync pool was
     free within the sync timeout (nothing was sent); or a grant came only after its lease
@@ -188,6 +188,13 @@ class NotReplicatedError(LockError):
         self.acked = acked
         #: With ``Sync(replicas=n)``: ``n``; else ``None``.
         self.wanted = wanted
+
+    @property
+    def left_behind(self) -> bool:
+        """Whether a grant refused by the server may still be held: a master that became a
+        replica released nothing (``the grant was not released here: the new master may have
+        it, release it there``)."""
+        return "was not released" in str(self)
 
     @classmethod
     def refused(cls, error: str) -> "NotReplicatedError":
@@ -334,8 +341,8 @@ class Write:
         self.term: Optional[Term] = None
         self._base = command
         #: When its lease began at the earliest, ``time.monotonic()`` seconds: when its caller
-        #: sent it (before it queued for a connection), or for a wait when it was granted at
-        #: the earliest (:meth:`Pipeline.take`).
+        #: sent it (before it queued for a connection), or for a wait when it was answered
+        #: (:meth:`Pipeline.take`).
         self.started = time.monotonic()
         #: The write's reply (an exception for an error reply: :class:`NotReplicatedError`
         #: for ``NOREPLICAS``, see :func:`write_reply`), once taken.
@@ -516,14 +523,14 @@ class Pipeline:
 
     def take(self, replies: Sequence[Tuple[Any, float]]) -> None:
         """Takes the replies, each with when it was read (``time.monotonic()`` seconds): the
-        write's as :func:`write_reply` makes it. A blocking acquire's lease began when it was
-        granted: no earlier than when it was sent, and no earlier than its reply less the time
-        the server may have held it to sync it (:meth:`Sync.held`)."""
+        write's as :func:`write_reply` makes it. A blocking acquire's lease counts from its
+        reply: the server replies the moment it grants, and a grant it held to sync it was made
+        longer meanwhile and its lease set from the moment it counted."""
         for (part, _, _), (reply, answered) in zip(self._sent, replies):
             if part is self.write:
                 self.write.reply = write_reply(reply)
                 if self.waiting:
-                    self.write.started = max(self.write.started, answered - self.sync.held())
+                    self.write.started = answered
             elif part == "use":
                 self.used = reply
             elif part == "wait":

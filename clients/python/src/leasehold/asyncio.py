@@ -575,8 +575,9 @@ class Lock(LockBase):
                 return None
             except TryAgainError:
                 await asyncio.sleep(TRY_AGAIN_DELAY)
-            except NotReplicatedError:
-                if deadline is None or time.monotonic() >= deadline:
+            except NotReplicatedError as refused:
+                # Not again with an owner being released in the background (left_behind).
+                if deadline is None or time.monotonic() >= deadline or refused.left_behind:
                     raise
             except (TimeoutError, ConnectionError):
                 granted = await self._recover(owner)
@@ -585,7 +586,12 @@ class Lock(LockBase):
 
     async def _kept(self, owner: Any, write: Write) -> Optional[Grant]:
         """As :meth:`leasehold.Lock._kept`."""
-        reply = write.outcome()
+        try:
+            reply = write.outcome()
+        except NotReplicatedError as refused:
+            if refused.left_behind:
+                asyncio.ensure_future(self._release_eventually(owner))
+            raise
         if reply is None:
             return None
         unkept = self._unkept(write)

@@ -574,8 +574,9 @@ class Lock(LockBase):
                 return None  # the wait ran out while queued for a connection
             except TryAgainError:
                 time.sleep(TRY_AGAIN_DELAY)
-            except NotReplicatedError:
-                if deadline is None or time.monotonic() >= deadline:
+            except NotReplicatedError as refused:
+                # Not again with an owner being released in the background (left_behind).
+                if deadline is None or time.monotonic() >= deadline or refused.left_behind:
                     raise
             except (TimeoutError, ConnectionError):
                 granted = self._recover(owner)
@@ -585,9 +586,17 @@ class Lock(LockBase):
     def _kept(self, owner: Any, write: Write) -> Optional[Grant]:
         """The grant a write made, once synced; ``None`` when there was none. A grant the
         server refused to count (``NOREPLICAS``) raises :class:`NotReplicatedError` here and is
-        not released: the server released it. One that counted there and cannot be kept
+        not released: the server released it — unless a master that became a replica says it
+        released nothing, then it is released (owner-checked) in the background, wherever the
+        client's connection finds the master. One that counted there and cannot be kept
         (:meth:`_unkept`) is released (owner-checked), and the reason raised."""
-        reply = write.outcome()
+        try:
+            reply = write.outcome()
+        except NotReplicatedError as refused:
+            if refused.left_behind:
+                threading.Thread(target=self._release_eventually, args=(owner,),
+                                 daemon=True).start()
+            raise
         if reply is None:
             return None
         unkept = self._unkept(write)
