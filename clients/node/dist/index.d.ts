@@ -93,15 +93,17 @@ export interface LockOptions {
      * acknowledged in time, the set has fewer than `lock.min-insync-replicas` members, or the
      * server is no longer a master — the server answers `NOREPLICAS` and the write rejects with
      * {@link NotReplicatedError} (its `reason` says which). A grant the server refused it also
-     * released: an acquire rejects with it (or with a `wait` budget left, tries again within it);
-     * a holding's `reenter` rejects, the new hold given back and the holding left as it was; a
-     * `downgrade` or `upgrade` rejects and the holding is lost (the server released it). A renewal
-     * rejects with it and does not count (the lease the holding believes stays the last one that
-     * counted — or, when its ttl is shorter than what was left, ends that ttl after it was sent,
-     * since the master made it; a watched holding tries again within a second, and aborts its
-     * `signal` when that lease ends first). A grant handed over after a wait in the server counts
-     * from its reply less the sync timeout (the server may have held the reply that long).
-     * Releases never wait.
+     * released (`released`): an acquire rejects with it (or with a `wait` budget left, tries
+     * again within it); a holding's `reenter` rejects, the new hold given back and the holding
+     * left as it was; a `downgrade` or `upgrade` rejects and the holding is lost. A master that
+     * became a replica meanwhile released nothing — the new master may have the grant: an
+     * acquire's is released in the background (owner-checked) and a `wait` budget left is tried
+     * with a new owner (with a fixed `owner`, it rejects); a re-entry's hold ends with the lease,
+     * and a `downgrade` or `upgrade` leaves the holding as it was. A renewal rejects with it and
+     * does not count (the lease the holding believes stays the last one that counted — or, when
+     * its ttl is shorter than what was left, ends that ttl after it was sent, since the master
+     * made it; a watched holding tries again within a second, and aborts its `signal` when that
+     * lease ends first). Releases never wait.
      *
      * With a fixed `replicas` count the write goes with `NOSYNC` and the client sends `WAIT n`
      * behind it: a grant too few replicas acknowledged is released by the client (a `downgrade`
@@ -168,7 +170,8 @@ export interface Holding {
      * Synced like a grant: rejects with {@link NotReplicatedError} (`write: 'grant'`) when the
      * master made the change but the replicas did not have it in time: the server released the
      * holding (`released`), which is then lost (its `signal` aborts). With a fixed `replicas`
-     * count the change stays made on the master instead — a failover may undo it, so the holding
+     * count (or from a master that became a replica meanwhile: `released` false) the change
+     * stays made on the master instead — a failover may undo it, so the holding
      * keeps its mode and its last lease that counted, while the master may already let readers
      * in: write no more, and downgrade again or release. Rejects with {@link LostReply} when the
      * reply did not come (its connection is closed: the server releases the holding if it still
@@ -183,7 +186,8 @@ export interface Holding {
      * Synced like a grant: rejects with {@link NotReplicatedError} (`write: 'grant'`) when the
      * master made the change but the replicas did not have it in time: the server released the
      * holding (`released`), which is then lost (its `signal` aborts). With a fixed `replicas`
-     * count the change stays made on the master instead — a failover may lose it and let another
+     * count (or from a master that became a replica meanwhile: `released` false) the change
+     * stays made on the master instead — a failover may lose it and let another
      * writer in, so it does not count: the holding stays a reader's, with its old token and its
      * last lease that counted (write nothing; upgrade again once the replicas are back, or
      * release). Rejects with {@link LostReply} when the reply did not come (its connection is

@@ -42,7 +42,7 @@
 import { randomUUID } from 'node:crypto';
 import { Connection, Exhausted, LostReply, isTryAgain } from './connection.js';
 import { SESSION, countedLease, isNoSuchSession } from './session.js';
-import { NotReplicatedError } from './sync.js';
+import { NotReplicatedError, isDemoted } from './sync.js';
 import { Writes } from './writes.js';
 export { LostReply, PoolClosed, setPoolSizes, setSessionOptions } from './connection.js';
 export { NotReplicatedError } from './sync.js';
@@ -178,7 +178,8 @@ class LeaseholdLock {
                 // The server did not know the session (a failover): a new one replaces it.
                 if (isNoSuchSession(error) && retries < SESSION_RETRIES)
                     continue;
-                if (error instanceof LostReply)
+                // The grant may be on the server (the new master's, after a failover).
+                if (error instanceof LostReply || isDemoted(error))
                     void this.releaseEventually(owner);
                 throw error;
             }
@@ -187,7 +188,8 @@ class LeaseholdLock {
     acquire(options = {}) {
         return this.acquireAs(this.ownerForAcquire(), options, this.options.watchdog ?? false);
     }
-    async acquireAs(owner, options, watchdog) {
+    async acquireAs(first, options, watchdog) {
+        let owner = first;
         const deadline = options.wait === undefined ? undefined : Date.now() + options.wait;
         for (let sessionRetries = 0;;) {
             const left = deadline === undefined ? undefined : deadline - Date.now();
@@ -214,6 +216,14 @@ class LeaseholdLock {
                     await sleep(10);
                 }
                 else if (error instanceof NotReplicatedError) {
+                    if (isDemoted(error)) {
+                        // The new master may have the grant: released there in the background, and never
+                        // asked for as that owner again (the release could take the next grant).
+                        void this.releaseEventually(owner);
+                        if (this.options.owner !== undefined)
+                            throw error;
+                        owner = this.ownerForAcquire();
+                    }
                     if (deadline === undefined || Date.now() >= deadline)
                         throw error;
                 }

@@ -22,8 +22,10 @@
  *
  * A grant the server refused is not held (`released`): the server gave it back as the owner's
  * `LOCK.RELEASE` would — an acquire's grant, a re-entry's new hold, and a downgrade's or
- * upgrade's holding. One that missed a client-side `WAIT` is released by the client (a
- * downgrade or upgrade stays made on the master). A renewal that does not count leaves the
+ * upgrade's holding — except on a server that is no longer a master, which could not: the new
+ * master may have the grant ({@link isDemoted}; an acquire's is released there in the
+ * background, owner-checked). One that missed a client-side `WAIT` is released by the client
+ * (a downgrade or upgrade stays made on the master). A renewal that does not count leaves the
  * holding's lease the last one that counted.
  */
 export class NotReplicatedError extends Error {
@@ -50,16 +52,26 @@ export class NotReplicatedError extends Error {
 export const DEFAULT_SYNC_TIMEOUT = 1_000;
 /** What a module without synced writes (before 0.7.0) answers to `SYNC` and `NOSYNC`. */
 const SYNTAX_ERROR = /^ERR syntax error/;
+/** What was missing when the server became a replica while it held the reply. */
+const DEMOTED = 'this server is no longer a master';
+/** A grant refused by a master that became a replica while it held the reply: it could not
+ * release it, and the new master may have it. */
+export function isDemoted(error) {
+    return error instanceof NotReplicatedError && error.write === 'grant' && error.reason === DEMOTED;
+}
 /**
  * A lock write's error reply as the package reports it: `NOREPLICAS <missing>; <meaning>` as a
- * {@link NotReplicatedError} of `write` (`reason`: what was missing; `released` for a grant);
+ * {@link NotReplicatedError} of `write` (`reason`: what was missing; `released` for a grant
+ * the server says it released);
  * `ERR syntax error` — a module older than 0.7.0 answers it to `SYNC` and `NOSYNC` — as an
  * error that says this package needs lock module 0.7.0 or later; anything else as it is.
  */
 export function refusalOf(reply, write) {
     const refused = /^NOREPLICAS ([^;]*)/.exec(reply.message);
-    if (refused)
-        return new NotReplicatedError(0, 0, write, refused[1], write === 'grant');
+    if (refused) {
+        const released = write === 'grant' && reply.message.includes('; the grant was released');
+        return new NotReplicatedError(0, 0, write, refused[1], released);
+    }
     if (SYNTAX_ERROR.test(reply.message)) {
         return new Error(`the server answered "${reply.message}" to a lock write with SYNC or NOSYNC: this package needs the lock module 0.7.0 or later`, { cause: reply });
     }

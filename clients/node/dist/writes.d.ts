@@ -32,10 +32,10 @@ import { SyncOptions } from './sync.js';
  * if it asked for one. */
 export interface Written {
     reply: unknown;
-    /** The earliest the write could have been made, ms since the epoch: when it was sent; for an
-     * acquire that waited in the server, when its reply came (the server replies the moment it
-     * hands the lock over), less with `SYNC` the longest the server may have held the reply
-     * after (the sync timeout) — never before it was sent. */
+    /** When the lease of a grant began at the earliest, ms since the epoch: when the write was
+     * sent; for an acquire that waited in the server, when its reply came (the server replies the
+     * moment it hands the lock over; one it held for `SYNC` it made longer by the sync timeout,
+     * and set to its lease when it replied). */
     began: number;
     tie?: Session;
 }

@@ -151,9 +151,7 @@ export class Writes {
             if (reply instanceof Error)
                 throw refusalOf(reply, write);
             const unsynced = tail.length > 0 ? shortfall(this.sync, this.sync.replicas ?? 0, waited[0], this.syncMs, write) : undefined;
-            const answered = arrived[0];
-            const began = kind === 'sync' ? sent : Math.max(sent, this.how === 'insync' ? answered - this.syncMs : answered);
-            return { reply, began, unsynced, tie };
+            return { reply, began: kind === 'wait' ? arrived[0] : sent, unsynced, tie };
         }, tied);
     }
 }

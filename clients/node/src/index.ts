@@ -44,7 +44,7 @@ import { randomUUID } from 'node:crypto';
 
 import { Client, Connection, Exhausted, LostReply, isTryAgain } from './connection.js';
 import { SESSION, Session, Tied, countedLease, isNoSuchSession } from './session.js';
-import { NotReplicatedError, SyncOptions } from './sync.js';
+import { NotReplicatedError, SyncOptions, isDemoted } from './sync.js';
 import { Writes } from './writes.js';
 
 export type { Client, IORedisClient, NodeRedisClient, NodeRedisDuplicate, PoolSizes } from './connection.js';
@@ -100,15 +100,17 @@ export interface LockOptions {
    * acknowledged in time, the set has fewer than `lock.min-insync-replicas` members, or the
    * server is no longer a master — the server answers `NOREPLICAS` and the write rejects with
    * {@link NotReplicatedError} (its `reason` says which). A grant the server refused it also
-   * released: an acquire rejects with it (or with a `wait` budget left, tries again within it);
-   * a holding's `reenter` rejects, the new hold given back and the holding left as it was; a
-   * `downgrade` or `upgrade` rejects and the holding is lost (the server released it). A renewal
-   * rejects with it and does not count (the lease the holding believes stays the last one that
-   * counted — or, when its ttl is shorter than what was left, ends that ttl after it was sent,
-   * since the master made it; a watched holding tries again within a second, and aborts its
-   * `signal` when that lease ends first). A grant handed over after a wait in the server counts
-   * from its reply less the sync timeout (the server may have held the reply that long).
-   * Releases never wait.
+   * released (`released`): an acquire rejects with it (or with a `wait` budget left, tries
+   * again within it); a holding's `reenter` rejects, the new hold given back and the holding
+   * left as it was; a `downgrade` or `upgrade` rejects and the holding is lost. A master that
+   * became a replica meanwhile released nothing — the new master may have the grant: an
+   * acquire's is released in the background (owner-checked) and a `wait` budget left is tried
+   * with a new owner (with a fixed `owner`, it rejects); a re-entry's hold ends with the lease,
+   * and a `downgrade` or `upgrade` leaves the holding as it was. A renewal rejects with it and
+   * does not count (the lease the holding believes stays the last one that counted — or, when
+   * its ttl is shorter than what was left, ends that ttl after it was sent, since the master
+   * made it; a watched holding tries again within a second, and aborts its `signal` when that
+   * lease ends first). Releases never wait.
    *
    * With a fixed `replicas` count the write goes with `NOSYNC` and the client sends `WAIT n`
    * behind it: a grant too few replicas acknowledged is released by the client (a `downgrade`
@@ -163,10 +165,11 @@ export interface Holding {
    *
    * Synced like a grant: rejects with {@link NotReplicatedError} (`write: 'grant'`) when the
    * master added the hold but the replicas did not have it in time — the hold is then given
-   * back (by the server, or with a fixed `replicas` count by one owner-checked release) and this
-   * holding's lease stays the last one that counted — and with {@link LostReply} when the reply
-   * did not come (its connection is closed: a hold the server still held for it is given back;
-   * one it replied already ends with the lease).
+   * back (by the server, or with a fixed `replicas` count by one owner-checked release; from a
+   * master that became a replica meanwhile, a hold the new master may have ends with the lease)
+   * and this holding's lease stays the last one that counted — and with {@link LostReply} when
+   * the reply did not come (its connection is closed: a hold the server still held for it is
+   * given back; one it replied already ends with the lease).
    */
   reenter(ttl?: number): Promise<Holding | null>;
   /**
@@ -177,7 +180,8 @@ export interface Holding {
    * Synced like a grant: rejects with {@link NotReplicatedError} (`write: 'grant'`) when the
    * master made the change but the replicas did not have it in time: the server released the
    * holding (`released`), which is then lost (its `signal` aborts). With a fixed `replicas`
-   * count the change stays made on the master instead — a failover may undo it, so the holding
+   * count (or from a master that became a replica meanwhile: `released` false) the change
+   * stays made on the master instead — a failover may undo it, so the holding
    * keeps its mode and its last lease that counted, while the master may already let readers
    * in: write no more, and downgrade again or release. Rejects with {@link LostReply} when the
    * reply did not come (its connection is closed: the server releases the holding if it still
@@ -192,7 +196,8 @@ export interface Holding {
    * Synced like a grant: rejects with {@link NotReplicatedError} (`write: 'grant'`) when the
    * master made the change but the replicas did not have it in time: the server released the
    * holding (`released`), which is then lost (its `signal` aborts). With a fixed `replicas`
-   * count the change stays made on the master instead — a failover may lose it and let another
+   * count (or from a master that became a replica meanwhile: `released` false) the change
+   * stays made on the master instead — a failover may lose it and let another
    * writer in, so it does not count: the holding stays a reader's, with its old token and its
    * last lease that counted (write nothing; upgrade again once the replicas are back, or
    * release). Rejects with {@link LostReply} when the reply did not come (its connection is
@@ -383,7 +388,8 @@ class LeaseholdLock implements Lock {
       } catch (error) {
         // The server did not know the session (a failover): a new one replaces it.
         if (isNoSuchSession(error) && retries < SESSION_RETRIES) continue;
-        if (error instanceof LostReply) void this.releaseEventually(owner);
+        // The grant may be on the server (the new master's, after a failover).
+        if (error instanceof LostReply || isDemoted(error)) void this.releaseEventually(owner);
         throw error;
       }
     }
@@ -393,7 +399,8 @@ class LeaseholdLock implements Lock {
     return this.acquireAs(this.ownerForAcquire(), options, this.options.watchdog ?? false);
   }
 
-  private async acquireAs(owner: string, options: WaitOptions, watchdog: boolean): Promise<Holding | null> {
+  private async acquireAs(first: string, options: WaitOptions, watchdog: boolean): Promise<Holding | null> {
+    let owner = first;
     const deadline = options.wait === undefined ? undefined : Date.now() + options.wait;
     for (let sessionRetries = 0; ;) {
       const left = deadline === undefined ? undefined : deadline - Date.now();
@@ -414,6 +421,13 @@ class LeaseholdLock implements Lock {
         } else if (isTryAgain(error)) {
           await sleep(10);
         } else if (error instanceof NotReplicatedError) {
+          if (isDemoted(error)) {
+            // The new master may have the grant: released there in the background, and never
+            // asked for as that owner again (the release could take the next grant).
+            void this.releaseEventually(owner);
+            if (this.options.owner !== undefined) throw error;
+            owner = this.ownerForAcquire();
+          }
           if (deadline === undefined || Date.now() >= deadline) throw error;
         } else if (error instanceof LostReply) {
           const recovered = await this.recover(owner, watchdog);

@@ -44,10 +44,10 @@ interface Outcome {
  * if it asked for one. */
 export interface Written {
   reply: unknown;
-  /** The earliest the write could have been made, ms since the epoch: when it was sent; for an
-   * acquire that waited in the server, when its reply came (the server replies the moment it
-   * hands the lock over), less with `SYNC` the longest the server may have held the reply
-   * after (the sync timeout) — never before it was sent. */
+  /** When the lease of a grant began at the earliest, ms since the epoch: when the write was
+   * sent; for an acquire that waited in the server, when its reply came (the server replies the
+   * moment it hands the lock over; one it held for `SYNC` it made longer by the sync timeout,
+   * and set to its lease when it replied). */
   began: number;
   tie?: Session;
 }
@@ -177,9 +177,7 @@ export class Writes {
       if (tie && isNoSuchSession(reply)) tie.keeper.replaced(tie);
       if (reply instanceof Error) throw refusalOf(reply, write);
       const unsynced = tail.length > 0 ? shortfall(this.sync, this.sync.replicas ?? 0, waited[0], this.syncMs, write) : undefined;
-      const answered = arrived[0];
-      const began = kind === 'sync' ? sent : Math.max(sent, this.how === 'insync' ? answered - this.syncMs : answered);
-      return { reply, began, unsynced, tie };
+      return { reply, began: kind === 'wait' ? arrived[0] : sent, unsynced, tie };
     }, tied);
   }
 }

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
-import { NotReplicatedError, refusalOf, shortfall, waitCommand } from '../dist/sync.js';
+import { NotReplicatedError, isDemoted, refusalOf, shortfall, waitCommand } from '../dist/sync.js';
 
 describe("the server's refusal", () => {
   it('of a grant is a NotReplicatedError that says what was missing, and that the server released it', () => {
@@ -24,10 +24,11 @@ describe("the server's refusal", () => {
     assert.equal(error.message, 'the renewal does not count: the master has 1 in-sync replicas, fewer than lock.min-insync-replicas (2)');
   });
 
-  it('by a server no longer a master is one too', () => {
-    const error = refusalOf(new Error('NOREPLICAS this server is no longer a master; the grant was released'), 'grant');
+  it('by a server no longer a master is one too, that released nothing: the new master may have the grant', () => {
+    const error = refusalOf(new Error('NOREPLICAS this server is no longer a master; the grant was not released here: the new master may have it, release it there'), 'grant');
     assert.ok(error instanceof NotReplicatedError);
-    assert.equal(error.reason, 'this server is no longer a master');
+    assert.deepEqual([error.reason, error.released, isDemoted(error)], ['this server is no longer a master', false, true]);
+    assert.equal(isDemoted(refusalOf(new Error('NOREPLICAS not every in-sync replica acknowledged within 1000 ms; the grant was released'), 'grant')), false);
   });
 
   it("of SYNC by a module older than 0.7.0 (a syntax error) names the module needed", () => {

@@ -2,7 +2,8 @@
 // needed): one command with SYNC (the server syncs it to the in-sync set), NOSYNC with sync off
 // or a fixed count — whose WAIT, and WAITAOF for the AOF, go behind it; a NOREPLICAS refusal
 // reported and never released by the client; a module without SYNC named; a held reply waited
-// for up to the sync timeout and the margin, then given up on with its connection closed.
+// for up to the sync timeout and the margin, then given up on with its connection closed; a
+// grant refused by a master that became a replica released in the background.
 // Sessions are off here (the stand-in does not answer LOCK.SESSION; session.test.mjs has them
 // on a server).
 
@@ -139,3 +140,34 @@ it('with aof waits for the AOF behind a SYNC write; with sync off sends the writ
   assert.ok(await createLock(off.client, 'k', { sync: false }).tryAcquire());
   assert.deepEqual(names(off.sent), ['LOCK.ACQUIRE NOSYNC']);
 });
+
+it('releases in the background a grant refused by a master that became a replica, and tries again as a new owner', async () => {
+  const demoted = 'NOREPLICAS this server is no longer a master; the grant was not released here: the new master may have it, release it there';
+  let refusals = 1;
+  const { client, sent } = scripted((args) =>
+    (args[0] === 'LOCK.ACQUIRE' && refusals-- > 0 ? new Error(demoted) : master()(args)));
+  await assert.rejects(createLock(client, 'k').tryAcquire(), (error) =>
+    error instanceof NotReplicatedError && !error.released && error.reason === 'this server is no longer a master');
+  await until(() => sent.at(-1)[0] === 'LOCK.RELEASE');
+  assert.equal(sent.at(-1)[2], sent[0][2], 'released as its owner');
+  sent.length = 0;
+  refusals = 1;
+  const holding = await createLock(client, 'k').acquire({ wait: 1_000 });
+  assert.ok(holding);
+  const acquires = sent.filter(([command]) => command === 'LOCK.ACQUIRE');
+  assert.equal(acquires.length, 2);
+  assert.notEqual(acquires[1][2], acquires[0][2], 'tried again as a new owner');
+  assert.equal(holding.owner, acquires[1][2]);
+  await until(() => sent.some(([command, , owner]) => command === 'LOCK.RELEASE' && owner === acquires[0][2]));
+  sent.length = 0;
+  refusals = 1;
+  await assert.rejects(createLock(client, 'f', { owner: 'fixed' }).acquire({ wait: 1_000 }), /no longer a master/);
+  assert.equal(sent.filter(([command]) => command === 'LOCK.ACQUIRE').length, 1, 'a fixed owner is not asked for again');
+});
+
+async function until(condition) {
+  for (let tries = 0; !condition(); tries++) {
+    assert.ok(tries < 100, 'timed out');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
