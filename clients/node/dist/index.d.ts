@@ -156,10 +156,11 @@ export interface Holding {
      *
      * Synced like a grant: rejects with {@link NotReplicatedError} (`write: 'grant'`) when the
      * master added the hold but the replicas did not have it in time — the hold is then given
-     * back (by the server, or with a fixed `replicas` count by one owner-checked release) and this
-     * holding's lease stays the last one that counted — and with {@link LostReply} when the reply
-     * did not come (its connection is closed: a hold the server still held for it is given back;
-     * one it replied already ends with the lease).
+     * back (by the server, or with a fixed `replicas` count by one owner-checked release; from a
+     * master that became a replica meanwhile, a hold the new master may have ends with the lease)
+     * and this holding's lease stays the last one that counted — and with {@link LostReply} when
+     * the reply did not come (its connection is closed: a hold the server still held for it is
+     * given back; one it replied already ends with the lease).
      */
     reenter(ttl?: number): Promise<Holding | null>;
     /**
