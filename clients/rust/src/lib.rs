@@ -7,8 +7,10 @@
 //! - acquire with a wait that blocks in the server, on a dedicated connection borrowed from a
 //!   pool ([`ClientOptions`]) whose timeout is longer than the wait, recovering from a lost
 //!   reply by asking again with the same owner ([`Lock::acquire_timeout`]);
-//! - grants and renewals synced to the master's in-sync replicas before they count, in the
-//!   write's round trip ([`Sync`], [`sync`]);
+//! - grants and renewals synced to the master's in-sync replicas before they count: each
+//!   carries `SYNC`, and the server replies once its in-sync set has it, or refuses it
+//!   ([`Error::NotReplicated`]; [`Sync`], [`sync`]) — the lock module 0.7.0 or later is needed
+//!   ([`Error::ModuleTooOld`]);
 //! - a [`Guard`] with the fencing token, a watchdog that renews the lease every third of it,
 //!   tries again soon when a renewal does not count (at once on a fresh connection after a
 //!   blip) and stops for good on release, drop or refusal, a [`Guard::lost`] signal, and
