@@ -62,8 +62,9 @@
 //! leaves it out) adds a crasher per class: again and again it starts a real holder process
 //! (bash with a connection of its own to the master, as in tests/session.rs) that opens a
 //! session (`GRACE` 1000 ms), queues with `WAIT` for one of the class's locks, tied to the
-//! session, with a lease five times the clients', and syncs the grant on its own connection as
-//! the class's clients do (`LOCK.INSYNC`/`WAIT`, judged as `leasehold-client` judges them). Only
+//! session, with a lease five times the clients', and syncs the grant as the class's clients do
+//! (`SYNC` on the acquire for the default class, `NOSYNC` and `WAIT 1` behind it for synced to
+//! 1 replica, `NOSYNC` alone for the unsynced class). Only
 //! a grant that counted is recorded, in the class, believed until the `kill -9` that ends the
 //! process a short random time later (or its session's deadline, if earlier: the holder learns
 //! first), so killed holders take part in the class's double-grant check. A line then tells
@@ -73,7 +74,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::io::{BufReader, Write};
 use std::ops::Range;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -82,7 +83,6 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::InSync;
 use common::history::{self, FencedStore, Grant, History};
 use common::sentinel::{Group, MASTER_NAME, Persistence, Timing};
 use leasehold_client::redlock::DRIFT_FACTOR;
@@ -1120,42 +1120,23 @@ fn counted(ttl: Duration) -> Duration {
     ttl.saturating_sub(ttl.mul_f64(DRIFT_FACTOR) + Duration::from_millis(2))
 }
 
-/// A `LOCK.INSYNC` reply ([`InSync`]), or `None` for an error or another shape.
-fn read_insync(reply: Value) -> Option<InSync> {
-    redis::from_redis_value::<common::Reply>(reply)
-        .ok()
-        .map(InSync::from)
-}
-
-/// What a crasher heard from masters across its holder processes, as a `leasehold-client`
-/// client keeps it: the masters it saw replaced (a promoted replica's `replid2`), and the
-/// in-sync count last heard (how many the next `WAIT` waits for).
-#[derive(Default)]
-struct Heard {
-    replaced: HashSet<String>,
-    members: u64,
-}
-
-impl Heard {
-    /// Takes note of `insync`; true when its master is one seen replaced.
-    fn replaced(&mut self, insync: &InSync) -> bool {
-        self.members = insync.members;
-        if insync.replid2.bytes().any(|byte| byte != b'0') {
-            self.replaced.insert(insync.replid2.clone());
-        }
-        self.replaced.contains(&insync.replid)
-    }
-}
-
-/// Whether the grant a holder process just got counts, synced on its own connection as
-/// `class`'s clients sync theirs (`leasehold-client`'s rules, with its default timeout).
-fn counts(process: &mut HolderProcess, class: Class, heard: &mut Heard) -> bool {
+/// Whether the grant a holder process just got counts, synced as `class`'s clients sync theirs:
+/// the default class's acquire said `SYNC`, so its token came once the in-sync set had it
+/// (a refusal is an error, not a token); synced to 1 replica waits for it behind the grant.
+fn counts(process: &mut HolderProcess, class: Class) -> bool {
     match class {
-        Class::NotSynced => true,
+        Class::NotSynced | Class::InSync => true,
         Class::OneReplica => {
             matches!(process.call(&wait_command(1)), Some(Value::Int(acked)) if acked >= 1)
         }
-        Class::InSync => in_sync_counts(process, heard).unwrap_or(false),
+    }
+}
+
+/// What a holder process's acquire says about syncing, as `class`'s clients say it.
+const fn sync_option(class: Class) -> &'static str {
+    match class {
+        Class::InSync => "SYNC",
+        Class::NotSynced | Class::OneReplica => "NOSYNC",
     }
 }
 
@@ -1164,44 +1145,11 @@ fn wait_command(replicas: u64) -> String {
     format!("WAIT {replicas} {}", Sync::DEFAULT_TIMEOUT.as_millis())
 }
 
-/// The default rule (`leasehold-client`'s `sync` module): the writes before `LOCK.INSYNC ->
-/// before` count once a `WAIT` and a later `LOCK.INSYNC -> after` show every member of the set
-/// acknowledged `before`'s offset, the set has the members it needs, and its master was not
-/// replaced. As the client does, the `WAIT` is for as many as last heard (none before the first
-/// reply), and one more follows, for every member, if it counted fewer. `None`: a reply was an
-/// error or missing.
-fn in_sync_counts(process: &mut HolderProcess, heard: &mut Heard) -> Option<bool> {
-    let before = read_insync(process.call("LOCK.INSYNC")?)?;
-    let (mut after, mut wait, mut waited) = (before.clone(), heard.members, 0);
-    for _ in 0..2 {
-        if wait > 0 {
-            let Value::Int(acked) = process.call(&wait_command(wait))? else {
-                return None;
-            };
-            waited = u64::try_from(acked).ok()?;
-            after = read_insync(process.call("LOCK.INSYNC")?)?;
-        }
-        if heard.replaced(&after) || after.replid != before.replid || after.members < after.required
-        {
-            return Some(false);
-        }
-        if after.acked >= before.offset {
-            return Some(true);
-        }
-        if after.members <= waited {
-            return Some(false);
-        }
-        wait = after.members;
-    }
-    Some(false)
-}
-
 /// A crasher of `class`: every second or so a holder process on the master Sentinel names takes
 /// one of the class's locks and is killed with `kill -9` ([`hold_and_die`]).
 fn crasher(seed: u64, class: Class, sentinel_urls: &[String], history: &History, run: &Run) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut sentinel = redis::sentinel::Sentinel::build(sentinel_urls.to_vec()).expect("urls");
-    let mut heard = Heard::default();
     while !run.stop.load(Ordering::SeqCst) {
         thread::sleep(Duration::from_millis(rng.random_range(CRASHER_PAUSE_MS)));
         let Ok((host, port)) = master_address(&mut sentinel) else {
@@ -1215,7 +1163,7 @@ fn crasher(seed: u64, class: Class, sentinel_urls: &[String], history: &History,
             server: port,
         };
         let mut process = HolderProcess::spawn(&host, port);
-        hold_and_die(&mut process, holder, &mut heard, &mut rng, history, run);
+        hold_and_die(&mut process, holder, &mut rng, history, run);
     }
 }
 
@@ -1237,7 +1185,6 @@ struct Holder {
 fn hold_and_die(
     process: &mut HolderProcess,
     holder: Holder,
-    heard: &mut Heard,
     rng: &mut StdRng,
     history: &History,
     run: &Run,
@@ -1256,18 +1203,20 @@ fn hold_and_die(
     };
     let requested_us = history.now_us();
     let acquire = format!(
-        "LOCK.ACQUIRE {} {} {} WAIT {} SESSION {id}",
+        "LOCK.ACQUIRE {} {} {} WAIT {} SESSION {id} {}",
         holder.lock,
         holder.owner,
         KILLED_LEASE.as_millis(),
-        QUEUE_WAIT.as_millis()
+        QUEUE_WAIT.as_millis(),
+        sync_option(holder.class)
     );
     let Some(Value::Int(token)) = process.call(&acquire) else {
         return;
     };
-    // The server replies the moment it hands the lock over: the lease began then.
+    // The lease counts from the reply: the server replies the moment it hands the lock over,
+    // or, holding a synced reply, made the grant that much longer.
     let granted = Instant::now();
-    let synced = counts(process, holder.class, heard);
+    let synced = counts(process, holder.class);
     let acknowledged_us = history.now_us();
     let sent = Instant::now();
     if let Some(Value::Int(_)) = process.call(&format!("LOCK.SESSION ATTACH {id}")) {
