@@ -386,7 +386,13 @@ fn run_later(ctx: &Context, (): ()) {
 /// Releases a grant that did not count, by its owner (`LOCK.RELEASE`, or `LOCK.MRELEASE` for a
 /// set).
 fn run_undo(ctx: &Context, undo: &Undo) {
-    call_as_owner(ctx, undo, ["LOCK.RELEASE", "LOCK.MRELEASE"], &[], "released");
+    call_as_owner(
+        ctx,
+        undo,
+        ["LOCK.RELEASE", "LOCK.MRELEASE"],
+        &[],
+        "released",
+    );
 }
 
 /// Sets a stretched grant's lease to the one asked for, from now ([`Stretch`]): `LOCK.RENEW`,
@@ -401,7 +407,13 @@ fn rebase(ctx: &Context, undo: &Undo) {
     {
         let ttl_ms = stretch.ttl_ms.to_string();
         let extra: [&[u8]; 2] = [ttl_ms.as_bytes(), b"NOSYNC"];
-        call_as_owner(ctx, undo, ["LOCK.RENEW", "LOCK.MRENEW"], &extra, "set to its lease");
+        call_as_owner(
+            ctx,
+            undo,
+            ["LOCK.RENEW", "LOCK.MRENEW"],
+            &extra,
+            "set to its lease",
+        );
     }
 }
 
@@ -430,7 +442,9 @@ fn call_as_owner(ctx: &Context, undo: &Undo, commands: [&str; 2], extra: &[&[u8]
         args.push(owner);
         args.extend_from_slice(extra);
         if let Err(error) = ctx.call(command, args.as_slice()) {
-            ctx.log_warning(&format!("lock: a synced grant could not be {done}: {error}"));
+            ctx.log_warning(&format!(
+                "lock: a synced grant could not be {done}: {error}"
+            ));
         }
     }
     let _ = select_db(ctx, caller_db);

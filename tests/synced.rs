@@ -285,7 +285,10 @@ fn a_wait_grant_replied_late_leaves_the_replica_a_lease_no_shorter_than_its_hold
     let mut r = replica.client();
     let counted = 60_000 - i64::try_from(replied.elapsed().as_millis()).expect("ms");
     let left = pttl(&mut r, "order");
-    assert!(left >= counted - 50, "replica {left} ms, holder counts {counted} ms");
+    assert!(
+        left >= counted - 50,
+        "replica {left} ms, holder counts {counted} ms"
+    );
     // Once the grant counted, its lease is the one asked for, from then, on the master.
     let mut m = master.client();
     wait_until("the lease is set to what was asked", || {
@@ -303,7 +306,10 @@ fn a_wait_hand_over_on_a_master_below_its_set_size_is_refused_and_released() {
     wait_until("the replica is a member", || {
         info_field(&mut m, "lock", "lock_insync_replicas").as_deref() == Some("1")
     });
-    call(&mut m, &["LOCK.ACQUIRE", "order", "holder", "60000", "NOSYNC"]);
+    call(
+        &mut m,
+        &["LOCK.ACQUIRE", "order", "holder", "60000", "NOSYNC"],
+    );
     let waiter = wait_for(&master, "order", "waiter", 30_000);
     common::queued(&mut m, "order", 1);
     replica.kill();
