@@ -43,4 +43,4 @@ __all__ = [
     "LockNotOwnedError",
     "NotReplicatedError",
 ]
-__version__ = "0.6.0"
+__version__ = "0.5.0"
