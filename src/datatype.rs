@@ -22,8 +22,8 @@ use leasehold_core::saved::{self, ENCODING_VERSION, Invalid, Sink, Source};
 use crate::clock;
 use crate::config;
 use crate::effects::APPLY;
-use crate::info;
 use crate::state;
+use crate::stats;
 
 /// The data type's name as `TYPE key` and `OBJECT ENCODING` show it (Redis wants 9 characters).
 pub const TYPE_NAME: &str = "leasehold";
@@ -324,7 +324,7 @@ unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c
         if let Some(mut sessions) = state::try_sessions() {
             sessions.free_all(db, key, lock.ties().map(|(_, tie)| tie));
         }
-        info::lock_unlinked(db, key);
+        stats::lock_unlinked(db, key);
     }
     lock.untie_all();
 }

@@ -8,8 +8,8 @@ use redis_module::{Context, RedisError, RedisString};
 
 use crate::blocking::Blocked;
 use crate::effects::{notify, replicate_drop, replicate_free, replicate_holding};
-use crate::info;
 use crate::key::LockKey;
+use crate::stats;
 use crate::synced;
 
 /// Carries out `outcome` on the open lock `key` named `name`, whose value the core already
@@ -53,6 +53,6 @@ pub fn carry_out(
             Step::Answer(waiter, answer) => synced::answer(*waiter, answer),
         }
     }
-    info::count(&outcome.counts);
+    stats::count(&outcome.counts);
     Ok(())
 }

@@ -12,7 +12,7 @@ use redis_module::{Context, RedisError, RedisString, raw};
 
 use crate::api::{api, ok_or_error};
 use crate::datatype::LOCK_TYPE;
-use crate::info;
+use crate::stats;
 use leasehold_core::lock::Holding;
 use leasehold_core::lock::Lock;
 use leasehold_core::owner::Owner;
@@ -163,7 +163,7 @@ impl LockKey {
     fn delete(&mut self) -> Result<(), RedisError> {
         let key = self.writable()?;
         unsafe { api(raw::RedisModule_DeleteKey)?(key.as_ptr()) };
-        info::forget_unlinked();
+        stats::forget_unlinked();
         Ok(())
     }
 

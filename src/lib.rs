@@ -46,6 +46,7 @@ mod server_config;
 mod session;
 mod state;
 mod state_file;
+mod stats;
 mod synced;
 mod timers;
 

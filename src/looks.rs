@@ -27,9 +27,9 @@ use crate::clock;
 use crate::cluster;
 use crate::effects::replication_paused;
 use crate::execute;
-use crate::info;
 use crate::key::{LockKey, select_db, selected_db};
 use crate::state;
+use crate::stats;
 use crate::timers;
 
 /// How often a look is retried while writes are paused, in ms.
@@ -255,7 +255,7 @@ impl blocking::Leaving for Leaving {
 /// leases end on time even when `RESTORE ... 0` gave its key no expiry.
 pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8]) {
     let db = selected_db(ctx);
-    info::key_removed(db, key, event);
+    stats::key_removed(db, key, event);
     if state::has_waiters(db, key) || (event == "restore" && holds_lock(ctx, key)) {
         schedule(ctx, db, key, clock::now_ms());
     }

@@ -25,11 +25,11 @@ use crate::api::{api, subscribe};
 use crate::clock;
 use crate::config;
 use crate::effects::replication_paused;
-use crate::info;
 use crate::key::{LockKey, select_db, selected_db};
 use crate::looks;
 use crate::replies;
 use crate::state::{self, sessions};
+use crate::stats;
 
 /// How often a session's end is retried while writes are paused, in ms.
 const PAUSED_RETRY_MS: u64 = 10;
@@ -206,7 +206,7 @@ fn release(ctx: &Context, ties: Vec<(Tie, Entry)>) -> Result<u32, RedisError> {
         }
     }
     select_db(ctx, caller_db)?;
-    info::sessions_released(released);
+    stats::sessions_released(released);
     Ok(released)
 }
 
@@ -223,7 +223,7 @@ fn on_due(ctx: &Context, id: Id) {
     let Some(ties) = sessions().end_if_due(id, clock::now_ms()) else {
         return;
     };
-    info::session_expired();
+    stats::session_expired();
     if let Err(error) = release(ctx, ties) {
         ctx.log_warning(&format!(
             "lock: session {} ended, its holdings not all released: {error:?}",
