@@ -262,13 +262,12 @@ pub fn acquire<'a, A: Deref<Target = [u8]>>(
     let mut args = Args::new(args);
     let (key, owner, ttl) = (args.required()?, args.required()?, args.required()?);
     let (mut reentrant, mut wait_ms, mut shared, mut limit) = (false, None, false, None);
-    let (mut session, mut sync) = (None, None);
+    let mut write = WriteOptions::default();
     while let Some(option) = args.next() {
-        if is(option, b"SESSION") && session.is_none() {
-            session = Some(session_id(args.value()?)?);
-        } else if let Some(asked) = sync_option(option, sync) {
-            sync = Some(asked);
-        } else if is(option, b"REENTRANT") && !reentrant {
+        if write.take(option, &mut args)? {
+            continue;
+        }
+        if is(option, b"REENTRANT") && !reentrant {
             reentrant = true;
         } else if is(option, b"SHARED") && !shared {
             shared = true;
@@ -293,8 +292,8 @@ pub fn acquire<'a, A: Deref<Target = [u8]>>(
         reentrant,
         wait_ms,
         mode,
-        session,
-        sync,
+        session: write.session,
+        sync: write.sync,
     })
 }
 
@@ -325,7 +324,7 @@ pub fn renew<'a, A: Deref<Target = [u8]>>(
 ) -> Result<Held<'a, A>, ArgError> {
     let mut args = Args::new(args);
     let key = args.required()?;
-    let (owner, ttl_ms, (session, sync)) = owner_ttl_and_options(&mut args, limits)?;
+    let (owner, ttl_ms, WriteOptions { session, sync }) = owner_ttl_and_options(&mut args, limits)?;
     Ok(Held {
         key,
         owner,
@@ -392,14 +391,13 @@ pub fn macquire<'a, A: Deref<Target = [u8]>>(
     let mut args = Args::new(args);
     let keys = keys_of(&mut args, limits)?;
     let (owner, ttl) = (args.required()?, args.required()?);
-    let (mut wait_ms, mut session, mut sync) = (None, None, None);
+    let (mut wait_ms, mut write) = (None, WriteOptions::default());
     while let Some(option) = args.next() {
+        if write.take(option, &mut args)? {
+            continue;
+        }
         if is(option, b"WAIT") && wait_ms.is_none() {
             wait_ms = Some(timeout(args.value()?)?);
-        } else if is(option, b"SESSION") && session.is_none() {
-            session = Some(session_id(args.value()?)?);
-        } else if let Some(asked) = sync_option(option, sync) {
-            sync = Some(asked);
         } else if let Some(name) = ["REENTRANT", "SHARED", "LIMIT"]
             .into_iter()
             .find(|name| is(option, name.as_bytes()))
@@ -415,8 +413,8 @@ pub fn macquire<'a, A: Deref<Target = [u8]>>(
         owner,
         ttl_ms: ttl_of(ttl, limits)?,
         wait_ms,
-        session,
-        sync,
+        session: write.session,
+        sync: write.sync,
     })
 }
 
@@ -451,7 +449,7 @@ pub fn mrenew<'a, A: Deref<Target = [u8]>>(
 ) -> Result<Set<'a, A>, ArgError> {
     let mut args = Args::new(args);
     let keys = keys_of(&mut args, limits)?;
-    let (owner, ttl_ms, (session, sync)) = owner_ttl_and_options(&mut args, limits)?;
+    let (owner, ttl_ms, WriteOptions { session, sync }) = owner_ttl_and_options(&mut args, limits)?;
     Ok(Set {
         keys,
         owner,
@@ -530,28 +528,51 @@ fn last_owner<'a, A: Deref<Target = [u8]>>(args: &mut Args<'a, A>) -> Result<&'a
     checked_owner(owner)
 }
 
-/// What a renewal's options say: `SESSION id`, and `SYNC` or `NOSYNC`.
-type RenewOptions = (Option<session::Id>, Option<bool>);
+/// The options every lock write takes, in any order among its own: `SESSION id`, and `SYNC`
+/// or `NOSYNC`.
+#[derive(Default)]
+struct WriteOptions {
+    session: Option<session::Id>,
+    sync: Option<bool>,
+}
+
+impl WriteOptions {
+    /// Takes `option` (and `SESSION`'s id from `args`) when it is one of them and was not given
+    /// before: true then.
+    ///
+    /// # Errors
+    /// `SESSION` without an id, or with an invalid one.
+    fn take<A: Deref<Target = [u8]>>(
+        &mut self,
+        option: &[u8],
+        args: &mut Args<'_, A>,
+    ) -> Result<bool, ArgError> {
+        if is(option, b"SESSION") && self.session.is_none() {
+            self.session = Some(session_id(args.value()?)?);
+        } else if let Some(asked) = sync_option(option, self.sync) {
+            self.sync = Some(asked);
+        } else {
+            return Ok(false);
+        }
+        Ok(true)
+    }
+}
 
 /// The `owner ttl-ms [SESSION id] [SYNC | NOSYNC]` that end `LOCK.RENEW` and `LOCK.MRENEW`:
 /// arity, the options (in any order), then the owner, then the TTL.
 fn owner_ttl_and_options<'a, A: Deref<Target = [u8]>>(
     args: &mut Args<'a, A>,
     limits: &Limits,
-) -> Result<(&'a A, i64, RenewOptions), ArgError> {
+) -> Result<(&'a A, i64, WriteOptions), ArgError> {
     let (owner, ttl) = (args.required()?, args.required()?);
-    let (mut session, mut sync) = (None, None);
+    let mut write = WriteOptions::default();
     while let Some(option) = args.next() {
-        if is(option, b"SESSION") && session.is_none() {
-            session = Some(session_id(args.value()?)?);
-        } else if let Some(asked) = sync_option(option, sync) {
-            sync = Some(asked);
-        } else {
+        if !write.take(option, args)? {
             return Err(ArgError::Syntax);
         }
     }
     let owner = checked_owner(owner)?;
-    Ok((owner, ttl_of(ttl, limits)?, (session, sync)))
+    Ok((owner, ttl_of(ttl, limits)?, write))
 }
 
 /// `SYNC` (true) or `NOSYNC` (false) when `option` is one and neither came before (`sync`).
