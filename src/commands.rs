@@ -71,7 +71,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let busy = matches!(reply, Reply::Busy | Reply::Refused(Refusal::TooSoon { .. }));
     match parsed.wait_ms {
         Some(timeout) if busy && blocking::can_block(ctx) => {
-            wait(ctx, &key, &parsed, tie, timeout, (sync, stretch))
+            wait(ctx, &key, &parsed, tie, timeout, sync)
         }
         _ => {
             session::settle(ctx, &key, name, owner, was, tie);
@@ -90,8 +90,8 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 /// Blocks the caller of `LOCK.ACQUIRE` until the lock is handed to it or `timeout_ms` passes
 /// (0: no limit), queued last for the open lock `key`; the holding it is granted keeps `tie`
-/// (logged already), and its reply waits for the in-sync set when `sync` (its grant made as
-/// `stretch` says). Replies nothing now.
+/// (logged already), and its reply waits for the in-sync set when `sync` (its grant made
+/// longer meanwhile: [`Stretch`]). Replies nothing now.
 ///
 /// # Errors
 /// When the server cannot block the client (nothing is queued then).
@@ -101,9 +101,10 @@ fn wait(
     parsed: &Acquire<'_, RedisString>,
     tie: Option<Tie>,
     timeout_ms: i64,
-    (sync, stretch): (bool, Option<Stretch>),
+    sync: bool,
 ) -> RedisResult {
     let handle = blocking::block::<Waiting>(ctx, timeout_ms)?;
+    let stretch = Stretch::of(sync, true, parsed.ttl_ms);
     if sync {
         let key = std::slice::from_ref(parsed.key);
         synced::waiting(handle, synced::release_of(ctx, key, parsed.owner, stretch));

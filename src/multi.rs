@@ -87,13 +87,14 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         }
         (_, Some(timeout)) if waits => {
             let handle = blocking::block::<Waiting>(ctx, timeout)?;
+            let stretch = Stretch::of(sync, true, parsed.ttl_ms);
             if sync {
                 synced::waiting(handle, synced::release_of(ctx, names, owner, stretch));
             }
             let waiter = Waiter {
                 handle,
                 owner: owner.as_slice().into(),
-                ttl_ms: lease_ms,
+                ttl_ms: Stretch::lease_ms(stretch, parsed.ttl_ms),
                 mode: Mode::Exclusive,
                 reentrant: false,
                 ties: ties.into_iter().collect(),

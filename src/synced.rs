@@ -63,9 +63,10 @@ pub enum Undo {
 /// held, so the grant is made for `ttl_ms + stretch_ms`; once it counted (or when it goes out
 /// unheld) the lease is set to `ttl_ms` from then (`LOCK.RENEW`/`LOCK.MRENEW ... NOSYNC`).
 /// Either lease, on the master or a replica, ends no earlier than the one its holder counts.
-/// On a server with no set to wait for (no member, none required) nothing is stretched, and a
-/// grant that must be held after all (a replica joined the set while its waiter waited) is held
-/// for no time: it counts only if the set already had it.
+/// On a server with no set to wait for (no member, none required) nothing is stretched: a grant
+/// replies at once. A waiter that queued there and whose grant must be held after all (a
+/// replica joined the set meanwhile) has its grant stretched before the replicas are asked,
+/// in the same turn of the event loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stretch {
     /// The lease asked for, ms.
@@ -82,11 +83,7 @@ impl Stretch {
         let lone = insync::size() == (0, 0);
         (sync && waits).then(|| Self {
             ttl_ms,
-            stretch_ms: if lone {
-                0
-            } else {
-                i64::try_from(config::sync_timeout_ms()).unwrap_or(i64::MAX)
-            },
+            stretch_ms: if lone { 0 } else { sync_timeout_ms() },
         })
     }
 
@@ -94,6 +91,11 @@ impl Stretch {
     pub fn lease_ms(stretch: Option<Self>, ttl_ms: i64) -> i64 {
         stretch.map_or(ttl_ms, |stretch| ttl_ms.saturating_add(stretch.stretch_ms))
     }
+}
+
+/// `lock.sync-timeout-ms`, the longest a write is held.
+fn sync_timeout_ms() -> i64 {
+    i64::try_from(config::sync_timeout_ms()).unwrap_or(i64::MAX)
 }
 
 /// A held write.
@@ -113,6 +115,8 @@ struct Synced {
     undo: Vec<Undo>,
     /// Whether that timer is armed.
     armed: bool,
+    /// Held grants to stretch before the replicas are asked ([`Stretch`]).
+    stretch: Vec<Undo>,
 }
 
 thread_local! {
@@ -201,9 +205,61 @@ fn hand_over(blocked: Blocked, reply: RedisValue, undo: Undo) {
             Ok(reply)
         })
     } else {
-        return held(blocked, reply, undo);
+        return held(blocked, reply, stretched(undo));
     };
     blocking::unblock(blocked, answer);
+}
+
+/// A waiter's grant about to be held that was not stretched (it queued on a server with no set
+/// to wait for): stretched now, before the first look at it ([`stretch_held`]).
+fn stretched(undo: Undo) -> Undo {
+    match undo {
+        Undo::Release {
+            db,
+            keys,
+            owner,
+            stretch:
+                Some(Stretch {
+                    ttl_ms,
+                    stretch_ms: 0,
+                }),
+        } => {
+            let undo = Undo::Release {
+                db,
+                keys,
+                owner,
+                stretch: Some(Stretch {
+                    ttl_ms,
+                    stretch_ms: sync_timeout_ms(),
+                }),
+            };
+            SYNCED.with_borrow_mut(|synced| synced.stretch.push(undo.clone()));
+            undo
+        }
+        undo => undo,
+    }
+}
+
+/// Makes the grants [`stretched`] queued longer — `ttl_ms + stretch_ms` from now, which is no
+/// earlier than from their grant — before the offsets that cover them are read.
+fn stretch_held(ctx: &Context) {
+    for undo in SYNCED.with_borrow_mut(|synced| std::mem::take(&mut synced.stretch)) {
+        if let Undo::Release {
+            stretch: Some(stretch),
+            ..
+        } = &undo
+        {
+            let lease_ms = Stretch::lease_ms(Some(*stretch), stretch.ttl_ms).to_string();
+            let extra: [&[u8]; 2] = [lease_ms.as_bytes(), b"NOSYNC"];
+            call_as_owner(
+                ctx,
+                &undo,
+                ["LOCK.RENEW", "LOCK.MRENEW"],
+                &extra,
+                "stretched",
+            );
+        }
+    }
 }
 
 fn held(blocked: Blocked, reply: RedisValue, undo: Undo) {
@@ -283,8 +339,10 @@ fn settle(ctx: &Context) {
                 Box::new(move |_| Err(RedisError::String(error))),
             );
         }
+        SYNCED.with_borrow_mut(|synced| synced.stretch.clear());
         return;
     }
+    stretch_held(ctx);
     let status = insync::status(ctx);
     let now = clock::now_ms();
     let (settled, ask) = SYNCED

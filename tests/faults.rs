@@ -347,7 +347,14 @@ fn a_delayed_restart_grants_nothing_until_every_lost_lease_has_ended() {
         refused.starts_with("TRYAGAIN the server started within lock.restart-delay-ms; retry in "),
         "{refused}"
     );
-    let granted = acquire(&mut con, "job", "second", 1_500, &["WAIT", "5000"]);
+    // NOSYNC: this is about the delay, not about the replica's return to the in-sync set.
+    let granted = acquire(
+        &mut con,
+        "job",
+        "second",
+        1_500,
+        &["WAIT", "5000", "NOSYNC"],
+    );
     assert!(granted.is_some(), "granted once the delay is over");
     assert!(
         restarted.elapsed().as_millis() >= 1_400,
@@ -367,6 +374,6 @@ fn a_delayed_restart_grants_nothing_until_every_lost_lease_has_ended() {
 /// Waits out `server`'s own restart delay (its first start).
 fn wait_out_the_restart_delay(server: &mut Server) {
     let mut con = server.client();
-    let granted = acquire(&mut con, "warm-up", "w", 1_000, &["WAIT", "5000"]);
+    let granted = acquire(&mut con, "warm-up", "w", 1_000, &["WAIT", "5000", "NOSYNC"]);
     assert!(granted.is_some());
 }

@@ -330,3 +330,32 @@ fn a_wait_hand_over_on_a_master_below_its_set_size_is_refused_and_released() {
     );
     assert!(!exists(&mut m, "order"), "released");
 }
+
+#[test]
+fn a_waiter_queued_before_the_master_had_a_replica_is_granted_synced_once_it_has_one() {
+    let master = Server::with_module_args(&[], &[]);
+    let mut m = master.client();
+    call(&mut m, &["LOCK.ACQUIRE", "order", "holder", "60000"]);
+    let waiter = wait_for(&master, "order", "waiter", 30_000);
+    common::queued(&mut m, "order", 1);
+    let replica = Server::with_module_args(&[], &[]);
+    replica.replicate(&master);
+    let id = format!("127.0.0.1:{}", replica.port);
+    wait_until("the replica is a member", || {
+        info_field(&mut m, "lock", "lock_insync_members").as_deref() == Some(id.as_str())
+    });
+    call(&mut m, &["LOCK.RELEASE", "order", "holder"]);
+    let token = common::granted(waiter);
+    let replied = Instant::now();
+    let fence: i64 = redis::cmd("LOCK.FENCE")
+        .arg("order")
+        .query(&mut replica.client())
+        .expect("on the replica");
+    assert_eq!(fence, token, "the grant was synced");
+    let counted = 60_000 - i64::try_from(replied.elapsed().as_millis()).expect("ms");
+    let left = pttl(&mut replica.client(), "order");
+    assert!(
+        left >= counted - 50,
+        "replica {left} ms, holder counts {counted} ms"
+    );
+}
