@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """`make bench`: leasehold's commands side by side with what users run today, in one run on
 the same server, as ratios of medians over several rounds; writes BENCHMARKS.md.
+`--only synced` measures the synced-write sections alone and puts them in place in it.
 
 Throughput comes from redis-benchmark (Debian's redis-tools): pipelined, several clients,
 random keys. Baselines: SET NX PX (the floor any lock can reach), plain DEL, redis-py's
@@ -455,24 +456,52 @@ def synced_tables(found):
     one, many = found.get("one task", {}), found.get("64 tasks", {})
     latency = [f"| {mode} | {result['p50_ms']:.3f} | {result['p99_ms']:.3f} | {result['ops_per_s']:,.0f} |"
                for mode, result in one.items()]
-    verdicts = []
-    if all(mode in one for mode in ("unsynced", "server-side", "SET", "SET + WAIT 1")):
-        extra = one["SET + WAIT 1"]["p50_ms"] - one["SET"]["p50_ms"]
-        allowed = one["unsynced"]["p50_ms"] + extra
-        ratio = one["server-side"]["p50_ms"] / allowed
-        verdicts.append(f"Server-side p50 over (unsynced p50 + the floor's extra, {extra:.3f} ms): "
-                        f"**{ratio:.2f}×** (target ≤ 1.2×, {'met' if ratio <= 1.2 else 'NOT met'}).")
-        if "client-side" in one:
-            verdicts.append(f"The client-side pipeline over the same: "
-                            f"{one['client-side']['p50_ms'] / allowed:.2f}×.")
     tasks = [f"| {mode} | {result['ops_per_s']:,.0f} | "
              f"{result['ops_per_s'] / many['unsynced']['ops_per_s']:.2f}× |"
              for mode, result in many.items() if "unsynced" in many]
-    if "server-side" in many and "unsynced" in many:
-        ratio = many["server-side"]["ops_per_s"] / many["unsynced"]["ops_per_s"]
-        verdicts.append(f"64 tasks, server-side over unsynced: **{ratio:.2f}×** "
-                        f"(target ≥ 0.7×, {'met' if ratio >= 0.7 else 'NOT met'}).")
+    extra, latency_ratio, client_side, tasks_ratio = synced_ratios(found)
+    verdicts = []
+    if latency_ratio is not None:
+        verdicts.append(f"Server-side p50 over (unsynced p50 + the floor's extra, {extra:.3f} ms): "
+                        f"**{latency_ratio:.2f}×** (target ≤ 1.2×, "
+                        f"{'met' if latency_ratio <= 1.2 else 'NOT met'}); the client-side "
+                        f"pipeline over the same: {client_side:.2f}×.")
+    if tasks_ratio is not None:
+        verdicts.append(f"64 tasks, server-side over unsynced: **{tasks_ratio:.2f}×** "
+                        f"(target ≥ 0.7×, {'met' if tasks_ratio >= 0.7 else 'NOT met'}).")
     return latency, tasks, verdicts
+
+
+def synced_ratios(found):
+    """What `synced_writes` found, as issue 47's targets put it: (the floor's extra ms — `SET` +
+    `WAIT 1` over `SET` —, server-side p50 over unsynced p50 + that extra, the client-side
+    pipeline's over the same, 64 tasks' server-side throughput over unsynced); `None` for what
+    was not measured."""
+    one, many = found.get("one task", {}), found.get("64 tasks", {})
+    extra = latency = client_side = tasks = None
+    if all(mode in one for mode in ("unsynced", "server-side", "client-side", "SET", "SET + WAIT 1")):
+        extra = one["SET + WAIT 1"]["p50_ms"] - one["SET"]["p50_ms"]
+        allowed = one["unsynced"]["p50_ms"] + extra
+        latency = one["server-side"]["p50_ms"] / allowed
+        client_side = one["client-side"]["p50_ms"] / allowed
+    if "server-side" in many and "unsynced" in many:
+        tasks = many["server-side"]["ops_per_s"] / many["unsynced"]["ops_per_s"]
+    return extra, latency, client_side, tasks
+
+
+def synced_elsewhere(servers):
+    """`synced_writes` on each other server of the matrix (`servers`: name → binary): one
+    Markdown row each of unsynced and server-side p50, the floor's extra and the ratios."""
+    rows = []
+    for name in ("redis-8.2", "valkey-8.1"):
+        found = synced_writes(servers[name])
+        one = found.get("one task", {})
+        extra, latency, client_side, tasks = synced_ratios(found)
+        if latency is None or tasks is None:
+            continue
+        rows.append(f"| {name} | {one['unsynced']['p50_ms']:.3f} | {one['server-side']['p50_ms']:.3f} | "
+                    f"{extra:.3f} | **{latency:.2f}×** | {client_side:.2f}× | **{tasks:.2f}×** |")
+    return rows
 
 
 def client_sync_tables(results):
@@ -720,9 +749,104 @@ def machine():
     return f"{os.cpu_count()} cores ({cpu}), {memory_kb / 2**20:.0f} GiB, {platform.system()} {platform.release()}"
 
 
+def synced_sections(servers, version):
+    """The Markdown of the synced-write sections, measured on Redis `version` (`servers`'
+    `redis-7.0`), and a plain client's on the other servers of the matrix: a plain client's
+    synced writes (`benches/synced.rs`) and each package's (`client_sync`)."""
+    binary = servers["redis-7.0"]
+    synced_latency, synced_tasks, synced_verdicts = synced_tables(synced_writes(binary))
+    elsewhere = synced_elsewhere(servers)
+    sync_latency, sync_tasks, sync_connections = client_sync_tables(client_sync(binary))
+    return [
+        "## Synced writes: the server holds the reply until the in-sync set has it",
+        "",
+        f"`benches/synced.rs`: a plain client (the `redis` crate, no package) on Redis {version}, "
+        "a master with one replica on loopback. One task loops each mode for 1 s, the modes taking "
+        "turns over 5 rounds; the latency of one iteration, ms. `unsynced`: `LOCK.ACQUIRE ... NOSYNC` "
+        "then `LOCK.RELEASE`; `server-side`: `LOCK.ACQUIRE ... SYNC` (the reply waits for the "
+        "replica's acknowledgement, asked for at once with `REPLCONF GETACK`) then `LOCK.RELEASE`; "
+        "`client-side`: the pipeline the packages ran before 0.7.0 (`LOCK.ACQUIRE ... NOSYNC`, "
+        "`LOCK.INSYNC`, `WAIT 1 1000`, `LOCK.INSYNC` in one round trip) then `LOCK.RELEASE`; the "
+        "floor: `SET`, and `SET` + `WAIT 1 1000` in one round trip (one replica acknowledgement with "
+        "nothing of the module's in the way).",
+        "",
+        "| mode | p50 | p99 | iterations/s |",
+        "| --- | ---: | ---: | ---: |",
+        *synced_latency,
+        "",
+        "64 tasks, each on a connection and a lock of its own, loop the lock modes the same way "
+        "(acquires + releases a second; the server batches every write held in one turn of its "
+        "event loop behind one `REPLCONF GETACK`):",
+        "",
+        "| mode | iterations/s | over unsynced |",
+        "| --- | ---: | ---: |",
+        *synced_tasks,
+        "",
+        *synced_verdicts,
+        "",
+        "The same on the other servers of the matrix (p50 ms; the ratios as above):",
+        "",
+        "| server | unsynced | server-side | floor's extra | server-side ratio | client-side ratio | 64 tasks |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        *elsewhere,
+        "",
+        "## The clients: grants synced to a replica",
+        "",
+        f"Each client on Redis {version}, a master with one replica on loopback, grants "
+        "synced to the replica before they are returned (the default: `LOCK.ACQUIRE ... SYNC` on "
+        "a pooled connection, the server replying once the master's in-sync set has it) and not "
+        "(sync off: `NOSYNC` on the shared connection). One task looping acquire (no wait, a free "
+        "lock) → release for 3 s (latency of acquire + release, ms; target: synced ≤ 2× the "
+        "unsynced time):",
+        "",
+        "| client | synced p50 | not synced p50 | ratio | synced p99 | not synced p99 | synced/s | not synced/s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        *sync_latency,
+        "",
+        "64 concurrent tasks (Rust: Tokio tasks; Python: asyncio tasks; Node: promises), each "
+        "looping acquire → release on a lock of its own, acquires + releases a second (target: "
+        "synced ≥ 0.5× unsynced):",
+        "",
+        "| client | synced | not synced | ratio |",
+        "| --- | ---: | ---: | ---: |",
+        *sync_tasks,
+        "",
+        "Connections the master accepted (`total_connections_received`) over 1 000 synced "
+        "acquire + release after warm-up, and over 1 000 acquires that waited in the server "
+        "(target: none beyond the pools' sizes, 16 for syncs and 32 for waits):",
+        "",
+        "| client | per 1 000 synced grants | per 1 000 waits |",
+        "| --- | ---: | ---: |",
+        *sync_connections,
+        "",
+    ]
+
+
+def rerun_synced(servers, version):
+    """`--only synced`: measures the synced-write sections alone and puts them in place of those
+    in BENCHMARKS.md, saying when and on which commit (the rest keeps its own run's date)."""
+    sections = synced_sections(servers, version)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True, check=True).stdout.strip()
+    note = (f"These two sections were measured alone (`scripts/bench.py --only synced`, "
+            f"{time.strftime('%Y-%m-%d')}, commit {commit}), later than the rest.")
+    path = ROOT / "BENCHMARKS.md"
+    text = path.read_text()
+    starts = [text.index(heading) for heading in
+              ("## Synced writes", "## The clients: grants synced") if heading in text]
+    start, end = min(starts), text.index("## Rerun")
+    path.write_text(text[:start] + "\n".join([*sections[:2], note, "", *sections[2:]]) + "\n" + text[end:])
+    print("\n".join(sections))
+    return 0
+
+
 def main():
     servers = dict(line.split() for line in subprocess.run(
         [str(ROOT / "scripts" / "servers.sh"), "--all"], capture_output=True, text=True, check=True).stdout.splitlines())
+    if sys.argv[1:] == ["--only", "synced"]:
+        probe = Server(servers["redis-7.0"])
+        probe.stop()
+        return rerun_synced(servers, probe.version)
     server = Server(servers["redis-7.0"])
     valkey = Server(servers["valkey-8.1"])
     plain = Server(servers["redis-7.0"], module=None)
@@ -737,8 +861,6 @@ def main():
         shared_rows = cargo_bench(server, "shared")
         print("  sets of locks (benches/multi.rs)", file=sys.stderr)
         multi_rows = cargo_bench(server, "multi")
-        synced_latency, synced_tasks, synced_verdicts = synced_tables(synced_writes(servers["redis-7.0"]))
-        sync_latency, sync_tasks, sync_connections = client_sync_tables(client_sync(servers["redis-7.0"]))
         session_rows = sessions_table(*sessions(servers["redis-7.0"]))
         print("  failovers at Redis's own timeouts, with the module and without (benches/failover.rs)",
               file=sys.stderr)
@@ -964,61 +1086,7 @@ def main():
         "",
         *failover_rows,
         "",
-        "## Synced writes: the server holds the reply until the in-sync set has it",
-        "",
-        f"`benches/synced.rs`: a plain client (the `redis` crate, no package) on Redis {server.version}, "
-        "a master with one replica on loopback. One task loops each mode for 1 s, the modes taking "
-        "turns over 5 rounds; the latency of one iteration, ms. `unsynced`: `LOCK.ACQUIRE ... NOSYNC` "
-        "then `LOCK.RELEASE`; `server-side`: `LOCK.ACQUIRE ... SYNC` (the reply waits for the "
-        "replica's acknowledgement, asked for at once with `REPLCONF GETACK`) then `LOCK.RELEASE`; "
-        "`client-side`: the pipeline the packages ran before 0.7.0 (`LOCK.ACQUIRE ... NOSYNC`, "
-        "`LOCK.INSYNC`, `WAIT 1 1000`, `LOCK.INSYNC` in one round trip) then `LOCK.RELEASE`; the "
-        "floor: `SET`, and `SET` + `WAIT 1 1000` in one round trip (one replica acknowledgement with "
-        "nothing of the module's in the way).",
-        "",
-        "| mode | p50 | p99 | iterations/s |",
-        "| --- | ---: | ---: | ---: |",
-        *synced_latency,
-        "",
-        "64 tasks, each on a connection and a lock of its own, loop the lock modes the same way "
-        "(acquires + releases a second; the server batches every write held in one turn of its "
-        "event loop behind one `REPLCONF GETACK`):",
-        "",
-        "| mode | iterations/s | over unsynced |",
-        "| --- | ---: | ---: |",
-        *synced_tasks,
-        "",
-        *synced_verdicts,
-        "",
-        "## The clients: grants synced to a replica",
-        "",
-        f"Each client on Redis {server.version}, a master with one replica on loopback, grants "
-        "synced to the replica before they are returned (the default: `LOCK.ACQUIRE ... SYNC` on "
-        "a pooled connection, the server replying once the master's in-sync set has it) and not "
-        "(sync off: `NOSYNC` on the shared connection). One task looping acquire (no wait, a free "
-        "lock) → release for 3 s (latency of acquire + release, ms; target: synced ≤ 2× the "
-        "unsynced time):",
-        "",
-        "| client | synced p50 | not synced p50 | ratio | synced p99 | not synced p99 | synced/s | not synced/s |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-        *sync_latency,
-        "",
-        "64 concurrent tasks (Rust: Tokio tasks; Python: asyncio tasks; Node: promises), each "
-        "looping acquire → release on a lock of its own, acquires + releases a second (target: "
-        "synced ≥ 0.5× unsynced):",
-        "",
-        "| client | synced | not synced | ratio |",
-        "| --- | ---: | ---: | ---: |",
-        *sync_tasks,
-        "",
-        "Connections the master accepted (`total_connections_received`) over 1 000 synced "
-        "acquire + release after warm-up, and over 1 000 acquires that waited in the server "
-        "(target: none beyond the pools' sizes, 16 for syncs and 32 for waits):",
-        "",
-        "| client | per 1 000 synced grants | per 1 000 waits |",
-        "| --- | ---: | ---: |",
-        *sync_connections,
-        "",
+        *synced_sections(servers, server.version),
         "## Rerun",
         "",
         "`make bench` (it builds the module in release mode, installs `valgrind` if missing, fetches "
