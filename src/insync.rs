@@ -81,6 +81,8 @@ struct InSync {
     named_as: Option<String>,
     /// What the state file holds.
     kept: Kept,
+    /// The members this master listed last, sorted (kept for its next start).
+    listed: Vec<String>,
     /// Whether the log already says that `CONFIG` is out of reach.
     warned: bool,
     /// Whether the log already says that `lock.insync-timeout-ms` is too short.
@@ -128,6 +130,15 @@ pub fn start(ctx: &Context) -> Result<(), RedisError> {
         let mut state = in_sync();
         if kept.grouped {
             state.master.group();
+        }
+        if is_master(ctx) && !kept.listed.is_empty() {
+            // Back as a master: the replicas it listed may still hold the leases it gave them
+            // and be promoted, so writes wait for them as for an inherited set.
+            let me = Me::of(ctx);
+            let timing = config::insync_timing(insync::lease_ms(deployment::failover().ms));
+            let now = clock::now_ms();
+            state.master = Master::inherit(&kept.listed, |id| me.is(id), now, timing);
+            state.listed.clone_from(&kept.listed);
         }
         state.kept = kept;
         state.is_master = is_master(ctx);
@@ -220,6 +231,8 @@ fn look_at_set(ctx: &Context, now: u64, timing: Timing, answers: &[Answer]) {
     }
     let listed = state.master.list(now, timing);
     state.sent_ms = now;
+    state.listed = listed.clone();
+    state.listed.sort();
     drop(state);
     effects::replicate_promotable(
         ctx,
@@ -546,6 +559,11 @@ fn keep(ctx: &Context, failover: &Failover) {
         let state = in_sync();
         let mut next = state.kept.clone();
         next.grouped = state.master.grouped();
+        next.listed = if state.is_master {
+            state.listed.clone()
+        } else {
+            Vec::new()
+        };
         next.sentinels |=
             SENTINEL_SEEN.load(Ordering::Relaxed) || deployment::watched_by_sentinel();
         if learned {

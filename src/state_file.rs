@@ -6,11 +6,15 @@
 //!   persistence (diskless replication, snapshots an hour apart) nothing else on disk says so;
 //! - the failover time it learned ([`leasehold_core::deployment`]), which stands in until the
 //!   Sentinels have been asked again, and that Sentinels watch it (so `FAILOVER` is refused
-//!   from its start, before they reconnect).
+//!   from its start, before they reconnect);
+//! - the replicas it last listed as promotable, as a master: back at once, it waits for them
+//!   before a write counts, as a promoted replica waits for the set it inherits — a replica
+//!   that has not re-attached may still hold the lease it gave before, and be promoted.
 //!
 //! A server that never had a replica, a master or a Sentinel writes nothing, so a lone
 //! development server counts at once. The file is written only when what it says changes
-//! (rarely: once grouped, and when a Sentinel's setting changes), whole, to a temporary file
+//! (rarely: once grouped, when a Sentinel's setting changes, and when the members listed
+//! change), whole, to a temporary file
 //! that is synced to disk and renamed over the old one, so a crash leaves the old file or the
 //! new one. A file that cannot be read or parsed is logged and ignored.
 
@@ -40,6 +44,10 @@ pub struct Kept {
     /// reconnect.
     #[serde(default)]
     pub sentinels: bool,
+    /// The replicas (`ip:port`) this server last listed as promotable while a master, sorted;
+    /// empty on a replica.
+    #[serde(default)]
+    pub listed: Vec<String>,
 }
 
 impl Kept {

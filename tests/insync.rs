@@ -703,3 +703,53 @@ fn a_master_a_sentinel_watches_requires_an_in_sync_replica_from_the_start() {
         "not counted: {after:?}"
     );
 }
+
+/// A master killed and back at once, empty, while one of the replicas it listed stays away: that
+/// replica may still hold the lease the master gave it before and be promoted, so no write
+/// counts with the other alone — until the master drops it, when that lease has ended.
+#[test]
+fn a_master_back_at_once_waits_for_every_replica_it_listed_before_a_write_counts() {
+    // Leases of 10 s: time for the other replica's full sync before the one away is dropped.
+    let timing = &["insync-timeout-ms", "10000", "insync-drop-delay-ms", "500"];
+    let mut master = Server::with_module_args(timing, &[]);
+    let back = Server::with_module_args(timing, &[]);
+    let away = Server::with_module_args(timing, &[]);
+    back.replicate(&master);
+    away.replicate(&master);
+    let mut con = master.client();
+    wait_for_members(&mut con, &[&back, &away]);
+    let kept = master.dir().join("dump.leasehold");
+    wait_until("the state file lists both", || {
+        std::fs::read_to_string(&kept).is_ok_and(|file| file.contains(&id(&away)))
+    });
+    away.signal("STOP");
+    master.kill();
+    master.restart();
+    let mut con = master.client();
+    let mut b = back.client();
+    wait_until("the other replica is back in step", || {
+        info_field(&mut b, "replication", "master_link_status").as_deref() == Some("up")
+    });
+    assert_eq!(
+        members(&mut con),
+        Some({
+            let mut both = vec![id(&back), id(&away)];
+            both.sort();
+            both
+        }),
+        "both still members"
+    );
+    let refused = error(&mut con, &["LOCK.ACQUIRE", "k", "me", "10000"]);
+    assert!(
+        refused.starts_with("NOREPLICAS not every in-sync replica acknowledged"),
+        "not counted with one of the two: {refused}"
+    );
+    let started = Instant::now();
+    wait_until("the master dropped the replica that stayed away", || {
+        members(&mut con).is_some_and(|members| members == [id(&back)])
+    });
+    eprintln!("dropped {:?} after the check", started.elapsed());
+    let token = common::acquire(&mut con, "k", "me", 10_000, &[]).expect("counts again");
+    assert!(token > 0);
+    away.signal("CONT");
+}

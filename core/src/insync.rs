@@ -201,7 +201,8 @@ pub struct Master {
 impl Master {
     /// The set of a replica just promoted at `now_ms`: the members its old master listed last
     /// (`listed`, less `me`), each with a lease that may last `timing.timeout_ms` more. They are
-    /// waited for as they re-attach, and dropped like any member that does not.
+    /// waited for as they re-attach, and dropped like any member that does not. Also the set of
+    /// a master back at once, from the members it listed itself before it stopped.
     #[must_use]
     pub fn inherit(
         listed: &[String],
