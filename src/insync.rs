@@ -81,8 +81,8 @@ struct InSync {
     named_as: Option<String>,
     /// What the state file holds.
     kept: Kept,
-    /// The members this master listed last, sorted (kept for its next start).
-    listed: Vec<String>,
+    /// This master's members, sorted (kept for its next start).
+    members: Vec<String>,
     /// Whether the log already says that `CONFIG` is out of reach.
     warned: bool,
     /// Whether the log already says that `lock.insync-timeout-ms` is too short.
@@ -131,14 +131,14 @@ pub fn start(ctx: &Context) -> Result<(), RedisError> {
         if kept.grouped {
             state.master.group();
         }
-        if is_master(ctx) && !kept.listed.is_empty() {
-            // Back as a master: the replicas it listed may still hold the leases it gave them
-            // and be promoted, so writes wait for them as for an inherited set.
+        if is_master(ctx) && !kept.members.is_empty() {
+            // Back as a master: its members may still hold the leases it gave them and be
+            // promoted, so writes wait for them as for an inherited set.
             let me = Me::of(ctx);
             let timing = config::insync_timing(insync::lease_ms(deployment::failover().ms));
             let now = clock::now_ms();
-            state.master = Master::inherit(&kept.listed, |id| me.is(id), now, timing);
-            state.listed.clone_from(&kept.listed);
+            state.master = Master::inherit(&kept.members, |id| me.is(id), now, timing);
+            state.members.clone_from(&kept.members);
         }
         state.kept = kept;
         state.is_master = is_master(ctx);
@@ -224,6 +224,9 @@ fn look_at_set(ctx: &Context, now: u64, timing: Timing, answers: &[Answer]) {
         changed |= state.master.remove(id);
     }
     changed |= state.master.observe(now, &replication, timing);
+    let mut members: Vec<String> = state.master.members().map(str::to_owned).collect();
+    members.sort();
+    state.members = members;
     let due = changed || now >= state.sent_ms.saturating_add(HEARTBEAT_MS);
     let has_group = state.master.grouped() || !replication.replicas.is_empty();
     if !due || !has_group || effects::replication_paused() {
@@ -231,8 +234,6 @@ fn look_at_set(ctx: &Context, now: u64, timing: Timing, answers: &[Answer]) {
     }
     let listed = state.master.list(now, timing);
     state.sent_ms = now;
-    state.listed = listed.clone();
-    state.listed.sort();
     drop(state);
     effects::replicate_promotable(
         ctx,
@@ -559,8 +560,8 @@ fn keep(ctx: &Context, failover: &Failover) {
         let state = in_sync();
         let mut next = state.kept.clone();
         next.grouped = state.master.grouped();
-        next.listed = if state.is_master {
-            state.listed.clone()
+        next.members = if state.is_master {
+            state.members.clone()
         } else {
             Vec::new()
         };

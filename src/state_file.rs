@@ -7,13 +7,14 @@
 //! - the failover time it learned ([`leasehold_core::deployment`]), which stands in until the
 //!   Sentinels have been asked again, and that Sentinels watch it (so `FAILOVER` is refused
 //!   from its start, before they reconnect);
-//! - the replicas it last listed as promotable, as a master: back at once, it waits for them
-//!   before a write counts, as a promoted replica waits for the set it inherits — a replica
-//!   that has not re-attached may still hold the lease it gave before, and be promoted.
+//! - the members of its in-sync set, as a master — every replica that may hold a lease it
+//!   gave, until it drops them: back at once, it waits for them before a write counts, as a
+//!   promoted replica waits for the set it inherits — one that has not re-attached may still
+//!   hold its lease, and be promoted.
 //!
 //! A server that never had a replica, a master or a Sentinel writes nothing, so a lone
 //! development server counts at once. The file is written only when what it says changes
-//! (rarely: once grouped, when a Sentinel's setting changes, and when the members listed
+//! (rarely: once grouped, when a Sentinel's setting changes, and when the set's members
 //! change), whole, to a temporary file
 //! that is synced to disk and renamed over the old one, so a crash leaves the old file or the
 //! new one. A file that cannot be read or parsed is logged and ignored.
@@ -44,10 +45,10 @@ pub struct Kept {
     /// reconnect.
     #[serde(default)]
     pub sentinels: bool,
-    /// The replicas (`ip:port`) this server last listed as promotable while a master, sorted;
-    /// empty on a replica.
+    /// The members (`ip:port`) of this server's in-sync set while a master, sorted; empty on
+    /// a replica.
     #[serde(default)]
-    pub listed: Vec<String>,
+    pub members: Vec<String>,
 }
 
 impl Kept {

@@ -709,9 +709,19 @@ fn a_master_a_sentinel_watches_requires_an_in_sync_replica_from_the_start() {
 /// counts with the other alone — until the master drops it, when that lease has ended.
 #[test]
 fn a_master_back_at_once_waits_for_every_replica_it_listed_before_a_write_counts() {
+    back_at_once_waits_for_every_replica_it_listed(&[]);
+}
+
+/// The same with the master back from its AOF, which replays the lists it sent.
+#[test]
+fn a_master_back_at_once_from_its_aof_waits_for_every_replica_it_listed() {
+    back_at_once_waits_for_every_replica_it_listed(&["--appendonly", "yes"]);
+}
+
+fn back_at_once_waits_for_every_replica_it_listed(persistence: &[&str]) {
     // Leases of 10 s: time for the other replica's full sync before the one away is dropped.
     let timing = &["insync-timeout-ms", "10000", "insync-drop-delay-ms", "500"];
-    let mut master = Server::with_module_args(timing, &[]);
+    let mut master = Server::with_module_args(timing, persistence);
     let back = Server::with_module_args(timing, &[]);
     let away = Server::with_module_args(timing, &[]);
     back.replicate(&master);
@@ -719,7 +729,7 @@ fn a_master_back_at_once_waits_for_every_replica_it_listed_before_a_write_counts
     let mut con = master.client();
     wait_for_members(&mut con, &[&back, &away]);
     let kept = master.dir().join("dump.leasehold");
-    wait_until("the state file lists both", || {
+    wait_until("the state file names both", || {
         std::fs::read_to_string(&kept).is_ok_and(|file| file.contains(&id(&away)))
     });
     away.signal("STOP");
