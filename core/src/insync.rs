@@ -180,10 +180,15 @@ pub struct Status {
 }
 
 impl Status {
-    /// True when a write that ended at replication offset `written` counts.
+    /// True when a write that ended at replication offset `written` counts. With members, an
+    /// acknowledged offset of 0 never counts: a member is not connected, or the master has no
+    /// backlog yet (back at once, before any replica re-attached), so its offset did not move
+    /// with the write.
     #[must_use]
     pub const fn counts(&self, written: u64) -> bool {
-        self.members >= self.required && self.acked >= written
+        self.members >= self.required
+            && self.acked >= written
+            && (self.members == 0 || self.acked > 0)
     }
 }
 

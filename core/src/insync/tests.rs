@@ -269,3 +269,21 @@ fn a_shorter_lease_counts_once_the_member_acknowledged_its_message() {
         "acknowledged: the shorter lease"
     );
 }
+
+#[test]
+fn with_members_an_acknowledged_offset_of_zero_never_counts() {
+    let waiting = Status {
+        offset: 0,
+        acked: 0,
+        members: 2,
+        required: 1,
+    };
+    assert!(!waiting.counts(0), "a master back at once, no backlog yet");
+    let lone = Status {
+        offset: 0,
+        acked: 0,
+        members: 0,
+        required: 0,
+    };
+    assert!(lone.counts(0));
+}
