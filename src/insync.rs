@@ -224,9 +224,11 @@ fn look_at_set(ctx: &Context, now: u64, timing: Timing, answers: &[Answer]) {
         changed |= state.master.remove(id);
     }
     changed |= state.master.observe(now, &replication, timing);
-    let mut members: Vec<String> = state.master.members().map(str::to_owned).collect();
-    members.sort();
-    state.members = members;
+    if changed {
+        let mut members: Vec<String> = state.master.members().map(str::to_owned).collect();
+        members.sort();
+        state.members = members;
+    }
     let due = changed || now >= state.sent_ms.saturating_add(HEARTBEAT_MS);
     let has_group = state.master.grouped() || !replication.replicas.is_empty();
     if !due || !has_group || effects::replication_paused() {
@@ -474,6 +476,8 @@ pub fn on_role_changed(ctx: &Context, master: bool) {
             let lease = insync::lease_ms(deployment::failover().ms);
             let timing = config::insync_timing(lease);
             state.master = Master::inherit(&listed, |id| me.is(id), now, timing);
+            state.members = state.master.members().map(str::to_owned).collect();
+            state.members.sort();
             state.sent_ms = 0;
             state.record.promoted();
         } else {

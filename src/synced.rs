@@ -249,15 +249,8 @@ fn stretch_held(ctx: &Context) {
             ..
         } = &undo
         {
-            let lease_ms = Stretch::lease_ms(Some(*stretch), stretch.ttl_ms).to_string();
-            let extra: [&[u8]; 2] = [lease_ms.as_bytes(), b"NOSYNC"];
-            call_as_owner(
-                ctx,
-                &undo,
-                ["LOCK.RENEW", "LOCK.MRENEW"],
-                &extra,
-                "stretched",
-            );
+            let lease_ms = Stretch::lease_ms(Some(*stretch), stretch.ttl_ms);
+            renew_as_owner(ctx, &undo, lease_ms, "stretched");
         }
     }
 }
@@ -463,16 +456,16 @@ fn rebase(ctx: &Context, undo: &Undo) {
     } = undo
         && stretch.stretch_ms > 0
     {
-        let ttl_ms = stretch.ttl_ms.to_string();
-        let extra: [&[u8]; 2] = [ttl_ms.as_bytes(), b"NOSYNC"];
-        call_as_owner(
-            ctx,
-            undo,
-            ["LOCK.RENEW", "LOCK.MRENEW"],
-            &extra,
-            "set to its lease",
-        );
+        renew_as_owner(ctx, undo, stretch.ttl_ms, "set to its lease");
     }
+}
+
+/// Sets a grant's lease to `lease_ms` from now, as its owner: `LOCK.RENEW`, or `LOCK.MRENEW`
+/// for a set, with `NOSYNC` (no reply waits on it); a failure is logged as the grant not `done`.
+fn renew_as_owner(ctx: &Context, undo: &Undo, lease_ms: i64, done: &str) {
+    let lease_ms = lease_ms.to_string();
+    let extra: [&[u8]; 2] = [lease_ms.as_bytes(), b"NOSYNC"];
+    call_as_owner(ctx, undo, ["LOCK.RENEW", "LOCK.MRENEW"], &extra, done);
 }
 
 /// Calls `commands[0]` (one key) or `commands[1]` (a set, after `numkeys`) on a grant's keys as
