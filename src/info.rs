@@ -55,6 +55,11 @@ fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
                 .field("insync_promotable", promotable)?
                 .field("insync_promotable_by", by)?
                 .field("insync_named", u64::from(set.last_listed))?
+                .field(
+                    "insync_replication_cycle",
+                    set.cycle.as_deref().unwrap_or(""),
+                )?
+                .field("insync_to_run", set.to_run.unwrap_or(""))?
         }
     };
     let timing = match (set.explicit, set.timeout_too_short) {

@@ -341,6 +341,7 @@ fn look_at_master(ctx: &Context, now: u64, answers: &[Answer]) {
     if let Some(epoch) = epoch {
         state.follower.epoch_seen(epoch);
     }
+    let me = Me::of(ctx);
     for answer in answers {
         if let Answer::Identity {
             address: asked,
@@ -348,11 +349,47 @@ fn look_at_master(ctx: &Context, now: u64, answers: &[Answer]) {
         } = answer
             && Some(asked) == address.as_ref()
         {
-            state.follower.master_reported(now, identity.master, epoch);
+            let of_me = identity
+                .master_address
+                .as_deref()
+                .is_some_and(|id| me.is(id) || state.named_as.as_deref() == Some(id));
+            let (was, named) = (state.follower.in_cycle(), state.follower.to_run(now));
+            state
+                .follower
+                .master_reported(now, identity.master, of_me, epoch);
+            log_cycle(ctx, asked, was, named, &state.follower, now);
         }
     }
     if let (true, Some(host), Some(port)) = (state.follower.wants_master_role(now), host, port) {
         ask_identity(ctx, state, now, host, port);
+    }
+}
+
+/// Logs a replication cycle with `master` when it is first seen (`was`: seen before), and what
+/// to run once the follower names it (`named`: named before)
+/// ([`leasehold_core::insync::replica`]).
+fn log_cycle(
+    ctx: &Context,
+    master: &str,
+    was: bool,
+    named: Option<&str>,
+    follower: &Follower,
+    now: u64,
+) {
+    if !was && follower.in_cycle() {
+        ctx.log_warning(&format!(
+            "lock: replication cycle: this server replicates from {master}, which replicates \
+             from this server, so neither can sync; Sentinel skips replicas whose link has been \
+             down for over ten times down-after-milliseconds, and may promote nobody. A replica \
+             that succeeds {master} has every write it counted: its INFO lock names what to run \
+             in insync_to_run"
+        ));
+    }
+    if let (None, Some(command)) = (named, follower.to_run(now)) {
+        ctx.log_warning(&format!(
+            "lock: replication cycle with {master}: this server succeeds it and has every write \
+             it counted; run {command} here, and Sentinel's next failover promotes it"
+        ));
     }
 }
 
@@ -638,6 +675,10 @@ pub struct Fields {
     pub failover: Failover,
     /// `lock.insync-timeout-ms` is set, and shorter than the deployment needs.
     pub timeout_too_short: bool,
+    /// A replica in a replication cycle: its master's address.
+    pub cycle: Option<String>,
+    /// A replica: what a person must run on it to end a replication cycle.
+    pub to_run: Option<&'static str>,
 }
 
 /// What `INFO lock` shows of the set (as of the last look at this server's role).
@@ -662,5 +703,13 @@ pub fn fields() -> Fields {
         explicit: config::insync_timeout_ms().is_some(),
         timeout_too_short: too_short(&failover, timing),
         failover,
+        cycle: (!master && state.follower.in_cycle())
+            .then(|| state.master_address.clone())
+            .flatten(),
+        to_run: if master {
+            None
+        } else {
+            state.follower.to_run(now)
+        },
     }
 }

@@ -220,17 +220,20 @@ pub fn sentinel_master<T: AsRef<[u8]>>(fields: &[T]) -> Option<u64> {
 /// A server as its `INFO server replication` describes it: who it is and whether it is a
 /// master. Asked of the master the Sentinels name before this server follows it (so that a
 /// server named by an address it does not know as its own — behind NAT, a mapped port — never
-/// follows itself), and of a replica's quiet master (succession).
+/// follows itself), and of a replica's quiet master (succession, and a replication cycle).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
     /// `run_id`: the server process's random id.
     pub run_id: String,
     /// `role:master`.
     pub master: bool,
+    /// A replica's master as `master_host:master_port`; `None` on a master.
+    pub master_address: Option<String>,
 }
 
 /// Reads `INFO server replication` for a server's [`Identity`]; `None` without a `run_id` of 40
-/// hex digits or a `role` of `master` or `slave`.
+/// hex digits or a `role` of `master` or `slave` (a replica's `master_host` and `master_port`
+/// give its master's address, when both are there).
 #[must_use]
 pub fn identity(info: &str) -> Option<Identity> {
     let field = |name: &str| {
@@ -244,9 +247,14 @@ pub fn identity(info: &str) -> Option<Identity> {
         "slave" => false,
         _ => return None,
     };
+    let master_address = field("master_host")
+        .zip(field("master_port").and_then(|port| port.parse::<u16>().ok()))
+        .filter(|_| !master)
+        .map(|(host, port)| format!("{host}:{port}"));
     Some(Identity {
         run_id: run_id.to_owned(),
         master,
+        master_address,
     })
 }
 

@@ -385,10 +385,12 @@ impl Group {
             let link = field("replication", "master_link_status");
             let members = field("lock", "lock_insync_members");
             let promotable = field("lock", "lock_insync_promotable");
+            let by = field("lock", "lock_insync_promotable_by");
+            let cycle = field("lock", "lock_insync_replication_cycle");
             let priority = call(&mut con, &["CONFIG", "GET", "replica-priority"]);
             lines.push(format!(
                 "{index} ({}): {role} of {master} link {link}, members [{members}], \
-                 promotable {promotable}, priority {priority:?}",
+                 promotable {promotable} by {by}, cycle with [{cycle}], priority {priority:?}",
                 self.addresses[index]
             ));
         }

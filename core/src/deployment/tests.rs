@@ -271,17 +271,22 @@ fn no_more_than_so_many_sentinels_are_kept() {
 fn a_servers_identity_is_read_from_its_info() {
     let id = "c5b1b4f5e1d6a7b8c9d0e1f2a3b4c5d6e7f8a9b0";
     let info = format!(
-        "# Server\r\nredis_version:7.0.15\r\nrun_id:{id}\r\n\r\n# Replication\r\nrole:slave\r\n"
+        "# Server\r\nredis_version:7.0.15\r\nrun_id:{id}\r\n\r\n# Replication\r\nrole:slave\r\n\
+         master_host:10.0.0.7\r\nmaster_port:6380\r\n"
     );
     assert_eq!(
         identity(&info),
         Some(Identity {
             run_id: id.to_owned(),
-            master: false
+            master: false,
+            master_address: Some("10.0.0.7:6380".to_owned()),
         })
     );
     let master = info.replace("role:slave", "role:master");
-    assert!(identity(&master).is_some_and(|identity| identity.master));
+    assert!(
+        identity(&master)
+            .is_some_and(|identity| identity.master && identity.master_address.is_none())
+    );
     for bad in [
         "role:master\r\n".to_owned(),
         format!("run_id:{id}\r\n"),

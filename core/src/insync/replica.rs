@@ -25,6 +25,21 @@
 //!   master restarted with its original `replicaof` while its old master follows it — keeps a
 //!   promotable member, and Sentinel's next failover promotes it.
 //!
+//! - **A replication cycle.** A master restarted with its original `replicaof` may name a server
+//!   that now replicates from it: each waits for the other, and neither can sync (a replica whose
+//!   own link is down answers `PSYNC` with `-NOMASTERLINK`). Sentinel fails the old master over
+//!   only once it has reported the replica role for `down-after-milliseconds` + 20 s, and then
+//!   skips every replica whose link has been down for over ten times `down-after-milliseconds`
+//!   plus the time since (`sentinelSelectSlave` in `sentinel.c`): below about 2.3 s of
+//!   `down-after-milliseconds` it never promotes anyone, with this module or without it. A
+//!   successor in such a cycle has every counted write, so it names what a person must run
+//!   ([`Follower::to_run`]): `REPLICAOF NO ONE` on it, after which Sentinel reads no link down
+//!   and its next failover promotes it. It names it only once the cycle has lasted
+//!   [`CYCLE_SEEN_MS`]: until Sentinel has read the old master's replica role (it reads a
+//!   master's `INFO` every 10 s), it turns a replica that became a master back into one
+//!   (`+convert-to-slave`). The module does not run it itself: a failover is Sentinel's to
+//!   decide, and one it began meanwhile could promote another member too.
+//!
 //! Sentinel is told through `replica-priority` ([`Priority`]): the operator's while promotable,
 //! 0 (never promoted) otherwise.
 
@@ -41,6 +56,11 @@ pub const LEAD_MS: u64 = 1_500;
 /// before a replica's link came up can give no lease even read on a clock that far behind. The
 /// same bound covers a message heard late (docs/guarantees.md).
 pub const CLOCK_SKEW_MS: u64 = 1_000;
+
+/// How long a replica sees a replication cycle before it names what to run, in ms: Sentinel's
+/// `INFO` period (10 s), so that Sentinel has read the old master's replica role by then, and
+/// 2 s for the reply to come.
+pub const CYCLE_SEEN_MS: u64 = 12_000;
 
 /// `LOCK.PROMOTABLE until-ms timeout-ms [replica ...]`, the master's message to its replicas.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +111,8 @@ pub struct Follower {
     lease_epoch: Option<u64>,
     /// While in succession: the configuration epoch it began under.
     succession: Option<u64>,
+    /// Since when (unix ms) the master has reported that it replicates from this server.
+    cycle_since: Option<u64>,
 }
 
 impl Follower {
@@ -118,6 +140,7 @@ impl Follower {
         self.heard_ms = now_ms;
         self.timeout_ms = message.timeout_ms;
         self.succession = None;
+        self.cycle_since = None;
         self.named = listed;
         self.listed.clone_from(&message.listed);
     }
@@ -136,11 +159,23 @@ impl Follower {
         self.succession.is_some() || (silent && now_ms < self.promotable_until_ms)
     }
 
-    /// The master reported at `now_ms` that it is a master (`master`) or a replica, when the
-    /// Sentinels' newest configuration epoch known was `epoch` (`None`: no Sentinel watches).
-    /// A replica master starts a succession if this replica's lease still lasts and no newer
-    /// epoch came since it was given; a master ends one.
-    pub const fn master_reported(&mut self, now_ms: u64, master: bool, epoch: Option<u64>) {
+    /// The master reported at `now_ms` that it is a master (`master`) or a replica — of this
+    /// very server when `of_me` (a replication cycle) — when the Sentinels' newest configuration
+    /// epoch known was `epoch` (`None`: no Sentinel watches). A replica master starts a
+    /// succession if this replica's lease still lasts and no newer epoch came since it was
+    /// given; a master ends one.
+    pub const fn master_reported(
+        &mut self,
+        now_ms: u64,
+        master: bool,
+        of_me: bool,
+        epoch: Option<u64>,
+    ) {
+        self.cycle_since = match self.cycle_since {
+            _ if master || !of_me => None,
+            Some(since) => Some(since),
+            None => Some(now_ms),
+        };
         if master {
             self.succession = None;
         } else if self.succession.is_none()
@@ -166,6 +201,29 @@ impl Follower {
     /// (its lease, if any, stands: a master it is moved to inherited it with a longer one).
     pub const fn interrupted(&mut self) {
         self.succession = None;
+        self.cycle_since = None;
+    }
+
+    /// Whether the master reported last that it replicates from this server.
+    #[must_use]
+    pub const fn in_cycle(&self) -> bool {
+        self.cycle_since.is_some()
+    }
+
+    /// What a person must run on this replica at `now_ms` to end a replication cycle, if
+    /// anything: `REPLICAOF NO ONE` while it succeeds the master it has been in a cycle with for
+    /// [`CYCLE_SEEN_MS`] (it has every write that master counted). A replica in a cycle without
+    /// succession cannot tell which server has them.
+    #[must_use]
+    pub const fn to_run(&self, now_ms: u64) -> Option<&'static str> {
+        match self.cycle_since {
+            Some(since)
+                if self.succession.is_some() && now_ms.saturating_sub(since) >= CYCLE_SEEN_MS =>
+            {
+                Some("REPLICAOF NO ONE")
+            }
+            _ => None,
+        }
     }
 
     /// Whether and why this replica may be promoted at `now_ms`.
