@@ -360,7 +360,10 @@ fn look_at_master(ctx: &Context, now: u64, answers: &[Answer]) {
             log_cycle(ctx, asked, was, named, &state.follower, now);
         }
     }
-    if let (true, Some(host), Some(port)) = (state.follower.wants_master_role(now), host, port) {
+    // A link that stays down may be a replication cycle: ask, to name it.
+    let link_down = server_config::info_field(&info, "master_link_status") == Some("down");
+    let asks = link_down || state.follower.wants_master_role(now);
+    if let (true, Some(host), Some(port)) = (asks, host, port) {
         ask_identity(ctx, state, now, host, port);
     }
 }
@@ -377,12 +380,23 @@ fn log_cycle(
     now: u64,
 ) {
     if !was && follower.in_cycle() {
+        let succeeds = if follower.promotability(now) == Promotability::Succession {
+            format!(
+                "This server succeeds {master} and has every write it counted: INFO lock names \
+                 what to run here in insync_to_run once Sentinel has seen the cycle (12 s)"
+            )
+        } else {
+            format!(
+                "This server does not succeed {master} (it held no lease when {master} became a \
+                 replica), so it cannot tell who has every counted write: if no server's INFO \
+                 lock shows insync_to_run, see 'No replica can be promoted' in the \
+                 troubleshooting guide"
+            )
+        };
         ctx.log_warning(&format!(
             "lock: replication cycle: this server replicates from {master}, which replicates \
              from this server, so neither can sync; Sentinel skips replicas whose link has been \
-             down for over ten times down-after-milliseconds, and may promote nobody. A replica \
-             that succeeds {master} has every write it counted: its INFO lock names what to run \
-             in insync_to_run"
+             down for over ten times down-after-milliseconds, and may promote nobody. {succeeds}"
         ));
     }
     if let (None, Some(command)) = (named, follower.to_run(now)) {

@@ -31,7 +31,9 @@
 //! orchestrator would; meanwhile the run has two nodes), and a replica's link to its master
 //! cut for 3 to 25 s while the Sentinels and the clients still reach it; after half of them it
 //! waits for the group to settle (one master, every live replica linked), and the other half
-//! the next fault overlaps the Sentinels' reconfiguration. The in-sync set's timing is learned
+//! the next fault overlaps the Sentinels' reconfiguration. A group that did not settle within
+//! 45 s gets what a paged person would do: what a server's `INFO lock` names is run
+//! (`lock_insync_to_run`, the successor in a replication cycle), and counted as a fault. The in-sync set's timing is learned
 //! from the Sentinels (`down-after-milliseconds 1000`), as in production.
 //!
 //! The checker reports operations, grants, faults by kind, failovers, double grants (expected
@@ -809,6 +811,16 @@ fn nemesis(
             *faults
                 .entry("group did not settle within 45 s")
                 .or_default() += 1;
+            // The person on call, paged, runs what the module names (a replication cycle).
+            if let Some(server) = group.run_what_the_module_names() {
+                eprintln!("chaos: ran REPLICAOF NO ONE on server {server}, as INFO lock named");
+                let ran = "REPLICAOF NO ONE, as INFO lock named after 45 s not settled";
+                run.faults
+                    .lock()
+                    .expect("faults")
+                    .push((history.now_us(), ran));
+                *faults.entry(ran).or_default() += 1;
+            }
         }
     }
     faults

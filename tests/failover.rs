@@ -369,7 +369,7 @@ fn restarted_with_its_original_replicaof(timing: Timing) {
             group.describe()
         );
         if timing.down_after_ms < 2_300 && !ran {
-            ran = run_what_the_successor_names(&group);
+            ran = group.run_what_the_module_names().is_some();
         }
         thread::sleep(Duration::from_millis(200));
     }
@@ -391,24 +391,4 @@ fn restarted_with_its_original_replicaof(timing: Timing) {
     );
     let next = acquire(&mut con, "later", "next", 60_000, &[]).expect("granted");
     assert!(next > token);
-}
-
-/// Runs `REPLICAOF NO ONE` on the server whose `INFO lock` names it (`insync_to_run`, a
-/// successor in a replication cycle), as a person would; true if one did.
-fn run_what_the_successor_names(group: &Group) -> bool {
-    let successor = (0..group.servers.len()).find(|&index| {
-        let mut con = group.servers[index].client();
-        info_field(&mut con, "lock", "lock_insync_replication_cycle")
-            .is_some_and(|master| !master.is_empty())
-            && info_field(&mut con, "lock", "lock_insync_to_run").as_deref()
-                == Some("REPLICAOF NO ONE")
-    });
-    successor.is_some_and(|index| {
-        let ran: redis::RedisResult<()> = redis::cmd("REPLICAOF")
-            .arg("NO")
-            .arg("ONE")
-            .query(&mut group.servers[index].client());
-        ran.expect("the successor may be promoted");
-        true
-    })
 }

@@ -237,6 +237,25 @@ impl Group {
         })
     }
 
+    /// Runs `REPLICAOF NO ONE` on a server whose `INFO lock` names it (`lock_insync_to_run`: a
+    /// successor in a replication cycle), as the person on call would; returns which server, if
+    /// any. Panics if the module then refuses it.
+    pub fn run_what_the_module_names(&self) -> Option<usize> {
+        let named = (0..self.servers.len()).find(|&index| {
+            !self.lost.contains(&index)
+                && self.servers[index].try_client().is_ok_and(|mut con| {
+                    info_field(&mut con, "lock", "lock_insync_to_run").as_deref()
+                        == Some("REPLICAOF NO ONE")
+                })
+        })?;
+        let ran: redis::RedisResult<()> = redis::cmd("REPLICAOF")
+            .arg("NO")
+            .arg("ONE")
+            .query(&mut self.servers[named].client());
+        ran.expect("the server INFO lock names may be promoted");
+        Some(named)
+    }
+
     /// Waits up to `within` for the group to settle after a fault: the master the Sentinels
     /// name reports the master role and every other server is its replica with the link up.
     /// True if it did.
