@@ -79,6 +79,9 @@ struct InSync {
     /// The address the Sentinels name this server by, when it is not one it knows as its own
     /// (NAT, a mapped port): learned by asking who is there.
     named_as: Option<String>,
+    /// How this server knew itself at the last look: when that changes (`CONFIG SET
+    /// replica-announce-port`, ...), what the Sentinels' word meant is checked again.
+    me: Option<Me>,
     /// What the state file holds.
     kept: Kept,
     /// This master's members, sorted (kept for its next start).
@@ -256,6 +259,10 @@ fn follow_if_replaced(ctx: &Context, now: u64, answers: &[Answer]) {
     };
     let me = Me::of(ctx);
     let mut state = in_sync();
+    if state.me.as_ref() != Some(&me) {
+        state.record.readdressed();
+        state.me = Some(me.clone());
+    }
     let named_as = state.named_as.clone();
     let is_me = |id: &str| me.is(id) || named_as.as_deref() == Some(id);
     let Some(master) = state
@@ -636,6 +643,7 @@ fn keep(ctx: &Context, failover: &Failover) {
 
 /// How this server is named in its master's `INFO replication`: the port it announces, and
 /// the address it announces or any of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Me {
     announced_ip: Option<String>,
     port: Option<u16>,

@@ -449,6 +449,13 @@ impl Record {
         self.promoted = true;
     }
 
+    /// This server's own address changed (`replica-announce-port`, ...): the word that named
+    /// it may not name it now, so the next one is checked as if none had (a word naming another
+    /// address is then asked about before it is followed).
+    pub const fn readdressed(&mut self) {
+        self.named_epoch = None;
+    }
+
     /// The master this master should follow: the one the Sentinels' newest word `named`
     /// (`ip:port` and epoch) names, when that is not this server (`me`), this server was not
     /// promoted since, and the word is newer than the last that named this server. `None`

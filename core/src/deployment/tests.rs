@@ -240,6 +240,15 @@ fn a_master_replaced_follows_the_master_named() {
         Some("10.0.0.2:6379".to_owned()),
         "failed over while cut off"
     );
+    let mut readdressed = Record::default();
+    readdressed.replaced_by(Some(("10.0.0.1:6379", 5)), me);
+    readdressed.readdressed();
+    let now_me = |id: &str| id == "192.168.0.1:6379";
+    assert_eq!(
+        readdressed.replaced_by(Some(("10.0.0.1:6379", 5)), now_me),
+        Some("10.0.0.1:6379".to_owned()),
+        "the same word, checked again (the module asks who is there before following)"
+    );
 
     let mut promoted = Record::default();
     promoted.replaced_by(Some(("10.0.0.1:6379", 1)), me);
