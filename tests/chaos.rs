@@ -32,9 +32,11 @@
 //! cut for 3 to 25 s while the Sentinels and the clients still reach it; after half of them it
 //! waits for the group to settle (one master, every live replica linked), and the other half
 //! the next fault overlaps the Sentinels' reconfiguration. A group that did not settle within
-//! 45 s gets what a paged person would do: what a server's `INFO lock` names is run
-//! (`lock_insync_to_run`, the successor in a replication cycle), and counted as a fault. The in-sync set's timing is learned
-//! from the Sentinels (`down-after-milliseconds 1000`), as in production.
+//! `down-after-milliseconds` + 44 s gets what a paged person would do: what a server's
+//! `INFO lock` names is run (`lock_insync_to_run`, the successor in a replication cycle), and
+//! counted as a fault. The in-sync set's timing is learned from the Sentinels
+//! (`down-after-milliseconds 1000`, or Sentinel's own defaults with
+//! `LEASEHOLD_CHAOS_TIMING=default`), as in production.
 //!
 //! The checker reports operations, grants, faults by kind, failovers, double grants (expected
 //! under asynchronous replication), split-brain grants (by a server Sentinel had already
@@ -56,6 +58,9 @@
 //! leaves out the replica killed for good (each side needs a replica), and
 //! `LEASEHOLD_CHAOS_STRICT=1` runs every server with `lock.insync-strict yes`, the rule for it:
 //! without it, the default class's double grants there are printed but do not fail the run.
+//! `LEASEHOLD_CHAOS_TIMING=default` times the Sentinels as Sentinel's own defaults do
+//! (`down-after-milliseconds` 30 000, `failover-timeout` 180 000; `5000` for 5 000 ms): a
+//! fault waits `down-after-milliseconds` longer for its failover, so a run has fewer of them.
 //! A summary line goes to stderr, with the seed, and one line per class: grants, double grants
 //! per 10 000 exclusive grants, `NotReplicated` refusals of grants and of renewals, holdings
 //! reported lost while held, and the acquire latency.
@@ -107,6 +112,11 @@ const LEASE: Duration = Duration::from_secs(1);
 const QUEUE_WAIT: Duration = Duration::from_millis(300);
 /// How long after a replica is lost for good a new, empty one takes its place.
 const REPLACED_AFTER: Range<u64> = 30_000..60_000;
+/// How long past `down-after-milliseconds` a fault waits for the failover it may cause.
+const FAILOVER_MARGIN: Duration = Duration::from_secs(14);
+/// How long past `down-after-milliseconds` the group may take to settle after a fault before
+/// the person on call acts.
+const SETTLE_MARGIN: Duration = Duration::from_secs(44);
 
 /// How a class of clients syncs its grants before counting on them (`leasehold-client`'s
 /// `Sync`): the same nemesis hits all three at once.
@@ -216,7 +226,8 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         &[]
     };
     let module_args = [&["restart-delay-ms", &delay][..], strictly].concat();
-    let mut group = Group::with(&history, &module_args, Timing::FAST);
+    let timing = timing();
+    let mut group = Group::with(&history, &module_args, timing);
     let first_master = group.addresses[0];
     let run = Arc::new(Run::default());
     let clients: Vec<_> = (0..(CLIENTS_PER_CLASS + HOLDERS_PER_CLASS) * Class::ALL.len())
@@ -250,7 +261,7 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
     };
 
     let length = Duration::from_secs(seconds);
-    let mut faults = nemesis(&mut group, &history, &run, length, seed);
+    let mut faults = nemesis(&mut group, &history, &run, (length, timing), seed);
     run.stop.store(true, Ordering::SeqCst);
     for client in clients {
         client.join().expect("client thread");
@@ -331,11 +342,12 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         );
     }
     eprintln!(
-        "chaos: {seconds} s (seed {seed}), {} operations, {} grants ({} by designated masters; \
+        "chaos: {seconds} s (seed {seed}, down-after-milliseconds {}), {} operations, {} grants ({} by designated masters; \
          {} sets of two locks, a grant per lock), faults {faults:?}, \
          {} failovers, {doubles} double grants, {split_brain} split-brain grants, \
          {across} token regressions at designated masters, {own} on a server's own tokens, \
          {accepted} fenced writes accepted, {rejected} stale writes rejected, replay {}",
+        timing.down_after_ms,
         run.operations.load(Ordering::SeqCst),
         grants.len(),
         designated.len(),
@@ -477,6 +489,17 @@ fn availability(grants: &[Grant], designated: &[&Grant], end_us: u64, run: &Run)
 /// Sentinels ([`Fault::SentinelsCutOff`]), which the default in-sync rule does not cover.
 fn partitions() -> bool {
     std::env::var_os("LEASEHOLD_CHAOS_PARTITIONS").is_some()
+}
+
+/// `LEASEHOLD_CHAOS_TIMING`: the Sentinels' timing — `default` for Sentinel's own
+/// (`down-after-milliseconds` 30 000, `failover-timeout` 180 000), `5000` for 5 000 ms, and
+/// otherwise 1 000 ms.
+fn timing() -> Timing {
+    match std::env::var("LEASEHOLD_CHAOS_TIMING").as_deref() {
+        Ok("default") => Timing::DEFAULT,
+        Ok("5000") => Timing::FIVE_SECONDS,
+        _ => Timing::FAST,
+    }
 }
 
 /// `LEASEHOLD_CHAOS_STRICT`: every server runs with `lock.insync-strict yes`.
@@ -633,8 +656,8 @@ impl Fault {
         master: usize,
         run: &Run,
         rng: &mut StdRng,
+        failover_within: Duration,
     ) -> &'static str {
-        let failover_within = Duration::from_secs(15);
         match self {
             Fault::Kill => {
                 group.kill(master);
@@ -753,9 +776,11 @@ fn nemesis(
     group: &mut Group,
     history: &History,
     run: &Run,
-    length: Duration,
+    (length, timing): (Duration, Timing),
     seed: u64,
 ) -> BTreeMap<&'static str, u64> {
+    // A failover takes `down-after-milliseconds` and some seconds more.
+    let down_after = Duration::from_millis(timing.down_after_ms);
     let mut rng = StdRng::seed_from_u64(seed);
     let started = Instant::now();
     let mut faults = BTreeMap::new();
@@ -793,7 +818,7 @@ fn nemesis(
         }
         let fault = round.pop().expect("a fault");
         let began = history.now_us();
-        let done = fault.inflict(group, master, run, &mut rng);
+        let done = fault.inflict(group, master, run, &mut rng, down_after + FAILOVER_MARGIN);
         run.faults.lock().expect("faults").push((began, done));
         *faults.entry(done).or_default() += 1;
         if done == Fault::ReplicaLost.name()
@@ -806,15 +831,17 @@ fn nemesis(
         // Half the time the next fault waits for the group to settle (the Sentinels make an old
         // master a replica some seconds later); the other half it comes while they still
         // reconfigure, as a nemesis in production would.
-        if rng.random_bool(0.5) && !group.settle(Duration::from_secs(45)) {
-            eprintln!("chaos: not settled 45 s after {done}: {}", group.describe());
-            *faults
-                .entry("group did not settle within 45 s")
-                .or_default() += 1;
+        if rng.random_bool(0.5) && !group.settle(down_after + SETTLE_MARGIN) {
+            eprintln!(
+                "chaos: not settled {:?} after {done}: {}",
+                down_after + SETTLE_MARGIN,
+                group.describe()
+            );
+            *faults.entry("group did not settle").or_default() += 1;
             // The person on call, paged, runs what the module names (a replication cycle).
             if let Some(server) = group.run_what_the_module_names() {
                 eprintln!("chaos: ran REPLICAOF NO ONE on server {server}, as INFO lock named");
-                let ran = "REPLICAOF NO ONE, as INFO lock named after 45 s not settled";
+                let ran = "REPLICAOF NO ONE, as INFO lock named (not settled)";
                 run.faults
                     .lock()
                     .expect("faults")
