@@ -390,13 +390,13 @@ fn log_cycle(
         let succeeds = if follower.promotability(now) == Promotability::Succession {
             format!(
                 "This server succeeds {master} and has every write it counted: INFO lock names \
-                 what to run here in insync_to_run once Sentinel has seen the cycle (12 s)"
+                 what to run here in lock_insync_to_run once Sentinel has seen the cycle (12 s)"
             )
         } else {
             format!(
                 "This server does not succeed {master} (it held no lease when {master} became a \
                  replica), so it cannot tell who has every counted write: if no server's INFO \
-                 lock shows insync_to_run, see 'No replica can be promoted' in the \
+                 lock shows lock_insync_to_run, see 'No replica can be promoted' in the \
                  troubleshooting guide"
             )
         };
