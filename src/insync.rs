@@ -92,6 +92,14 @@ struct InSync {
     warned_timeout: bool,
 }
 
+impl InSync {
+    /// Notes the master's members, sorted, for the state file ([`keep`]).
+    fn note_members(&mut self) {
+        self.members = self.master.members().map(str::to_owned).collect();
+        self.members.sort();
+    }
+}
+
 static IN_SYNC: LazyLock<Mutex<InSync>> = LazyLock::new(Mutex::default);
 
 /// Set once Sentinel has connected to this server (from the command filter, which must not
@@ -228,9 +236,7 @@ fn look_at_set(ctx: &Context, now: u64, timing: Timing, answers: &[Answer]) {
     }
     changed |= state.master.observe(now, &replication, timing);
     if changed {
-        let mut members: Vec<String> = state.master.members().map(str::to_owned).collect();
-        members.sort();
-        state.members = members;
+        state.note_members();
     }
     let due = changed || now >= state.sent_ms.saturating_add(HEARTBEAT_MS);
     let has_group = state.master.grouped() || !replication.replicas.is_empty();
@@ -264,7 +270,7 @@ fn follow_if_replaced(ctx: &Context, now: u64, answers: &[Answer]) {
         state.me = Some(me.clone());
     }
     let named_as = state.named_as.clone();
-    let is_me = |id: &str| me.is(id) || named_as.as_deref() == Some(id);
+    let is_me = |id: &str| me.names(id, named_as.as_deref());
     let Some(master) = state
         .record
         .replaced_by(Some((named.as_str(), epoch)), is_me)
@@ -348,7 +354,6 @@ fn look_at_master(ctx: &Context, now: u64, answers: &[Answer]) {
     if let Some(epoch) = epoch {
         state.follower.epoch_seen(epoch);
     }
-    let me = Me::of(ctx);
     for answer in answers {
         if let Answer::Identity {
             address: asked,
@@ -359,12 +364,12 @@ fn look_at_master(ctx: &Context, now: u64, answers: &[Answer]) {
             let of_me = identity
                 .master_address
                 .as_deref()
-                .is_some_and(|id| me.is(id) || state.named_as.as_deref() == Some(id));
-            let (was, named) = (state.follower.in_cycle(), state.follower.to_run(now));
+                .is_some_and(|id| Me::of(ctx).names(id, state.named_as.as_deref()));
+            let before = (state.follower.in_cycle(), state.follower.to_run(now));
             state
                 .follower
                 .master_reported(now, identity.master, of_me, epoch);
-            log_cycle(ctx, asked, was, named, &state.follower, now);
+            log_cycle(ctx, asked, before, &state.follower, now);
         }
     }
     // A link that stays down may be a replication cycle: ask, to name it.
@@ -375,14 +380,13 @@ fn look_at_master(ctx: &Context, now: u64, answers: &[Answer]) {
     }
 }
 
-/// Logs a replication cycle with `master` when it is first seen (`was`: seen before), and what
-/// to run once the follower names it (`named`: named before)
-/// ([`leasehold_core::insync::replica`]).
+/// Logs a replication cycle with `master` when it is first seen, and what to run once the
+/// follower names it; `(was, named)`: whether it was seen and what was named before this
+/// answer ([`leasehold_core::insync::replica`]).
 fn log_cycle(
     ctx: &Context,
     master: &str,
-    was: bool,
-    named: Option<&str>,
+    (was, named): (bool, Option<&str>),
     follower: &Follower,
     now: u64,
 ) {
@@ -534,8 +538,7 @@ pub fn on_role_changed(ctx: &Context, master: bool) {
             let lease = insync::lease_ms(deployment::failover().ms);
             let timing = config::insync_timing(lease);
             state.master = Master::inherit(&listed, |id| me.is(id), now, timing);
-            state.members = state.master.members().map(str::to_owned).collect();
-            state.members.sort();
+            state.note_members();
             state.sent_ms = 0;
             state.record.promoted();
         } else {
@@ -659,6 +662,12 @@ impl Me {
         let announced_ip =
             server_config::get(ctx, "replica-announce-ip").filter(|ip| !ip.is_empty());
         Self { announced_ip, port }
+    }
+
+    /// True when `id` names this server ([`Me::is`]) or is the address the Sentinels name it by
+    /// (`named_as`, learned by asking who is there).
+    fn names(&self, id: &str, named_as: Option<&str>) -> bool {
+        self.is(id) || named_as == Some(id)
     }
 
     /// True when `id` (`ip:port`) names this server: its port, and its announced address or,
