@@ -431,11 +431,17 @@ unsafe extern "C" fn on_master_link(
     }
 }
 
-/// A full sync from the master replaces this replica's data: a succession ends.
+/// This server loads its data: by a full sync from its master (a succession ends, and the
+/// data has everything it acknowledged), or from its own RDB or AOF (which may not).
 #[loading_event_handler]
 fn on_loading(_ctx: &Context, event: LoadingSubevent) {
-    if event == LoadingSubevent::ReplStarted {
-        in_sync().follower.interrupted();
+    let mut state = in_sync();
+    let follower = &mut state.follower;
+    match event {
+        LoadingSubevent::ReplStarted => follower.loading(true),
+        LoadingSubevent::RdbStarted | LoadingSubevent::AofStarted => follower.loading(false),
+        LoadingSubevent::Ended => follower.loaded(true),
+        LoadingSubevent::Failed => follower.loaded(false),
     }
 }
 

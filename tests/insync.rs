@@ -352,6 +352,44 @@ fn a_restarted_replica_is_unpromotable_until_it_rejoined() {
     assert_eq!(priority(&mut r), 10);
 }
 
+/// A replica moved to a new master lost nothing it acknowledged — its data came whole from a
+/// master by a full sync — so the new master's first list naming it gives it a lease, though
+/// sent within a second of its link coming up: a new master that dies at once leaves it a
+/// successor (`make chaos` at Sentinel's defaults found a group with none, its new master killed
+/// within a second of the promotion). The new master is stopped right after that first list.
+#[test]
+fn a_replica_moved_to_a_new_master_is_promotable_from_its_first_list() {
+    let mut old = Server::with_module_args(FAST, &[]);
+    let new = Server::with_module_args(FAST, &[]);
+    let moved = Server::with_module_args(FAST, &[]);
+    new.replicate(&old);
+    moved.replicate(&old);
+    wait_for_members(&mut old.client(), &[&new, &moved]);
+    let mut r = moved.client();
+    wait_promotable(&mut r, 100);
+
+    old.kill();
+    wait_unpromotable(&mut r);
+    common::promote(&mut new.client());
+    moved.replicate(&new);
+    wait_until("the moved replica's link is up", || {
+        info_field(&mut r, "replication", "master_link_status").as_deref() == Some("up")
+    });
+    let mut n = new.client();
+    let linked = insync(&mut n).offset;
+    // It joins — and the new master lists it in the same turn — once it acknowledged that.
+    wait_until("the moved replica joined", || insync(&mut n).acked >= linked);
+    new.signal("STOP");
+    let listed = time_until(
+        "the first list gives a lease",
+        Instant::now(),
+        Duration::from_millis(1_500),
+        || promotable(&mut r),
+    );
+    new.signal("CONT");
+    eprintln!("promotable {listed:?} after its new master listed it");
+}
+
 /// An operator's `CONFIG SET replica-priority` is the operator's even when it equals the value
 /// the module had set: a 0 set on a replica outside the set stays 0 once it joins, and a later
 /// value is what it keeps while promotable (both written to `lock.replica-priority`).

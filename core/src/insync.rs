@@ -241,7 +241,8 @@ impl Master {
 
     /// Takes in what `INFO replication` said at `now_ms`: members' acknowledgements, replicas
     /// that caught up join, members whose last lease ended `timing.drop_delay_ms` ago leave.
-    /// True when the set changed.
+    /// True when the set changed, or a member came back (an inherited one re-attached): either
+    /// is listed at once, so that a new master that dies in its first second leaves successors.
     pub fn observe(&mut self, now_ms: u64, replication: &Replication, timing: Timing) -> bool {
         let online = |id: &str| {
             replication
@@ -249,8 +250,10 @@ impl Master {
                 .iter()
                 .find(|replica| replica.online && replica.id == id)
         };
+        let mut changed = false;
         for member in &mut self.members {
             let replica = online(&member.id);
+            changed |= replica.is_some() && !member.online;
             member.online = replica.is_some();
             if let Some(replica) = replica {
                 let acked_at = now_ms.saturating_sub(replica.lag_ms);
@@ -265,7 +268,7 @@ impl Master {
                     || now_ms < member.listed_until_ms.saturating_add(timing.drop_delay_ms)
             });
         }
-        let mut changed = self.members.len() != before;
+        changed |= self.members.len() != before;
         self.joining.retain(|id, _| online(id).is_some());
         for replica in replication.replicas.iter().filter(|r| r.online) {
             if self.members.iter().any(|member| member.id == replica.id) {

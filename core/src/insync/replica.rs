@@ -7,12 +7,17 @@
 //!   replica that hears nothing from its master for `timeout` ms — the master is gone, or the
 //!   link is cut — becomes unpromotable on its own, and a message delivered late (a replica
 //!   that was stopped) gives no more than the master meant. A replica starts unpromotable.
-//! - **History gives no lease.** A message the master sent before this replica's link to it
-//!   came up — a backlog replayed after a restart from an older RDB or after a reconnect — comes
-//!   before writes the master may have counted since, with this replica in the set, that the
-//!   replica has not applied yet. Such a message can end a lease but not give one: only a
-//!   message sent at least [`CLOCK_SKEW_MS`] after the link came up (the master's clock against
-//!   this replica's) does, and by then the replica has applied the backlog before it.
+//! - **History gives no lease to data from disk.** A replica restarted from an older RDB or AOF
+//!   may lack writes it acknowledged before, which the master counted with it in the set; the
+//!   backlog it replays then has messages listing it before those writes. While its data is
+//!   what it loaded from its own disk, such a message — sent before its link to the master came
+//!   up — can end a lease but not give one: only a message sent at least [`CLOCK_SKEW_MS`] after
+//!   the link came up (the master's clock against this replica's) does, and by then the replica
+//!   has applied the backlog before it. A replica whose data came whole from a master (a full
+//!   sync since it started) lost nothing it acknowledged, so every message listing it gives a
+//!   lease, capped by the master's `until-ms` as always: one that switched masters in a
+//!   failover is promotable from the new master's first list, not a second later (a new master
+//!   killed within that second left nobody promotable: `make chaos` at Sentinel's defaults).
 //! - **Succession.** A replica that still holds a lease from its master `M` and finds `M`
 //!   reporting the replica role (`M` restarted with a configuration that makes it a replica, or
 //!   was demoted) has every write `M` counted: `M` had not dropped it, and counts nothing while
@@ -107,6 +112,11 @@ pub struct Follower {
     timeout_ms: u64,
     /// When the link to the master last came up (unix ms); 0 when not seen.
     link_up_ms: u64,
+    /// Whether this server's data came whole from a master by a full sync since it started,
+    /// rather than from its own RDB or AOF (which may be older than what it acknowledged).
+    synced_whole: bool,
+    /// Whether the load under way is a full sync from the master.
+    loading_from_master: bool,
     /// The Sentinels' newest configuration epoch when the lease was last given.
     lease_epoch: Option<u64>,
     /// While in succession: the configuration epoch it began under.
@@ -127,7 +137,8 @@ impl Follower {
         me: impl Fn(&str) -> bool,
     ) {
         let listed = message.listed.iter().any(|id| me(id));
-        let history = self.link_up_ms > 0
+        let history = !self.synced_whole
+            && self.link_up_ms > 0
             && message.sent_ms() < self.link_up_ms.saturating_add(CLOCK_SKEW_MS);
         if !listed {
             self.promotable_until_ms = 0;
@@ -197,11 +208,30 @@ impl Follower {
         }
     }
 
-    /// This replica's master changed, or a full sync replaced its data: a succession ends
-    /// (its lease, if any, stands: a master it is moved to inherited it with a longer one).
+    /// This replica's master changed: a succession ends (its lease, if any, stands: a master
+    /// it is moved to inherited it with a longer one).
     pub const fn interrupted(&mut self) {
         self.succession = None;
         self.cycle_since = None;
+    }
+
+    /// This server starts loading its data: by a full sync from its master (`from_master`),
+    /// which ends a succession, or from its own RDB or AOF (a start, `DEBUG RELOAD`). Until a
+    /// full sync has loaded ([`Follower::loaded`]), messages sent before the link came up give
+    /// no lease.
+    pub const fn loading(&mut self, from_master: bool) {
+        if from_master {
+            self.interrupted();
+        }
+        self.synced_whole = false;
+        self.loading_from_master = from_master;
+    }
+
+    /// The load [`Follower::loading`] began ended, `complete` or failed (a failed full sync
+    /// leaves the data it had before, or none).
+    pub const fn loaded(&mut self, complete: bool) {
+        self.synced_whole = complete && self.loading_from_master;
+        self.loading_from_master = false;
     }
 
     /// Whether the master reported last that it replicates from this server.
@@ -269,9 +299,13 @@ impl Follower {
         self.named
     }
 
-    /// Forgets everything: a new master, or none.
+    /// Forgets what its master said: a new master, or none (where its data came from stays).
     pub fn forget(&mut self) {
-        *self = Self::default();
+        *self = Self {
+            synced_whole: self.synced_whole,
+            loading_from_master: self.loading_from_master,
+            ..Self::default()
+        };
     }
 }
 

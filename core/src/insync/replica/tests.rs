@@ -65,6 +65,37 @@ fn a_message_sent_before_the_link_came_up_ends_a_lease_but_gives_none() {
 }
 
 #[test]
+fn after_a_full_sync_every_message_listing_it_gives_a_lease() {
+    let replayed = |loads: &[(bool, bool)]| {
+        let mut follower = Follower::default();
+        for &(from_master, complete) in loads {
+            follower.loading(from_master);
+            follower.loaded(complete);
+        }
+        follower.forget();
+        follower.linked(50_000);
+        follower.heard(50_010, &message(52_000, 12_000, &["me:1"]), None, me);
+        follower.promotability(50_011)
+    };
+    assert_eq!(
+        replayed(&[(false, true), (true, true)]),
+        Promotability::Lease(52_000),
+        "it lost nothing it acknowledged: the master's until caps the lease"
+    );
+    assert_eq!(replayed(&[]), Promotability::No, "it may have loaded older data");
+    assert_eq!(
+        replayed(&[(true, true), (false, true)]),
+        Promotability::No,
+        "data from its own disk"
+    );
+    assert_eq!(
+        replayed(&[(true, false)]),
+        Promotability::No,
+        "a failed full sync leaves older data"
+    );
+}
+
+#[test]
 fn a_replica_succeeds_a_master_that_became_a_replica_while_its_lease_lasted() {
     let mut follower = Follower::default();
     follower.heard(1_000, &message(13_000, 12_000, &["me:1"]), Some(4), me);
