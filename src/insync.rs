@@ -372,10 +372,7 @@ fn look_at_master(ctx: &Context, now: u64, answers: &[Answer]) {
             log_cycle(ctx, asked, before, &state.follower, now);
         }
     }
-    // A link that stays down may be a replication cycle: ask, to name it.
-    let link_down = server_config::info_field(&info, "master_link_status") == Some("down");
-    let asks = link_down || state.follower.wants_master_role(now);
-    if let (true, Some(host), Some(port)) = (asks, host, port) {
+    if let (true, Some(host), Some(port)) = (state.follower.wants_master_role(now), host, port) {
         ask_identity(ctx, state, now, host, port);
     }
 }

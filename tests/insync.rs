@@ -378,7 +378,9 @@ fn a_replica_moved_to_a_new_master_is_promotable_from_its_first_list() {
     let mut n = new.client();
     let linked = insync(&mut n).offset;
     // It joins — and the new master lists it in the same turn — once it acknowledged that.
-    wait_until("the moved replica joined", || insync(&mut n).acked >= linked);
+    wait_until("the moved replica joined", || {
+        insync(&mut n).acked >= linked
+    });
     new.signal("STOP");
     let listed = time_until(
         "the first list gives a lease",

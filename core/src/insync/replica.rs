@@ -31,13 +31,16 @@
 //!   promotable member, and Sentinel's next failover promotes it.
 //!
 //! - **A replication cycle.** A master restarted with its original `replicaof` may name a server
-//!   that now replicates from it: each waits for the other, and neither can sync (a replica whose
-//!   own link is down answers `PSYNC` with `-NOMASTERLINK`). Sentinel fails the old master over
-//!   only once it has reported the replica role for `down-after-milliseconds` + 20 s, and then
-//!   skips every replica whose link has been down for over ten times `down-after-milliseconds`
-//!   plus the time since (`sentinelSelectSlave` in `sentinel.c`): below about 2.3 s of
-//!   `down-after-milliseconds` it never promotes anyone, with this module or without it. A
-//!   successor in such a cycle has every counted write, so it names what a person must run
+//!   that now replicates from it: each waits for the other, and no write flows (a replica whose
+//!   own link is down answers `PSYNC` with `-NOMASTERLINK`; one that synced just before the
+//!   cycle closed shows its link up, with no master behind it). A replica asks its master who
+//!   it is whenever that master has been silent for two heartbeats, so it sees either.
+//!   Sentinel fails the old master over only once it has reported the replica role for
+//!   `down-after-milliseconds` + 20 s, and then skips every replica whose link has been down
+//!   for over ten times `down-after-milliseconds` plus the time since (`sentinelSelectSlave` in
+//!   `sentinel.c`): below about 2.3 s of `down-after-milliseconds` it never promotes anyone,
+//!   with this module or without it. A successor in such a cycle has every counted write, so
+//!   it names what a person must run
 //!   ([`Follower::to_run`]): `REPLICAOF NO ONE` on it, after which Sentinel reads no link down
 //!   and its next failover promotes it. It names it only once the cycle has lasted
 //!   [`CYCLE_SEEN_MS`]: until Sentinel has read the old master's replica role (it reads a
@@ -161,13 +164,13 @@ impl Follower {
         self.link_up_ms = now_ms;
     }
 
-    /// Whether the module should ask the master for its role at `now_ms`: while this replica
-    /// holds a lease but has heard nothing for two heartbeats (the master may have become a
-    /// replica), and while in succession (to see the master become a master again).
+    /// Whether the module should ask the master who it is at `now_ms`: while in succession (to
+    /// see the master become a master again), and while the master has been silent for two
+    /// heartbeats — its link down, or up but with no list coming: it may have become a replica,
+    /// of this very server even (a replication cycle, whose links Redis may show up).
     #[must_use]
     pub const fn wants_master_role(&self, now_ms: u64) -> bool {
-        let silent = now_ms.saturating_sub(self.heard_ms) > 2 * HEARTBEAT_MS;
-        self.succession.is_some() || (silent && now_ms < self.promotable_until_ms)
+        self.succession.is_some() || now_ms.saturating_sub(self.heard_ms) > 2 * HEARTBEAT_MS
     }
 
     /// The master reported at `now_ms` that it is a master (`master`) or a replica — of this
@@ -216,13 +219,14 @@ impl Follower {
     }
 
     /// This server starts loading its data: by a full sync from its master (`from_master`),
-    /// which ends a succession, or from its own RDB or AOF (a start, `DEBUG RELOAD`). Until a
-    /// full sync has loaded ([`Follower::loaded`]), messages sent before the link came up give
-    /// no lease.
+    /// or from its own RDB or AOF (a start, `DEBUG RELOAD`). Either ends a lease and a
+    /// succession — they spoke of the data replaced, and the master may send older data than
+    /// it counted (restarted since, or a replica of a server without those writes) — and until
+    /// a full sync has loaded ([`Follower::loaded`]), messages sent before the link came up give
+    /// no lease. The master's next list gives one again.
     pub const fn loading(&mut self, from_master: bool) {
-        if from_master {
-            self.interrupted();
-        }
+        self.interrupted();
+        self.promotable_until_ms = 0;
         self.synced_whole = false;
         self.loading_from_master = from_master;
     }

@@ -82,7 +82,11 @@ fn after_a_full_sync_every_message_listing_it_gives_a_lease() {
         Promotability::Lease(52_000),
         "it lost nothing it acknowledged: the master's until caps the lease"
     );
-    assert_eq!(replayed(&[]), Promotability::No, "it may have loaded older data");
+    assert_eq!(
+        replayed(&[]),
+        Promotability::No,
+        "it may have loaded older data"
+    );
     assert_eq!(
         replayed(&[(true, true), (false, true)]),
         Promotability::No,
@@ -93,6 +97,13 @@ fn after_a_full_sync_every_message_listing_it_gives_a_lease() {
         Promotability::No,
         "a failed full sync leaves older data"
     );
+    let mut follower = Follower::default();
+    follower.heard(1_000, &message(13_000, 12_000, &["me:1"]), None, me);
+    follower.loading(true);
+    assert!(
+        !follower.promotable(1_001),
+        "a full sync ends the lease: it spoke of the data replaced"
+    );
 }
 
 #[test]
@@ -101,6 +112,12 @@ fn a_replica_succeeds_a_master_that_became_a_replica_while_its_lease_lasted() {
     follower.heard(1_000, &message(13_000, 12_000, &["me:1"]), Some(4), me);
     assert!(!follower.wants_master_role(3_000), "heard 2 s ago");
     assert!(follower.wants_master_role(3_001), "silent: ask the master");
+    let mut leaseless = Follower::default();
+    leaseless.heard(1_000, &message(13_000, 12_000, &["b:2"]), Some(4), me);
+    assert!(
+        leaseless.wants_master_role(3_001),
+        "without a lease too: a silent master may be in a cycle with it"
+    );
     follower.master_reported(3_001, true, false, Some(4));
     assert_eq!(follower.promotability(3_002), Promotability::Lease(13_000));
     follower.master_reported(3_001, false, false, Some(4));
