@@ -404,6 +404,15 @@ fn share<'a>(grants: impl IntoIterator<Item = &'a Grant>) -> f64 {
     in_sync as f64 / unsynced.max(1) as f64
 }
 
+/// The kind of the fault that began last at or before `second` (of the run's clock), or "none".
+fn fault_before(faults: &[(u64, &'static str)], second: u64) -> &'static str {
+    faults
+        .iter()
+        .take_while(|(began, _)| *began <= second * 1_000_000)
+        .last()
+        .map_or("none", |(_, kind)| *kind)
+}
+
 /// What the safe default cost in availability, printed: the default class's grants as a share
 /// of the unsynced class's (the whole run; the time with three nodes, with a verdict against
 /// 0.5x; the designated masters' grants only), second by second when both were granted, the
@@ -457,12 +466,17 @@ fn availability(grants: &[Grant], designated: &[&Grant], end_us: u64, run: &Run)
         .iter()
         .filter(|(_, (in_sync, unsynced))| *in_sync == 0 && *unsynced > 0)
     {
-        let fault = faults
-            .iter()
-            .take_while(|(began, _)| *began <= second * 1_000_000)
-            .last()
-            .map_or("none", |(_, kind)| *kind);
-        *without.entry(fault).or_default() += 1;
+        *without.entry(fault_before(&faults, *second)).or_default() += 1;
+    }
+    let first = per_second.keys().next().copied().unwrap_or(0);
+    let seconds = end_us.div_ceil(1_000_000).saturating_sub(first);
+    let mut idle: BTreeMap<&str, u64> = BTreeMap::new();
+    for second in (first..first + seconds).filter(|second| {
+        per_second
+            .get(second)
+            .is_none_or(|(_, unsynced)| *unsynced == 0)
+    }) {
+        *idle.entry(fault_before(&faults, second)).or_default() += 1;
     }
     let reasons = run
         .stats(Class::InSync)
@@ -470,14 +484,12 @@ fn availability(grants: &[Grant], designated: &[&Grant], end_us: u64, run: &Run)
         .lock()
         .expect("reasons")
         .clone();
-    let first = per_second.keys().next().copied().unwrap_or(0);
-    let seconds = end_us.div_ceil(1_000_000).saturating_sub(first);
     eprintln!(
         "chaos: the default class was granted something in {} of the {granting} seconds the \
          unsynced class was ({:.0} %), and in those seconds {:.2}x the unsynced class's grants; \
          seconds without a synced grant, by the fault before them: {without:?}; its refusals by \
          reason: {reasons:?}; {} of {seconds} s with no master granting (the unsynced class got \
-         nothing)",
+         nothing), by the fault before them: {idle:?}",
         both.len(),
         both.len() as f64 * 100.0 / granting.max(1) as f64,
         in_sync_there as f64 / unsynced_there.max(1) as f64,
