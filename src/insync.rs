@@ -428,8 +428,9 @@ unsafe extern "C" fn on_master_link(
     }
 }
 
-/// This server loads its data: by a full sync from its master (a succession ends, and the
-/// data has everything it acknowledged), or from its own RDB or AOF (which may not).
+/// This server loads its data: by a full sync from its master (its lease and succession end,
+/// and the master's next list gives a lease again), or from its own RDB or AOF, which may lack
+/// writes it acknowledged ([`leasehold_core::insync::replica`]).
 #[loading_event_handler]
 fn on_loading(_ctx: &Context, event: LoadingSubevent) {
     let mut state = in_sync();
