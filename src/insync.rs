@@ -372,7 +372,7 @@ fn look_at_master(ctx: &Context, now: u64, answers: &[Answer]) {
             log_cycle(ctx, asked, before, &state.follower, now);
         }
     }
-    if let (true, Some(host), Some(port)) = (state.follower.wants_master_role(now), host, port) {
+    if let (true, Some(host), Some(port)) = (state.follower.wants_to_ask_master(now), host, port) {
         ask_identity(ctx, state, now, host, port);
     }
 }

@@ -342,8 +342,8 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         );
     }
     eprintln!(
-        "chaos: {seconds} s (seed {seed}, down-after-milliseconds {}), {} operations, {} grants ({} by designated masters; \
-         {} sets of two locks, a grant per lock), faults {faults:?}, \
+        "chaos: {seconds} s (seed {seed}, down-after-milliseconds {}), {} operations, {} grants \
+         ({} by designated masters; {} sets of two locks, a grant per lock), faults {faults:?}, \
          {} failovers, {doubles} double grants, {split_brain} split-brain grants, \
          {across} token regressions at designated masters, {own} on a server's own tokens, \
          {accepted} fenced writes accepted, {rejected} stale writes rejected, replay {}",
@@ -711,11 +711,7 @@ impl Fault {
                 group.reconnect(master);
             }
             Fault::SentinelFailover => {
-                let mut sentinel = group.sentinels[0].client();
-                let _ = redis::cmd("SENTINEL")
-                    .arg("FAILOVER")
-                    .arg(MASTER_NAME)
-                    .exec(&mut sentinel);
+                let _ = group.sentinel_failover();
                 group.wait_for_failover(master, failover_within);
             }
             Fault::ReplicaLost | Fault::ReplicaLinkCut => {

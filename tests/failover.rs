@@ -357,11 +357,7 @@ fn restarted_with_its_original_replicaof(timing: Timing, before: Before) {
         assert!(group.wait_for_failover(0, Duration::from_secs(30)));
         group.restart(0, false, None);
     } else {
-        let _: () = redis::cmd("SENTINEL")
-            .arg("FAILOVER")
-            .arg(common::sentinel::MASTER_NAME)
-            .query(&mut group.sentinels[0].client())
-            .expect("SENTINEL FAILOVER");
+        group.sentinel_failover().expect("SENTINEL FAILOVER");
         assert!(group.wait_for_failover(0, Duration::from_secs(30)));
     }
     let b = group.master().expect("a master");

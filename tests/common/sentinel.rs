@@ -237,6 +237,15 @@ impl Group {
         })
     }
 
+    /// Asks the first Sentinel for `SENTINEL FAILOVER` of the group, as an operator would; the
+    /// Sentinel's answer (an error while a failover is under way).
+    pub fn sentinel_failover(&self) -> redis::RedisResult<()> {
+        redis::cmd("SENTINEL")
+            .arg("FAILOVER")
+            .arg(MASTER_NAME)
+            .exec(&mut self.sentinels[0].client())
+    }
+
     /// Runs `REPLICAOF NO ONE` on a server whose `INFO lock` names it (`lock_insync_to_run`: a
     /// successor in a replication cycle), as the person on call would; returns which server, if
     /// any. Panics if the module then refuses it.

@@ -26,7 +26,7 @@
 //!   or a Sentinel announces a configuration epoch newer than the one known when its lease was
 //!   given (a failover promoted someone else, who may drop this replica). Only where Sentinels
 //!   watch, whose epochs tell a replica that a newer master exists; the module asks `M` for its
-//!   role ([`Follower::wants_master_role`]). So a group where every server became a replica — a
+//!   role ([`Follower::wants_to_ask_master`]). So a group where every server became a replica — a
 //!   master restarted with its original `replicaof` while its old master follows it — keeps a
 //!   promotable member, and Sentinel's next failover promotes it.
 //!
@@ -169,7 +169,7 @@ impl Follower {
     /// heartbeats — its link down, or up but with no list coming: it may have become a replica,
     /// of this very server even (a replication cycle, whose links Redis may show up).
     #[must_use]
-    pub const fn wants_master_role(&self, now_ms: u64) -> bool {
+    pub const fn wants_to_ask_master(&self, now_ms: u64) -> bool {
         self.succession.is_some() || now_ms.saturating_sub(self.heard_ms) > 2 * HEARTBEAT_MS
     }
 

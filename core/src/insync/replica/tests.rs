@@ -110,12 +110,15 @@ fn after_a_full_sync_every_message_listing_it_gives_a_lease() {
 fn a_replica_succeeds_a_master_that_became_a_replica_while_its_lease_lasted() {
     let mut follower = Follower::default();
     follower.heard(1_000, &message(13_000, 12_000, &["me:1"]), Some(4), me);
-    assert!(!follower.wants_master_role(3_000), "heard 2 s ago");
-    assert!(follower.wants_master_role(3_001), "silent: ask the master");
+    assert!(!follower.wants_to_ask_master(3_000), "heard 2 s ago");
+    assert!(
+        follower.wants_to_ask_master(3_001),
+        "silent: ask the master"
+    );
     let mut leaseless = Follower::default();
     leaseless.heard(1_000, &message(13_000, 12_000, &["b:2"]), Some(4), me);
     assert!(
-        leaseless.wants_master_role(3_001),
+        leaseless.wants_to_ask_master(3_001),
         "without a lease too: a silent master may be in a cycle with it"
     );
     follower.master_reported(3_001, true, false, Some(4));
@@ -123,7 +126,7 @@ fn a_replica_succeeds_a_master_that_became_a_replica_while_its_lease_lasted() {
     follower.master_reported(3_001, false, false, Some(4));
     assert_eq!(follower.promotability(20_000), Promotability::Succession);
     assert!(
-        follower.wants_master_role(20_000),
+        follower.wants_to_ask_master(20_000),
         "watch it become a master"
     );
     follower.epoch_seen(4);
