@@ -15,7 +15,8 @@
 //! - **Slots taken** (`CLUSTER SETSLOT`, `ADDSLOTS`, `ADDSLOTSRANGE`) take the reserve too.
 //! - **A Sentinel naming its connection** (`CLIENT SETNAME sentinel-...`, the first command of
 //!   each it opens): this server belongs to a replication group
-//!   ([`crate::insync::watched_by_sentinel`]).
+//!   ([`crate::insync::watched_by_sentinel`]), and a master a Sentinel opens a second command
+//!   link to holds the fencing counter's reserve ([`crate::promotion::sentinel_link`]).
 //! - **A Sentinel's hello** (`PUBLISH __sentinel__:hello ...`, every 2 s): who watches this
 //!   server, and with which configuration epoch ([`crate::deployment::heard_hello`]).
 //! - **Someone setting `replica-priority`**: the operator's from now on
@@ -38,6 +39,7 @@ use redis_module::{Context, raw};
 use crate::config;
 use crate::deployment;
 use crate::insync;
+use crate::promotion;
 use crate::state;
 
 /// The channel Sentinels publish their hellos on.
@@ -51,8 +53,8 @@ enum Seen<'a> {
     /// Takes the reserve without a question: slots taken, a `CLUSTER FAILOVER` or
     /// `FAILOVER ABORT` (the reserve is harmless where the role stays: reserves never stack).
     Reserve,
-    /// A Sentinel naming its connection.
-    Sentinel,
+    /// A Sentinel naming its connection, with the name (`sentinel-<id>-cmd` or `-pubsub`).
+    Sentinel(&'a [u8]),
     /// A Sentinel's hello, with its payload.
     Hello(&'a [u8]),
     /// `replica-priority` set to this.
@@ -84,7 +86,10 @@ unsafe extern "C" fn filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     match classify(name, |i| arg(i + 1)) {
         Some(Seen::Promotion(promotion, what)) => promote(fctx, promotion, what),
         Some(Seen::Reserve) => state::counter().reserve(),
-        Some(Seen::Sentinel) => insync::watched_by_sentinel(),
+        Some(Seen::Sentinel(name)) => {
+            insync::watched_by_sentinel();
+            promotion::sentinel_link(name);
+        }
         Some(Seen::Hello(payload)) => deployment::heard_hello(payload),
         Some(Seen::Priority(priority)) => insync::operator_priority(priority),
         None => {}
@@ -162,9 +167,8 @@ fn classify<'a>(name: &[u8], arg: impl Fn(usize) -> Option<&'a [u8]>) -> Option<
             None
         }
     } else if named("client") {
-        let setname = is(arg(0), "setname");
-        (setname && arg(1).is_some_and(|client| client.starts_with(b"sentinel-")))
-            .then_some(Seen::Sentinel)
+        let name = arg(1).filter(|name| is(arg(0), "setname") && name.starts_with(b"sentinel-"));
+        name.map(Seen::Sentinel)
     } else if named("config") {
         sets_replica_priority(arg).map(Seen::Priority)
     } else {
@@ -327,11 +331,11 @@ mod tests {
     fn a_sentinel_is_seen_naming_its_connection_and_by_its_hellos() {
         assert_eq!(
             seen("CLIENT SETNAME sentinel-6a1b2c3d-cmd"),
-            Some(Seen::Sentinel)
+            Some(Seen::Sentinel(b"sentinel-6a1b2c3d-cmd"))
         );
         assert_eq!(
             seen("client setname sentinel-6a1b2c3d-pubsub"),
-            Some(Seen::Sentinel)
+            Some(Seen::Sentinel(b"sentinel-6a1b2c3d-pubsub"))
         );
         assert_eq!(seen("CLIENT SETNAME worker-1"), None);
         assert_eq!(seen("CLIENT GETNAME"), None);

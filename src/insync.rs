@@ -44,6 +44,7 @@ use crate::probes::{self, Answer, Question};
 use crate::replica_check;
 use crate::replies;
 use crate::server_config;
+use crate::state;
 use crate::state_file::{self, Kept};
 
 /// How often the set is looked at, in ms.
@@ -277,6 +278,10 @@ fn follow_if_replaced(ctx: &Context, now: u64, answers: &[Answer]) {
     else {
         return;
     };
+    // The Sentinels may name this server master again without a command it sees (a lost
+    // `SLAVEOF NO ONE`), after the one they named issued tokens: until it is a replica, every
+    // token lands a reserve above the clock ([`promotion`](crate::promotion)).
+    state::counter().hold_reserve(true);
     let answer = answers.iter().find_map(|answer| match answer {
         Answer::Identity {
             address,

@@ -17,15 +17,26 @@
 //!   stack.
 //!
 //! A command can be lost on the way, and Sentinel takes an old master's `role:master` as the
-//! promotion done whether or not its `SLAVEOF NO ONE` arrived. So a master that loses a replica
-//! (`RedisModuleEvent_ReplicaChange`: that replica may have been promoted in its place) holds
-//! the reserve for every token until it is a replica itself ([`Counter::hold_reserve`]): if it
-//! is named master again, unseen, its tokens are still above the other's.
+//! promotion done whether or not its `SLAVEOF NO ONE` arrived. So a master holds the reserve
+//! for every token until it is a replica itself ([`Counter::hold_reserve`]) once it may have
+//! been replaced: if it is named master again, unseen, its tokens are still above the other's.
+//! It may have been once
+//! - it loses a replica (`RedisModuleEvent_ReplicaChange`): that replica may have been promoted
+//!   in its place;
+//! - a Sentinel opens a second command link to it ([`sentinel_link`]): a Sentinel that names
+//!   another master drops its links to this one and opens new ones, and it can only name this
+//!   server master again over such a new link (it must read this server's `INFO` first). This
+//!   covers a master cut off with no replica online, replaced by a server that was never its
+//!   replica (an old master back as one), as `make chaos` found;
+//! - it hears a Sentinel's hello name another server master ([`crate::insync`]).
 //!
 //! [`Counter::hold_reserve`]: leasehold_core::fence::Counter::hold_reserve
 
+use std::collections::HashSet;
 use std::os::raw::c_void;
+use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
+use leasehold_core::deployment::MAX_SENTINELS;
 use redis_module::raw;
 use redis_module::server_events::ServerRole;
 use redis_module::{Context, ContextFlags, RedisError};
@@ -45,6 +56,7 @@ use crate::state;
 #[role_changed_event_handler]
 fn on_role_changed(ctx: &Context, role: ServerRole) {
     let master = role == ServerRole::Primary;
+    sentinel_links().clear();
     if master {
         state::counter().reserve();
     } else {
@@ -52,6 +64,36 @@ fn on_role_changed(ctx: &Context, role: ServerRole) {
         session::on_demoted();
     }
     insync::on_role_changed(ctx, master);
+}
+
+/// The Sentinels that opened a command link to this server since its role last changed (or
+/// the module started): their connection names, `sentinel-<id>-cmd`.
+static SENTINEL_LINKS: LazyLock<Mutex<HashSet<Box<[u8]>>>> = LazyLock::new(Mutex::default);
+
+fn sentinel_links() -> MutexGuard<'static, HashSet<Box<[u8]>>> {
+    SENTINEL_LINKS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A Sentinel named a connection `name` (`CLIENT SETNAME sentinel-<id>-cmd`, or `-pubsub`: the
+/// first command on each link it opens; the command filter sees it). On a master, a second
+/// command link from the same Sentinel since the role last changed holds the reserve: the
+/// Sentinel lost or dropped its first, and may have named another master meanwhile (Sentinel
+/// re-creates its links to an old master when it switches to a new one, `sentinel.c`'s
+/// `sentinelResetMasterAndChangeAddress`). A link that merely timed out costs only that the
+/// tokens keep to the clock until this server is a replica. At most [`MAX_SENTINELS`] names
+/// are kept: past them, every command link holds the reserve.
+pub fn sentinel_link(name: &[u8]) {
+    if !name.ends_with(b"-cmd") || !Context::dummy().get_flags().contains(ContextFlags::MASTER) {
+        return;
+    }
+    let mut links = sentinel_links();
+    // Past as many Sentinels as a group keeps track of, any link counts as a second one.
+    if links.len() >= MAX_SENTINELS || !links.insert(name.into()) {
+        drop(links);
+        state::counter().hold_reserve(true);
+    }
 }
 
 /// Registers the watch on replicas going offline and coming online (a module has one callback

@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::history::History;
-use common::sentinel::{Group, MASTER_NAME, replica_fields};
+use common::sentinel::{Group, MASTER_NAME, Timing, replica_fields};
 use common::{acquire, call, info_field, wait_until, wait_within};
 
 /// The `slave-priority` each Sentinel reports for the replica at `address`.
@@ -122,4 +122,106 @@ fn a_master_named_by_an_address_it_does_not_know_does_not_follow_itself() {
         group.describe()
     );
     assert!(!group.servers[0].log().contains("it follows"));
+}
+
+/// What `make chaos` found: a master cut off with no replica online (its replica was lost, the
+/// other server an old master that never followed it) loses none, so nothing made it hold the
+/// fencing counter's reserve; a server that was never its replica is promoted and issues
+/// tokens; the cut-off master comes back a master and is named master again by a failover whose
+/// `SLAVEOF NO ONE` was lost. The Sentinels' hellos, which name the other server, make it hold
+/// the reserve: its tokens are above the other master's from then on. Here the other master is
+/// stopped (`SIGSTOP`) so that the old one cannot follow it, and Sentinel's default timing keeps
+/// the Sentinels from failing it over meanwhile.
+#[test]
+fn a_master_that_hears_the_sentinels_name_another_issues_tokens_above_it() {
+    let history = Arc::new(History::new());
+    let mut group = Group::with(&history, &[], Timing::DEFAULT);
+    let within = Duration::from_secs(30);
+    group.lose(2);
+    // Server 0 never reaches server 1 as a replica: server 1, once master, has none to lose.
+    group.cut_link(0);
+    group.sentinel_failover().expect("SENTINEL FAILOVER");
+    assert!(group.wait_for_switch_to(1, within), "{}", group.describe());
+    let mut old = group.servers[0].client();
+    wait_until("server 0 follows server 1, unsynced", || {
+        info_field(&mut old, "replication", "master_port") == Some(group.addresses[1].to_string())
+    });
+    let mut first = group.servers[1].client();
+    let first_token = acquire(&mut first, "first", "a", 60_000, &["NOSYNC"]).expect("granted");
+
+    // Server 1 cut off, server 0 promoted in its place: it issues tokens above server 1's.
+    group.cut_off(1);
+    call(
+        &mut old,
+        &["CONFIG", "SET", "lock.allow-unsafe-promotion", "yes"],
+    );
+    group.sentinel_failover().expect("SENTINEL FAILOVER");
+    assert!(group.wait_for_switch_to(0, within), "{}", group.describe());
+    let mut second = group.servers[0].client();
+    let second_token = acquire(&mut second, "second", "b", 60_000, &["NOSYNC"]).expect("granted");
+    assert!(second_token > first_token);
+
+    // Server 1 back, still a master: from the Sentinels' first hello its tokens are above
+    // server 0's, whatever names it master next.
+    group.servers[0].signal("STOP");
+    group.reconnect(1);
+    let deadline = Instant::now() + Duration::from_secs(7);
+    let mut tokens = Vec::new();
+    while Instant::now() < deadline && tokens.last().is_none_or(|token| *token < second_token) {
+        thread::sleep(Duration::from_millis(100));
+        let token = group.servers[1]
+            .try_client()
+            .ok()
+            .and_then(|mut con| acquire(&mut con, "probe", "c", 1, &["NOSYNC"]));
+        tokens.extend(token);
+    }
+    group.servers[0].signal("CONT");
+    assert!(
+        tokens.last().is_some_and(|token| *token > second_token),
+        "within 7 s (before Sentinel turns it into a replica), server 1 issued {tokens:?} after \
+         server 0's {second_token}"
+    );
+}
+
+/// A Sentinel that names another master drops its links to the old one and opens new ones,
+/// and can name it master again only over those: a master that a Sentinel opens a second
+/// command link to holds the reserve, and its next token lands a reserve above its clock (the
+/// first command link of each Sentinel since it became master does not).
+#[test]
+fn a_master_a_sentinel_opens_a_second_link_to_issues_tokens_a_reserve_above_the_clock() {
+    let history = Arc::new(History::new());
+    let group = Group::start(&history);
+    let mut master = group.servers[0].client();
+    let first = acquire(&mut master, "before", "a", 60_000, &["NOSYNC"]).expect("granted");
+    let next = acquire(&mut master, "same-links", "a", 60_000, &["NOSYNC"]).expect("granted");
+    assert_eq!(next, first + 1, "the Sentinels' first links hold nothing");
+
+    let links = || -> Vec<String> {
+        let list: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query(&mut group.servers[0].client())
+            .expect("CLIENT LIST");
+        list.lines()
+            .filter(|line| line.contains(" name=sentinel-") && line.contains("-cmd "))
+            .filter_map(|line| line.split(' ').find_map(|field| field.strip_prefix("id=")))
+            .map(str::to_owned)
+            .collect()
+    };
+    // Apart from the clock's floor at the first token, by more than a scheduling delay.
+    thread::sleep(Duration::from_millis(1_500));
+    let before = u64::try_from(common::now_ms()).expect("after 1970");
+    let dropped = links();
+    assert!(!dropped.is_empty(), "the Sentinels' command links");
+    for id in &dropped {
+        call(&mut master, &["CLIENT", "KILL", "ID", id]);
+    }
+    wait_until("a Sentinel opened a new command link", || {
+        links().iter().any(|id| !dropped.contains(id))
+    });
+    let after = acquire(&mut master, "after", "a", 60_000, &["NOSYNC"]).expect("granted");
+    let (floor, reserve) = (before * 1_000, 1_000_000_000);
+    assert!(
+        u64::try_from(after).expect("a token") >= floor + reserve,
+        "{after} is not a reserve above the clock's floor {floor} (the tokens before: {next})"
+    );
 }

@@ -237,13 +237,21 @@ impl Group {
         })
     }
 
-    /// Asks the first Sentinel for `SENTINEL FAILOVER` of the group, as an operator would; the
-    /// Sentinel's answer (an error while a failover is under way).
+    /// Asks the Sentinels in turn for `SENTINEL FAILOVER` of the group, as an operator would,
+    /// until one takes it (a Sentinel still finishing an earlier failover, waiting for a
+    /// replica to follow, answers `INPROG`); the last answer.
     pub fn sentinel_failover(&self) -> redis::RedisResult<()> {
-        redis::cmd("SENTINEL")
-            .arg("FAILOVER")
-            .arg(MASTER_NAME)
-            .exec(&mut self.sentinels[0].client())
+        let mut answer = Ok(());
+        for sentinel in &self.sentinels {
+            answer = redis::cmd("SENTINEL")
+                .arg("FAILOVER")
+                .arg(MASTER_NAME)
+                .exec(&mut sentinel.client());
+            if answer.is_ok() {
+                break;
+            }
+        }
+        answer
     }
 
     /// Runs `REPLICAOF NO ONE` on a server whose `INFO lock` names it (`lock_insync_to_run`: a
