@@ -81,8 +81,10 @@ fn sentinel_links() -> MutexGuard<'static, HashSet<Box<[u8]>>> {
 /// command link from the same Sentinel since the role last changed holds the reserve: the
 /// Sentinel lost or dropped its first, and may have named another master meanwhile (Sentinel
 /// re-creates its links to an old master when it switches to a new one, `sentinel.c`'s
-/// `sentinelResetMasterAndChangeAddress`). A link that merely timed out costs only that the
-/// tokens keep to the clock until this server is a replica. At most [`MAX_SENTINELS`] names
+/// `sentinelResetMasterAndChangeAddress`). A link that merely timed out, or that a Sentinel's
+/// own promotion of this server closed (`CLIENT KILL TYPE normal`), costs only that the tokens
+/// keep to the clock until this server is a replica: the worst case the fencing proof assumes
+/// anyway (docs/guarantees.md). At most [`MAX_SENTINELS`] names
 /// are kept: past them, every command link holds the reserve.
 pub fn sentinel_link(name: &[u8]) {
     if !name.ends_with(b"-cmd") || !Context::dummy().get_flags().contains(ContextFlags::MASTER) {
