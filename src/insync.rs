@@ -72,6 +72,8 @@ struct InSync {
     timing: Option<Timing>,
     /// A replica's master (`host:port`) at the last look.
     master_address: Option<String>,
+    /// A replica's master's own master, while the master answers that it replicates.
+    behind: Behind,
     /// When this server last asked another who it is (unix ms): a replica its quiet master, a
     /// master the one the Sentinels name instead of it.
     asked_ms: u64,
@@ -91,6 +93,19 @@ struct InSync {
     warned: bool,
     /// Whether the log already says that `lock.insync-timeout-ms` is too short.
     warned_timeout: bool,
+}
+
+/// What a replica knows of the server its master replicates from (`via`), asked as its master
+/// is: whether it answered that it replicates from the master — a replication cycle this
+/// replica follows from outside ([`Follower::master_reported`]).
+#[derive(Debug, Default)]
+struct Behind {
+    /// The master's master (`host:port`), as the master reported it last.
+    via: Option<String>,
+    /// Whether `via` answered last that it is a replica of this replica's master.
+    closes_cycle: bool,
+    /// Whether the next question goes to `via` rather than to the master.
+    ask_via: bool,
 }
 
 impl InSync {
@@ -306,10 +321,16 @@ fn follow_if_replaced(ctx: &Context, now: u64, answers: &[Answer]) {
     }
 }
 
+/// Whether this server may ask another who it is at `now`: it did not within the last
+/// [`ASK_PERIOD_MS`].
+fn may_ask(state: &InSync, now: u64) -> bool {
+    now >= state.asked_ms.saturating_add(ASK_PERIOD_MS)
+}
+
 /// Asks `host:port` who it is (`INFO server replication`, answered by [`probes`]) unless this
 /// server asked within the last [`ASK_PERIOD_MS`].
 fn ask_identity(ctx: &Context, mut state: MutexGuard<InSync>, now: u64, host: String, port: u16) {
-    if now < state.asked_ms.saturating_add(ASK_PERIOD_MS) {
+    if !may_ask(&state, now) {
         return;
     }
     state.asked_ms = now;
@@ -355,39 +376,69 @@ fn look_at_master(ctx: &Context, now: u64, answers: &[Answer]) {
     if state.master_address != address {
         state.follower.interrupted();
         state.master_address.clone_from(&address);
+        state.behind = Behind::default();
     }
     if let Some(epoch) = epoch {
         state.follower.epoch_seen(epoch);
     }
     for answer in answers {
-        if let Answer::Identity {
+        let Answer::Identity {
             address: asked,
             identity: Ok(identity),
         } = answer
-            && Some(asked) == address.as_ref()
-        {
+        else {
+            continue;
+        };
+        if Some(asked) == address.as_ref() {
             let of_me = identity
                 .master_address
                 .as_deref()
                 .is_some_and(|id| Me::of(ctx).names(id, state.named_as.as_deref()));
+            let via = identity.master_address.clone().filter(|_| !of_me);
+            if state.behind.via != via {
+                state.behind = Behind {
+                    via,
+                    ..Behind::default()
+                };
+            }
+            let cycle = of_me || (!identity.master && state.behind.closes_cycle);
             let before = (state.follower.in_cycle(), state.follower.to_run(now));
             state
                 .follower
-                .master_reported(now, identity.master, of_me, epoch);
-            log_cycle(ctx, asked, before, &state.follower, now);
+                .master_reported(now, identity.master, cycle, epoch);
+            let closed_by = state.behind.via.as_deref().map_or_else(
+                || "this server".to_owned(),
+                |via| format!("{via}, which replicates from {asked}"),
+            );
+            log_cycle(ctx, (asked, &closed_by), before, &state.follower, now);
+        } else if state.behind.via.as_ref() == Some(asked) {
+            state.behind.closes_cycle = !identity.master && identity.master_address == address;
         }
     }
-    if let (true, Some(host), Some(port)) = (state.follower.wants_to_ask_master(now), host, port) {
+    if !state.follower.wants_to_ask_master(now) || !may_ask(&state, now) {
+        return;
+    }
+    // The master and, while it replicates from another server, that server, in turn.
+    let asking_via = std::mem::take(&mut state.behind.ask_via);
+    let next = match &state.behind.via {
+        Some(via) if asking_via => Some(via.clone()),
+        via => {
+            state.behind.ask_via = via.is_some();
+            address
+        }
+    };
+    if let Some((host, port)) = next.as_deref().and_then(self::address) {
         ask_identity(ctx, state, now, host, port);
     }
 }
 
-/// Logs a replication cycle with `master` when it is first seen, and what to run once the
-/// follower names it; `(was, named)`: whether it was seen and what was named before this
+/// Logs a replication cycle through `master` when it is first seen — `master` replicates from
+/// `closed_by` (this server, or a server that replicates from `master`) — and what to run once
+/// the follower names it; `(was, named)`: whether it was seen and what was named before this
 /// answer ([`leasehold_core::insync::replica`]).
 fn log_cycle(
     ctx: &Context,
-    master: &str,
+    (master, closed_by): (&str, &str),
     (was, named): (bool, Option<&str>),
     follower: &Follower,
     now: u64,
@@ -408,8 +459,9 @@ fn log_cycle(
         };
         ctx.log_warning(&format!(
             "lock: replication cycle: this server replicates from {master}, which replicates \
-             from this server, so neither can sync; Sentinel skips replicas whose link has been \
-             down for over ten times down-after-milliseconds, and may promote nobody. {succeeds}"
+             from {closed_by}, so none of them can sync; Sentinel skips replicas whose link has \
+             been down for over ten times down-after-milliseconds, and may promote nobody. \
+             {succeeds}"
         ));
     }
     if let (None, Some(command)) = (named, follower.to_run(now)) {

@@ -11,7 +11,7 @@
 //! 2. a lost replica costs a watched holder with a 30 s lease nothing;
 //! 3. a promoted master killed and restarted with its original configuration (`replicaof` its
 //!    old master, which follows it: every server is a replica) leaves a promotable member,
-//!    and Sentinel promotes it.
+//!    and Sentinel promotes it — a successor outside such a cycle too.
 //!
 //! The Sentinel tests wait out real Sentinel timers: `make test` runs this file beside the
 //! client suites (`scripts/test.sh`).
@@ -419,4 +419,60 @@ fn restarted_with_its_original_replicaof(timing: Timing, before: Before) {
     );
     let next = acquire(&mut con, "later", "next", 60_000, &["NOSYNC"]).expect("granted");
     assert!(next > token);
+}
+
+/// `make chaos` at 1 000 ms once found a replication cycle nothing named a way out of: two
+/// servers replicating from each other, neither a successor, and the successor replicating
+/// from one of them, outside the cycle. Here server 1 is cut from server 0 until its lease
+/// ends, then server 0 follows it (as a master restarted with a stale `replicaof` would):
+/// server 2, outside the cycle, asks its master's master too, sees the cycle, and names what
+/// to run; once a person runs it, Sentinel promotes server 2, with the counted lock.
+#[test]
+fn a_successor_outside_a_replication_cycle_names_what_to_run() {
+    let timing = Timing::FAST;
+    let history = Arc::new(History::new());
+    let mut group = Group::with(&history, &[], timing);
+    wait_learned(&group, 0, timing);
+    let token = acquire_counted(&mut group.servers[0].client(), "order", "holder", 600_000);
+    group.cut_link(1);
+    let mut one = group.servers[1].client();
+    wait_until("server 1's lease ended", || {
+        info_field(&mut one, "lock", "lock_insync_promotable").as_deref() == Some("0")
+    });
+    let one_address = group.addresses[1].to_string();
+    call(
+        &mut group.servers[0].client(),
+        &["REPLICAOF", "127.0.0.1", &one_address],
+    );
+    let mut two = group.servers[2].client();
+    wait_within(
+        Duration::from_secs(40),
+        "server 2, outside the cycle, names what to run",
+        || {
+            info_field(&mut two, "lock", "lock_insync_to_run").as_deref()
+                == Some("REPLICAOF NO ONE")
+        },
+    );
+    for cycle_member in [0, 1] {
+        let mut con = group.servers[cycle_member].client();
+        assert_eq!(
+            info_field(&mut con, "lock", "lock_insync_to_run").as_deref(),
+            Some(""),
+            "server {cycle_member} succeeds nobody: {}",
+            group.describe()
+        );
+    }
+    assert_eq!(group.run_what_the_module_names(), Some(2));
+    assert!(
+        group.wait_for_switch_to(2, Duration::from_secs(60)),
+        "Sentinel promotes server 2: {}",
+        group.describe()
+    );
+    let mut promoted = group.servers[2].client();
+    assert_eq!(
+        common::lock_info(&mut promoted, "order").map(|info| info.1),
+        Some(token),
+        "the counted lock survived"
+    );
+    group.heal();
 }

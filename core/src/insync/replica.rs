@@ -34,12 +34,15 @@
 //!   that now replicates from it: each waits for the other, and no write flows (a replica whose
 //!   own link is down answers `PSYNC` with `-NOMASTERLINK`; one that synced just before the
 //!   cycle closed shows its link up, with no master behind it). A replica asks its master who
-//!   it is whenever that master has been silent for two heartbeats, so it sees either.
+//!   it is whenever that master has been silent for two heartbeats, so it sees either; a
+//!   replica whose master replicates from a third server asks that one too, and so sees a
+//!   cycle it follows from outside (its master and that server replicate from each other).
 //!   Sentinel fails the old master over only once it has reported the replica role for
 //!   `down-after-milliseconds` + 20 s, and then skips every replica whose link has been down
 //!   for over ten times `down-after-milliseconds` plus the time since (`sentinelSelectSlave` in
 //!   `sentinel.c`): below about 2.3 s of `down-after-milliseconds` it never promotes anyone,
-//!   with this module or without it. A successor in such a cycle has every counted write, so
+//!   with this module or without it. A successor in such a cycle, or following it from
+//!   outside, has every counted write, so
 //!   it names what a person must run
 //!   ([`Follower::to_run`]): `REPLICAOF NO ONE` on it, after which Sentinel reads no link down
 //!   and its next failover promotes it. It names it only once the cycle has lasted
@@ -173,20 +176,21 @@ impl Follower {
         self.succession.is_some() || now_ms.saturating_sub(self.heard_ms) > 2 * HEARTBEAT_MS
     }
 
-    /// The master reported at `now_ms` that it is a master (`master`) or a replica — of this
-    /// very server when `of_me` (a replication cycle) — when the Sentinels' newest configuration
-    /// epoch known was `epoch` (`None`: no Sentinel watches). A replica master starts a
-    /// succession if this replica's lease still lasts and no newer epoch came since it was
-    /// given; a master ends one.
+    /// The master reported at `now_ms` that it is a master (`master`) or a replica — in a
+    /// replication cycle when `in_cycle`: of this very server, or of a server that replicates
+    /// from the master (this replica then follows the cycle from outside) — when the Sentinels'
+    /// newest configuration epoch known was `epoch` (`None`: no Sentinel watches). A replica
+    /// master starts a succession if this replica's lease still lasts and no newer epoch came
+    /// since it was given; a master ends one.
     pub const fn master_reported(
         &mut self,
         now_ms: u64,
         master: bool,
-        of_me: bool,
+        in_cycle: bool,
         epoch: Option<u64>,
     ) {
         self.cycle_since = match self.cycle_since {
-            _ if master || !of_me => None,
+            _ if master || !in_cycle => None,
             Some(since) => Some(since),
             None => Some(now_ms),
         };
