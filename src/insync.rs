@@ -406,11 +406,8 @@ fn look_at_master(ctx: &Context, now: u64, answers: &[Answer]) {
             state
                 .follower
                 .master_reported(now, identity.master, cycle, epoch);
-            let closed_by = state.behind.via.as_deref().map_or_else(
-                || "this server".to_owned(),
-                |via| format!("{via}, which replicates from {asked}"),
-            );
-            log_cycle(ctx, (asked, &closed_by), before, &state.follower, now);
+            let via = state.behind.via.as_deref();
+            log_cycle(ctx, (asked, via), before, &state.follower, now);
         } else if state.behind.via.as_ref() == Some(asked) {
             state.behind.closes_cycle = !identity.master && identity.master_address == address;
         }
@@ -419,31 +416,34 @@ fn look_at_master(ctx: &Context, now: u64, answers: &[Answer]) {
         return;
     }
     // The master and, while it replicates from another server, that server, in turn.
-    let asking_via = std::mem::take(&mut state.behind.ask_via);
-    let next = match &state.behind.via {
-        Some(via) if asking_via => Some(via.clone()),
-        via => {
-            state.behind.ask_via = via.is_some();
-            address
-        }
+    let behind = &mut state.behind;
+    let next = if behind.ask_via {
+        behind.via.clone()
+    } else {
+        address
     };
+    behind.ask_via = !behind.ask_via && behind.via.is_some();
     if let Some((host, port)) = next.as_deref().and_then(self::address) {
         ask_identity(ctx, state, now, host, port);
     }
 }
 
 /// Logs a replication cycle through `master` when it is first seen — `master` replicates from
-/// `closed_by` (this server, or a server that replicates from `master`) — and what to run once
-/// the follower names it; `(was, named)`: whether it was seen and what was named before this
+/// this server, or from `via`, which replicates from `master` — and what to run once the
+/// follower names it; `(was, named)`: whether it was seen and what was named before this
 /// answer ([`leasehold_core::insync::replica`]).
 fn log_cycle(
     ctx: &Context,
-    (master, closed_by): (&str, &str),
+    (master, via): (&str, Option<&str>),
     (was, named): (bool, Option<&str>),
     follower: &Follower,
     now: u64,
 ) {
     if !was && follower.in_cycle() {
+        let closed_by = via.map_or_else(
+            || "this server".to_owned(),
+            |via| format!("{via}, which replicates from {master}"),
+        );
         let succeeds = if follower.promotability(now) == Promotability::Succession {
             format!(
                 "This server succeeds {master} and has every write it counted: INFO lock names \

@@ -84,14 +84,13 @@ fn sentinel_links() -> MutexGuard<'static, HashSet<Box<[u8]>>> {
 /// `sentinelResetMasterAndChangeAddress`). A link that merely timed out, or that a Sentinel's
 /// own promotion of this server closed (`CLIENT KILL TYPE normal`), costs only that the tokens
 /// keep to the clock until this server is a replica: the worst case the fencing proof assumes
-/// anyway (docs/guarantees.md). At most [`MAX_SENTINELS`] names
-/// are kept: past them, every command link holds the reserve.
+/// anyway (docs/guarantees.md). At most [`MAX_SENTINELS`] names are kept: past them, every
+/// command link holds the reserve.
 pub fn sentinel_link(name: &[u8]) {
     if !name.ends_with(b"-cmd") || !Context::dummy().get_flags().contains(ContextFlags::MASTER) {
         return;
     }
     let mut links = sentinel_links();
-    // Past as many Sentinels as a group keeps track of, any link counts as a second one.
     if links.len() >= MAX_SENTINELS || !links.insert(name.into()) {
         drop(links);
         state::counter().hold_reserve(true);

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use common::history::History;
 use common::sentinel::{Group, MASTER_NAME, Timing, replica_fields};
 use common::{acquire, call, info_field, wait_until, wait_within};
+use leasehold_core::fence::{RESERVE, TOKENS_PER_MS};
 
 /// The `slave-priority` each Sentinel reports for the replica at `address`.
 fn priorities(group: &Group, address: u16) -> Vec<Option<String>> {
@@ -219,9 +220,9 @@ fn a_master_a_sentinel_opens_a_second_link_to_issues_tokens_a_reserve_above_the_
         links().iter().any(|id| !dropped.contains(id))
     });
     let after = acquire(&mut master, "after", "a", 60_000, &["NOSYNC"]).expect("granted");
-    let (floor, reserve) = (before * 1_000, 1_000_000_000);
+    let floor = before * TOKENS_PER_MS;
     assert!(
-        u64::try_from(after).expect("a token") >= floor + reserve,
+        u64::try_from(after).expect("a token") >= floor + RESERVE,
         "{after} is not a reserve above the clock's floor {floor} (the tokens before: {next})"
     );
 }
