@@ -816,13 +816,18 @@ pub fn insync(con: &mut Connection) -> InSync {
 
 /// Takes the free lock `key` for `owner` with a `ttl_ms` lease and counts it as the clients
 /// do (`LOCK.INSYNC`, `WAIT` for the set's members, `LOCK.INSYNC`): panics unless every member
-/// of the master's in-sync set has it, and the set is as large as the master requires.
-/// Returns the token.
+/// of the master's in-sync set has it within 5 s, and the set is as large as the master
+/// requires. `WAIT` counts any replica, so one outside the set (an old master just re-attached)
+/// can end it before a member acknowledged: it is asked again until then. Returns the token.
 pub fn acquire_counted(con: &mut Connection, key: &str, owner: &str, ttl_ms: u64) -> i64 {
     let token = acquire(con, key, owner, ttl_ms, &[]).expect("a free lock");
     let before = insync(con);
-    call(con, &["WAIT", &before.members.to_string(), "5000"]);
-    let after = insync(con);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut after = insync(con);
+    while after.acked < before.offset && Instant::now() < deadline {
+        call(con, &["WAIT", &before.members.to_string(), "100"]);
+        after = insync(con);
+    }
     assert!(
         after.members >= after.required && after.acked >= before.offset,
         "{key} not counted: {before:?} {after:?}"
