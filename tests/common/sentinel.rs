@@ -224,17 +224,46 @@ impl Group {
         heard
     }
 
-    /// The index of the server the Sentinels name as master (the first that answers).
+    /// The index of the server a majority of the Sentinels name as master. One Sentinel's
+    /// answer is not enough: a Sentinel still in a failover names the replica it promoted until
+    /// it sees every replica follow it, up to `failover-timeout` (180 s by default) when that
+    /// server dies or is demoted meanwhile, while the others already name the master of a later
+    /// failover (`sentinelGetCurrentMasterAddress` in Sentinel's source).
     pub fn master(&self) -> Option<usize> {
-        self.sentinels.iter().find_map(|sentinel| {
-            let mut con = sentinel.try_client().ok()?;
-            let (_, port): (String, u16) = redis::cmd("SENTINEL")
-                .arg("GET-MASTER-ADDR-BY-NAME")
-                .arg(MASTER_NAME)
-                .query(&mut con)
-                .ok()?;
-            self.addresses.iter().position(|known| *known == port)
+        let named: Vec<usize> = self
+            .views()
+            .into_iter()
+            .flatten()
+            .map(|view| view.0)
+            .collect();
+        named.iter().copied().find(|candidate| {
+            2 * named.iter().filter(|other| *other == candidate).count() > self.sentinels.len()
         })
+    }
+
+    /// What each Sentinel answers, in order, `None` for one that does not: the index of the
+    /// server it names master, and whether it is in a failover of the group (the
+    /// `failover_in_progress` flag of `SENTINEL MASTER`).
+    fn views(&self) -> Vec<Option<(usize, bool)>> {
+        self.sentinels
+            .iter()
+            .map(|sentinel| {
+                let mut con = sentinel.try_client().ok()?;
+                let (_, port): (String, u16) = redis::cmd("SENTINEL")
+                    .arg("GET-MASTER-ADDR-BY-NAME")
+                    .arg(MASTER_NAME)
+                    .query(&mut con)
+                    .ok()?;
+                let fields: Vec<String> = redis::cmd("SENTINEL")
+                    .arg("MASTER")
+                    .arg(MASTER_NAME)
+                    .query(&mut con)
+                    .ok()?;
+                let flags = fields.iter().skip_while(|field| *field != "flags").nth(1)?;
+                let named = self.addresses.iter().position(|known| *known == port)?;
+                Some((named, flags.contains("failover_in_progress")))
+            })
+            .collect()
     }
 
     /// Asks the Sentinels in turn for `SENTINEL FAILOVER` of the group, as an operator would,
@@ -273,16 +302,19 @@ impl Group {
         Some(named)
     }
 
-    /// Waits up to `within` for the group to settle after a fault: the master the Sentinels
-    /// name reports the master role and every other server is its replica with the link up.
-    /// True if it did.
+    /// Waits up to `within` for the group to settle after a fault: every Sentinel names the
+    /// same master and none is still in a failover, that server reports the master role, and
+    /// every other server is its replica with the link up. True if it did.
     pub fn settle(&self, within: Duration) -> bool {
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
-            if self
-                .master()
-                .is_some_and(|master| self.settled_under(master))
-            {
+            let views = self.views();
+            let agreed = views
+                .first()
+                .copied()
+                .flatten()
+                .filter(|first| !first.1 && views.iter().all(|view| *view == Some(*first)));
+            if agreed.is_some_and(|(master, _)| self.settled_under(master)) {
                 return true;
             }
             thread::sleep(Duration::from_millis(100));
@@ -403,7 +435,11 @@ impl Group {
     /// One line per server — its port, role, master, link, priority and in-sync set — and the
     /// master the Sentinels name: what a group that does not settle is stuck in.
     pub fn describe(&self) -> String {
-        let mut lines = vec![format!("Sentinels name {:?}", self.master())];
+        let mut lines = vec![format!(
+            "Sentinels name {:?} (each: master, in a failover {:?})",
+            self.master(),
+            self.views()
+        )];
         for (index, server) in self.servers.iter().enumerate() {
             if self.lost.contains(&index) {
                 lines.push(format!("{index}: lost"));
