@@ -7,13 +7,15 @@ use leasehold_core::machine;
 use leasehold_core::outcome::KeyLease;
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
-use crate::key::LockKey;
+use crate::key::{LockKey, selected_db};
+use crate::observers;
 use crate::replies;
 use crate::state;
 
-/// `LOCK.APPLY key owner <packed>`, `LOCK.APPLY key owner token holds [[PXAT] deadline-ms]
-/// [SHARED limit]` and `LOCK.APPLY key owner DROP`: sets one holding of a lock as a master
-/// decided it, and raises the fencing counter to at least its token. Masters send the packed
+/// `LOCK.APPLY key owner <packed> [VALUE v]`, `LOCK.APPLY key owner token holds [[PXAT]
+/// deadline-ms] [SHARED limit] [VALUE v]` and `LOCK.APPLY key owner DROP`: sets one holding of
+/// a lock as a master decided it (with the value an election's leader proclaims), raises the
+/// fencing counter to at least its token, and tells the lock's observers. Masters send the packed
 /// form ([`leasehold_core::packed`]); AOF rewrites write the integers, as 0.2.0 sent them;
 /// 0.1.0 wrote `PXAT` before the deadline, and no deadline for "keep the lease". All apply.
 ///
@@ -41,6 +43,12 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if let KeyLease::At(deadline) = lease {
         key.set_deadline(deadline)?;
     }
+    observers::wake(
+        selected_db(ctx),
+        parsed.key.as_slice(),
+        key.lock(),
+        key.remaining_ms(),
+    );
     // A replica's own AOF gets the effect too; its sub-replicas get the master's stream.
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))

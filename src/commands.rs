@@ -6,9 +6,7 @@
 //! `_`), `ERR value is not an integer or out of range` and `ERR invalid expire time in '...'
 //! command` as `SET ... PX` has them, `WRONGTYPE` for a key of another type.
 
-use redis_module::{
-    Context, RedisError, RedisResult, RedisString, RedisValue, redisvalue::RedisValueKey,
-};
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use leasehold_core::args::{self, Acquire};
 use leasehold_core::fence;
@@ -23,7 +21,7 @@ use crate::clock;
 use crate::config;
 use crate::key::{LockKey, selected_db};
 use crate::looks::{self, Leaving};
-use crate::replies;
+use crate::replies::{self, map};
 use crate::session;
 use crate::state;
 use crate::synced::{self, Stretch};
@@ -48,12 +46,21 @@ use crate::synced::{self, Stretch};
 /// cannot block; `NOREPLICAS` for a grant the in-sync set did not get (released then).
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let parsed = args::acquire(&args, &config::limits()).map_err(replies::arg_error)?;
+    acquire_as(ctx, &parsed, "lock.acquire")
+}
+
+/// [`acquire`] of arguments already parsed — `LOCK.ACQUIRE`'s, or `LOCK.CAMPAIGN`'s with the
+/// value its candidate proclaims — named `command` in errors.
+///
+/// # Errors
+/// As [`acquire`]'s, after the arguments.
+pub fn acquire_as(ctx: &Context, parsed: &Acquire<'_, RedisString>, command: &str) -> RedisResult {
     let sync = synced::wanted(ctx, parsed.sync)?;
     let session = session::of_command(ctx, parsed.session)?;
     let now = clock::now_ms();
     let stretch = Stretch::of(sync, parsed.wait_ms.is_some(), parsed.ttl_ms);
     let lease_ms = Stretch::lease_ms(stretch, parsed.ttl_ms);
-    let deadline_ms = lease_deadline(now, lease_ms, "lock.acquire")?;
+    let deadline_ms = lease_deadline(now, lease_ms, command)?;
     let (name, owner) = (parsed.key, parsed.owner);
     let mut key = LockKey::write(ctx, name)?;
     let was = session::tied_to(&key, owner);
@@ -64,6 +71,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         reentrant: parsed.reentrant,
         deadline_ms,
         tie,
+        value: parsed.value.map(|value| value.as_slice()),
     };
     let reply = looks::decide(ctx, &mut key, name, Some(owner), now, |scope| {
         scope.acquire(&request);
@@ -71,13 +79,13 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let busy = matches!(reply, Reply::Busy | Reply::Refused(Refusal::TooSoon { .. }));
     match parsed.wait_ms {
         Some(timeout) if busy && blocking::can_block(ctx) => {
-            wait(ctx, &key, &parsed, tie, timeout, sync)
+            wait(ctx, &key, parsed, tie, timeout, sync)
         }
         _ => {
             session::settle(ctx, &key, name, owner, was, tie);
             drop(key);
             let granted = matches!(reply, Reply::Token(_));
-            let reply = reply_for(reply, "lock.acquire")?;
+            let reply = reply_for(reply, command)?;
             if sync && granted {
                 let undo = synced::release_of(ctx, std::slice::from_ref(name), owner, stretch);
                 synced::hold(ctx, reply, undo)
@@ -118,6 +126,7 @@ fn wait(
         reentrant: parsed.reentrant,
         ties: tie.into_iter().collect(),
         set: false,
+        value: parsed.value.map(|value| value.as_slice().into()),
     };
     let next = machine::wait(key.lock(), &mut state::waiters(), db, name, waiter);
     looks::look_again(ctx, key, db, name, next);
@@ -329,16 +338,6 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 fn session_id(tie: Option<Tie>) -> RedisValue {
     tie.and_then(session::id_of)
         .map_or(RedisValue::Null, RedisValue::BulkString)
-}
-
-/// A reply map with fields in this order (RESP3 map, RESP2 flat array).
-fn map<const N: usize>(fields: [(&'static str, RedisValue); N]) -> RedisValue {
-    RedisValue::OrderedMap(
-        fields
-            .into_iter()
-            .map(|(field, value)| (RedisValueKey::from(field), value))
-            .collect(),
-    )
 }
 
 /// The unix time in ms at which a lease of `ttl_ms` given at `now_ms` ends.

@@ -200,8 +200,8 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when
 }
 
 /// Emits one `LOCK.APPLY` per holding: `LOCK.APPLY key owner token holds` for an exclusive
-/// lock (Redis follows it with `PEXPIREAT key deadline`), `LOCK.APPLY key owner token holds
-/// deadline SHARED limit` for each shared holder.
+/// lock (Redis follows it with `PEXPIREAT key deadline`), with `VALUE v` for an election's
+/// leader, and `LOCK.APPLY key owner token holds deadline SHARED limit` for each shared holder.
 unsafe extern "C" fn aof_rewrite(
     aof: *mut raw::RedisModuleIO,
     key: *mut raw::RedisModuleString,
@@ -212,6 +212,22 @@ unsafe extern "C" fn aof_rewrite(
     };
     let owner = |owner: &[u8]| owner.as_ptr().cast::<c_char>();
     match unsafe { &*value.cast::<Lock>() } {
+        Lock::Exclusive(holding) if !holding.owner.value().is_empty() => unsafe {
+            let value = holding.owner.value();
+            emit(
+                aof,
+                APPLY.as_ptr(),
+                c"sbllcb".as_ptr(),
+                key,
+                owner(&holding.owner),
+                holding.owner.len(),
+                fence::as_integer(holding.token),
+                i64::from(holding.holds),
+                c"VALUE".as_ptr(),
+                value.as_ptr().cast::<c_char>(),
+                value.len(),
+            );
+        },
         Lock::Exclusive(holding) => unsafe {
             emit(
                 aof,
@@ -274,7 +290,13 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
         end(md);
     };
     match unsafe { &*value.cast::<Lock>() } {
-        Lock::Exclusive(lock) => holding(&lock.owner, lock.token, lock.holds, None),
+        Lock::Exclusive(lock) => {
+            let value = lock.owner.value();
+            if !value.is_empty() {
+                unsafe { add_buffer(md, value.as_ptr().cast_mut().cast(), value.len()) };
+            }
+            holding(&lock.owner, lock.token, lock.holds, None);
+        }
         Lock::Shared(shared) => {
             unsafe {
                 add_integer(md, shared.limit.map_or(-1, i64::from));

@@ -5,10 +5,11 @@
 //! compute another deadline and another token. So every write is sent as the state it left
 //! behind, one holding at a time:
 //!
-//! - `LOCK.APPLY key owner <packed>` — `owner` holds `key`, exclusively or shared, with the
-//!   token, hold count and lease packed into one binary argument
+//! - `LOCK.APPLY key owner <packed> [VALUE v]` — `owner` holds `key`, exclusively or shared,
+//!   with the token, hold count and lease packed into one binary argument
 //!   ([`leasehold_core::packed`]; 0.2.0 sent `token holds deadline-ms [SHARED limit]` as
-//!   integers, and `LOCK.APPLY` still takes that form, which AOF rewrites also write);
+//!   integers, and `LOCK.APPLY` still takes that form, which AOF rewrites also write), and the
+//!   value it proclaims when it leads an election;
 //! - `LOCK.APPLY key owner DROP` — `owner`'s shared holding ended (released, or its lease);
 //! - `DEL key` — the lock is free.
 //!
@@ -70,30 +71,56 @@ pub fn writes() -> u64 {
     WRITES.load(Ordering::Relaxed)
 }
 
-/// Sends `owner`'s holding of `key`: its token, hold count and lease.
-pub fn replicate_holding(
-    ctx: &Context,
-    key: &RedisString,
-    owner: &RedisString,
-    token: u64,
-    holds: u32,
-    lease: Lease,
-) {
+/// A holding as its effect carries it: its token, hold count and lease, and the value its
+/// owner proclaims (empty: none, [`leasehold_core::owner::Owner::value`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Held<'a> {
+    /// The holding's fencing token.
+    pub token: u64,
+    /// Its reentrant hold count.
+    pub holds: u32,
+    /// Its lease.
+    pub lease: Lease,
+    /// The value its owner proclaims as an election's leader; empty for a lock's holder.
+    pub value: &'a [u8],
+}
+
+/// Sends `owner`'s holding of `key`: its token, hold count and lease, and `VALUE v` when its
+/// owner proclaims one.
+pub fn replicate_holding(ctx: &Context, key: &RedisString, owner: &RedisString, held: Held) {
     let Some(replicate) = (unsafe { raw::RedisModule_Replicate }) else {
         return;
     };
     WRITES.fetch_add(1, Ordering::Relaxed);
-    let numbers = packed::pack(token, holds, lease);
+    let numbers = packed::pack(held.token, held.holds, held.lease);
+    let (ctx, numbers_len) = (ctx.get_raw(), numbers.len());
+    let numbers = numbers.as_ptr().cast::<c_char>();
+    let value = held.value;
     unsafe {
-        replicate(
-            ctx.get_raw(),
-            APPLY.as_ptr(),
-            c"ssb".as_ptr(),
-            key.inner,
-            owner.inner,
-            numbers.as_ptr().cast::<c_char>(),
-            numbers.len(),
-        );
+        if value.is_empty() {
+            replicate(
+                ctx,
+                APPLY.as_ptr(),
+                c"ssb".as_ptr(),
+                key.inner,
+                owner.inner,
+                numbers,
+                numbers_len,
+            );
+        } else {
+            replicate(
+                ctx,
+                APPLY.as_ptr(),
+                c"ssbcb".as_ptr(),
+                key.inner,
+                owner.inner,
+                numbers,
+                numbers_len,
+                c"VALUE".as_ptr(),
+                value.as_ptr().cast::<c_char>(),
+                value.len(),
+            );
+        }
     }
 }
 
@@ -160,7 +187,8 @@ pub fn replicate_free(ctx: &Context, key: &RedisString) {
 }
 
 /// Publishes the keyspace event `event` (module class: `notify-keyspace-events` with `d`):
-/// `lock.acquire`, `lock.release`, `lock.renew`, `lock.raise` or `lock.expire`.
+/// `lock.acquire`, `lock.release`, `lock.renew`, `lock.raise`, `lock.expire` or
+/// `lock.proclaim`.
 pub fn notify(ctx: &Context, event: Event, key: &RedisString) {
     let name = match event {
         Event::Acquire => c"lock.acquire",
@@ -168,6 +196,7 @@ pub fn notify(ctx: &Context, event: Event, key: &RedisString) {
         Event::Renew => c"lock.renew",
         Event::Raise => c"lock.raise",
         Event::Expire => c"lock.expire",
+        Event::Proclaim => c"lock.proclaim",
     };
     if let Some(notify) = unsafe { raw::RedisModule_NotifyKeyspaceEvent } {
         let class = raw::NotifyEvent::MODULE.bits();

@@ -3,12 +3,14 @@
 //! and the `INFO lock` counters — in the order the core gave them, and decides nothing. The
 //! one place a lock's writes are replicated from.
 
-use leasehold_core::outcome::{KeyLease, Outcome, Party, Step};
+use leasehold_core::lock::Lock;
+use leasehold_core::outcome::{KeyLease, Lease, Outcome, Party, Step};
 use redis_module::{Context, RedisError, RedisString};
 
 use crate::blocking::Blocked;
-use crate::effects::{notify, replicate_drop, replicate_free, replicate_holding};
-use crate::key::LockKey;
+use crate::effects::{Held, notify, replicate_drop, replicate_free, replicate_holding};
+use crate::key::{LockKey, selected_db};
+use crate::observers;
 use crate::stats;
 use crate::synced;
 
@@ -36,16 +38,22 @@ pub fn carry_out(
                 holds,
                 lease,
             } => {
-                let waiter;
+                let named;
                 let owner = match (owner, caller) {
                     (Party::Caller, Some(caller)) => caller,
-                    (Party::Waiter(owner), _) => {
-                        waiter = ctx.create_string(&**owner);
-                        &waiter
+                    (Party::Owner(owner), _) => {
+                        named = ctx.create_string(&**owner);
+                        &named
                     }
                     (Party::Caller, None) => continue,
                 };
-                replicate_holding(ctx, name, owner, *token, *holds, *lease);
+                let held = Held {
+                    token: *token,
+                    holds: *holds,
+                    lease: *lease,
+                    value: proclaimed(key.lock(), owner.as_slice(), *lease),
+                };
+                replicate_holding(ctx, name, owner, held);
             }
             Step::Drop(owner) => replicate_drop(ctx, name, owner),
             Step::Free => replicate_free(ctx, name),
@@ -54,5 +62,19 @@ pub fn carry_out(
         }
     }
     stats::count(&outcome.counts);
+    let db = selected_db(ctx);
+    observers::wake(db, name.as_slice(), key.lock(), key.remaining_ms());
     Ok(())
+}
+
+/// The value `owner` proclaims as the leader of `lock` (after the event) when its holding is
+/// the exclusive one an effect with `lease` carries; empty otherwise.
+fn proclaimed<'a>(lock: Option<&'a Lock>, owner: &[u8], lease: Lease) -> &'a [u8] {
+    let leader = lock.and_then(Lock::leader);
+    match leader {
+        Some(leader) if *leader.owner == *owner && !matches!(lease, Lease::Shared { .. }) => {
+            leader.owner.value()
+        }
+        _ => &[],
+    }
 }

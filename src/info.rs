@@ -6,6 +6,7 @@ use redis_module::{InfoContext, RedisResult};
 use redis_module_macros::info_command_handler;
 
 use crate::insync;
+use crate::observers;
 use crate::replica_check;
 use crate::state;
 use crate::stats::{
@@ -26,6 +27,10 @@ fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .field("renewals", RENEWALS.get())?
         .field("expired_leases", EXPIRED_LEASES.get())?
         .field("waiters", waiting)?
+        .field(
+            "observers",
+            u64::try_from(observers::count()).unwrap_or(u64::MAX),
+        )?
         .field("handovers", HANDOVERS.get())?
         .field("last_token", state::counter().last())?
         .build_section()?;

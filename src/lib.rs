@@ -29,6 +29,7 @@ mod datatype;
 mod deployment;
 mod docs;
 mod effects;
+mod election;
 mod execute;
 mod filter;
 mod info;
@@ -37,6 +38,7 @@ mod key;
 mod looks;
 mod metadata;
 mod multi;
+mod observers;
 mod probes;
 mod promotion;
 mod replay;
@@ -143,6 +145,11 @@ redis_module! {
         ["lock.promotable", insync::promotable, flags("lock.promotable"), keys("lock.promotable").0, keys("lock.promotable").1, keys("lock.promotable").2, "", acl("lock.promotable")],
         ["lock.session", session::command, flags("lock.session"), keys("lock.session").0, keys("lock.session").1, keys("lock.session").2, "", acl("lock.session")],
         ["lock.apply", apply::apply, flags("lock.apply"), keys("lock.apply").0, keys("lock.apply").1, keys("lock.apply").2, "", acl("lock.apply")],
+        ["lock.campaign", election::campaign, flags("lock.campaign"), keys("lock.campaign").0, keys("lock.campaign").1, keys("lock.campaign").2, "", acl("lock.campaign")],
+        ["lock.leader", election::leader, flags("lock.leader"), keys("lock.leader").0, keys("lock.leader").1, keys("lock.leader").2, "", acl("lock.leader")],
+        ["lock.proclaim", election::proclaim, flags("lock.proclaim"), keys("lock.proclaim").0, keys("lock.proclaim").1, keys("lock.proclaim").2, "", acl("lock.proclaim")],
+        ["lock.resign", election::resign, flags("lock.resign"), keys("lock.resign").0, keys("lock.resign").1, keys("lock.resign").2, "", acl("lock.resign")],
+        ["lock.observe", election::observe, flags("lock.observe"), keys("lock.observe").0, keys("lock.observe").1, keys("lock.observe").2, "", acl("lock.observe")],
     ],
     event_handlers: [
         [@GENERIC @EXPIRED @EVICTED: looks::on_key_event],

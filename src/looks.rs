@@ -28,6 +28,7 @@ use crate::cluster;
 use crate::effects::replication_paused;
 use crate::execute;
 use crate::key::{LockKey, select_db, selected_db};
+use crate::observers;
 use crate::state;
 use crate::stats;
 use crate::timers;
@@ -259,6 +260,11 @@ pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8])
     if state::has_waiters(db, key) || (event == "restore" && holds_lock(ctx, key)) {
         schedule(ctx, db, key, clock::now_ms());
     }
+    if observers::watched(db, key)
+        && let Ok(open) = LockKey::read(ctx, &ctx.create_string(key))
+    {
+        observers::wake(db, key, open.lock(), open.remaining_ms());
+    }
 }
 
 /// True when `key` in the selected database holds a lock.
@@ -279,5 +285,8 @@ pub fn on_flush(ctx: &Context, event: FlushSubevent) {
     let now = clock::now_ms();
     for (db, key) in locks {
         schedule(ctx, db, &key, now);
+    }
+    for (db, key) in observers::keys() {
+        observers::wake(db, &key, None, None);
     }
 }

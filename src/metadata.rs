@@ -115,7 +115,7 @@ pub struct Argument {
 }
 
 /// The files, embedded in the module when it is built.
-const FILES: [&str; 13] = [
+const FILES: [&str; 18] = [
     include_str!("../commands/lock.acquire.json"),
     include_str!("../commands/lock.release.json"),
     include_str!("../commands/lock.renew.json"),
@@ -129,6 +129,11 @@ const FILES: [&str; 13] = [
     include_str!("../commands/lock.promotable.json"),
     include_str!("../commands/lock.session.json"),
     include_str!("../commands/lock.apply.json"),
+    include_str!("../commands/lock.campaign.json"),
+    include_str!("../commands/lock.leader.json"),
+    include_str!("../commands/lock.proclaim.json"),
+    include_str!("../commands/lock.resign.json"),
+    include_str!("../commands/lock.observe.json"),
 ];
 
 /// Every command, read from [`FILES`] once. A file that does not parse is left out, and its

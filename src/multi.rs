@@ -99,6 +99,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 reentrant: false,
                 ties: ties.into_iter().collect(),
                 set: true,
+                value: None,
             };
             looks::decide_set(ctx, &mut keys, names, None, now, |set| set.wait(waiter))?;
             Ok(RedisValue::NoReply)

@@ -18,7 +18,7 @@ use leasehold_core::outcome::Lease;
 use redis_module::{Context, KeysCursor, RedisString, raw};
 
 use crate::clock;
-use crate::effects;
+use crate::effects::{self, Held};
 use crate::key::{LockKey, select_db, selected_db};
 
 /// How long one tick may spend sending locks again.
@@ -106,7 +106,13 @@ fn send(ctx: &Context, name: &RedisString) {
                 .remaining_ms()
                 .map_or(Lease::Kept, |ms| Lease::Until(now.saturating_add(ms)));
             let owner = ctx.create_string(&holding.owner[..]);
-            effects::replicate_holding(ctx, name, &owner, holding.token, holding.holds, lease);
+            let held = Held {
+                token: holding.token,
+                holds: holding.holds,
+                lease,
+                value: holding.owner.value(),
+            };
+            effects::replicate_holding(ctx, name, &owner, held);
         }
         Some(Lock::Shared(shared)) => {
             for holder in shared.holders.iter() {
@@ -115,7 +121,13 @@ fn send(ctx: &Context, name: &RedisString) {
                     limit: shared.limit,
                 };
                 let owner = ctx.create_string(&holder.owner[..]);
-                effects::replicate_holding(ctx, name, &owner, holder.token, holder.holds, lease);
+                let held = Held {
+                    token: holder.token,
+                    holds: holder.holds,
+                    lease,
+                    value: &[],
+                };
+                effects::replicate_holding(ctx, name, &owner, held);
             }
         }
         None => {}

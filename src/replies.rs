@@ -2,9 +2,10 @@
 //! (`TRYAGAIN` for what may succeed if repeated shortly, as Redis Cluster uses it).
 
 use leasehold_core::args::ArgError;
+use leasehold_core::election::Leadership;
 use leasehold_core::fence;
 use leasehold_core::outcome::Refusal;
-use redis_module::{RedisError, RedisValue};
+use redis_module::{RedisError, RedisValue, redisvalue::RedisValueKey};
 
 /// A fencing token as Redis replies it: an integer, exact below 2^53.
 #[must_use]
@@ -55,5 +56,42 @@ pub fn arg_error(error: ArgError) -> RedisError {
     match error {
         ArgError::WrongArity => RedisError::WrongArity,
         other => RedisError::String(other.to_string()),
+    }
+}
+
+/// A reply map with fields in this order (RESP3 map, RESP2 flat array).
+#[must_use]
+pub fn map<const N: usize>(fields: [(&'static str, RedisValue); N]) -> RedisValue {
+    RedisValue::OrderedMap(
+        fields
+            .into_iter()
+            .map(|(field, value)| (RedisValueKey::from(field), value))
+            .collect(),
+    )
+}
+
+/// Who leads an election, as `LOCK.LEADER` and `LOCK.OBSERVE` reply it: a map of `leader` (the
+/// candidate; null when nobody leads), `epoch` (its term's fencing token; 0 when nobody
+/// leads), `value` (what it proclaims; empty when nobody leads) and `ttl` (its lease left in
+/// ms; `-1` when someone made the key persistent, `-2` when nobody leads, as `PTTL` words
+/// them). `ttl_ms` is the key's, `None` when it has no expiry.
+#[must_use]
+pub fn leadership(now: Leadership, ttl_ms: Option<i64>) -> RedisValue {
+    match now {
+        Leadership::Nobody => map([
+            ("leader", RedisValue::Null),
+            ("epoch", RedisValue::Integer(0)),
+            ("value", RedisValue::StringBuffer(Vec::new())),
+            ("ttl", RedisValue::Integer(-2)),
+        ]),
+        Leadership::Leader(holding) => map([
+            ("leader", RedisValue::StringBuffer(holding.owner.to_vec())),
+            ("epoch", token(holding.token)),
+            (
+                "value",
+                RedisValue::StringBuffer(holding.owner.value().to_vec()),
+            ),
+            ("ttl", RedisValue::Integer(ttl_ms.unwrap_or(-1))),
+        ]),
     }
 }

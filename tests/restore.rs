@@ -408,7 +408,7 @@ fn a_damaged_rdb_file_stops_the_start_with_a_clear_log_line() {
     std::fs::write(&path, &zero_holds).expect("zero holds");
     let log = server.restart_refused();
     assert!(
-        log.contains("an owner, fencing token or hold count out of range"),
+        log.contains("an owner, fencing token, hold count or proclaimed value out of range"),
         "{log}"
     );
     assert!(

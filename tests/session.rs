@@ -20,8 +20,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -56,45 +54,14 @@ fn session_of(con: &mut Connection, key: &str) -> Option<String> {
     }
 }
 
-/// A holder process: a shell with a connection of its own (bash's `/dev/tcp`) that opens a
-/// session and takes `key` with a 30 s lease tied to it, then waits on a builtin — no child
-/// process shares its socket, so `kill -9` closes it.
-fn holder_process(port: u16, key: &str) -> (Child, i64) {
-    let script = format!(
-        r#"exec 3<>/dev/tcp/127.0.0.1/{port}
-printf 'LOCK.SESSION OPEN GRACE {GRACE_MS}\r\n' >&3
-read -r _ <&3; read -r _ <&3; read -r id <&3; read -r _ <&3
-printf 'LOCK.ACQUIRE {key} crashed-holder 30000 SESSION %s\r\n' "${{id%$'\r'}}" >&3
-read -r token <&3
-echo "${{token%$'\r'}}"
-read -r -t 600 _"#
-    );
-    let mut child = Command::new("bash")
-        .arg("-c")
-        .arg(script)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("bash");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("the holder's token");
-    let token = line
-        .trim()
-        .strip_prefix(':')
-        .and_then(|token| token.parse().ok())
-        .unwrap_or_else(|| panic!("the holder got {line:?}"));
-    (child, token)
-}
-
 #[test]
 fn a_holder_killed_with_kill_9_hands_over_within_the_grace_plus_100_ms() {
     let master = Server::start(&[]);
     let replica = Server::start(&[]);
     replica.replicate(&master);
     let mut m = master.client();
-    let (mut holder_child, held) = holder_process(master.port, "order");
+    let command = "LOCK.ACQUIRE order crashed-holder 30000";
+    let (mut holder_child, held) = common::session_process(master.port, GRACE_MS, command);
     assert_eq!(holder(&mut m, "order").as_deref(), Some("crashed-holder"));
     assert!(session_of(&mut m, "order").is_some());
     let waiter = wait_for(&master, "order", "next", 0);

@@ -12,11 +12,12 @@ use std::collections::HashSet;
 use std::fmt;
 use std::ops::Deref;
 
+use crate::election::Seen;
 use crate::insync::Promotable;
 use crate::lock::{Holding, Mode};
 use crate::machine::Applied;
 use crate::outcome::Lease;
-use crate::owner::check_owner;
+use crate::owner::{MAX_VALUE_LEN, check_owner, check_value};
 use crate::packed;
 use crate::session::{self, SessionError};
 
@@ -45,6 +46,8 @@ pub enum ArgError {
     TimeoutNegative,
     /// `ERR owner must be 1 to 256 bytes`.
     Owner,
+    /// `ERR value must be at most 65536 bytes` (an election's proclaimed value).
+    Value,
     /// `ERR ttl-ms exceeds lock.max-ttl-ms (<cap>)`.
     TtlAboveCap(i64),
     /// `ERR token out of range`.
@@ -59,7 +62,7 @@ pub enum ArgError {
     DuplicateKey(String),
     /// `ERR <option> is not supported by LOCK.MACQUIRE`.
     NotSupported(&'static str),
-    /// `ERR invalid owner, fencing token or hold count in LOCK.APPLY`.
+    /// `ERR invalid owner, fencing token, hold count or value in LOCK.APPLY`.
     Effect,
     /// `ERR invalid lease deadline in LOCK.APPLY`.
     EffectDeadline,
@@ -83,6 +86,7 @@ impl fmt::Display for ArgError {
             Self::TimeoutNotInteger => write!(f, "ERR timeout is not an integer or out of range"),
             Self::TimeoutNegative => write!(f, "ERR timeout is negative"),
             Self::Owner => write!(f, "ERR owner must be 1 to 256 bytes"),
+            Self::Value => write!(f, "ERR value must be at most {MAX_VALUE_LEN} bytes"),
             Self::TtlAboveCap(cap) => write!(f, "ERR ttl-ms exceeds lock.max-ttl-ms ({cap})"),
             Self::Token => write!(f, "ERR token out of range"),
             Self::NumKeys => write!(f, "ERR numkeys should be greater than 0"),
@@ -98,7 +102,7 @@ impl fmt::Display for ArgError {
             }
             Self::Effect => write!(
                 f,
-                "ERR invalid owner, fencing token or hold count in LOCK.APPLY"
+                "ERR invalid owner, fencing token, hold count or value in LOCK.APPLY"
             ),
             Self::EffectDeadline => write!(f, "ERR invalid lease deadline in LOCK.APPLY"),
             Self::Replica => write!(f, "ERR invalid replica in LOCK.PROMOTABLE"),
@@ -136,6 +140,31 @@ pub struct Acquire<'a, A> {
     /// `SYNC` (`Some(true)`) or `NOSYNC` (`Some(false)`): whether the reply waits until the
     /// in-sync set has the write ([`crate::insync::synced`]); `None`: `lock.sync-writes`.
     pub sync: Option<bool>,
+    /// `LOCK.CAMPAIGN`'s value, which the candidate proclaims once it leads (at most
+    /// [`MAX_VALUE_LEN`] bytes); `None` for `LOCK.ACQUIRE`.
+    pub value: Option<&'a A>,
+}
+
+/// `LOCK.PROCLAIM key epoch value` and `LOCK.RESIGN key epoch` (no value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Term<'a, A> {
+    /// The election's key.
+    pub key: &'a A,
+    /// The epoch of the term the caller leads.
+    pub epoch: u64,
+    /// `LOCK.PROCLAIM`'s new value.
+    pub value: Option<&'a A>,
+}
+
+/// `LOCK.OBSERVE key [LAST epoch value] [BLOCK timeout-ms]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Observe<'a, A> {
+    /// The election's key.
+    pub key: &'a A,
+    /// What the observer saw last (`LAST`); `None`: it learns the state at once.
+    pub last: Option<Seen<'a>>,
+    /// `BLOCK timeout-ms`: wait this long (0: no limit) for a change.
+    pub block_ms: Option<i64>,
 }
 
 /// `LOCK.RELEASE key owner`, and `LOCK.RENEW key owner ttl-ms [SESSION id]` (with `ttl_ms`).
@@ -261,18 +290,70 @@ pub fn acquire<'a, A: Deref<Target = [u8]>>(
 ) -> Result<Acquire<'a, A>, ArgError> {
     let mut args = Args::new(args);
     let (key, owner, ttl) = (args.required()?, args.required()?, args.required()?);
+    let (reentrant, wait_ms, mode, write) = acquire_options(&mut args, false)?;
+    Ok(Acquire {
+        key,
+        owner: checked_owner(owner)?,
+        ttl_ms: ttl_of(ttl, limits)?,
+        reentrant,
+        wait_ms,
+        mode,
+        session: write.session,
+        sync: write.sync,
+        value: None,
+    })
+}
+
+/// Parses `LOCK.CAMPAIGN key candidate value ttl-ms [WAIT timeout-ms] [SESSION id] [SYNC |
+/// NOSYNC]` as the exclusive `LOCK.ACQUIRE` it is, with the value the candidate proclaims.
+///
+/// # Errors
+/// Arity, options (`REENTRANT`, `SHARED` and `LIMIT` among them: `ERR syntax error`), the TTL,
+/// the candidate (as an owner), the value, in that order.
+pub fn campaign<'a, A: Deref<Target = [u8]>>(
+    args: &'a [A],
+    limits: &Limits,
+) -> Result<Acquire<'a, A>, ArgError> {
+    let mut args = Args::new(args);
+    let (key, candidate) = (args.required()?, args.required()?);
+    let (value, ttl) = (args.required()?, args.required()?);
+    let (_, wait_ms, _, write) = acquire_options(&mut args, true)?;
+    let ttl_ms = ttl_of(ttl, limits)?;
+    let candidate = checked_owner(candidate)?;
+    check_value(value).map_err(|_| ArgError::Value)?;
+    Ok(Acquire {
+        key,
+        owner: candidate,
+        ttl_ms,
+        reentrant: false,
+        wait_ms,
+        mode: Mode::Exclusive,
+        session: write.session,
+        sync: write.sync,
+        value: Some(value),
+    })
+}
+
+/// `LOCK.ACQUIRE`'s options: `REENTRANT`, `WAIT`, `SHARED`, `LIMIT` and the write options, in
+/// any order, each once; for an `election` (`LOCK.CAMPAIGN`) `WAIT` and the write options only.
+fn acquire_options<A: Deref<Target = [u8]>>(
+    args: &mut Args<'_, A>,
+    election: bool,
+) -> Result<(bool, Option<i64>, Mode, WriteOptions), ArgError> {
     let (mut reentrant, mut wait_ms, mut shared, mut limit) = (false, None, false, None);
     let mut write = WriteOptions::default();
     while let Some(option) = args.next() {
-        if write.take(option, &mut args)? {
+        if write.take(option, args)? {
             continue;
         }
-        if is(option, b"REENTRANT") && !reentrant {
+        if is(option, b"WAIT") && wait_ms.is_none() {
+            wait_ms = Some(timeout(args.value()?)?);
+        } else if election {
+            return Err(ArgError::Syntax);
+        } else if is(option, b"REENTRANT") && !reentrant {
             reentrant = true;
         } else if is(option, b"SHARED") && !shared {
             shared = true;
-        } else if is(option, b"WAIT") && wait_ms.is_none() {
-            wait_ms = Some(timeout(args.value()?)?);
         } else if is(option, b"LIMIT") && limit.is_none() {
             limit = Some(limit_of(args.value()?)?);
         } else {
@@ -284,16 +365,58 @@ pub fn acquire<'a, A: Deref<Target = [u8]>>(
         (false, None) => Mode::Exclusive,
         (false, Some(_)) => return Err(ArgError::Syntax),
     };
-    let ttl_ms = ttl_of(ttl, limits)?;
-    Ok(Acquire {
+    Ok((reentrant, wait_ms, mode, write))
+}
+
+/// Parses `LOCK.PROCLAIM key epoch value` (`with_value`) or `LOCK.RESIGN key epoch`.
+///
+/// # Errors
+/// Arity, an epoch that is not an integer from 0, the value.
+pub fn term<A: Deref<Target = [u8]>>(
+    args: &[A],
+    with_value: bool,
+) -> Result<Term<'_, A>, ArgError> {
+    let mut args = Args::new(args);
+    let (key, epoch) = (args.required()?, args.required()?);
+    let value = if with_value {
+        Some(args.required()?)
+    } else {
+        None
+    };
+    args.done()?;
+    let epoch = unsigned(epoch).ok_or(ArgError::NotInteger)?;
+    if let Some(value) = value {
+        check_value(value).map_err(|_| ArgError::Value)?;
+    }
+    Ok(Term { key, epoch, value })
+}
+
+/// Parses `LOCK.OBSERVE key [LAST epoch value] [BLOCK timeout-ms]`: `LAST 0 <any>` says the
+/// observer saw nobody lead.
+///
+/// # Errors
+/// Arity, syntax (an unknown or repeated option, `LAST` without both words), an epoch that is
+/// not an integer from 0, the value, `BLOCK`'s timeout as `LOCK.ACQUIRE`'s `WAIT`.
+pub fn observe<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Observe<'_, A>, ArgError> {
+    let mut args = Args::new(args);
+    let key = args.required()?;
+    let (mut last, mut block_ms) = (None, None);
+    while let Some(option) = args.next() {
+        if is(option, b"LAST") && last.is_none() {
+            let epoch = unsigned(args.value()?).ok_or(ArgError::NotInteger)?;
+            let value = args.value()?;
+            check_value(value).map_err(|_| ArgError::Value)?;
+            last = Some(Seen::new(epoch, value));
+        } else if is(option, b"BLOCK") && block_ms.is_none() {
+            block_ms = Some(timeout(args.value()?)?);
+        } else {
+            return Err(ArgError::Syntax);
+        }
+    }
+    Ok(Observe {
         key,
-        owner: checked_owner(owner)?,
-        ttl_ms,
-        reentrant,
-        wait_ms,
-        mode,
-        session: write.session,
-        sync: write.sync,
+        last,
+        block_ms,
     })
 }
 
@@ -627,11 +750,12 @@ fn keys_of<'a, A: Deref<Target = [u8]>>(
     Ok(keys)
 }
 
-/// Parses `LOCK.APPLY key owner <packed>`, `LOCK.APPLY key owner token holds [[PXAT]
-/// deadline-ms] [SHARED limit]` (`limit` -1: none) and `LOCK.APPLY key owner DROP`: the forms
-/// a master sends and an AOF holds ([`crate::packed`]; 0.2.0 wrote the integers, 0.1.0 `PXAT`).
-/// The holding is checked as a loaded one is; a deadline must be a positive unix time in ms,
-/// and a shared holding has one.
+/// Parses `LOCK.APPLY key owner <packed> [VALUE v]`, `LOCK.APPLY key owner token holds
+/// [[PXAT] deadline-ms] [SHARED limit] [VALUE v]` (`limit` -1: none) and `LOCK.APPLY key
+/// owner DROP`: the forms a master sends and an AOF holds ([`crate::packed`]; 0.2.0 wrote the
+/// integers, 0.1.0 `PXAT`; `VALUE`, the value an election's leader proclaims, came with
+/// 0.7.0). The holding is checked as a loaded one is; a deadline must be a positive unix time
+/// in ms, a shared holding has one, and only an exclusive one has a value.
 ///
 /// # Errors
 /// Arity, syntax, integers, [`ArgError::Effect`], [`ArgError::EffectDeadline`].
@@ -643,29 +767,31 @@ pub fn apply<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Apply<'_, A>, ArgErr
         let effect = Applied::Dropped { owner: &owner[..] };
         return Ok(Apply { key, effect });
     }
-    let (token, holds, mode, deadline_ms) = match packed::unpack(word) {
+    let (token, holds, options) = match packed::unpack(word) {
         Some((token, holds, lease)) => {
-            args.done()?;
             let (mode, deadline_ms) = match lease {
                 Lease::Until(deadline) => (Mode::Exclusive, Some(deadline)),
                 Lease::Kept => (Mode::Exclusive, None),
                 Lease::Shared { deadline_ms, limit } => (Mode::Shared(limit), Some(deadline_ms)),
             };
-            (token, u64::from(holds), mode, deadline_ms)
+            let value = effect_value(&mut args)?;
+            (token, u64::from(holds), (mode, deadline_ms, value))
         }
         None => {
             let token = unsigned(word).ok_or(ArgError::NotInteger)?;
             let holds = unsigned(args.required()?).ok_or(ArgError::NotInteger)?;
-            let (mode, deadline_ms) = effect_options(&mut args)?;
-            (token, holds, mode, deadline_ms)
+            (token, holds, effect_options(&mut args)?)
         }
     };
+    let (mode, deadline_ms, value) = options;
     if deadline_ms.is_some_and(|deadline| deadline <= 0)
         || (deadline_ms.is_none() && mode != Mode::Exclusive)
     {
         return Err(ArgError::EffectDeadline);
     }
-    let holding = Holding::from_parts(owner, token, holds).ok_or(ArgError::Effect)?;
+    let holding = Holding::from_parts(owner, value, token, holds)
+        .filter(|_| value.is_empty() || mode == Mode::Exclusive)
+        .ok_or(ArgError::Effect)?;
     let effect = Applied::Holds {
         holding,
         mode,
@@ -716,21 +842,37 @@ pub fn promotable<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Promotable, Arg
 }
 
 /// The integer form's `[[PXAT] deadline-ms] [SHARED limit]`.
-fn effect_options<A: Deref<Target = [u8]>>(
-    args: &mut Args<'_, A>,
-) -> Result<(Mode, Option<i64>), ArgError> {
-    let (mut deadline_ms, mut mode) = (None, Mode::Exclusive);
+fn effect_options<'a, A: Deref<Target = [u8]>>(
+    args: &mut Args<'a, A>,
+) -> Result<(Mode, Option<i64>, &'a [u8]), ArgError> {
+    let (mut deadline_ms, mut mode, mut value) = (None, Mode::Exclusive, &[][..]);
     while let Some(word) = args.next() {
         if is(word, b"SHARED") {
             let limit = integer(args.value()?).ok_or(ArgError::NotInteger)?;
             mode = Mode::Shared(u32::try_from(limit).ok().filter(|n| *n > 0));
         } else if is(word, b"PXAT") {
             deadline_ms = Some(integer(args.value()?).ok_or(ArgError::NotInteger)?);
+        } else if is(word, b"VALUE") {
+            value = args.value()?;
         } else {
             deadline_ms = Some(integer(word).ok_or(ArgError::Syntax)?);
         }
     }
-    Ok((mode, deadline_ms))
+    Ok((mode, deadline_ms, value))
+}
+
+/// A packed effect's `VALUE v` (an election's leader, [`crate::lock::Lock::proclaim`]), if
+/// any: empty when absent.
+fn effect_value<'a, A: Deref<Target = [u8]>>(args: &mut Args<'a, A>) -> Result<&'a [u8], ArgError> {
+    let Some(word) = args.next() else {
+        return Ok(&[]);
+    };
+    if !is(word, b"VALUE") {
+        return Err(ArgError::Syntax);
+    }
+    let value = args.value()?;
+    args.done()?;
+    Ok(value)
 }
 
 /// Reads a 64-bit integer as Redis does (`string2ll`): its decimal form exactly — an optional

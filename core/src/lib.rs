@@ -41,6 +41,7 @@
 
 pub mod args;
 pub mod deployment;
+pub mod election;
 pub mod fence;
 pub mod heap;
 pub mod holders;

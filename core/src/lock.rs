@@ -11,13 +11,14 @@
 
 use crate::fence::MAX_TOKEN;
 use crate::holders::{Holder, Holders};
-use crate::owner::{Owner, check_owner};
+use crate::owner::{Owner, check_owner, check_value};
 use crate::session::Tie;
 
 /// An exclusive holding. Its lease is the key's expiry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holding {
-    /// The owner identifier the holder chose (1 to [`crate::owner::MAX_OWNER_LEN`] bytes, any bytes).
+    /// The owner identifier the holder chose (1 to [`crate::owner::MAX_OWNER_LEN`] bytes, any
+    /// bytes), with the value it proclaims when it leads an election ([`Owner::value`]).
     pub owner: Owner,
     /// The fencing token issued when this holding began; unchanged by renewals and re-entry.
     pub token: u64,
@@ -125,15 +126,16 @@ pub enum Renew {
 }
 
 impl Holding {
-    /// A holding as an RDB, `RESTORE` or a master's `LOCK.APPLY` describes it, or `None` when
-    /// no server could have written it: an empty or oversized owner, a token outside
-    /// 1..=2^53-1, or no holds.
+    /// A holding as an RDB, `RESTORE` or a master's `LOCK.APPLY` describes it (`value` empty
+    /// unless it is an election's leader), or `None` when no server could have written it: an
+    /// empty or oversized owner, an oversized value, a token outside 1..=2^53-1, or no holds.
     #[must_use]
-    pub fn from_parts(owner: &[u8], token: u64, holds: u64) -> Option<Self> {
+    pub fn from_parts(owner: &[u8], value: &[u8], token: u64, holds: u64) -> Option<Self> {
         let owner = check_owner(owner).ok()?;
+        let value = check_value(value).ok()?;
         let holds = u32::try_from(holds).ok().filter(|holds| *holds > 0)?;
         (1..=MAX_TOKEN).contains(&token).then(|| Self {
-            owner: Owner::new(owner),
+            owner: Owner::with_value(owner, value),
             token,
             holds,
             tie: None,
@@ -158,6 +160,27 @@ impl Lock {
                 holders.insert(Holder::new(owner, token, holds, deadline_ms));
                 Self::Shared(Box::new(Shared { limit, holders }))
             }
+        }
+    }
+
+    /// The election's leader: the exclusive holding. A lock held shared has none.
+    #[must_use]
+    pub fn leader(&self) -> Option<&Holding> {
+        match self {
+            Self::Exclusive(holding) => Some(holding),
+            Self::Shared(_) => None,
+        }
+    }
+
+    /// The leader whose term is `epoch` (its holding's fencing token) proclaims `value` from
+    /// now on (`LOCK.CAMPAIGN`, `LOCK.PROCLAIM`); its owner, or `None` when no such term leads.
+    pub fn proclaim(&mut self, epoch: u64, value: &[u8]) -> Option<&[u8]> {
+        match self {
+            Self::Exclusive(holding) if holding.token == epoch => {
+                holding.owner = Owner::with_value(&holding.owner, value);
+                Some(&holding.owner)
+            }
+            _ => None,
         }
     }
 

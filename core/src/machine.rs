@@ -48,6 +48,9 @@ pub struct Request<'a> {
     /// logged for the holding, [`crate::session`]), unless it is tied to that session already
     /// ([`Lock::tie`]); `None` unties it.
     pub tie: Option<Tie>,
+    /// `LOCK.CAMPAIGN`'s value: what the holder, an election's leader, proclaims once granted
+    /// ([`Lock::proclaim`]); `None` keeps the value a holder had (`LOCK.ACQUIRE`).
+    pub value: Option<&'a [u8]>,
 }
 
 /// One lock, the state an event on it reads and changes, and the outcome the event fills.
@@ -150,6 +153,7 @@ impl<H> Deciding<'_, H> {
             reentrant,
             deadline_ms,
             tie,
+            value,
         } = *request;
         let decision = lock::acquire(self.lock.as_ref(), owner, mode, reentrant, queued);
         match decision {
@@ -181,6 +185,10 @@ impl<H> Deciding<'_, H> {
         }
         if let Some(lock) = self.lock.as_mut() {
             lock.tie(owner, tie);
+            let epoch = lock.leader().filter(|leader| *leader.owner == *owner);
+            if let (Some(epoch), Some(value)) = (epoch.map(|leader| leader.token), value) {
+                lock.proclaim(epoch, value);
+            }
         }
         if decision.needs_token() {
             self.out.counts.acquisitions += 1;
@@ -279,6 +287,7 @@ impl<'a, H: Copy + Eq + Hash> Run<'a, H> {
                 reentrant: first.reentrant,
                 deadline_ms: deadline,
                 tie: first.ties.first().copied(),
+                value: first.value.as_deref(),
             };
             let tried = self.deciding.try_grant(&request, false);
             let answer = match tried {
@@ -297,7 +306,7 @@ impl<'a, H: Copy + Eq + Hash> Run<'a, H> {
                     };
                     if let Some((token, holds, lease)) = hold {
                         self.deciding.out.steps.push(Step::Hold {
-                            owner: Party::Waiter(waiter.owner),
+                            owner: Party::Owner(waiter.owner),
                             token,
                             holds,
                             lease,
@@ -517,6 +526,43 @@ impl<H: Copy + Eq + Hash> Scope<'_, H> {
         run.finish();
     }
 
+    /// `LOCK.PROCLAIM key epoch value`: the leader whose term is `epoch` proclaims `value` from
+    /// now on, its epoch and lease unchanged ([`Lock::proclaim`]). Replies 1, or 0 when no term
+    /// `epoch` leads (it ended, or never began).
+    pub fn proclaim(self, epoch: u64, value: &[u8]) {
+        let mut run = Run::new(self);
+        let deciding = &mut run.deciding;
+        let leader = deciding
+            .lock
+            .as_mut()
+            .and_then(|lock| lock.proclaim(epoch, value));
+        let leader: Option<Box<[u8]>> = leader.map(Box::from);
+        deciding.out.reply = Reply::Integer(match leader {
+            Some(owner) => {
+                deciding.wrote(Party::Owner(owner.clone()), &owner, None, Event::Proclaim);
+                1
+            }
+            None => 0,
+        });
+        run.finish();
+    }
+
+    /// `LOCK.RESIGN key epoch`: the term `epoch` ends, as its leader's release of every hold
+    /// would end it, and the next waiting candidate leads in the same step, with a new epoch.
+    /// Replies 1, or 0 when no term `epoch` leads.
+    pub fn resign(self, epoch: u64) {
+        let mut run = Run::new(self);
+        let leader = run.deciding.lock.as_ref().and_then(Lock::leader);
+        let leader: Option<Box<[u8]>> = leader
+            .filter(|leader| leader.token == epoch)
+            .map(|leader| Box::from(&*leader.owner));
+        match leader {
+            Some(owner) => run.release(&owner, true),
+            None => run.deciding.out.reply = Reply::Integer(0),
+        }
+        run.finish();
+    }
+
     /// A look at the lock: its lease timer fired, its key was deleted, expired, evicted or
     /// flushed, or a waiter left its queue. Ends shared leases that ended and hands over.
     pub fn look(self) {
@@ -663,7 +709,7 @@ mod tests {
 
     fn shared_effect(owner: &[u8], token: u64, limit: Option<u32>) -> Applied<'static> {
         Applied::Holds {
-            holding: Holding::from_parts(owner, token, 1).expect("a holding"),
+            holding: Holding::from_parts(owner, b"", token, 1).expect("a holding"),
             mode: Mode::Shared(limit),
             deadline_ms: Some(1_000),
         }

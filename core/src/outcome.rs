@@ -79,8 +79,9 @@ pub enum Answer {
 pub enum Party {
     /// The owner the command named.
     Caller,
-    /// A waiter granted in this event: its owner.
-    Waiter(Box<[u8]>),
+    /// Another owner: a waiter granted in this event, or the leader whose epoch the command
+    /// named (`LOCK.PROCLAIM`).
+    Owner(Box<[u8]>),
 }
 
 /// The lease a holding has after a write, as its effect carries it.
@@ -112,6 +113,8 @@ pub enum Event {
     Raise,
     /// `lock.expire`: a shared holder's lease ended.
     Expire,
+    /// `lock.proclaim`: an election's leader proclaimed a new value.
+    Proclaim,
 }
 
 /// One thing the shell does, in order.

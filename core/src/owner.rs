@@ -1,5 +1,7 @@
 //! Owner identifiers: who holds a lock. Any bytes, 1 to [`MAX_OWNER_LEN`] of them, stored
-//! inline in the lock up to [`INLINE_OWNER_LEN`].
+//! inline in the lock up to [`INLINE_OWNER_LEN`]. An election's leader also keeps the value it
+//! proclaims (`LOCK.CAMPAIGN`, `LOCK.PROCLAIM`) beside its owner, in the same allocation, so a
+//! lock that is not an election's pays nothing for it.
 
 use std::fmt;
 use std::ops::Deref;
@@ -13,6 +15,10 @@ pub const MAX_OWNER_LEN: usize = 256;
 /// shared holder 72 bytes.
 pub const INLINE_OWNER_LEN: usize = 38;
 
+/// Longest value a leader may proclaim, in bytes (64 KiB): an address, or a small JSON
+/// document about the leader.
+pub const MAX_VALUE_LEN: usize = 65_536;
+
 /// An owner identifier (any bytes), stored inline up to [`INLINE_OWNER_LEN`] bytes.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Owner {
@@ -25,6 +31,14 @@ pub enum Owner {
     },
     /// A longer owner, on the heap.
     Spilled(Box<[u8]>),
+    /// An owner with the value it proclaims as an election's leader: the owner's bytes, then
+    /// the value's (not empty), on the heap.
+    Proclaiming {
+        /// How many of `bytes` are the owner.
+        owner_len: u16,
+        /// The owner, then the value.
+        bytes: Box<[u8]>,
+    },
 }
 
 impl Owner {
@@ -41,12 +55,37 @@ impl Owner {
         }
     }
 
+    /// `owner` as stored in an election's leader that proclaims `value` (`owner` alone when
+    /// `value` is empty).
+    #[must_use]
+    pub fn with_value(owner: &[u8], value: &[u8]) -> Self {
+        match u16::try_from(owner.len()) {
+            Ok(owner_len) if !value.is_empty() => Self::Proclaiming {
+                owner_len,
+                bytes: [owner, value].concat().into(),
+            },
+            _ => Self::new(owner),
+        }
+    }
+
+    /// The value it proclaims; empty for an owner that proclaims none (every lock's holder
+    /// that is not an election's leader).
+    #[must_use]
+    pub fn value(&self) -> &[u8] {
+        match self {
+            Self::Proclaiming { owner_len, bytes } => {
+                bytes.get(usize::from(*owner_len)..).unwrap_or_default()
+            }
+            _ => &[],
+        }
+    }
+
     /// Heap bytes it owns (for `MEMORY USAGE`): none while inline.
     #[must_use]
     pub fn heap_size(&self) -> usize {
         match self {
             Self::Inline { .. } => 0,
-            Self::Spilled(owner) => owner.len(),
+            Self::Spilled(bytes) | Self::Proclaiming { bytes, .. } => bytes.len(),
         }
     }
 }
@@ -58,13 +97,40 @@ impl Deref for Owner {
         match self {
             Self::Inline { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or(bytes),
             Self::Spilled(owner) => owner,
+            Self::Proclaiming { owner_len, bytes } => {
+                bytes.get(..usize::from(*owner_len)).unwrap_or(bytes)
+            }
         }
     }
 }
 
 impl fmt::Debug for Owner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", String::from_utf8_lossy(self))
+        write!(f, "{:?}", String::from_utf8_lossy(self))?;
+        if !self.value().is_empty() {
+            write!(
+                f,
+                " proclaiming {:?}",
+                String::from_utf8_lossy(self.value())
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a value to proclaim was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InvalidValue;
+
+/// Checks that `value` is at most [`MAX_VALUE_LEN`] bytes.
+///
+/// # Errors
+/// [`InvalidValue`] for a longer value.
+pub fn check_value(value: &[u8]) -> Result<&[u8], InvalidValue> {
+    if value.len() > MAX_VALUE_LEN {
+        Err(InvalidValue)
+    } else {
+        Ok(value)
     }
 }
 

@@ -41,6 +41,8 @@ pub struct Waiter<H> {
     /// Whether it waits for a set (`LOCK.MACQUIRE`): granted all its keys in one step, or
     /// none ([`crate::machine::Set`]).
     pub set: bool,
+    /// The value it proclaims once granted, as a candidate of an election (`LOCK.CAMPAIGN`).
+    pub value: Option<Box<[u8]>>,
 }
 
 /// The ties of a waiter's holdings: none, one, or one per key of a set.
@@ -215,6 +217,7 @@ mod tests {
             reentrant: false,
             ties: Ties::new(),
             set: false,
+            value: None,
         }
     }
 

@@ -15,10 +15,12 @@
 //! fuzzed here without a server.
 //!
 //! # Format
-//! Encoding version 2: a kind (unsigned: 0 exclusive, 1 shared); for an exclusive lock its
-//! owner (string), token and hold count (unsigned); for a shared lock its limit (unsigned, 0:
+//! Encoding version 2: a kind (unsigned: 0 exclusive, 1 shared, 2 an election's leader); for
+//! an exclusive lock its owner (string), token and hold count (unsigned); for a leader the same,
+//! then the value it proclaims (string, 1 to 64 KiB); for a shared lock its limit (unsigned, 0:
 //! none), the number of holders, and per holder in token order its owner, token, hold count
-//! and deadline (signed, unix ms). An exclusive lock's lease is the key's expiry, which Redis
+//! and deadline (signed, unix ms). Kind 2 came with elections (0.7.0): a module before it
+//! refuses a leader, and loads every other lock. An exclusive lock's lease is the key's expiry, which Redis
 //! saves itself. Version 1 (leasehold 0.1.0) held one exclusive lock's owner, token and hold
 //! count, with no kind; it still loads. The RDB's auxiliary field is the fencing counter
 //! (unsigned).
@@ -37,6 +39,7 @@ pub const EXCLUSIVE_ONLY_VERSION: i32 = 1;
 
 const EXCLUSIVE: u64 = 0;
 const SHARED: u64 = 1;
+const LEADER: u64 = 2;
 
 /// Where saved numbers and strings are read from; `None` when the data ends early or cannot
 /// be read.
@@ -70,8 +73,8 @@ pub enum Invalid {
     Encoding(i32),
     /// A kind that is neither exclusive nor shared.
     Kind(u64),
-    /// An owner of 0 or more than 256 bytes, a token outside 1..2^53, or a hold count outside
-    /// 1..2^32.
+    /// An owner of 0 or more than 256 bytes, a token outside 1..2^53, a hold count outside
+    /// 1..2^32, or a leader's value empty or longer than 64 KiB.
     Holding,
     /// A limit above 2^32 - 1.
     Limit(u64),
@@ -95,7 +98,10 @@ impl fmt::Display for Invalid {
             Self::ShortRead => write!(f, "the data ends early"),
             Self::Encoding(version) => write!(f, "unknown encoding version {version}"),
             Self::Kind(kind) => write!(f, "unknown lock kind {kind}"),
-            Self::Holding => write!(f, "an owner, fencing token or hold count out of range"),
+            Self::Holding => write!(
+                f,
+                "an owner, fencing token, hold count or proclaimed value out of range"
+            ),
             Self::Limit(limit) => write!(f, "limit {limit} out of range"),
             Self::NoHolders => write!(f, "a shared lock with no holders"),
             Self::OverLimit => write!(f, "more holders than the lock's limit"),
@@ -111,8 +117,12 @@ impl fmt::Display for Invalid {
 pub fn save(lock: &Lock, sink: &mut impl Sink) {
     match lock {
         Lock::Exclusive(holding) => {
-            sink.unsigned(EXCLUSIVE);
+            let value = holding.owner.value();
+            sink.unsigned(if value.is_empty() { EXCLUSIVE } else { LEADER });
             save_holding(sink, &holding.owner, holding.token, holding.holds);
+            if !value.is_empty() {
+                sink.bytes(value);
+            }
         }
         Lock::Shared(shared) => {
             sink.unsigned(SHARED);
@@ -144,6 +154,7 @@ pub fn load(version: i32, source: &mut impl Source) -> Result<Lock, Invalid> {
     };
     match kind {
         EXCLUSIVE => Ok(Lock::Exclusive(load_holding(source)?)),
+        LEADER => load_leader(source),
         SHARED => load_shared(source),
         _ => Err(Invalid::Kind(kind)),
     }
@@ -172,7 +183,21 @@ fn load_holding(source: &mut impl Source) -> Result<Holding, Invalid> {
     let owner = read(source.bytes())?;
     let token = read(source.unsigned())?;
     let holds = read(source.unsigned())?;
-    Holding::from_parts(owner.as_ref(), token, holds).ok_or(Invalid::Holding)
+    Holding::from_parts(owner.as_ref(), b"", token, holds).ok_or(Invalid::Holding)
+}
+
+/// An election's leader: a holding, then the value it proclaims (never empty: a leader with
+/// none is saved as an exclusive lock).
+fn load_leader(source: &mut impl Source) -> Result<Lock, Invalid> {
+    let holding = load_holding(source)?;
+    let value = read(source.bytes())?;
+    let (owner, value) = (&*holding.owner, value.as_ref());
+    if value.is_empty() {
+        return Err(Invalid::Holding);
+    }
+    Holding::from_parts(owner, value, holding.token, u64::from(holding.holds))
+        .map(Lock::Exclusive)
+        .ok_or(Invalid::Holding)
 }
 
 fn load_shared(source: &mut impl Source) -> Result<Lock, Invalid> {

@@ -347,6 +347,7 @@ impl Harness {
             reentrant,
             deadline_ms: self.now + ttl,
             tie,
+            value: None,
         };
         self.model.expire_shared(self.now);
         let outcome = self.run(|scope| scope.acquire(&request));
@@ -367,6 +368,7 @@ impl Harness {
                         reentrant,
                         ties: tie.into_iter().collect(),
                         set: false,
+                        value: None,
                     };
                     let next =
                         machine::wait(self.lock.as_ref(), &mut self.waiters, DB, KEY, waiter);

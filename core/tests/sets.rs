@@ -303,6 +303,7 @@ impl Harness {
             reentrant: false,
             ties: Default::default(),
             set,
+            value: None,
         }
     }
 
@@ -318,6 +319,7 @@ impl Harness {
             reentrant: false,
             deadline_ms: self.now + ttl,
             tie: None,
+            value: None,
         };
         let out = self.single(key, |scope| scope.acquire(&request));
         let grantable = self.model.queued_on(key).next().is_none()

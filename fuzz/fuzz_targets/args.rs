@@ -8,8 +8,9 @@
 use std::collections::HashSet;
 
 use leasehold_core::args::{self, Limits};
+use leasehold_core::election::Seen;
 use leasehold_core::lock::Mode;
-use leasehold_core::owner::MAX_OWNER_LEN;
+use leasehold_core::owner::{MAX_OWNER_LEN, MAX_VALUE_LEN};
 use leasehold_core::{deployment, insync};
 use libfuzzer_sys::fuzz_target;
 
@@ -36,6 +37,27 @@ fuzz_target!(|input: (i64, u8, u64, Vec<&[u8]>)| {
         assert!(acquire.wait_ms.is_none_or(|ms| ms >= 0));
         if let Mode::Shared(Some(limit)) = acquire.mode {
             assert!((1..=i32::MAX as u32).contains(&limit));
+        }
+    }
+    if let Ok(campaign) = args::campaign(&words, &limits) {
+        assert!(owner_ok(campaign.owner) && ttl_ok(campaign.ttl_ms));
+        assert!(
+            campaign
+                .value
+                .is_some_and(|value| value.len() <= MAX_VALUE_LEN)
+        );
+        assert!(campaign.mode == Mode::Exclusive && !campaign.reentrant);
+    }
+    for with_value in [false, true] {
+        if let Ok(term) = args::term(&words, with_value) {
+            assert_eq!(term.value.is_some(), with_value);
+            assert!(term.value.is_none_or(|value| value.len() <= MAX_VALUE_LEN));
+        }
+    }
+    if let Ok(observe) = args::observe(&words) {
+        assert!(observe.block_ms.is_none_or(|ms| ms >= 0));
+        if let Some(Seen::Leader { epoch, value }) = observe.last {
+            assert!(epoch > 0 && value.len() <= MAX_VALUE_LEN);
         }
     }
     if let Ok(held) = args::release(&words) {

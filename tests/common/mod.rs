@@ -16,7 +16,7 @@ pub mod proxy;
 pub mod sentinel;
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -833,4 +833,37 @@ pub fn acquire_counted(con: &mut Connection, key: &str, owner: &str, ttl_ms: u64
         "{key} not counted: {before:?} {after:?}"
     );
     token
+}
+
+/// A client process: a shell with a connection of its own (bash's `/dev/tcp`) that opens a
+/// session with a grace of `grace_ms`, sends `command` (words without spaces) with `SESSION
+/// <id>` appended, then waits on a builtin — no child process shares its socket, so `kill -9`
+/// closes it. Returns the process and the command's integer reply (a token, an epoch).
+pub fn session_process(port: u16, grace_ms: u64, command: &str) -> (Child, i64) {
+    let script = format!(
+        r#"exec 3<>/dev/tcp/127.0.0.1/{port}
+printf 'LOCK.SESSION OPEN GRACE {grace_ms}\r\n' >&3
+read -r _ <&3; read -r _ <&3; read -r id <&3; read -r _ <&3
+printf '{command} SESSION %s\r\n' "${{id%$'\r'}}" >&3
+read -r reply <&3
+echo "${{reply%$'\r'}}"
+read -r -t 600 _"#
+    );
+    let mut child = Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("bash");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the reply");
+    let reply = line
+        .trim()
+        .strip_prefix(':')
+        .and_then(|reply| reply.parse().ok())
+        .unwrap_or_else(|| panic!("{command} got {line:?}"));
+    (child, reply)
 }

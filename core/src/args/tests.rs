@@ -368,3 +368,118 @@ fn session_subcommands() {
         Err(ArgError::UnknownSubcommand("LIST".into()))
     );
 }
+
+#[test]
+fn a_campaign_is_an_exclusive_acquire_with_a_value() {
+    let line = words("LOCK.CAMPAIGN e alice 10.0.0.1 5000 SYNC WAIT 0");
+    let parsed = campaign(&line, &LIMITS).expect("a campaign");
+    assert_eq!(
+        (
+            parsed.owner,
+            parsed.value.copied(),
+            parsed.ttl_ms,
+            parsed.wait_ms,
+            parsed.mode,
+            parsed.reentrant,
+            parsed.sync
+        ),
+        (
+            &&b"alice"[..],
+            Some(&b"10.0.0.1"[..]),
+            5000,
+            Some(0),
+            Mode::Exclusive,
+            false,
+            Some(true)
+        )
+    );
+    assert_eq!(
+        acquire(&words("LOCK.ACQUIRE k o 5000"), &LIMITS).map(|a| a.value),
+        Ok(None)
+    );
+    for (line, error) in [
+        ("LOCK.CAMPAIGN e alice v", ArgError::WrongArity),
+        ("LOCK.CAMPAIGN e alice v 5000 SHARED", ArgError::Syntax),
+        ("LOCK.CAMPAIGN e alice v 5000 REENTRANT", ArgError::Syntax),
+        (
+            "LOCK.CAMPAIGN e alice v 5000 WAIT 1 WAIT 1",
+            ArgError::Syntax,
+        ),
+        ("LOCK.CAMPAIGN e alice v soon", ArgError::NotInteger),
+        ("LOCK.CAMPAIGN e  v 5000", ArgError::Owner),
+    ] {
+        assert_eq!(campaign(&words(line), &LIMITS).err(), Some(error), "{line}");
+    }
+    let long = vec![b'v'; MAX_VALUE_LEN + 1];
+    let mut args = words("LOCK.CAMPAIGN e alice");
+    args.extend([&long[..], b"5000"]);
+    assert_eq!(campaign(&args, &LIMITS).err(), Some(ArgError::Value));
+}
+
+#[test]
+fn proclaim_and_resign_name_a_term_and_observe_what_was_seen() {
+    let (proclaimed, resigned) = (words("LOCK.PROCLAIM e 7 v2"), words("LOCK.RESIGN e 7"));
+    let proclaim = term(&proclaimed, true).expect("a proclaim");
+    assert_eq!(
+        (proclaim.epoch, proclaim.value.copied()),
+        (7, Some(&b"v2"[..]))
+    );
+    let resign = term(&resigned, false).expect("a resign");
+    assert_eq!((resign.epoch, resign.value), (7, None));
+    assert_eq!(
+        term(&words("LOCK.RESIGN e 7 v"), false).err(),
+        Some(ArgError::WrongArity)
+    );
+    assert_eq!(
+        term(&words("LOCK.RESIGN e -1"), false).err(),
+        Some(ArgError::NotInteger)
+    );
+
+    let (plain, blocking) = (
+        words("LOCK.OBSERVE e"),
+        words("LOCK.OBSERVE e BLOCK 0 LAST 7 v"),
+    );
+    let at_once = observe(&plain).expect("observe");
+    assert_eq!((at_once.last, at_once.block_ms), (None, None));
+    let leader = observe(&blocking).expect("observe");
+    let seen = Seen::Leader {
+        epoch: 7,
+        value: b"v",
+    };
+    assert_eq!((leader.last, leader.block_ms), (Some(seen), Some(0)));
+    let vacant = words("LOCK.OBSERVE e LAST 0 anything");
+    let nobody = observe(&vacant).expect("observe");
+    assert_eq!(nobody.last, Some(Seen::Nobody));
+    for (line, error) in [
+        ("LOCK.OBSERVE e LAST 7", ArgError::Syntax),
+        ("LOCK.OBSERVE e LAST x v", ArgError::NotInteger),
+        ("LOCK.OBSERVE e BLOCK -1", ArgError::TimeoutNegative),
+        ("LOCK.OBSERVE e BLOCK 1 BLOCK 1", ArgError::Syntax),
+        ("LOCK.OBSERVE e LAST 0 v LAST 0 v", ArgError::Syntax),
+        ("LOCK.OBSERVE e SOON", ArgError::Syntax),
+    ] {
+        assert_eq!(observe(&words(line)).err(), Some(error), "{line}");
+    }
+}
+
+#[test]
+fn an_effect_carries_a_leaders_value() {
+    let value = |args: &[&[u8]]| match apply(args).map(|a| a.effect) {
+        Ok(Applied::Holds { holding, .. }) => Ok(holding.owner.value().to_vec()),
+        Ok(Applied::Dropped { .. }) => Err("dropped".to_owned()),
+        Err(error) => Err(error.to_string()),
+    };
+    assert_eq!(
+        value(&words("LOCK.APPLY k o 7 1 99 VALUE addr")),
+        Ok(b"addr".to_vec())
+    );
+    let packed = packed::pack(7, 1, Lease::Kept);
+    let mut args = words("LOCK.APPLY k o");
+    args.push(&packed);
+    args.extend(words("VALUE addr"));
+    assert_eq!(value(&args), Ok(b"addr".to_vec()));
+    args.truncate(4);
+    args.push(b"addr");
+    assert!(value(&args).is_err(), "a value without VALUE");
+    assert!(value(&words("LOCK.APPLY k o 7 1 99 SHARED 2 VALUE addr")).is_err());
+}

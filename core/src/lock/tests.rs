@@ -63,21 +63,34 @@ fn only_holdings_a_server_could_have_written_are_taken_in() {
         holds,
         tie: None,
     };
-    assert_eq!(Holding::from_parts(b"a", 7, 2), Some(holding("a", 7, 2)));
-    assert_eq!(Holding::from_parts(b"", 7, 1), None, "no owner");
-    assert_eq!(Holding::from_parts(&[b'x'; MAX_OWNER_LEN + 1], 7, 1), None);
-    assert_eq!(Holding::from_parts(b"a", 0, 1), None, "tokens start at 1");
     assert_eq!(
-        Holding::from_parts(b"a", MAX_TOKEN + 1, 1),
+        Holding::from_parts(b"a", b"", 7, 2),
+        Some(holding("a", 7, 2))
+    );
+    assert_eq!(Holding::from_parts(b"", b"", 7, 1), None, "no owner");
+    assert_eq!(
+        Holding::from_parts(&[b'x'; MAX_OWNER_LEN + 1], b"", 7, 1),
+        None
+    );
+    assert_eq!(
+        Holding::from_parts(b"a", b"", 0, 1),
+        None,
+        "tokens start at 1"
+    );
+    assert_eq!(
+        Holding::from_parts(b"a", b"", MAX_TOKEN + 1, 1),
         None,
         "below 2^53"
     );
     assert_eq!(
-        Holding::from_parts(b"a", 7, 0),
+        Holding::from_parts(b"a", b"", 7, 0),
         None,
         "a holding has a hold"
     );
-    assert_eq!(Holding::from_parts(b"a", 7, u64::from(u32::MAX) + 1), None);
+    assert_eq!(
+        Holding::from_parts(b"a", b"", 7, u64::from(u32::MAX) + 1),
+        None
+    );
 }
 
 #[test]

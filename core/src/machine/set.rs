@@ -217,9 +217,7 @@ impl<H: Copy + Eq + Hash> Set<'_, '_, H> {
         }
         let granted = lease_deadline(self.now_ms, ttl_ms)
             .ok_or(Refusal::InvalidExpire)
-            .and_then(|deadline| {
-                self.grant(&owner, deadline, &ties, &Party::Waiter(owner.clone()))
-            });
+            .and_then(|deadline| self.grant(&owner, deadline, &ties, &Party::Owner(owner.clone())));
         let answer = match granted {
             Ok(()) => {
                 let tokens = self.members.iter().map(|member| match member.out.reply {

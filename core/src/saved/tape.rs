@@ -1,5 +1,5 @@
 //! A plain byte encoding of [`Source`] and [`Sink`], for tests and fuzzing without a server:
-//! numbers as 8 little-endian bytes, strings as a 2-byte little-endian length and the bytes.
+//! numbers as 8 little-endian bytes, strings as a 4-byte little-endian length and the bytes.
 //! Any bytes can be read; reading past the end is a short read, as in an RDB.
 
 use super::{Sink, Source};
@@ -32,8 +32,8 @@ impl Source for Reader<'_> {
     }
 
     fn bytes(&mut self) -> Option<Vec<u8>> {
-        let len = self.take(2)?.try_into().ok().map(u16::from_le_bytes)?;
-        self.take(usize::from(len)).map(<[u8]>::to_vec)
+        let len = self.take(4)?.try_into().ok().map(u32::from_le_bytes)?;
+        self.take(usize::try_from(len).ok()?).map(<[u8]>::to_vec)
     }
 }
 
@@ -51,9 +51,9 @@ impl Sink for Writer {
     }
 
     fn bytes(&mut self, value: &[u8]) {
-        let len = u16::try_from(value.len()).unwrap_or(u16::MAX);
+        let len = u32::try_from(value.len()).unwrap_or(u32::MAX);
         self.0.extend_from_slice(&len.to_le_bytes());
-        self.0
-            .extend_from_slice(value.get(..usize::from(len)).unwrap_or(value));
+        let kept = usize::try_from(len).unwrap_or(usize::MAX);
+        self.0.extend_from_slice(value.get(..kept).unwrap_or(value));
     }
 }

@@ -4,6 +4,7 @@ use rand::{RngExt, SeedableRng};
 use super::tape::{Reader, Writer};
 use super::*;
 use crate::lock::Mode;
+use crate::owner::MAX_VALUE_LEN;
 
 const TOKEN: u64 = 1_795_406_499_228_000;
 const DEADLINE: i64 = 1_795_406_560_000;
@@ -36,7 +37,15 @@ fn every_kind() -> Vec<Lock> {
             &[("r1", TOKEN, 1), ("r2", TOKEN + 1, 2), ("r3", TOKEN + 5, 1)],
         ),
         shared(Some(3), &[("p1", TOKEN, 1), (&long, TOKEN + 2, 1)]),
+        leader(b"10.0.0.7:6379"),
     ]
+}
+
+/// An election's leader, proclaiming `value`.
+fn leader(value: &[u8]) -> Lock {
+    let mut lock = Lock::new(b"candidate-1", TOKEN, 1, Mode::Exclusive, 0);
+    lock.proclaim(TOKEN, value);
+    lock
 }
 
 fn saved(lock: &Lock) -> Vec<u8> {
@@ -131,7 +140,23 @@ fn what_the_module_never_writes_is_refused() {
     );
     assert!(exclusive(b"a", MAX_TOKEN, u64::from(u32::MAX)).is_ok());
 
-    assert_eq!(written(|w| w.unsigned(2)), Err(Invalid::Kind(2)));
+    assert_eq!(written(|w| w.unsigned(3)), Err(Invalid::Kind(3)));
+    let leader = |value: &[u8]| {
+        written(|w| {
+            w.unsigned(LEADER);
+            w.bytes(b"a");
+            w.unsigned(TOKEN);
+            w.unsigned(1);
+            w.bytes(value);
+        })
+    };
+    assert_eq!(leader(b""), Err(Invalid::Holding), "a leader with no value");
+    assert_eq!(
+        leader(&[b'v'; MAX_VALUE_LEN + 1]),
+        Err(Invalid::Holding),
+        "a value over 64 KiB"
+    );
+    assert!(leader(&[b'v'; MAX_VALUE_LEN]).is_ok());
     let refused = load(3, &mut Reader(&saved(&every_kind()[0])));
     assert_eq!(refused, Err(Invalid::Encoding(3)));
 

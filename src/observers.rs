@@ -1,0 +1,122 @@
+//! Observers of elections: clients blocked in `LOCK.OBSERVE ... BLOCK`, by key, each with what
+//! it saw last. Whenever a lock is written ([`crate::execute::carry_out`], a master's
+//! `LOCK.APPLY` on a replica) or its key is deleted, expires, is evicted, renamed or restored
+//! ([`crate::looks::on_key_event`]), its observers are told the next state that differs from
+//! what they saw ([`leasehold_core::election::observe`]); the others wait on.
+//!
+//! An observer is a blocked client of its own (`RedisModule_BlockClient`, through
+//! [`crate::blocking`]): Redis's blocking on keys serves a module's clients only while the key
+//! exists before Redis 7.2, and a vacancy is a key that does not exist.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
+
+use leasehold_core::election::{Leadership, Seen, observe};
+use leasehold_core::lock::Lock;
+use redis_module::Context;
+
+use crate::blocking::{self, Blocked};
+use crate::replies;
+
+/// What an observer saw last: the epoch (0: nobody led) and the value.
+type Last = (u64, Box<[u8]>);
+
+/// An observed key: its database and name.
+type Place = (i32, Box<[u8]>);
+
+/// Every observer: by key, and what each saw.
+#[derive(Default)]
+struct Observers {
+    by_key: HashMap<Place, Vec<Blocked>>,
+    watching: HashMap<Blocked, (Place, Last)>,
+}
+
+static OBSERVERS: LazyLock<Mutex<Observers>> = LazyLock::new(Mutex::default);
+
+/// How many clients observe, read without the lock on every lock write.
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+
+fn observers() -> MutexGuard<'static, Observers> {
+    OBSERVERS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// How many clients are blocked in `LOCK.OBSERVE` (`INFO lock`'s `lock_observers`).
+#[must_use]
+pub fn count() -> usize {
+    COUNT.load(Ordering::Relaxed)
+}
+
+/// Whether anyone observes `key` of `db`.
+#[must_use]
+pub fn watched(db: i32, key: &[u8]) -> bool {
+    count() > 0 && observers().by_key.contains_key(&(db, Box::from(key)))
+}
+
+/// Every key observed, with its database (`FLUSHALL` and `FLUSHDB` look at them all).
+#[must_use]
+pub fn keys() -> Vec<Place> {
+    observers().by_key.keys().cloned().collect()
+}
+
+/// `blocked` observes `key` of `db`, having seen `last` (epoch 0: nobody led).
+pub fn watch(blocked: Blocked, db: i32, key: &[u8], last: (u64, &[u8])) {
+    let place = (db, Box::from(key));
+    let mut observers = observers();
+    observers
+        .by_key
+        .entry(place.clone())
+        .or_default()
+        .push(blocked);
+    let last = (last.0, Box::from(last.1));
+    if observers.watching.insert(blocked, (place, last)).is_none() {
+        COUNT.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// `blocked` observes no more (it timed out, was unblocked, or disconnected).
+fn forget(observers: &mut Observers, blocked: Blocked) {
+    let Some((place, _)) = observers.watching.remove(&blocked) else {
+        return;
+    };
+    COUNT.fetch_sub(1, Ordering::Relaxed);
+    if let Some(waiting) = observers.by_key.get_mut(&place) {
+        waiting.retain(|other| *other != blocked);
+        if waiting.is_empty() {
+            observers.by_key.remove(&place);
+        }
+    }
+}
+
+/// Tells each observer of `key` of `db` the state of `lock` (its key's lease `ttl_ms` left,
+/// `None` without an expiry) when that differs from what it saw, and unblocks it.
+pub fn wake(db: i32, key: &[u8], lock: Option<&Lock>, ttl_ms: Option<i64>) {
+    if count() == 0 {
+        return;
+    }
+    let now = Leadership::of(lock);
+    let mut observers = observers();
+    let Some(blocked) = observers.by_key.get(&(db, Box::from(key))).cloned() else {
+        return;
+    };
+    for blocked in blocked {
+        let Some((_, (epoch, value))) = observers.watching.get(&blocked) else {
+            continue;
+        };
+        let Some(told) = observe(Some(Seen::new(*epoch, value)), now) else {
+            continue;
+        };
+        let reply = replies::leadership(told, ttl_ms);
+        forget(&mut observers, blocked);
+        blocking::unblock(blocked, Box::new(move |_| Ok(reply)));
+    }
+}
+
+/// An observer leaving without being told (timeout, `CLIENT UNBLOCK`, disconnect).
+pub struct Observing;
+
+impl blocking::Leaving for Observing {
+    fn left(_ctx: &Context, blocked: Blocked, _connected: bool) {
+        forget(&mut observers(), blocked);
+    }
+}
