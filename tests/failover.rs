@@ -53,6 +53,77 @@ fn at_sentinels_defaults_a_dead_master_is_replaced_with_every_counted_lock() {
     replaced_within_redis_and_10_s(Timing::DEFAULT);
 }
 
+/// An election's term survives a failover with `timing`: the campaign replied once the in-sync
+/// set had it, so the replica the Sentinels promote has the leader, its epoch and its value;
+/// an observer that saw the term is told nothing new there; the term proclaims and resigns by
+/// its epoch on the new master, and the next campaign's epoch is larger.
+fn a_term_survives_a_failover(timing: Timing) {
+    let history = Arc::new(History::new());
+    let mut group = Group::with(&history, &[], timing);
+    wait_learned(&group, 0, timing);
+    let mut master = group.servers[0].client();
+    let campaign = |con: &mut redis::Connection, candidate: &str| -> i64 {
+        let reply = call(
+            con,
+            &["LOCK.CAMPAIGN", "leader", candidate, candidate, "600000"],
+        );
+        redis::from_redis_value(reply).expect("an epoch")
+    };
+    let first = campaign(&mut master, "alice");
+    let seen = call(&mut master, &["LOCK.LEADER", "leader"]);
+
+    group.kill(0);
+    let within = Duration::from_millis(timing.down_after_ms + 13_000);
+    assert!(group.wait_for_failover(0, within), "{}", group.describe());
+    let promoted = group.master().expect("a master");
+    let mut con = group.servers[promoted].client();
+    wait_until("the promoted replica reports the master role", || {
+        info_field(&mut con, "replication", "role").as_deref() == Some("master")
+    });
+    let kept = call(&mut con, &["LOCK.LEADER", "leader"]);
+    assert_eq!(
+        without_ttl(kept),
+        without_ttl(seen),
+        "the term, its epoch and its value"
+    );
+    let epoch = first.to_string();
+    let unchanged = call(
+        &mut con,
+        &["LOCK.OBSERVE", "leader", "LAST", &epoch, "alice"],
+    );
+    assert_eq!(
+        unchanged,
+        redis::Value::Nil,
+        "an observer is told nothing new"
+    );
+    let proclaimed = call(&mut con, &["LOCK.PROCLAIM", "leader", &epoch, "alice-2"]);
+    assert_eq!(proclaimed, redis::Value::Int(1));
+    assert_eq!(
+        call(&mut con, &["LOCK.RESIGN", "leader", &epoch]),
+        redis::Value::Int(1)
+    );
+    let second = campaign(&mut con, "bob");
+    assert!(second > first, "{second} after {first}");
+}
+
+/// `LOCK.LEADER`'s map without the lease left, which moves.
+fn without_ttl(reply: redis::Value) -> std::collections::HashMap<String, redis::Value> {
+    let mut fields: std::collections::HashMap<String, redis::Value> =
+        redis::from_redis_value(reply).expect("a leader");
+    fields.remove("ttl");
+    fields
+}
+
+#[test]
+fn at_sentinels_defaults_an_elections_term_survives_a_failover() {
+    a_term_survives_a_failover(Timing::DEFAULT);
+}
+
+#[test]
+fn an_elections_term_survives_a_failover() {
+    a_term_survives_a_failover(Timing::FAST);
+}
+
 #[test]
 fn with_a_shorter_down_after_a_dead_master_is_replaced_sooner() {
     let replaced = replaced_within_redis_and_10_s(Timing::FIVE_SECONDS);
