@@ -17,7 +17,9 @@ a pooled connection, :func:`configure_pools`), every holding tied to the client'
 released by the server
 soon after the client's process dies (:func:`configure_sessions`), an optional watchdog, and
 ``ReadWriteLock``, ``Semaphore`` and ``MultiLock`` (several locks taken together, all or
-none, without deadlock). ``leasehold.asyncio`` has the same classes for
+none, without deadlock), and ``Election`` (a leader chosen among candidates, in arrival
+order: a campaign is a lock held by its leader, with an epoch that fences and a ``lost``
+signal, see :mod:`leasehold.election`). ``leasehold.asyncio`` has the same classes for
 ``redis.asyncio``. Times are seconds, as in redis-py. Needs the leasehold lock module 0.7.0 or
 later (synced writes: ``SYNC`` / ``NOSYNC``).
 """
@@ -26,9 +28,13 @@ from redis.exceptions import LockError, LockNotOwnedError
 
 from ._pools import configure_pools, configure_sessions
 from ._protocol import SYNC_OFF, NotReplicatedError, Sync
+from .election import Election, ElectionState, Leadership
 from .lock import Lock, MultiLock, ReadWriteLock, Semaphore, SharedLock, close_pools
 
 __all__ = [
+    "Election",
+    "ElectionState",
+    "Leadership",
     "Lock",
     "MultiLock",
     "ReadWriteLock",

@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Set, Tuple, Type
 
 import redis.asyncio
+import redis.asyncio as redis_asyncio
 from redis.exceptions import (
     AskError,
     ConnectionError,
@@ -38,12 +39,15 @@ from ._pools import (
     borrow_args,
     configure_pools,
     configure_sessions,
+    pooled_connection_kwargs,
     pools_of,
     redirected,
     session_connection_kwargs,
 )
 from ._protocol import (
+    DEFAULT_LEASE,
     REDIRECTS,
+    WAIT_MARGIN,
     TRY_AGAIN_DELAY,
     Binding,
     Grant,
@@ -57,6 +61,7 @@ from ._protocol import (
     SessionSettings,
     SessionState,
     SetOf,
+    Sync,
     TaskLocal,
     Term,
     Write,
@@ -77,6 +82,17 @@ from ._protocol import (
     write_reply,
     writing,
 )
+from .election import (
+    OBSERVE_BLOCK,
+    Campaigning,
+    ElectionBase,
+    ElectionState,
+    LeadershipBase,
+    Value,
+    observe_command,
+    observe_wait,
+    state_of,
+)
 
 if sys.version_info >= (3, 11, 3):
     from asyncio import timeout_at
@@ -93,8 +109,8 @@ class BudgetedPool(Budgeted, redis.asyncio.BlockingConnectionPool):
 BORROW_ARGS = borrow_args(redis.asyncio.BlockingConnectionPool)
 
 
-__all__ = ["Lock", "MultiLock", "ReadWriteLock", "Semaphore", "SharedLock", "close_pools",
-           "configure_pools", "configure_sessions"]
+__all__ = ["Election", "ElectionState", "Leadership", "Lock", "MultiLock", "ReadWriteLock",
+           "Semaphore", "SharedLock", "close_pools", "configure_pools", "configure_sessions"]
 
 
 async def close_pools(redis: Any) -> None:
@@ -780,3 +796,170 @@ class Semaphore(Lock):
         super().__init__(redis, name, **kwargs)
         self.permits = permits
         self.mode = ("SHARED", "LIMIT", permits)
+
+
+class Candidacy(Campaigning, Lock):
+    """:class:`leasehold.election.Candidacy` over ``redis.asyncio``: one campaign as an asyncio
+    :class:`Lock` whose holding is the term (watched; shared by every task)."""
+
+    def __init__(self, redis: Any, name: Any, value: Value, ttl: Number, sync: Sync) -> None:
+        super().__init__(redis, name, timeout=ttl, thread_local=False, watchdog=True, sync=sync)
+        self.value = value
+
+
+class Leadership(LeadershipBase):
+    """:class:`leasehold.Leadership` over ``redis.asyncio``: ``await proclaim(value)``,
+    ``await resign()``, ``async with`` resigns on exit; :attr:`lost` is an ``asyncio.Event``
+    and the watchdog a task of the event loop."""
+
+    @property
+    def lost(self) -> asyncio.Event:
+        """Set once the term is known lost, before another candidate can lead (see
+        :attr:`leasehold.Leadership.lost`)."""
+        return self._lease.lost
+
+    async def proclaim(self, value: Value) -> bool:
+        """Proclaims ``value`` from now on; ``True`` once set (see
+        :meth:`leasehold.Leadership.proclaim`: ``LockNotOwnedError`` when the term no longer
+        leads)."""
+        self._check()
+        reply: Any
+        try:
+            reply = await self.election.redis.execute_command(
+                "LOCK.PROCLAIM", self.name, self.epoch, value)
+        except ResponseError as error:
+            reply = error
+        return self._proclaimed(reply, value)
+
+    async def resign(self) -> None:
+        """Ends the term; the next waiting candidate leads at once (see
+        :meth:`leasehold.Leadership.resign`)."""
+        self._check()
+        self.resigned = True
+        self._lock._forget()
+        if await self.election.redis.execute_command("LOCK.RESIGN", self.name, self.epoch) != 1:
+            raise LockNotOwnedError(f"Cannot resign: the term of epoch {self.epoch} of "
+                                    f"{self.name!r} no longer leads")
+
+    async def __aenter__(self) -> "Leadership":
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        if not self.resigned:
+            await self.resign()
+
+
+class Election(ElectionBase):
+    """:class:`leasehold.Election` over ``redis.asyncio`` (a ``redis.asyncio.Redis``,
+    ``RedisCluster`` or ``ConnectionPool``): ``await campaign(value)``, ``await leader()``,
+    ``async for state in observe()``."""
+
+    def __init__(
+        self,
+        redis: Any,
+        name: Any,
+        candidate: Optional[str] = None,
+        ttl: Number = DEFAULT_LEASE,
+        *,
+        sync: Sync = Sync(),
+    ) -> None:
+        if isinstance(redis, redis_asyncio.ConnectionPool):
+            redis = redis_asyncio.Redis(connection_pool=redis)
+        super().__init__(redis, name, candidate, ttl, sync=sync)
+
+    async def campaign(
+        self, value: Value = b"", timeout: Optional[Number] = None
+    ) -> Optional[Leadership]:
+        """Campaigns with ``value``, waiting in line up to ``timeout`` seconds; the
+        :class:`Leadership`, or ``None`` at the timeout (see
+        :meth:`leasehold.Election.campaign`)."""
+        self._begin()
+        leadership = None
+        try:
+            lock = Candidacy(self.redis, self.name, value, self.ttl, self.sync)
+            if await lock.acquire(blocking=True, blocking_timeout=timeout, token=self.candidate):
+                leadership = Leadership(self, lock, value)
+        finally:
+            self._end(leadership)
+        return leadership
+
+    async def leader(self) -> ElectionState:
+        """Who leads now (``LOCK.LEADER``)."""
+        reply = await self.redis.execute_command("LOCK.LEADER", self.name)
+        return state_of(reply, self.redis.get_encoder())
+
+    def observe(self, timeout: Optional[Number] = None) -> AsyncIterator[ElectionState]:
+        """Who leads, then every change, as an async iterator (see
+        :meth:`leasehold.Election.observe`); on a connection of its own, closed when the
+        iterator is closed (``contextlib.aclosing``, or ``break`` and the event loop's
+        finalizer)."""
+        if timeout is not None:
+            to_ms(timeout, "timeout")
+        return self._observe(timeout)
+
+    async def _observe(self, timeout: Optional[Number]) -> AsyncIterator[ElectionState]:
+        line = ObserverLine(self)
+        encoder = self.redis.get_encoder()
+        try:
+            seen = state_of(await line.call(observe_command(self.name, None, None), 0.0), encoder)
+            yield seen
+            while True:
+                deadline = None if timeout is None else time.monotonic() + timeout
+                reply = None
+                while reply is None:
+                    block = observe_wait(time_left(deadline), OBSERVE_BLOCK)
+                    if block is None:
+                        return
+                    reply = await line.call(observe_command(self.name, seen, block), block)
+                seen = state_of(reply, encoder)
+                yield seen
+        finally:
+            await line.close()
+
+
+class ObserverLine:
+    """:class:`leasehold.election.ObserverLine` for a ``redis.asyncio`` connection."""
+
+    def __init__(self, election: Election) -> None:
+        self.election = election
+        self.connection: Any = None
+
+    async def call(self, command: List[Any], block: float) -> Any:
+        """As :meth:`leasehold.election.ObserverLine.call`."""
+        failed = False
+        for _ in range(REDIRECTS):
+            try:
+                reply = await self._send(command, block)
+            except (ConnectionError, TimeoutError):
+                await self.close()
+                if failed:
+                    raise
+                failed = True
+                continue
+            if isinstance(reply, MovedError) and is_cluster(self.election.redis):
+                await self.close()
+                await self.election.redis.nodes_manager.initialize()
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            return reply
+        raise ConnectionError(f"could not observe {self.election.name!r}")
+
+    async def _send(self, command: List[Any], block: float) -> Any:
+        if self.connection is None:
+            master = await Candidacy(self.election.redis, self.election.name, b"", DEFAULT_LEASE,
+                                     self.election.sync)._master()
+            self.connection = master.connection_class(
+                **pooled_connection_kwargs(master.connection_kwargs))
+        ((reply, _),) = await send(self.connection, [command], block + WAIT_MARGIN, None)
+        return reply
+
+    async def close(self) -> None:
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            await connection.disconnect()
