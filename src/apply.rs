@@ -43,12 +43,10 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if let KeyLease::At(deadline) = lease {
         key.set_deadline(deadline)?;
     }
-    observers::wake(
-        selected_db(ctx),
-        parsed.key.as_slice(),
-        key.lock(),
-        key.remaining_ms(),
-    );
+    if observers::count() > 0 {
+        let db = selected_db(ctx);
+        observers::wake(db, parsed.key.as_slice(), key.lock(), key.remaining_ms());
+    }
     // A replica's own AOF gets the effect too; its sub-replicas get the master's stream.
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))

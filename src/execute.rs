@@ -62,8 +62,10 @@ pub fn carry_out(
         }
     }
     stats::count(&outcome.counts);
-    let db = selected_db(ctx);
-    observers::wake(db, name.as_slice(), key.lock(), key.remaining_ms());
+    if observers::count() > 0 {
+        let db = selected_db(ctx);
+        observers::wake(db, name.as_slice(), key.lock(), key.remaining_ms());
+    }
     Ok(())
 }
 
