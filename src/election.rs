@@ -50,17 +50,18 @@ pub fn leader(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     })
 }
 
-/// `LOCK.PROCLAIM key epoch value`: the leader of term `epoch` proclaims `value` from now on,
-/// its epoch and lease unchanged. Replies `1`, or `0` when term `epoch` does not lead (it ended,
-/// or another term leads): a stale leader cannot overwrite its successor's value. Held until
-/// the in-sync set has it when `lock.sync-writes` is on, as a renewal is.
+/// `LOCK.PROCLAIM key epoch value [SYNC | NOSYNC]`: the leader of term `epoch` proclaims `value`
+/// from now on, its epoch and lease unchanged. Replies `1`, or `0` when term `epoch` does not
+/// lead (it ended, or another term leads): a stale leader cannot overwrite its successor's
+/// value. Held until the in-sync set has it with `SYNC`, or by `lock.sync-writes` unless
+/// `NOSYNC`, as a renewal is.
 ///
 /// # Errors
-/// Arity, an epoch that is not an integer, the value's length, `WRONGTYPE`; `NOREPLICAS` for a
-/// value the in-sync set did not get.
+/// Arity, syntax, an epoch that is not an integer, the value's length, `WRONGTYPE`; `SYNC` where
+/// a client cannot block; `NOREPLICAS` for a value the in-sync set did not get.
 pub fn proclaim(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let parsed = args::term(&args, true).map_err(replies::arg_error)?;
-    let sync = synced::wanted(ctx, None)?;
+    let sync = synced::wanted(ctx, parsed.sync)?;
     let value = parsed.value.map_or(&[][..], |value| value.as_slice());
     let mut key = LockKey::write(ctx, parsed.key)?;
     let reply = looks::decide(ctx, &mut key, parsed.key, None, clock::now_ms(), |scope| {

@@ -236,7 +236,10 @@ fn a_stale_epoch_can_neither_proclaim_nor_resign() {
     let watcher = observer(&server, "job", &leader(&mut con, "job").expect("bob"), 1);
     observing(&mut con, 1);
     assert_eq!(
-        call(&mut con, &["LOCK.PROCLAIM", "job", &current, "b2"]),
+        call(
+            &mut con,
+            &["LOCK.PROCLAIM", "job", &current, "b2", "NOSYNC"]
+        ),
         Value::Int(1)
     );
     let told = watcher.join().expect("observer");
@@ -420,6 +423,7 @@ fn bad_input_is_refused_and_changes_nothing() {
             "value must be at most 65536 bytes",
         ),
         (vec!["LOCK.PROCLAIM", "e", &e], "wrong number of arguments"),
+        (vec!["LOCK.PROCLAIM", "e", &e, "x", "LATER"], "syntax error"),
         (vec!["LOCK.RESIGN", "e"], "wrong number of arguments"),
         (vec!["LOCK.RESIGN", "e", "x"], "not an integer"),
         (vec!["LOCK.LEADER"], "wrong number of arguments"),

@@ -145,7 +145,7 @@ pub struct Acquire<'a, A> {
     pub value: Option<&'a A>,
 }
 
-/// `LOCK.PROCLAIM key epoch value` and `LOCK.RESIGN key epoch` (no value).
+/// `LOCK.PROCLAIM key epoch value [SYNC | NOSYNC]` and `LOCK.RESIGN key epoch` (no value).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Term<'a, A> {
     /// The election's key.
@@ -154,6 +154,8 @@ pub struct Term<'a, A> {
     pub epoch: u64,
     /// `LOCK.PROCLAIM`'s new value.
     pub value: Option<&'a A>,
+    /// `LOCK.PROCLAIM`'s `SYNC` or `NOSYNC` (as [`Acquire::sync`]).
+    pub sync: Option<bool>,
 }
 
 /// `LOCK.OBSERVE key [LAST epoch value] [BLOCK timeout-ms]`.
@@ -368,27 +370,34 @@ fn acquire_options<A: Deref<Target = [u8]>>(
     Ok((reentrant, wait_ms, mode, write))
 }
 
-/// Parses `LOCK.PROCLAIM key epoch value` (`with_value`) or `LOCK.RESIGN key epoch`.
+/// Parses `LOCK.PROCLAIM key epoch value [SYNC | NOSYNC]` (`with_value`) or `LOCK.RESIGN key
+/// epoch`.
 ///
 /// # Errors
-/// Arity, an epoch that is not an integer from 0, the value.
+/// Arity, syntax (an option other than one `SYNC` or `NOSYNC`), an epoch that is not an integer
+/// from 0, the value.
 pub fn term<A: Deref<Target = [u8]>>(
     args: &[A],
     with_value: bool,
 ) -> Result<Term<'_, A>, ArgError> {
     let mut args = Args::new(args);
     let (key, epoch) = (args.required()?, args.required()?);
-    let value = if with_value {
-        Some(args.required()?)
-    } else {
-        None
-    };
+    let (value, mut sync) = (with_value.then(|| args.required()).transpose()?, None);
+    while let Some(option) = args.rest.first().filter(|_| with_value) {
+        sync = Some(sync_option(option, sync).ok_or(ArgError::Syntax)?);
+        args.next();
+    }
     args.done()?;
     let epoch = unsigned(epoch).ok_or(ArgError::NotInteger)?;
     if let Some(value) = value {
         check_value(value).map_err(|_| ArgError::Value)?;
     }
-    Ok(Term { key, epoch, value })
+    Ok(Term {
+        key,
+        epoch,
+        value,
+        sync,
+    })
 }
 
 /// Parses `LOCK.OBSERVE key [LAST epoch value] [BLOCK timeout-ms]`: `LAST 0 <any>` says the

@@ -52,6 +52,7 @@ fuzz_target!(|input: (i64, u8, u64, Vec<&[u8]>)| {
         if let Ok(term) = args::term(&words, with_value) {
             assert_eq!(term.value.is_some(), with_value);
             assert!(term.value.is_none_or(|value| value.len() <= MAX_VALUE_LEN));
+            assert!(with_value || term.sync.is_none());
         }
     }
     if let Ok(observe) = args::observe(&words) {

@@ -1,6 +1,6 @@
 //! `LOCK.APPLY` effects as a replica or an AOF replay carries them out: any sequence of them
-//! is parsed (`leasehold_core::args::apply`: the packed form, the integer forms, `DROP`, and
-//! arguments of any bytes) and applied to one lock (`leasehold_core::machine::apply`). Nothing
+//! is parsed (`leasehold_core::args::apply`: the packed form with or without a leader's
+//! `VALUE`, the integer forms, `DROP`, and arguments of any bytes) and applied to one lock (`leasehold_core::machine::apply`). Nothing
 //! panics, the counter never goes back, and the lock is always one the RDB can save and load
 //! back the same.
 #![no_main]
@@ -19,7 +19,7 @@ use libfuzzer_sys::fuzz_target;
 /// One effect; owners are one of four, so that effects meet on the same holdings.
 #[derive(Debug, Arbitrary)]
 enum Effect {
-    /// `LOCK.APPLY k <owner> <packed>`, as masters send it.
+    /// `LOCK.APPLY k <owner> <packed> [VALUE v]`, as masters send it.
     Packed {
         owner: u8,
         token: u64,
@@ -27,6 +27,7 @@ enum Effect {
         lease: Kind,
         deadline: i64,
         limit: Option<u32>,
+        value: Option<Vec<u8>>,
     },
     /// `LOCK.APPLY k <owner> token holds [deadline] [SHARED limit]`, as AOF rewrites write it.
     Integers {
@@ -61,6 +62,7 @@ impl Effect {
                 lease,
                 deadline,
                 limit,
+                value,
             } => {
                 let lease = match lease {
                     Kind::Until => Lease::Until(deadline),
@@ -72,6 +74,9 @@ impl Effect {
                 };
                 words.push(name(owner));
                 words.push(packed::pack(token % 100, holds, lease).to_vec());
+                if let Some(value) = value {
+                    words.extend([b"VALUE".to_vec(), value]);
+                }
             }
             Self::Integers {
                 owner,
