@@ -353,6 +353,83 @@ impl Client {
         })
     }
 
+    /// Sends `command` as it is — without `SYNC` or `NOSYNC`, naming no session — on a sync
+    /// connection of `key`'s master: a write the server may hold until its in-sync set has it,
+    /// as its `lock.sync-writes` says (`LOCK.PROCLAIM`), with what syncs it as `sync` says
+    /// behind it (a fixed count's `WAIT`, [`Sync::tail`]). It goes over a sync connection even
+    /// with syncing off, since the server may hold it all the same. The connection's binding is
+    /// left as it was: the command ties nothing to a session.
+    ///
+    /// # Errors
+    /// As [`Client::synced`].
+    pub(crate) async fn synced_as_is<T: FromRedisValue>(
+        &self,
+        key: &str,
+        command: &Cmd,
+        sync: &Sync,
+    ) -> Result<Synced<T>> {
+        let pools = self.pools(key).await?;
+        let Some(mut connection) = pools.borrow(Purpose::Sync, Some(sync.timeout)).await? else {
+            let timeout = sync.timeout_ms();
+            let reason = format!("no sync connection was free within {timeout} ms");
+            return Err(Error::not_replicated(reason));
+        };
+        let timeout = RESPONSE_TIMEOUT + sync.timeout;
+        let sent = self.exchange_as_is(&mut connection, command, sync, timeout);
+        Synced::of(sent.await?)
+    }
+
+    /// Sends `command`, a read that blocks in the server (`LOCK.OBSERVE ... BLOCK`), as it is
+    /// on a wait connection of `key`'s master — queueing for one as long as it takes while all
+    /// are lent — and waits for its reply up to `timeout`; no reply by then, the connection is
+    /// closed.
+    ///
+    /// # Errors
+    /// The server's error, no connection, no reply in time, or a reply of another shape.
+    pub(crate) async fn blocking_read<T: FromRedisValue>(
+        &self,
+        key: &str,
+        command: &Cmd,
+        timeout: Duration,
+    ) -> Result<T> {
+        let pools = self.pools(key).await?;
+        let Some(mut connection) = pools.borrow(Purpose::Wait, None).await? else {
+            return Err(Error::Redis(no_reply()));
+        };
+        let off = Sync::off();
+        let sent = self.exchange_as_is(&mut connection, command, &off, timeout);
+        let reply = sent.await?.reply;
+        let reply = reply.extract_error()?;
+        Ok(from_value(reply)?)
+    }
+
+    /// One round trip of `command` as it is on `connection`, with what syncs it as `sync` says
+    /// behind it: its outcome.
+    async fn exchange_as_is(
+        &self,
+        connection: &mut Borrowed,
+        command: &Cmd,
+        sync: &Sync,
+        timeout: Duration,
+    ) -> Result<Sent, RedisError> {
+        let mut head = redis::pipe();
+        head.ignore_errors();
+        head.add_command(command.clone());
+        let replies = connection
+            .exchange(&head, &sync.tail(), Some(timeout))
+            .await;
+        let (replies, answered, tail) = replies.inspect_err(|error| self.heard(error))?;
+        let reply = replies.into_iter().next().ok_or_else(no_reply)?;
+        if let Value::ServerError(error) = &reply {
+            self.heard(&RedisError::from(error.clone()));
+        }
+        Ok(Sent {
+            reply,
+            refused: sync.judge(tail).err(),
+            answered,
+        })
+    }
+
     /// The pools of `key`'s master.
     async fn pools(&self, key: &str) -> Result<Pools, RedisError> {
         match &*self.inner {

@@ -389,6 +389,12 @@ impl Guard {
         self.holding.release().await
     }
 
+    /// The holding is known to be gone (the server said so in reply to another write of its
+    /// holder, an election's `LOCK.PROCLAIM`): lost now, the watchdog stops.
+    pub(crate) fn lose(&self) {
+        self.ended.send_replace(true);
+    }
+
     fn stop_watchdog(&mut self) {
         if let Some(watchdog) = self.watchdog.take() {
             watchdog.abort();

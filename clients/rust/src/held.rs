@@ -43,6 +43,24 @@ pub(crate) fn acquire_command(
     Ok(command)
 }
 
+/// `LOCK.CAMPAIGN name candidate value ttl-ms`, for options to follow: `LOCK.ACQUIRE name
+/// candidate ttl-ms` with the value the candidate proclaims once it leads (an election's
+/// campaign, [`crate::Election`]).
+pub(crate) fn campaign_command(
+    name: &str,
+    candidate: &str,
+    value: &str,
+    ttl: Duration,
+) -> Result<Cmd> {
+    let mut command = redis::cmd("LOCK.CAMPAIGN");
+    command
+        .arg(name)
+        .arg(candidate)
+        .arg(value)
+        .arg(millis(ttl)?);
+    Ok(command)
+}
+
 /// `command name`, or for a set its `M` form with `numkeys names...`
 /// (`LOCK.RELEASE` → `LOCK.MRELEASE`).
 fn set_command(command: &str, names: &[String], mode: Mode) -> Cmd {
@@ -107,6 +125,10 @@ pub(crate) struct Held {
     pub(crate) set: bool,
     /// How its grants and renewals reach the replicas before they count.
     pub(crate) sync: Sync,
+    /// For an election's term (a campaign's grant): its epoch, by which it ends
+    /// (`LOCK.RESIGN name epoch`, never by its candidate's name: a release by name would end a
+    /// later term of the same candidate).
+    pub(crate) term: Option<u64>,
     /// Its place in the client's session, when it is tied to one: its renewals and re-entries
     /// are tied to that session (on a connection bound to it, [`crate::binding`]).
     pub(crate) tie: Option<Tie>,
@@ -229,10 +251,11 @@ impl Held {
         }
     }
 
-    /// `LOCK.RELEASE` (a set: `LOCK.MRELEASE`): true if it still held every lock. A release
-    /// that could not be sent — its connection had died, a blip or a proxy's restart, while the
-    /// holding sat idle — is sent once more, on the fresh connection the client opens: it never
-    /// reached the server, so its answer is the first one.
+    /// `LOCK.RELEASE` (a set: `LOCK.MRELEASE`; a term: `LOCK.RESIGN`): true if it still held
+    /// every lock (a term: if it still led). A release that could not be sent — its connection
+    /// had died, a blip or a proxy's restart, while the holding sat idle — is sent once more,
+    /// on the fresh connection the client opens: it never reached the server, so its answer is
+    /// the first one.
     pub(crate) async fn release(&self) -> Result<bool> {
         let command = self.release_command();
         let released = match self.client.query::<i64>(&command).await {
@@ -245,8 +268,14 @@ impl Held {
     }
 
     /// `LOCK.RELEASE name owner` (a set: `LOCK.MRELEASE numkeys names... owner`): one hold of
-    /// this owner's.
+    /// this owner's. An election's term: `LOCK.RESIGN name epoch`, which ends it whatever its
+    /// hold count and hands the election to the next waiting candidate.
     pub(crate) fn release_command(&self) -> Cmd {
+        if let Some(epoch) = self.term {
+            let mut command = redis::cmd("LOCK.RESIGN");
+            command.arg(self.name()).arg(epoch);
+            return command;
+        }
         let mut command = set_command("LOCK.RELEASE", &self.names, self.mode());
         command.arg(&self.owner);
         command

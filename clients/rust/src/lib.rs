@@ -22,6 +22,9 @@
 //!   leases — and the holder is told it lost them first;
 //! - retries with exponential backoff and full jitter ([`Backoff`]) where waiting in the server
 //!   is unwanted;
+//! - elections ([`Election`]): a campaign is the lock's acquire with a value, so the term it
+//!   wins ([`Leadership`]) is kept as a guard is, its epoch the fencing token; who leads is
+//!   told at once ([`Election::leader`]) or followed, vacancies included ([`Observer`]);
 //! - [`Redlock`] over independent masters, whose tokens never go backwards (`LOCK.RAISE`; the
 //!   proof is in [`redlock`]).
 //!
@@ -46,6 +49,7 @@
 mod backoff;
 mod binding;
 mod client;
+mod election;
 mod error;
 mod guard;
 mod held;
@@ -61,6 +65,7 @@ pub mod sync;
 
 pub use backoff::Backoff;
 pub use client::Client;
+pub use election::{Election, LeaderState, Leadership, Observer};
 pub use error::{Error, Result};
 pub use guard::{Guard, Lost};
 pub use lock::{Lock, ReadWriteLock, Semaphore, Waiting};

@@ -12,7 +12,7 @@ use crate::binding::Write;
 use crate::client::{Client, Synced};
 use crate::error::{Error, Result};
 use crate::guard::{Guard, Holding, Keeping};
-use crate::held::{Held, Mode, Tokens, acquire_command, is_try_again};
+use crate::held::{Held, Mode, Tokens, acquire_command, campaign_command, is_try_again};
 use crate::lease;
 use crate::owner::new_owner;
 use crate::pool::is_lost_reply;
@@ -75,6 +75,10 @@ pub struct Lock {
     /// The owner every acquire uses, if one was set; otherwise each acquire makes a new one.
     owner: Option<String>,
     settings: Settings,
+    /// What a candidate proclaims: set, every acquire is a campaign (`LOCK.CAMPAIGN name
+    /// candidate value ttl-ms`, an exclusive acquire with a value), and a holding ends by its
+    /// term's epoch (`LOCK.RESIGN`). Set by an election only.
+    value: Option<String>,
 }
 
 impl Lock {
@@ -118,6 +122,7 @@ impl Lock {
             client: client.clone(),
             names: vec![name.to_owned()],
             owner: None,
+            value: None,
             settings: Settings {
                 mode,
                 reentrant: false,
@@ -197,6 +202,29 @@ impl Lock {
     #[must_use]
     pub fn owner(&self) -> Option<&str> {
         self.owner.as_deref()
+    }
+
+    /// The same lock whose acquires are campaigns proclaiming `value` (`LOCK.CAMPAIGN`): an
+    /// election's, for one campaign. Its guards hold terms, which end by their epochs
+    /// (`LOCK.RESIGN`).
+    pub(crate) fn campaigning(mut self, value: &str) -> Self {
+        self.value = Some(value.to_owned());
+        self
+    }
+
+    /// The client it acquires with.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// How its grants and renewals are synced.
+    pub(crate) fn sync(&self) -> Sync {
+        self.settings.sync
+    }
+
+    /// How long after a wait should have ended the client gives up on the server's reply.
+    pub(crate) fn margin(&self) -> Duration {
+        self.settings.margin
     }
 
     /// The owner of the next acquisition: the fixed one, or a new one.
@@ -459,11 +487,15 @@ impl Lock {
         }
     }
 
-    /// `LOCK.ACQUIRE name owner ttl-ms [REENTRANT] [SHARED [LIMIT n]] [WAIT wait-ms]`, or
-    /// `LOCK.MACQUIRE numkeys names... owner ttl-ms [WAIT wait-ms]`: the session it is tied to
-    /// goes with it apart ([`Write`]), as the connection's binding or `SESSION id`.
+    /// `LOCK.ACQUIRE name owner ttl-ms [REENTRANT] [SHARED [LIMIT n]] [WAIT wait-ms]`,
+    /// `LOCK.MACQUIRE numkeys names... owner ttl-ms [WAIT wait-ms]`, or a campaign's
+    /// `LOCK.CAMPAIGN name owner value ttl-ms [WAIT wait-ms]`: the session it is tied to goes
+    /// with it apart ([`Write`]), as the connection's binding or `SESSION id`.
     fn command(&self, owner: &str, ttl: Duration, wait: Option<Duration>) -> Result<Cmd> {
-        let mut command = acquire_command(&self.names, owner, ttl, self.settings.mode)?;
+        let mut command = match &self.value {
+            Some(value) => campaign_command(self.name(), owner, value, ttl)?,
+            None => acquire_command(&self.names, owner, ttl, self.settings.mode)?,
+        };
         if self.settings.reentrant {
             command.arg("REENTRANT");
         }
@@ -482,6 +514,7 @@ impl Lock {
             owner: owner.to_owned(),
             set: self.settings.mode == Mode::Set,
             sync: self.settings.sync,
+            term: None,
             tie: None,
         }
     }
@@ -506,7 +539,12 @@ impl Lock {
         lease: (Duration, Instant),
         tying: Option<Tying>,
     ) -> Result<Guard> {
-        let holding = Holding::Node(self.held(owner));
+        let mut held = self.held(owner);
+        if self.value.is_some() {
+            // A term ends by its epoch, not by its candidate's name.
+            held.term = tokens.first().copied();
+        }
+        let holding = Holding::Node(held);
         let (mode, keeping) = (self.settings.mode, self.settings.keeping);
         let guard = Guard::start(holding, mode, tokens, lease, keeping, tying);
         if guard.is_held() {
