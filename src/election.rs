@@ -73,7 +73,7 @@ pub fn proclaim(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         sync,
         reply_for(reply, "lock.proclaim")?,
         1,
-        Undo::Renewal,
+        Undo::Proclaim,
     )
 }
 

@@ -56,6 +56,9 @@ pub enum Undo {
     },
     /// A renewal: nothing; the holder counts on the lease it had before.
     Renewal,
+    /// A leader's new value (`LOCK.PROCLAIM`): nothing; the value stays on the master, where a
+    /// failover may lose it.
+    Proclaim,
 }
 
 /// How the grant of a synced command with `WAIT` is made: its holder counts the lease from the
@@ -385,11 +388,13 @@ fn refusal(outcome: Settled, undo: &Undo) -> RedisError {
     RedisError::String(format!("NOREPLICAS {missing}{}", meaning(undo)))
 }
 
-/// What a refusal means for the client: its grant was released, or its renewal does not count.
+/// What a refusal means for the client: its grant was released, its renewal does not count, or
+/// its new value may be lost.
 fn meaning(undo: &Undo) -> &'static str {
     match undo {
         Undo::Release { .. } => "; the grant was released",
         Undo::Renewal => "; the renewal does not count: the lease before it does",
+        Undo::Proclaim => "; the value is set here, but a failover may lose it",
     }
 }
 
@@ -400,13 +405,14 @@ fn demoted_meaning(undo: &Undo) -> &'static str {
             "; the grant was not released here: the new master may have it, release it there"
         }
         Undo::Renewal => "; the renewal does not count: the lease before it does",
+        Undo::Proclaim => "; the value was set on the old master only",
     }
 }
 
 /// Undoes `undo` on the next timer turn (not in a callback Redis calls while it frees a client,
 /// where the keyspace must not change).
 fn later(ctx: &Context, undo: Undo) {
-    if undo == Undo::Renewal {
+    if matches!(undo, Undo::Renewal | Undo::Proclaim) {
         return;
     }
     let arm = SYNCED.with_borrow_mut(|synced| {
