@@ -353,32 +353,6 @@ impl Client {
         })
     }
 
-    /// Sends `command` as it is — without `SYNC` or `NOSYNC`, naming no session — on a sync
-    /// connection of `key`'s master: a write the server may hold until its in-sync set has it,
-    /// as its `lock.sync-writes` says (`LOCK.PROCLAIM`), with what syncs it as `sync` says
-    /// behind it (a fixed count's `WAIT`, [`Sync::tail`]). It goes over a sync connection even
-    /// with syncing off, since the server may hold it all the same. The connection's binding is
-    /// left as it was: the command ties nothing to a session.
-    ///
-    /// # Errors
-    /// As [`Client::synced`].
-    pub(crate) async fn synced_as_is<T: FromRedisValue>(
-        &self,
-        key: &str,
-        command: &Cmd,
-        sync: &Sync,
-    ) -> Result<Synced<T>> {
-        let pools = self.pools(key).await?;
-        let Some(mut connection) = pools.borrow(Purpose::Sync, Some(sync.timeout)).await? else {
-            let timeout = sync.timeout_ms();
-            let reason = format!("no sync connection was free within {timeout} ms");
-            return Err(Error::not_replicated(reason));
-        };
-        let timeout = RESPONSE_TIMEOUT + sync.timeout;
-        let sent = self.exchange_as_is(&mut connection, command, sync, timeout);
-        Synced::of(sent.await?)
-    }
-
     /// Sends `command`, a read that blocks in the server (`LOCK.OBSERVE ... BLOCK`), as it is
     /// on a wait connection of `key`'s master — queueing for one as long as it takes while all
     /// are lent — and waits for its reply up to `timeout`; no reply by then, the connection is

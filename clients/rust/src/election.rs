@@ -13,6 +13,7 @@ use futures_util::stream::BoxStream;
 use redis::{FromRedisValue, ParsingError, Value};
 use tokio::time::Instant;
 
+use crate::binding::Write;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{Guard, Lost};
@@ -87,8 +88,7 @@ impl Election {
 
     /// Whether and how a term reaches the replicas before a campaign returns it, and a renewal
     /// before it counts: as for a lock ([`crate::Lock::with_sync`]; default
-    /// [`Sync::to_replicas`]). A proclaim goes with a fixed count's `WAIT` behind it, and is
-    /// otherwise synced as the server's `lock.sync-writes` says ([`Leadership::proclaim`]).
+    /// [`Sync::to_replicas`]), and a proclaim as a renewal ([`Leadership::proclaim`]).
     #[must_use]
     pub fn with_sync(mut self, sync: Sync) -> Self {
         self.lock = self.lock.with_sync(sync);
@@ -277,9 +277,9 @@ impl Leadership {
     /// leader paused): nothing changed, so a replaced leader never overwrites its successor's
     /// value. False too, with nothing sent, once the leadership is known to be lost.
     ///
-    /// It goes over a sync connection: with the server's `lock.sync-writes` on (the default)
-    /// the reply waits until the in-sync set has the value, as a renewal's does; with
-    /// [`Sync::exactly`] a `WAIT` follows it.
+    /// It is synced as a renewal is: `SYNC` (the reply waits until the in-sync set has the
+    /// value), `NOSYNC` with a fixed count's `WAIT` behind it ([`Sync::exactly`]), or `NOSYNC`
+    /// alone with syncing off.
     ///
     /// # Errors
     /// [`Error::NotReplicated`]: the master set the value, but the replicas did not acknowledge
@@ -293,8 +293,12 @@ impl Leadership {
         let name = &self.name;
         let mut command = redis::cmd("LOCK.PROCLAIM");
         command.arg(name).arg(self.epoch()).arg(value);
-        let synced = self.client.synced_as_is::<i64>(name, &command, &self.sync);
-        let synced = synced.await?;
+        let write = Write {
+            key: name,
+            command: &command,
+            session: None,
+        };
+        let synced = self.client.synced::<i64>(write, &self.sync, None).await?;
         if synced.reply != 1 {
             self.guard.lose();
             return Ok(false);
