@@ -117,9 +117,10 @@ export interface Own {
      * when not every reply came within `timeoutMs`, or the connection failed — or when `USE NONE`
      * was refused while an untied write behind it was done (it may have been tied to the session
      * the connection was bound to): the connection is then closed, not reused. Throws when tied
-     * and untied acquires or renewals are mixed.
+     * and untied acquires or renewals are mixed. When `signal` aborts first (a blocked `LOCK.OBSERVE`
+     * given up on), rejects with its reason, and the connection is closed.
      */
-    pipeline(commands: string[][], timeoutMs: number | undefined): Promise<Replies>;
+    pipeline(commands: string[][], timeoutMs: number | undefined, signal?: AbortSignal): Promise<Replies>;
 }
 /** The replies of a pipeline, in order, and when each came (ms since the epoch). */
 export interface Replies {

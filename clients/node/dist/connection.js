@@ -221,15 +221,23 @@ class Lent {
         this.asking = asking;
         this.tie = tie;
     }
-    async pipeline(commands, timeoutMs) {
+    async pipeline(commands, timeoutMs, signal) {
         const { commands: writes, use, to } = binding(commands, this.tie, this.dedicated.session);
         // After ASK, `ASKING` goes right before each command on a key (it covers the next command;
         // before the keyless `LOCK.SESSION` it does nothing).
         const sent = [...(use ? [use] : []), ...writes].flatMap((command) => (this.asking && command[0].startsWith('LOCK.') ? [['ASKING'], command] : [command]));
         let timer;
+        let onAbort;
         const expiry = new Promise((_, reject) => {
             if (timeoutMs !== undefined)
                 timer = setTimeout(() => reject(new LostReply('no reply in time')), timeoutMs);
+            if (signal) {
+                onAbort = () => reject(new Aborted(signal.reason));
+                if (signal.aborted)
+                    onAbort();
+                else
+                    signal.addEventListener('abort', onAbort, { once: true });
+            }
         });
         const replying = this.dedicated.pipeline(sent);
         // Replies that come after the connection was given up on are dropped with it.
@@ -254,11 +262,22 @@ class Lent {
         }
         catch (error) {
             this.spent = true;
+            if (error instanceof Aborted)
+                throw error.reason;
             throw error instanceof LostReply ? error : new LostReply(String(error));
         }
         finally {
             clearTimeout(timer);
+            if (onAbort)
+                signal?.removeEventListener('abort', onAbort);
         }
+    }
+}
+/** A pipeline given up on because its caller's signal aborted: `reason` is the signal's. */
+class Aborted {
+    reason;
+    constructor(reason) {
+        this.reason = reason;
     }
 }
 /** Opens, checks and closes duplicates of `origin`. */

@@ -24,6 +24,9 @@
  *   the `session` option).
  * - ioredis's `keyPrefix` is applied to the lock's key (ioredis does not apply it to module
  *   commands).
+ * - Elections ({@link Election}, `LOCK.CAMPAIGN`): a term is a held lock whose token is its
+ *   epoch, kept and lost as a holding is, with `proclaim()` and `resign()`; `leader()` and
+ *   `observe()` (every change, a vacancy always before the next leader) tell who leads.
  *
  * Times are milliseconds.
  *
@@ -40,9 +43,11 @@
  * ```
  */
 import { Client } from './connection.js';
+import { LeaderState, ObserveOptions } from './election.js';
 import { SyncOptions } from './sync.js';
 export type { Client, IORedisClient, NodeRedisClient, NodeRedisDuplicate, PoolSizes } from './connection.js';
 export { LostReply, PoolClosed, setPoolSizes, setSessionOptions } from './connection.js';
+export type { LeaderState, ObserveOptions } from './election.js';
 export type { SessionOptions } from './session.js';
 export type { SyncOptions } from './sync.js';
 export { NotReplicatedError } from './sync.js';
@@ -217,6 +222,48 @@ export interface Lock {
      */
     using<T>(routine: (signal: AbortSignal, holding: Holding) => Promise<T>, options?: WaitOptions): Promise<T>;
 }
+/** How an election is campaigned for, and a term kept: as a lock's ({@link LockOptions}), the
+ * candidate standing for its owner. A term is always watched (renewed every third of its lease
+ * until it is resigned or lost). */
+export interface ElectionOptions extends Pick<LockOptions, 'ttl' | 'session' | 'sync' | 'timeoutMargin'> {
+    /**
+     * One candidate id for every campaign (1 to 256 bytes: the host's name, say) instead of a new
+     * random UUID each time — what `LOCK.LEADER` and observers see as `leader`. The hazard is the
+     * lock's `owner`'s: a candidate that campaigns while it leads keeps its term (the same epoch,
+     * with the new value and lease), so two campaigns with it, in one process or several, both
+     * lead, and do not exclude each other.
+     */
+    candidate?: string;
+}
+/** A term of an election, held by its leader: kept (renewed) until it is resigned or lost. */
+export interface Leadership {
+    /** The term's epoch: its fencing token, larger than every earlier term's (and every earlier
+     * token of the key). Send it with every write the leader makes. */
+    readonly epoch: number;
+    /** Who leads: the candidate that campaigned. */
+    readonly candidate: string;
+    /** What the leader proclaims: the campaign's value, or the last one `proclaim()` set. */
+    readonly value: string;
+    /** Aborted when the term is known lost, before another candidate can be elected — as a
+     * holding's `signal` ({@link Holding.signal}): a renewal or a proclaim refused, the last
+     * lease that counted ran out while renewals failed, or its session may have ended. Never
+     * aborted by `resign()`. */
+    readonly signal: AbortSignal;
+    /**
+     * The leader proclaims `value` from now on (`LOCK.PROCLAIM key epoch value`; its epoch and
+     * lease stay): true when set; false when this term no longer leads — a successor's value is
+     * never overwritten — and then the leadership is lost (its `signal` aborts); false without
+     * asking once lost or resigned. It is synced as a renewal is (`SYNC`, or `NOSYNC` and `WAIT n`
+     * for a fixed `replicas` count, or `NOSYNC` alone with syncing off). Rejects with {@link NotReplicatedError} (`write: 'renewal'`) when the
+     * replicas did not have it in time: the value is set on the master, where a failover may lose
+     * it, and `value` stays the one before; with {@link LostReply} when no reply came.
+     */
+    proclaim(value: string): Promise<boolean>;
+    /** Ends the term (`LOCK.RESIGN key epoch`) and stops renewing it: the first waiting candidate
+     * leads at once, with a larger epoch. True when this term still led; false when it had ended
+     * (another term, or nobody, leads: nothing is changed). */
+    resign(): Promise<boolean>;
+}
 /** An exclusive lock named `name`. */
 export declare function createLock(client: Client, name: string, options?: LockOptions): Lock;
 /**
@@ -238,3 +285,56 @@ export declare function createReadWriteLock(client: Client, name: string, option
 };
 /** A semaphore: at most `permits` holders, each acquire a new permit with its own owner. */
 export declare function createSemaphore(client: Client, name: string, permits: number, options?: LockOptions): Lock;
+/**
+ * An election (the `LOCK.CAMPAIGN` family): a lock held by its leader, each term with an epoch
+ * (its fencing token). `campaign(value)` waits in line (arrival order, in the server) to lead and
+ * gives the {@link Leadership}: renewed, synced, tied to the client's session and lost-first as
+ * a held lock ({@link LockOptions}), with `proclaim()` and `resign()`. `leader()` and
+ * `observe()` tell anyone who leads.
+ *
+ * @example
+ * ```js
+ * const election = new Election(client, 'cron:leader', { ttl: 15_000, candidate: 'host-a' });
+ * const leadership = await election.campaign('10.0.0.1:8080');
+ * await runJobs({ fencingToken: leadership.epoch, signal: leadership.signal });
+ * await leadership.resign();
+ * ```
+ */
+export declare class Election {
+    private readonly options;
+    /** The election's key (without ioredis's `keyPrefix`). */
+    readonly name: string;
+    private readonly connection;
+    /** The key as sent: with ioredis's `keyPrefix`. */
+    private readonly key;
+    private readonly writes;
+    constructor(client: Client, name: string, options?: ElectionOptions);
+    /** The candidate every campaign uses, if one was fixed; `undefined`: a new one per campaign
+     * (`leadership.candidate` tells it). */
+    get candidate(): string | undefined;
+    /**
+     * Campaigns to lead, proclaiming `value` (0 to 65 536 bytes; `LOCK.CAMPAIGN key candidate
+     * value ttl [WAIT ms]`): resolves to the leadership once this candidate leads — at once, or
+     * after the candidates that campaigned before it, in arrival order — waiting up to `wait` ms
+     * (`null` when another still leads then; `wait: 0`: no waiting), or as long as it takes. Waits
+     * and retries exactly as a lock's `acquire` ({@link Lock.acquire}): the same pools, sessions,
+     * synced grants and lost-reply recovery.
+     */
+    campaign(value: string, options?: WaitOptions): Promise<Leadership | null>;
+    /** Who leads now (`LOCK.LEADER`), over the client's own connection; nobody: `leader` null,
+     * `epoch` 0. Any exclusive lock's holder counts as a leader, with an empty value. */
+    leader(): Promise<LeaderState>;
+    /**
+     * Every state of the election — who leads, or nobody — as it changes: the current one first,
+     * then each that differs from the one before (`LOCK.OBSERVE key LAST epoch value BLOCK ms`).
+     * A vacancy is always told before the next leader (even when the next candidate was elected
+     * in the same step as a resignation or a crash); between two states, whole terms may be
+     * missed, never out of order. Each call blocks in the server on a connection of the wait pool
+     * (one per observer, while it waits); a lost reply (a dropped connection) is asked again on a
+     * new one, missing nothing. Ends when `signal` aborts (or the loop is left); rejects on an
+     * error reply or a failed connect.
+     */
+    observe(options?: ObserveOptions): AsyncGenerator<LeaderState, void, undefined>;
+}
+/** An election named `name` ({@link Election}): `new Election(client, name, options)`. */
+export declare function createElection(client: Client, name: string, options?: ElectionOptions): Election;

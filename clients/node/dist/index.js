@@ -24,6 +24,9 @@
  *   the `session` option).
  * - ioredis's `keyPrefix` is applied to the lock's key (ioredis does not apply it to module
  *   commands).
+ * - Elections ({@link Election}, `LOCK.CAMPAIGN`): a term is a held lock whose token is its
+ *   epoch, kept and lost as a holding is, with `proclaim()` and `resign()`; `leader()` and
+ *   `observe()` (every change, a vacancy always before the next leader) tell who leads.
  *
  * Times are milliseconds.
  *
@@ -41,6 +44,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { Connection, Exhausted, LostReply, isTryAgain } from './connection.js';
+import { observe, stateOf } from './election.js';
 import { SESSION, countedLease, isNoSuchSession } from './session.js';
 import { NotReplicatedError, isDemoted } from './sync.js';
 import { Writes } from './writes.js';
@@ -125,19 +129,96 @@ export function createSemaphore(client, name, permits, options = {}) {
     const mode = ['SHARED', 'LIMIT', String(permits)];
     return new LeaseholdLock(new Connection(client), [name], options, mode);
 }
+/**
+ * An election (the `LOCK.CAMPAIGN` family): a lock held by its leader, each term with an epoch
+ * (its fencing token). `campaign(value)` waits in line (arrival order, in the server) to lead and
+ * gives the {@link Leadership}: renewed, synced, tied to the client's session and lost-first as
+ * a held lock ({@link LockOptions}), with `proclaim()` and `resign()`. `leader()` and
+ * `observe()` tell anyone who leads.
+ *
+ * @example
+ * ```js
+ * const election = new Election(client, 'cron:leader', { ttl: 15_000, candidate: 'host-a' });
+ * const leadership = await election.campaign('10.0.0.1:8080');
+ * await runJobs({ fencingToken: leadership.epoch, signal: leadership.signal });
+ * await leadership.resign();
+ * ```
+ */
+export class Election {
+    options;
+    /** The election's key (without ioredis's `keyPrefix`). */
+    name;
+    connection;
+    /** The key as sent: with ioredis's `keyPrefix`. */
+    key;
+    writes;
+    constructor(client, name, options = {}) {
+        this.options = options;
+        this.name = name;
+        this.connection = new Connection(client);
+        this.key = this.connection.prefix + name;
+        this.writes = new Writes(this.connection, this.key, options.sync, options.timeoutMargin ?? DEFAULT_MARGIN);
+    }
+    /** The candidate every campaign uses, if one was fixed; `undefined`: a new one per campaign
+     * (`leadership.candidate` tells it). */
+    get candidate() {
+        return this.options.candidate;
+    }
+    /**
+     * Campaigns to lead, proclaiming `value` (0 to 65 536 bytes; `LOCK.CAMPAIGN key candidate
+     * value ttl [WAIT ms]`): resolves to the leadership once this candidate leads — at once, or
+     * after the candidates that campaigned before it, in arrival order — waiting up to `wait` ms
+     * (`null` when another still leads then; `wait: 0`: no waiting), or as long as it takes. Waits
+     * and retries exactly as a lock's `acquire` ({@link Lock.acquire}): the same pools, sessions,
+     * synced grants and lost-reply recovery.
+     */
+    async campaign(value, options = {}) {
+        const { ttl, session, sync, timeoutMargin, candidate } = this.options;
+        const key = this.key;
+        const campaign = new LeaseholdLock(this.connection, [this.name], { ttl, session, sync, timeoutMargin, owner: candidate }, EXCLUSIVE, false, (owner, lease) => ['LOCK.CAMPAIGN', key, owner, value, String(lease)]);
+        const held = await campaign.acquireAs(campaign.ownerForAcquire(), options, true);
+        return held && new Led(held, this.writes, key, value);
+    }
+    /** Who leads now (`LOCK.LEADER`), over the client's own connection; nobody: `leader` null,
+     * `epoch` 0. Any exclusive lock's holder counts as a leader, with an empty value. */
+    async leader() {
+        return stateOf(await this.connection.send(['LOCK.LEADER', this.key]));
+    }
+    /**
+     * Every state of the election — who leads, or nobody — as it changes: the current one first,
+     * then each that differs from the one before (`LOCK.OBSERVE key LAST epoch value BLOCK ms`).
+     * A vacancy is always told before the next leader (even when the next candidate was elected
+     * in the same step as a resignation or a crash); between two states, whole terms may be
+     * missed, never out of order. Each call blocks in the server on a connection of the wait pool
+     * (one per observer, while it waits); a lost reply (a dropped connection) is asked again on a
+     * new one, missing nothing. Ends when `signal` aborts (or the loop is left); rejects on an
+     * error reply or a failed connect.
+     */
+    observe(options = {}) {
+        return observe(this.connection, this.key, this.options.timeoutMargin ?? DEFAULT_MARGIN, options.signal);
+    }
+}
+/** An election named `name` ({@link Election}): `new Election(client, name, options)`. */
+export function createElection(client, name, options = {}) {
+    return new Election(client, name, options);
+}
 class LeaseholdLock {
     names;
     options;
     mode;
+    words;
     keys;
     writes;
     ttl;
     /** Its holdings are tied to the client's session. */
     tied;
-    constructor(connection, names, options, mode, set = false) {
+    constructor(connection, names, options, mode, set = false, 
+    /** The acquire's words (default: `LOCK.ACQUIRE`'s, in this lock's mode). */
+    words) {
         this.names = names;
         this.options = options;
         this.mode = mode;
+        this.words = words;
         this.keys = new Keys(names.map((name) => connection.prefix + name), set);
         this.writes = new Writes(connection, this.keys.first, options.sync, options.timeoutMargin ?? DEFAULT_MARGIN);
         this.ttl = options.ttl ?? DEFAULT_TTL;
@@ -154,7 +235,9 @@ class LeaseholdLock {
         return this.options.owner ?? randomUUID();
     }
     command(owner, waitMs) {
-        const command = acquireCommand(this.keys, owner, this.ttl, this.mode, this.options.reentrant ?? false);
+        const command = this.words
+            ? this.words(owner, this.ttl)
+            : acquireCommand(this.keys, owner, this.ttl, this.mode, this.options.reentrant ?? false);
         if (waitMs !== undefined)
             command.push('WAIT', String(waitMs));
         return tiedCommand(command, this.tied);
@@ -188,6 +271,8 @@ class LeaseholdLock {
     acquire(options = {}) {
         return this.acquireAs(this.ownerForAcquire(), options, this.options.watchdog ?? false);
     }
+    /** An acquire as `first` (with `wait` left after a grant the replicas lacked on a demoted
+     * master, as a new owner unless it is fixed), its holding watched by `watchdog`. */
     async acquireAs(first, options, watchdog) {
         let owner = first;
         const deadline = options.wait === undefined ? undefined : Date.now() + options.wait;
@@ -379,11 +464,16 @@ class Held {
             return true;
         }
     }
-    async release() {
+    release() {
+        return this.end(this.keys.command('RELEASE', this.owner));
+    }
+    /** Stops renewing and ends the holding with `command` (its `LOCK.RELEASE`, or an election's
+     * `LOCK.RESIGN`): true if it was still held. */
+    async end(command) {
         this.released = true;
         this.stop();
         this.untie();
-        return this.keys.whole(await this.writes.connection.send(this.keys.command('RELEASE', this.owner), this.keys.first));
+        return this.keys.whole(await this.writes.connection.send(command, this.keys.first));
     }
     async reenter(ttl = this.ttl) {
         if (this.gone)
@@ -551,11 +641,54 @@ class Held {
         clearTimeout(this.timer);
         clearTimeout(this.expiry);
     }
+    /** Lost: its signal aborts with `why`, and it is renewed no more. */
     lose(why = 'the lock lease was lost') {
         this.stop();
         this.untie();
         if (!this.lost.signal.aborted)
             this.lost.abort(new Error(why));
+    }
+}
+/** A term of an election: a held lock (its holding renews it, and is lost first) whose token
+ * is the epoch, ended by `LOCK.RESIGN`. */
+class Led {
+    held;
+    writes;
+    key;
+    value;
+    resigned = false;
+    constructor(held, writes, 
+    /** The election's key, as sent. */
+    key, value) {
+        this.held = held;
+        this.writes = writes;
+        this.key = key;
+        this.value = value;
+    }
+    get epoch() {
+        return this.held.token;
+    }
+    get candidate() {
+        return this.held.owner;
+    }
+    get signal() {
+        return this.held.signal;
+    }
+    async proclaim(value) {
+        if (this.resigned || this.held.signal.aborted)
+            return false;
+        const proclaimed = (reply) => Number(reply) === 1;
+        const { reply } = await this.writes.renew(['LOCK.PROCLAIM', this.key, String(this.epoch), value], proclaimed);
+        if (!proclaimed(reply)) {
+            this.held.lose(`the leadership was lost: term ${this.epoch} no longer leads (LOCK.PROCLAIM replied ${String(reply)})`);
+            return false;
+        }
+        this.value = value;
+        return true;
+    }
+    resign() {
+        this.resigned = true;
+        return this.held.end(['LOCK.RESIGN', this.key, String(this.epoch)]);
     }
 }
 /** A grant's tokens: `LOCK.ACQUIRE`'s one, or `LOCK.MACQUIRE`'s array, one per key; null when

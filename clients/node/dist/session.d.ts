@@ -42,7 +42,8 @@ export interface SessionOptions {
 export declare const SESSION = "SESSION";
 /** Whether `command` asks to be tied to the session ({@link SESSION}). */
 export declare function wantsSession(command: readonly string[]): boolean;
-/** Whether a connection's binding ties `command` (an acquire or a renewal) to its session. */
+/** Whether a connection's binding ties `command` (an acquire, a campaign or a renewal) to its
+ * session. */
 export declare function tiedByUse(command: readonly string[]): boolean;
 /** Commands as they go out on a pooled connection, and the binding to put before them. */
 export interface Binding {

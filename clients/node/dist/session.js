@@ -33,9 +33,10 @@ export function wantsSession(command) {
     return command[command.length - 1] === SESSION;
 }
 /** The commands a connection's binding (`LOCK.SESSION USE`) ties to its session when they name
- * none. */
-const TIED_BY_USE = new Set(['LOCK.ACQUIRE', 'LOCK.RENEW', 'LOCK.MACQUIRE', 'LOCK.MRENEW']);
-/** Whether a connection's binding ties `command` (an acquire or a renewal) to its session. */
+ * none (a campaign is an acquire with a value). */
+const TIED_BY_USE = new Set(['LOCK.ACQUIRE', 'LOCK.RENEW', 'LOCK.MACQUIRE', 'LOCK.MRENEW', 'LOCK.CAMPAIGN']);
+/** Whether a connection's binding ties `command` (an acquire, a campaign or a renewal) to its
+ * session. */
 export function tiedByUse(command) {
     return TIED_BY_USE.has(command[0]);
 }

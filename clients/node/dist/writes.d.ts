@@ -65,9 +65,10 @@ export declare class Writes {
      * (`release`: for a fixed count's `WAIT`).
      */
     wait(command: string[], waitMs: number, deadline: number | undefined, release: string[]): Promise<Written>;
-    /** A renewal: the reply. One `applied` that does not count — refused by the server, short of
-     * a fixed count's `WAIT`, or that found no sync connection free within the sync timeout —
-     * rejects with {@link NotReplicatedError}. */
+    /** A renewal (or an election's `LOCK.PROCLAIM`, which the server syncs as a renewal): the
+     * reply. One `applied` that does not count — refused by the server, short of a fixed count's
+     * `WAIT`, or that found no sync connection free within the sync timeout — rejects with {@link
+     * NotReplicatedError}. */
     renew(command: string[], applied: (reply: unknown) => boolean): Promise<Written>;
     /** A write that does not wait: over the program's own connection when not synced nor tied,
      * else on a connection of the sync pool. */

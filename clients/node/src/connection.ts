@@ -124,9 +124,10 @@ export interface Own {
    * when not every reply came within `timeoutMs`, or the connection failed — or when `USE NONE`
    * was refused while an untied write behind it was done (it may have been tied to the session
    * the connection was bound to): the connection is then closed, not reused. Throws when tied
-   * and untied acquires or renewals are mixed.
+   * and untied acquires or renewals are mixed. When `signal` aborts first (a blocked `LOCK.OBSERVE`
+   * given up on), rejects with its reason, and the connection is closed.
    */
-  pipeline(commands: string[][], timeoutMs: number | undefined): Promise<Replies>;
+  pipeline(commands: string[][], timeoutMs: number | undefined, signal?: AbortSignal): Promise<Replies>;
 }
 
 /** The replies of a pipeline, in order, and when each came (ms since the epoch). */
@@ -345,14 +346,20 @@ class Lent implements Own {
     readonly tie: Session | undefined,
   ) {}
 
-  async pipeline(commands: string[][], timeoutMs: number | undefined): Promise<Replies> {
+  async pipeline(commands: string[][], timeoutMs: number | undefined, signal?: AbortSignal): Promise<Replies> {
     const { commands: writes, use, to } = binding(commands, this.tie, this.dedicated.session);
     // After ASK, `ASKING` goes right before each command on a key (it covers the next command;
     // before the keyless `LOCK.SESSION` it does nothing).
     const sent = [...(use ? [use] : []), ...writes].flatMap((command) => (this.asking && command[0].startsWith('LOCK.') ? [['ASKING'], command] : [command]));
     let timer: NodeJS.Timeout | undefined;
+    let onAbort: (() => void) | undefined;
     const expiry = new Promise<never>((_, reject) => {
       if (timeoutMs !== undefined) timer = setTimeout(() => reject(new LostReply('no reply in time')), timeoutMs);
+      if (signal) {
+        onAbort = () => reject(new Aborted(signal.reason));
+        if (signal.aborted) onAbort();
+        else signal.addEventListener('abort', onAbort, { once: true });
+      }
     });
     const replying = this.dedicated.pipeline(sent);
     // Replies that come after the connection was given up on are dropped with it.
@@ -374,11 +381,18 @@ class Lent implements Own {
       return { replies, arrived: replied.map(([, at]) => at) };
     } catch (error) {
       this.spent = true;
+      if (error instanceof Aborted) throw error.reason;
       throw error instanceof LostReply ? error : new LostReply(String(error));
     } finally {
       clearTimeout(timer);
+      if (onAbort) signal?.removeEventListener('abort', onAbort);
     }
   }
+}
+
+/** A pipeline given up on because its caller's signal aborted: `reason` is the signal's. */
+class Aborted {
+  constructor(readonly reason: unknown) {}
 }
 
 /** Opens, checks and closes duplicates of `origin`. */

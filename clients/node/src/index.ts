@@ -24,6 +24,9 @@
  *   the `session` option).
  * - ioredis's `keyPrefix` is applied to the lock's key (ioredis does not apply it to module
  *   commands).
+ * - Elections ({@link Election}, `LOCK.CAMPAIGN`): a term is a held lock whose token is its
+ *   epoch, kept and lost as a holding is, with `proclaim()` and `resign()`; `leader()` and
+ *   `observe()` (every change, a vacancy always before the next leader) tell who leads.
  *
  * Times are milliseconds.
  *
@@ -43,12 +46,14 @@
 import { randomUUID } from 'node:crypto';
 
 import { Client, Connection, Exhausted, LostReply, isTryAgain } from './connection.js';
+import { LeaderState, ObserveOptions, observe, stateOf } from './election.js';
 import { SESSION, Session, Tied, countedLease, isNoSuchSession } from './session.js';
 import { NotReplicatedError, SyncOptions, isDemoted } from './sync.js';
 import { Writes } from './writes.js';
 
 export type { Client, IORedisClient, NodeRedisClient, NodeRedisDuplicate, PoolSizes } from './connection.js';
 export { LostReply, PoolClosed, setPoolSizes, setSessionOptions } from './connection.js';
+export type { LeaderState, ObserveOptions } from './election.js';
 export type { SessionOptions } from './session.js';
 export type { SyncOptions } from './sync.js';
 export { NotReplicatedError } from './sync.js';
@@ -231,6 +236,50 @@ export interface Lock {
   ): Promise<T>;
 }
 
+/** How an election is campaigned for, and a term kept: as a lock's ({@link LockOptions}), the
+ * candidate standing for its owner. A term is always watched (renewed every third of its lease
+ * until it is resigned or lost). */
+export interface ElectionOptions extends Pick<LockOptions, 'ttl' | 'session' | 'sync' | 'timeoutMargin'> {
+  /**
+   * One candidate id for every campaign (1 to 256 bytes: the host's name, say) instead of a new
+   * random UUID each time — what `LOCK.LEADER` and observers see as `leader`. The hazard is the
+   * lock's `owner`'s: a candidate that campaigns while it leads keeps its term (the same epoch,
+   * with the new value and lease), so two campaigns with it, in one process or several, both
+   * lead, and do not exclude each other.
+   */
+  candidate?: string;
+}
+
+/** A term of an election, held by its leader: kept (renewed) until it is resigned or lost. */
+export interface Leadership {
+  /** The term's epoch: its fencing token, larger than every earlier term's (and every earlier
+   * token of the key). Send it with every write the leader makes. */
+  readonly epoch: number;
+  /** Who leads: the candidate that campaigned. */
+  readonly candidate: string;
+  /** What the leader proclaims: the campaign's value, or the last one `proclaim()` set. */
+  readonly value: string;
+  /** Aborted when the term is known lost, before another candidate can be elected — as a
+   * holding's `signal` ({@link Holding.signal}): a renewal or a proclaim refused, the last
+   * lease that counted ran out while renewals failed, or its session may have ended. Never
+   * aborted by `resign()`. */
+  readonly signal: AbortSignal;
+  /**
+   * The leader proclaims `value` from now on (`LOCK.PROCLAIM key epoch value`; its epoch and
+   * lease stay): true when set; false when this term no longer leads — a successor's value is
+   * never overwritten — and then the leadership is lost (its `signal` aborts); false without
+   * asking once lost or resigned. It is synced as a renewal is (`SYNC`, or `NOSYNC` and `WAIT n`
+   * for a fixed `replicas` count, or `NOSYNC` alone with syncing off). Rejects with {@link NotReplicatedError} (`write: 'renewal'`) when the
+   * replicas did not have it in time: the value is set on the master, where a failover may lose
+   * it, and `value` stays the one before; with {@link LostReply} when no reply came.
+   */
+  proclaim(value: string): Promise<boolean>;
+  /** Ends the term (`LOCK.RESIGN key epoch`) and stops renewing it: the first waiting candidate
+   * leads at once, with a larger epoch. True when this term still led; false when it had ended
+   * (another term, or nobody, leads: nothing is changed). */
+  resign(): Promise<boolean>;
+}
+
 /** The module's options for the kind of lock. */
 type Mode = readonly string[];
 
@@ -330,6 +379,94 @@ export function createSemaphore(
   return new LeaseholdLock(new Connection(client), [name], options, mode);
 }
 
+/**
+ * An election (the `LOCK.CAMPAIGN` family): a lock held by its leader, each term with an epoch
+ * (its fencing token). `campaign(value)` waits in line (arrival order, in the server) to lead and
+ * gives the {@link Leadership}: renewed, synced, tied to the client's session and lost-first as
+ * a held lock ({@link LockOptions}), with `proclaim()` and `resign()`. `leader()` and
+ * `observe()` tell anyone who leads.
+ *
+ * @example
+ * ```js
+ * const election = new Election(client, 'cron:leader', { ttl: 15_000, candidate: 'host-a' });
+ * const leadership = await election.campaign('10.0.0.1:8080');
+ * await runJobs({ fencingToken: leadership.epoch, signal: leadership.signal });
+ * await leadership.resign();
+ * ```
+ */
+export class Election {
+  /** The election's key (without ioredis's `keyPrefix`). */
+  readonly name: string;
+  private readonly connection: Connection;
+  /** The key as sent: with ioredis's `keyPrefix`. */
+  private readonly key: string;
+  private readonly writes: Writes;
+
+  constructor(
+    client: Client,
+    name: string,
+    private readonly options: ElectionOptions = {},
+  ) {
+    this.name = name;
+    this.connection = new Connection(client);
+    this.key = this.connection.prefix + name;
+    this.writes = new Writes(this.connection, this.key, options.sync, options.timeoutMargin ?? DEFAULT_MARGIN);
+  }
+
+  /** The candidate every campaign uses, if one was fixed; `undefined`: a new one per campaign
+   * (`leadership.candidate` tells it). */
+  get candidate(): string | undefined {
+    return this.options.candidate;
+  }
+
+  /**
+   * Campaigns to lead, proclaiming `value` (0 to 65 536 bytes; `LOCK.CAMPAIGN key candidate
+   * value ttl [WAIT ms]`): resolves to the leadership once this candidate leads — at once, or
+   * after the candidates that campaigned before it, in arrival order — waiting up to `wait` ms
+   * (`null` when another still leads then; `wait: 0`: no waiting), or as long as it takes. Waits
+   * and retries exactly as a lock's `acquire` ({@link Lock.acquire}): the same pools, sessions,
+   * synced grants and lost-reply recovery.
+   */
+  async campaign(value: string, options: WaitOptions = {}): Promise<Leadership | null> {
+    const { ttl, session, sync, timeoutMargin, candidate } = this.options;
+    const key = this.key;
+    const campaign = new LeaseholdLock(this.connection, [this.name], { ttl, session, sync, timeoutMargin, owner: candidate }, EXCLUSIVE, false,
+      (owner, lease) => ['LOCK.CAMPAIGN', key, owner, value, String(lease)]);
+    const held = await campaign.acquireAs(campaign.ownerForAcquire(), options, true);
+    return held && new Led(held, this.writes, key, value);
+  }
+
+  /** Who leads now (`LOCK.LEADER`), over the client's own connection; nobody: `leader` null,
+   * `epoch` 0. Any exclusive lock's holder counts as a leader, with an empty value. */
+  async leader(): Promise<LeaderState> {
+    return stateOf(await this.connection.send(['LOCK.LEADER', this.key]));
+  }
+
+  /**
+   * Every state of the election — who leads, or nobody — as it changes: the current one first,
+   * then each that differs from the one before (`LOCK.OBSERVE key LAST epoch value BLOCK ms`).
+   * A vacancy is always told before the next leader (even when the next candidate was elected
+   * in the same step as a resignation or a crash); between two states, whole terms may be
+   * missed, never out of order. Each call blocks in the server on a connection of the wait pool
+   * (one per observer, while it waits); a lost reply (a dropped connection) is asked again on a
+   * new one, missing nothing. Ends when `signal` aborts (or the loop is left); rejects on an
+   * error reply or a failed connect.
+   */
+  observe(options: ObserveOptions = {}): AsyncGenerator<LeaderState, void, undefined> {
+    return observe(this.connection, this.key, this.options.timeoutMargin ?? DEFAULT_MARGIN, options.signal);
+  }
+}
+
+/** An election named `name` ({@link Election}): `new Election(client, name, options)`. */
+export function createElection(client: Client, name: string, options: ElectionOptions = {}): Election {
+  return new Election(client, name, options);
+}
+
+/** The words of an acquire as `owner` for a lease of `ttl` ms, before its options (`WAIT`, the
+ * session, `SYNC`): `LOCK.ACQUIRE key owner ttl ...` for a lock, `LOCK.CAMPAIGN key candidate
+ * value ttl` for an election. */
+type AcquireWords = (owner: string, ttl: number) => string[];
+
 class LeaseholdLock implements Lock {
   private readonly keys: Keys;
   private readonly writes: Writes;
@@ -343,6 +480,8 @@ class LeaseholdLock implements Lock {
     private readonly options: LockOptions,
     private readonly mode: Mode,
     set = false,
+    /** The acquire's words (default: `LOCK.ACQUIRE`'s, in this lock's mode). */
+    private readonly words?: AcquireWords,
   ) {
     this.keys = new Keys(names.map((name) => connection.prefix + name), set);
     this.writes = new Writes(connection, this.keys.first, options.sync, options.timeoutMargin ?? DEFAULT_MARGIN);
@@ -359,12 +498,14 @@ class LeaseholdLock implements Lock {
   }
 
   /** The owner of the next acquisition: the fixed one, or a new one. */
-  private ownerForAcquire(): string {
+  ownerForAcquire(): string {
     return this.options.owner ?? randomUUID();
   }
 
   private command(owner: string, waitMs?: number): string[] {
-    const command = acquireCommand(this.keys, owner, this.ttl, this.mode, this.options.reentrant ?? false);
+    const command = this.words
+      ? this.words(owner, this.ttl)
+      : acquireCommand(this.keys, owner, this.ttl, this.mode, this.options.reentrant ?? false);
     if (waitMs !== undefined) command.push('WAIT', String(waitMs));
     return tiedCommand(command, this.tied);
   }
@@ -379,7 +520,7 @@ class LeaseholdLock implements Lock {
 
   /** A grant without waiting, synced; a reply lost on its way back is released in the
    * background (the server may have granted it). */
-  private async tryAs(owner: string, watchdog: boolean): Promise<Holding | null> {
+  private async tryAs(owner: string, watchdog: boolean): Promise<Held | null> {
     for (let retries = 0; ; retries++) {
       const began = Date.now();
       try {
@@ -399,7 +540,9 @@ class LeaseholdLock implements Lock {
     return this.acquireAs(this.ownerForAcquire(), options, this.options.watchdog ?? false);
   }
 
-  private async acquireAs(first: string, options: WaitOptions, watchdog: boolean): Promise<Holding | null> {
+  /** An acquire as `first` (with `wait` left after a grant the replicas lacked on a demoted
+   * master, as a new owner unless it is fixed), its holding watched by `watchdog`. */
+  async acquireAs(first: string, options: WaitOptions, watchdog: boolean): Promise<Held | null> {
     let owner = first;
     const deadline = options.wait === undefined ? undefined : Date.now() + options.wait;
     for (let sessionRetries = 0; ;) {
@@ -443,7 +586,7 @@ class LeaseholdLock implements Lock {
 
   /** The reply to a wait was lost: asks again without waiting, with the same owner (a holder
    * gets its token back). If even that fails, releases in the background. */
-  private async recover(owner: string, watchdog: boolean): Promise<Holding | null> {
+  private async recover(owner: string, watchdog: boolean): Promise<Held | null> {
     try {
       return await this.tryAs(owner, watchdog);
     } catch (error) {
@@ -485,7 +628,7 @@ class LeaseholdLock implements Lock {
    * lease it has left, tied to the client's current session: null when that is refused (or no
    * lease is left: then it is released).
    */
-  private async held(owner: string, grant: Grant, watchdog: boolean, began: number): Promise<Holding | null> {
+  private async held(owner: string, grant: Grant, watchdog: boolean, began: number): Promise<Held | null> {
     const { tokens, tie } = grant;
     if (tokens === null) return null;
     if (began + countedLease(this.ttl) <= Date.now()) {
@@ -572,11 +715,17 @@ class Held implements Holding, Tied {
     }
   }
 
-  async release(): Promise<boolean> {
+  release(): Promise<boolean> {
+    return this.end(this.keys.command('RELEASE', this.owner));
+  }
+
+  /** Stops renewing and ends the holding with `command` (its `LOCK.RELEASE`, or an election's
+   * `LOCK.RESIGN`): true if it was still held. */
+  async end(command: string[]): Promise<boolean> {
     this.released = true;
     this.stop();
     this.untie();
-    return this.keys.whole(await this.writes.connection.send(this.keys.command('RELEASE', this.owner), this.keys.first));
+    return this.keys.whole(await this.writes.connection.send(command, this.keys.first));
   }
 
   async reenter(ttl: number = this.ttl): Promise<Holding | null> {
@@ -742,10 +891,54 @@ class Held implements Holding, Tied {
     clearTimeout(this.expiry);
   }
 
-  private lose(why = 'the lock lease was lost'): void {
+  /** Lost: its signal aborts with `why`, and it is renewed no more. */
+  lose(why = 'the lock lease was lost'): void {
     this.stop();
     this.untie();
     if (!this.lost.signal.aborted) this.lost.abort(new Error(why));
+  }
+}
+
+/** A term of an election: a held lock (its holding renews it, and is lost first) whose token
+ * is the epoch, ended by `LOCK.RESIGN`. */
+class Led implements Leadership {
+  private resigned = false;
+
+  constructor(
+    private readonly held: Held,
+    private readonly writes: Writes,
+    /** The election's key, as sent. */
+    private readonly key: string,
+    public value: string,
+  ) {}
+
+  get epoch(): number {
+    return this.held.token;
+  }
+
+  get candidate(): string {
+    return this.held.owner;
+  }
+
+  get signal(): AbortSignal {
+    return this.held.signal;
+  }
+
+  async proclaim(value: string): Promise<boolean> {
+    if (this.resigned || this.held.signal.aborted) return false;
+    const proclaimed = (reply: unknown): boolean => Number(reply) === 1;
+    const { reply } = await this.writes.renew(['LOCK.PROCLAIM', this.key, String(this.epoch), value], proclaimed);
+    if (!proclaimed(reply)) {
+      this.held.lose(`the leadership was lost: term ${this.epoch} no longer leads (LOCK.PROCLAIM replied ${String(reply)})`);
+      return false;
+    }
+    this.value = value;
+    return true;
+  }
+
+  resign(): Promise<boolean> {
+    this.resigned = true;
+    return this.held.end(['LOCK.RESIGN', this.key, String(this.epoch)]);
   }
 }
 

@@ -100,9 +100,10 @@ export class Writes {
     return this.counted(outcome, outcome.reply !== null, release);
   }
 
-  /** A renewal: the reply. One `applied` that does not count — refused by the server, short of
-   * a fixed count's `WAIT`, or that found no sync connection free within the sync timeout —
-   * rejects with {@link NotReplicatedError}. */
+  /** A renewal (or an election's `LOCK.PROCLAIM`, which the server syncs as a renewal): the
+   * reply. One `applied` that does not count — refused by the server, short of a fixed count's
+   * `WAIT`, or that found no sync connection free within the sync timeout — rejects with {@link
+   * NotReplicatedError}. */
   renew(command: string[], applied: (reply: unknown) => boolean): Promise<Written> {
     return this.write(command, 'renewal', applied);
   }

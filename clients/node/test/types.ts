@@ -7,8 +7,8 @@ import { Cluster, Redis } from 'ioredis';
 import { Cluster as Cluster5, Redis as Redis5 } from 'ioredis5';
 
 import {
-  NotReplicatedError, createLock, createMultiLock, createReadWriteLock, createSemaphore, setPoolSizes, setSessionOptions, type Holding,
-  type PoolSizes, type SessionOptions,
+  Election, NotReplicatedError, createElection, createLock, createMultiLock, createReadWriteLock, createSemaphore, setPoolSizes,
+  setSessionOptions, type ElectionOptions, type Holding, type LeaderState, type Leadership, type PoolSizes, type SessionOptions,
 } from '../dist/index.js';
 
 export async function typed(): Promise<number> {
@@ -43,6 +43,25 @@ export async function typed(): Promise<number> {
     setSessionOptions(cluster, { grace: 2_000 });
     await createLock(cluster, 'order:4').tryAcquire();
   }
+  const electionOptions: ElectionOptions = { ttl: 15_000, candidate: 'host-a', session: true, sync: { timeout: 1_000 } };
+  const election: Election = createElection(nodeRedis, 'cron:leader', electionOptions);
+  const leadership: Leadership | null = await new Election(ioredis, 'cron:leader').campaign('10.0.0.1:8080', { wait: 5_000 });
+  if (leadership) {
+    const epoch: number = leadership.epoch;
+    const value: string = leadership.value;
+    const proclaimed: boolean = await leadership.proclaim(`${value}:${epoch}`);
+    leadership.signal.throwIfAborted();
+    const resigned: boolean = await leadership.resign();
+    void (proclaimed && resigned && leadership.candidate.length);
+  }
+  const now: LeaderState = await election.leader();
+  const leader: string | null = now.leader;
+  for await (const state of election.observe({ signal: AbortSignal.timeout(1_000) })) {
+    const seen: [string | null, number, string, number] = [state.leader, state.epoch, state.value, state.ttl];
+    void seen;
+  }
+  const fixedCandidate: string | undefined = election.candidate;
+  void (leader ?? fixedCandidate);
   const set = await createMultiLock(nodeRedis, ['{order:3}:a', '{order:3}:b']).tryAcquire();
   const tokens: readonly number[] = set?.tokens ?? [];
   const refused = new NotReplicatedError(0, 1);
