@@ -826,7 +826,7 @@ class Leadership(LeadershipBase):
         reply: Any
         try:
             reply = await self.election.redis.execute_command(
-                "LOCK.PROCLAIM", self.name, self.epoch, value)
+                "LOCK.PROCLAIM", self.name, self.epoch, value, self.election.sync.option)
         except ResponseError as error:
             reply = error
         return self._proclaimed(reply, value)

@@ -298,12 +298,14 @@ class Leadership(LeadershipBase):
         ``LockNotOwnedError`` when the term no longer leads — it ended, and another term or
         nobody leads; nothing is changed, :attr:`lost` is set and the watchdog stops —
         ``LockError`` after :meth:`resign`, :class:`leasehold.NotReplicatedError` when the
-        server syncs writes (``lock.sync-writes``) and could not sync it, and the server's
-        error for a value too long."""
+        server could not sync it to its in-sync set (``SYNC``, the default; a fixed replica
+        count sends ``NOSYNC`` and waits for nothing), and the server's error for a value too
+        long."""
         self._check()
         reply: Any
         try:
-            reply = self.election.redis.execute_command("LOCK.PROCLAIM", self.name, self.epoch, value)
+            reply = self.election.redis.execute_command(
+                "LOCK.PROCLAIM", self.name, self.epoch, value, self.election.sync.option)
         except ResponseError as error:
             reply = error
         return self._proclaimed(reply, value)
