@@ -15,7 +15,12 @@
 //! once → release. The seventh client of each class holds exclusively for 2 to 3 leases each
 //! time while the watchdog renews every third of one, writing each third and stopping as soon
 //! as the holding is reported lost. A holder counts on its lease only as far as the last
-//! renewal that counted (`Guard::lease_end`). Now and then a client freezes past its lease while
+//! renewal that counted (`Guard::lease_end`). Each class also holds an election
+//! (`<class>-election`, through the client's `Election`): two candidates campaign in turn, lead
+//! for 1 to 3 leases writing their epoch to the fenced store, and resign — each term a grant of
+//! the election's key, checked with the rest — and an observer follows it with `LOCK.OBSERVE
+//! ... LAST`, across failovers, failing the run if it is ever told a leader right after another
+//! term's leader with no vacancy between. Now and then a client freezes past its lease while
 //! holding (as a `SIGSTOP`ped or GC-paused process would; the clients are threads of this
 //! test, and the freeze blocks the watchdog too) and writes late. A nemesis, at random
 //! moments, each kind once per round in a random order: `kill -9` of the master (it comes back
@@ -93,7 +98,7 @@ use std::time::{Duration, Instant};
 use common::history::{self, FencedStore, Grant, History};
 use common::sentinel::{Group, MASTER_NAME, Persistence, Timing};
 use leasehold_client::redlock::DRIFT_FACTOR;
-use leasehold_client::{Client, Error, Guard, Lock, ReadWriteLock, Sync};
+use leasehold_client::{Client, Election, Error, Guard, Lock, ReadWriteLock, Sync};
 use rand::{
     RngExt, SeedableRng,
     rngs::StdRng,
@@ -243,6 +248,22 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
             thread::spawn(move || client(seed ^ id as u64, kind, &urls, &history, &run))
         })
         .collect();
+    let mut electors = Vec::new();
+    for (class, id) in Class::ALL.into_iter().zip((2_000..).step_by(10)) {
+        for n in 0..CANDIDATES_PER_CLASS {
+            let (urls, history, run) = (
+                group.sentinel_urls(),
+                Arc::clone(&history),
+                Arc::clone(&run),
+            );
+            let seed = seed ^ (id + n);
+            electors.push(thread::spawn(move || {
+                candidate(seed, class, &urls, &history, &run);
+            }));
+        }
+        let (urls, run) = (group.sentinel_urls(), Arc::clone(&run));
+        electors.push(thread::spawn(move || observer(class, &urls, &run)));
+    }
     let crashers: Vec<_> = if kill_clients() {
         Class::ALL
             .into_iter()
@@ -268,6 +289,9 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
     }
     for crasher in crashers {
         crasher.join().expect("crasher thread");
+    }
+    for elector in electors {
+        elector.join().expect("election thread");
     }
     *faults.entry("client stalled past its lease").or_default() +=
         run.stalls.load(Ordering::SeqCst);
@@ -359,6 +383,14 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
             "OUT OF ORDER"
         },
     );
+    let out_of_order = run.out_of_order.load(Ordering::SeqCst);
+    eprintln!(
+        "chaos elections: {} terms (in the grants above, a key per class), {} states told to \
+         observers, {out_of_order} out of order (a leader after another term's, no vacancy \
+         between)",
+        run.terms.load(Ordering::SeqCst),
+        run.observed.load(Ordering::SeqCst),
+    );
     availability(&grants, &designated, history.now_us(), &run);
     if kill_clients() {
         eprintln!(
@@ -387,6 +419,10 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
     assert!(
         replay,
         "the store accepted a token not above an earlier one"
+    );
+    assert_eq!(
+        out_of_order, 0,
+        "an observer missed a vacancy between two terms"
     );
     assert!(designated.len() >= 100, "only {} grants", designated.len());
 }
@@ -545,6 +581,12 @@ struct Run {
     failovers_let_through: AtomicU64,
     /// When a replica was lost for good, until a new one took its place.
     lost_periods: Mutex<Periods>,
+    /// Elections' terms led (each also recorded as a grant of the class's election key).
+    terms: AtomicU64,
+    /// States the elections' observers were told, and how many came out of order: a leader
+    /// right after another term's leader, with no vacancy between.
+    observed: AtomicU64,
+    out_of_order: AtomicU64,
 }
 
 /// Stretches of the run (µs on the history's clock), the last possibly open.
@@ -1053,6 +1095,147 @@ async fn hold(
     }
     renewed?;
     guard.release().await.map(drop)
+}
+
+/// Candidates of each class's election, each campaigning in turn.
+const CANDIDATES_PER_CLASS: u64 = 2;
+
+/// A candidate of the class's election (`<class>-election`, so its terms count with the class's
+/// grants): campaigns (in line for up to [`QUEUE_WAIT`]), leads for one to three leases while the
+/// watchdog renews, writing its epoch to the fenced store each third of a lease, then resigns;
+/// reconnects to the master the Sentinels name after an error. Each term is recorded as a grant
+/// of the election's key, with its epoch as the token.
+fn candidate(seed: u64, class: Class, sentinel_urls: &[String], history: &History, run: &Run) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut sentinel = redis::sentinel::Sentinel::build(sentinel_urls.to_vec()).expect("urls");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let key = format!("{}-election", class.name());
+    let mut last: Option<Client> = None;
+    while !run.stop.load(Ordering::SeqCst) {
+        let Ok((client, server)) = connect_to_master(&mut sentinel, &runtime, last.as_ref()) else {
+            thread::sleep(Duration::from_millis(50));
+            continue;
+        };
+        last = Some(client.clone());
+        let election = Election::new(&client, &key, LEASE).with_sync(class.sync());
+        while !run.stop.load(Ordering::SeqCst) {
+            let lead_for = LEASE * rng.random_range(1..=3);
+            let term = lead(&election, (class, server), lead_for, history, run);
+            if runtime.block_on(term).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+/// One campaign of `election` (of `class`, on the master at port `server`) and, when it wins,
+/// one term of `lead_for`, recorded as a grant.
+async fn lead(
+    election: &Election,
+    (class, server): (Class, u16),
+    lead_for: Duration,
+    history: &History,
+    run: &Run,
+) -> leasehold_client::Result<()> {
+    let stats = run.stats(class);
+    let requested_us = history.now_us();
+    let leadership = match election.campaign_timeout("leader", QUEUE_WAIT).await {
+        Ok(Some(leadership)) => leadership,
+        Ok(None) => return Ok(()),
+        Err(Error::NotReplicated { reason, .. }) => {
+            stats.refused(&reason);
+            return Ok(());
+        }
+        Err(error) => return Err(error),
+    };
+    let acknowledged_us = history.now_us();
+    stats.granted(acknowledged_us - requested_us);
+    run.terms.fetch_add(1, Ordering::SeqCst);
+    let granted_lease_end = leadership.lease_end();
+    let epoch = i64::try_from(leadership.epoch()).expect("below 2^53");
+    let name = election.name().to_owned();
+    let until = tokio::time::Instant::now() + lead_for;
+    while tokio::time::Instant::now() < until {
+        tokio::select! {
+            () = leadership.lost() => {
+                stats.lost.fetch_add(1, Ordering::SeqCst);
+                break;
+            }
+            () = tokio::time::sleep(LEASE / 3) => {
+                if leadership.is_held() {
+                    run.store.write(&name, epoch);
+                }
+            }
+        }
+    }
+    let lease_end_us = history.at_us(leadership.lease_end().into_std());
+    history.record(Grant {
+        lock: name,
+        token: epoch,
+        server,
+        requested_us,
+        acknowledged_us,
+        exclusive: true,
+        held_until_us: history.now_us().min(lease_end_us),
+        renewed: leadership.lease_end() > granted_lease_end,
+    });
+    leadership.resign().await.map(drop)
+}
+
+/// An observer of the class's election: `LOCK.OBSERVE ... LAST epoch value BLOCK 1000` on the
+/// master the Sentinels name, passing what it saw last across reconnections and failovers;
+/// counts the states it is told, and those where a leader follows another term's leader with
+/// no vacancy between (which the server's rule never allows).
+fn observer(class: Class, sentinel_urls: &[String], run: &Run) {
+    let mut sentinel = redis::sentinel::Sentinel::build(sentinel_urls.to_vec()).expect("urls");
+    let key = format!("{}-election", class.name());
+    let mut last: (i64, Vec<u8>) = (0, Vec::new());
+    while !run.stop.load(Ordering::SeqCst) {
+        let Ok((host, port)) = master_address(&mut sentinel) else {
+            thread::sleep(Duration::from_millis(50));
+            continue;
+        };
+        let Ok(mut con) = redis::Client::open(format!("redis://{host}:{port}"))
+            .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(1)))
+        else {
+            thread::sleep(Duration::from_millis(50));
+            continue;
+        };
+        let _ = con.set_read_timeout(Some(Duration::from_secs(3)));
+        while !run.stop.load(Ordering::SeqCst) {
+            let told: redis::RedisResult<Option<std::collections::HashMap<String, Value>>> =
+                redis::cmd("LOCK.OBSERVE")
+                    .arg(&key)
+                    .arg("LAST")
+                    .arg(last.0)
+                    .arg(&last.1)
+                    .arg("BLOCK")
+                    .arg(1_000)
+                    .query(&mut con);
+            let Ok(told) = told else { break };
+            let Some(fields) = told else { continue };
+            let epoch = match fields.get("epoch") {
+                Some(Value::Int(epoch)) => *epoch,
+                _ => 0,
+            };
+            let value = match fields.get("value") {
+                Some(Value::BulkString(value)) => value.clone(),
+                _ => Vec::new(),
+            };
+            run.observed.fetch_add(1, Ordering::SeqCst);
+            if epoch != 0 && last.0 != 0 && epoch != last.0 {
+                run.out_of_order.fetch_add(1, Ordering::SeqCst);
+                eprintln!(
+                    "chaos observer of {key}: term {epoch} right after term {}",
+                    last.0
+                );
+            }
+            last = (epoch, value);
+        }
+    }
 }
 
 /// Holds for `hold` while the watchdog renews, writing each third of a lease; stops as soon as
