@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`make bench`: leasehold's commands side by side with what users run today, in one run on
 the same server, as ratios of medians over several rounds; writes BENCHMARKS.md.
-`--only synced` measures the synced-write sections alone and puts them in place in it.
+`--only synced` and `--only elections` measure those sections alone and put them in place in it.
 
 Throughput comes from redis-benchmark (Debian's redis-tools): pipelined, several clients,
 random keys. Baselines: SET NX PX (the floor any lock can reach), plain DEL, redis-py's
@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import random
+import re
 import shutil
 import socket
 import statistics
@@ -533,7 +534,7 @@ def client_sync_tables(results):
 # token, and sleeps until killed.
 HOLDER = r"""
 import socket, sys, time
-key, session, port = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3])
+key, session, port, command = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3]), sys.argv[4:]
 s = socket.create_connection(("127.0.0.1", port))
 f = s.makefile("rb")
 def call(*args):
@@ -544,7 +545,7 @@ def call(*args):
                 for i in range(int(line[1:]))]
     return line.strip().decode()
 extra = ["SESSION", call("LOCK.SESSION", "OPEN")[0]] if session else []
-print(call("LOCK.ACQUIRE", key, "crashed-holder", "30000", *extra), flush=True)
+print(call(command[0], key, *command[1:], *extra), flush=True)
 time.sleep(3600)
 """
 
@@ -582,16 +583,25 @@ def tied_acquires(way):
     return load
 
 
-def handover_times(server, session, holders):
+# What a crashed holder sent after the key, and what its waiter sends (`handover_times`).
+LOCK_HANDOVER = (["LOCK.ACQUIRE", "crashed-holder", "30000"], ["LOCK.ACQUIRE", "next", "30000", "WAIT", "0"])
+# The same for an election: a leader's campaign, and the next candidate's.
+ELECTION_HANDOVER = (["LOCK.CAMPAIGN", "crashed-leader", "10.0.0.1:80", "30000"],
+                     ["LOCK.CAMPAIGN", "next", "10.0.0.2:80", "30000", "WAIT", "0"])
+
+
+def handover_times(server, session, holders, commands=LOCK_HANDOVER):
     """Kills `holders` holder processes with SIGKILL at once, each holding its own lock (tied
-    to a session or not) with a waiter already blocked in `LOCK.ACQUIRE ... WAIT 0`; returns the
-    ms from each kill to its waiter's grant."""
+    to a session or not) with a waiter already blocked in `... WAIT 0`; returns the ms from each
+    kill to its waiter's grant. `commands` are the holder's and the waiter's commands, each
+    without its key (LOCK_HANDOVER, ELECTION_HANDOVER)."""
     import threading
+    hold, wait_for = commands
     procs = []
     for n in range(holders):
         key = f"handover:{n}"
-        proc = subprocess.Popen([sys.executable, "-c", HOLDER, key, "1" if session else "0", str(server.port)],
-                                stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([sys.executable, "-c", HOLDER, key, "1" if session else "0", str(server.port),
+                                 *hold], stdout=subprocess.PIPE, text=True)
         if not proc.stdout.readline().startswith(":"):
             raise SystemExit("a holder was not granted")
         procs.append((key, proc))
@@ -599,7 +609,7 @@ def handover_times(server, session, holders):
 
     def wait(key):
         with socket.create_connection(("127.0.0.1", server.port)) as con:
-            con.sendall(resp(["LOCK.ACQUIRE", key, "next", "30000", "WAIT", "0"]).encode())
+            con.sendall(resp([wait_for[0], key, *wait_for[1:]]).encode())
             con.recv(64)
             granted[key] = time.monotonic()
 
@@ -618,6 +628,104 @@ def handover_times(server, session, holders):
         proc.wait()
     server.cli("FLUSHALL")
     return [(granted[key] - killed[key]) * 1000 for key, _ in procs]
+
+
+def observe_latencies(server, trials):
+    """`trials` times: one client blocked in `LOCK.OBSERVE key LAST epoch value BLOCK 0` and one
+    subscribed to the key's keyspace notifications (`__keyspace@0__:key`, what a user watching
+    a key by hand would use), each read on a thread of its own, then a `LOCK.PROCLAIM` of a new
+    value on a third connection; the ms from sending the proclaim to each one's reply, as
+    (observe, notification) lists."""
+    import threading
+    key = "observed"
+    server.cli("CONFIG", "SET", "notify-keyspace-events", "Kd")
+    epoch = server.cli("LOCK.CAMPAIGN", key, "leader", "v0", "3600000").strip()
+    observed, notified = [], []
+    with socket.create_connection(("127.0.0.1", server.port)) as writer, \
+            socket.create_connection(("127.0.0.1", server.port)) as subscriber:
+        subscriber.sendall(resp(["SUBSCRIBE", f"__keyspace@0__:{key}"]).encode())
+        reply = b""
+        while reply.count(b"\r\n") < 6:
+            reply += subscriber.recv(4096)
+        for n in range(trials):
+            told = {}
+
+            def observe():
+                with socket.create_connection(("127.0.0.1", server.port)) as con:
+                    con.sendall(resp(["LOCK.OBSERVE", key, "LAST", epoch, f"v{n}", "BLOCK", "0"]).encode())
+                    con.recv(4096)
+                    told["observe"] = time.monotonic()
+
+            def notification():
+                subscriber.recv(4096)
+                told["notification"] = time.monotonic()
+
+            readers = [threading.Thread(target=observe), threading.Thread(target=notification)]
+            for reader in readers:
+                reader.start()
+            while "lock_observers:1" not in server.cli("INFO", "lock"):
+                time.sleep(0.005)
+            sent = time.monotonic()
+            writer.sendall(resp(["LOCK.PROCLAIM", key, epoch, f"v{n + 1}"]).encode())
+            writer.recv(64)
+            for reader in readers:
+                reader.join()
+            observed.append((told["observe"] - sent) * 1000)
+            notified.append((told["notification"] - sent) * 1000)
+    server.cli("FLUSHALL")
+    server.cli("CONFIG", "SET", "notify-keyspace-events", "")
+    return observed, notified
+
+
+def elections(binary):
+    """A leader killed with `kill -9` (its term tied to a session with the server's default
+    grace) while the next candidate waits in `LOCK.CAMPAIGN ... WAIT 0`: 10 rounds of 10, the ms
+    to the next leader; and `LOCK.OBSERVE`'s latency beside a keyspace notification's, 100
+    trials."""
+    server = Server(binary)
+    try:
+        grace = int(server.cli("CONFIG", "GET", "lock.session-grace-ms").split()[-1])
+        print("  elections: next leader after kill -9, 100 trials", file=sys.stderr)
+        replaced = [ms for _ in range(10) for ms in handover_times(server, True, 10, ELECTION_HANDOVER)]
+        print("  elections: LOCK.OBSERVE's latency, 100 trials", file=sys.stderr)
+        observed, notified = observe_latencies(server, 100)
+    finally:
+        server.stop()
+    return grace, replaced, observed, notified
+
+
+def elections_table(grace, replaced, observed, notified):
+    """The Markdown lines of `elections`' results."""
+    row = lambda name, samples, digits: (
+        f"| {name} | {len(samples)} | {percentile(samples, 0.5):,.{digits}f} | "
+        f"{percentile(samples, 0.99):,.{digits}f} | {max(samples):,.{digits}f} |")
+    return [
+        "## Elections: a crashed leader replaced, and observers told",
+        "",
+        f"A leader process campaigns (`LOCK.CAMPAIGN`, its term tied to a session with the server's "
+        f"default grace, {grace} ms) and is killed with `kill -9` while the next candidate waits in "
+        f"`LOCK.CAMPAIGN ... WAIT 0`; the time from the kill to the next candidate's epoch, on Redis "
+        f"7.0, 10 rounds of 10 leaders killed at once. Beside it the documented defaults of the "
+        f"elections users compare ([Elections](docs/elections.md) has the sources).",
+        "",
+        "| how | trials | p50 ms | p99 ms | max ms |",
+        "| --- | ---: | ---: | ---: | ---: |",
+        row(f"leasehold, session grace {grace} ms", replaced, 0),
+        "| etcd `concurrency.Election` (session TTL 60 s) | | 40 000–60 000 | | |",
+        "| client-go `leaderelection` (lease 15 s, retry 2 s) | | ~15 000–17 400 | | |",
+        "| Consul `api.Lock` (session TTL 15 s + lock-delay 15 s) | | ≥ 30 000 | | |",
+        "",
+        "`LOCK.OBSERVE`'s latency: a client blocked in `LOCK.OBSERVE key LAST epoch value BLOCK 0`, "
+        "another subscribed to the key's keyspace notifications (`notify-keyspace-events Kd`, "
+        "the way to watch a key by hand), each read on a thread of its own, and a third sending "
+        "`LOCK.PROCLAIM` of a new value; the ms from sending the proclaim to each one's reply, 100 "
+        "trials (loopback, Python sockets: the figures include Python's own thread switches).",
+        "",
+        "| told by | trials | p50 ms | p99 ms | max ms |",
+        "| --- | ---: | ---: | ---: | ---: |",
+        row("`LOCK.OBSERVE ... BLOCK 0`", observed, 2),
+        row("keyspace notification (`SUBSCRIBE`)", notified, 2),
+    ]
 
 
 def sessions(binary):
@@ -822,20 +930,22 @@ def synced_sections(servers, version):
     ]
 
 
-def rerun_synced(servers, version):
-    """`--only synced`: measures the synced-write sections alone and puts them in place of those
-    in BENCHMARKS.md, saying when and on which commit (the rest keeps its own run's date)."""
-    sections = synced_sections(servers, version)
+def put_in_place(sections, headings, option):
+    """Puts `sections` (Markdown lines) in BENCHMARKS.md in place of the sections whose headings
+    start with one of `headings`, or before `## Rerun` when it has none, with a note that they
+    were measured alone (`scripts/bench.py --only <option>`), when and on which commit; the
+    rest keeps its own run's date."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True, check=True).stdout.strip()
-    note = (f"These two sections were measured alone (`scripts/bench.py --only synced`, "
-            f"{time.strftime('%Y-%m-%d')}, commit {commit}), later than the rest.")
+    note = (f"Measured alone (`scripts/bench.py --only {option}`, {time.strftime('%Y-%m-%d')}, "
+            f"commit {commit}), later than the rest.")
     path = ROOT / "BENCHMARKS.md"
-    text = path.read_text()
-    starts = [text.index(heading) for heading in
-              ("## Synced writes", "## The clients: grants synced") if heading in text]
-    start, end = min(starts), text.index("## Rerun")
-    path.write_text(text[:start] + "\n".join([*sections[:2], note, "", *sections[2:]]) + "\n" + text[end:])
+    chunks = re.split(r"(?m)^(?=## )", path.read_text())
+    ours = [n for n, chunk in enumerate(chunks) if chunk.startswith(tuple(headings))]
+    at = ours[0] if ours else next(n for n, chunk in enumerate(chunks) if chunk.startswith("## Rerun"))
+    kept = [chunk for n, chunk in enumerate(chunks) if n not in ours]
+    kept.insert(at, "\n".join([*sections[:2], note, "", *sections[2:]]) + "\n")
+    path.write_text("".join(kept))
     print("\n".join(sections))
     return 0
 
@@ -846,7 +956,10 @@ def main():
     if sys.argv[1:] == ["--only", "synced"]:
         probe = Server(servers["redis-7.0"])
         probe.stop()
-        return rerun_synced(servers, probe.version)
+        sections = synced_sections(servers, probe.version)
+        return put_in_place(sections, ("## Synced writes", "## The clients: grants synced"), "synced")
+    if sys.argv[1:] == ["--only", "elections"]:
+        return put_in_place(elections_table(*elections(servers["redis-7.0"])), ("## Elections",), "elections")
     server = Server(servers["redis-7.0"])
     valkey = Server(servers["valkey-8.1"])
     plain = Server(servers["redis-7.0"], module=None)
@@ -1087,6 +1200,8 @@ def main():
         *failover_rows,
         "",
         *synced_sections(servers, server.version),
+        *elections_table(*elections(servers["redis-7.0"])),
+        "",
         "## Rerun",
         "",
         "`make bench` (it builds the module in release mode, installs `valgrind` if missing, fetches "
