@@ -944,7 +944,7 @@ def put_in_place(sections, headings, option):
     ours = [n for n, chunk in enumerate(chunks) if chunk.startswith(tuple(headings))]
     at = ours[0] if ours else next(n for n, chunk in enumerate(chunks) if chunk.startswith("## Rerun"))
     kept = [chunk for n, chunk in enumerate(chunks) if n not in ours]
-    kept.insert(at, "\n".join([*sections[:2], note, "", *sections[2:]]) + "\n")
+    kept.insert(at, "\n".join([*sections[:2], note, "", *sections[2:]]).rstrip("\n") + "\n\n")
     path.write_text("".join(kept))
     print("\n".join(sections))
     return 0
