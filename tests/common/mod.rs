@@ -867,3 +867,40 @@ read -r -t 600 _"#
         .unwrap_or_else(|| panic!("{command} got {line:?}"));
     (child, reply)
 }
+
+/// A child process, killed (`SIGKILL`) and reaped when dropped.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs the test `name` of this very test binary in a process of its own, with `url` in the
+/// environment variable `var` (which that test needs to do anything), and waits until it
+/// prints `marker` and a number (`HOLDING <token>`, `LEADING <epoch>`): the process, killed
+/// with `kill -9` when dropped, and the number.
+pub fn test_process(name: &str, (var, url): (&str, &str), marker: &str) -> (Killed, u64) {
+    let exe = std::env::current_exe().expect("this test binary");
+    let child = Command::new(exe)
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(var, url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the test process");
+    let mut child = Killed(child);
+    let stdout = child.0.stdout.take().expect("its stdout");
+    let line = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find(|line| line.contains(marker))
+        .unwrap_or_else(|| panic!("{name} never printed {marker}"));
+    let (_, number) = line.split_once(marker).expect("the marker");
+    (
+        child,
+        number.trim().parse().expect("a number after the marker"),
+    )
+}

@@ -8,8 +8,7 @@
 #[path = "../../../tests/common/mod.rs"]
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -294,16 +293,6 @@ async fn an_observer_is_told_nobody_then_the_leader_its_new_value_nobody_and_the
     assert!(quiet.is_err(), "told {quiet:?}");
 }
 
-/// A child process, killed (`SIGKILL`) and reaped when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Not a test of its own: the leader process of
 /// [`a_leader_killed_with_kill_9_is_replaced_a_grace_later_and_observers_see_the_vacancy_first`],
 /// which runs this test binary again with only this test and [`LEADER_URL`] set. It leads `e`
@@ -349,32 +338,12 @@ async fn a_leader_killed_with_kill_9_is_replaced_a_grace_later_and_observers_see
 {
     let server = Server::start(&[]);
     let mut con = server.client();
-    let exe = std::env::current_exe().expect("this test binary");
-    let child = Command::new(exe)
-        .args([
-            "leader_process",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(LEADER_URL, server.url())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the leader process");
-    let mut child = Killed(child);
-    let stdout = child.0.stdout.take().expect("its stdout");
-    let epoch = tokio::task::spawn_blocking(move || {
-        let lines = BufReader::new(stdout).lines();
-        let line = lines
-            .map_while(Result::ok)
-            .find(|line| line.contains("LEADING "));
-        let line = line.expect("the leader says it leads");
-        let (_, epoch) = line.split_once("LEADING ").expect("LEADING");
-        epoch.trim().parse::<u64>().expect("its epoch")
+    let url = server.url();
+    let (child, epoch) = tokio::task::spawn_blocking(move || {
+        common::test_process("leader_process", (LEADER_URL, &url), "LEADING ")
     })
     .await
-    .expect("reading the leader");
+    .expect("the leader process");
     let told = observed(&server.url(), 3).await;
     let waiting = waiting_candidate(&server.url(), "host-b").await;
     queued(&mut con, "e", 1);

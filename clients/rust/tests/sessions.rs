@@ -12,8 +12,7 @@
 #[path = "../../../tests/common/mod.rs"]
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
 use std::time::Duration;
 
 use common::proxy::LinkProxy;
@@ -173,16 +172,6 @@ fn session_connections(con: &mut redis::Connection) -> Vec<i64> {
         .collect()
 }
 
-/// A child process, killed (`SIGKILL`) and reaped when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Not a test of its own: the holder process of
 /// [`a_holder_killed_with_kill_9_is_handed_over_a_grace_later_not_after_its_lease`], which runs
 /// this test binary again with only this test and [`HOLDER_URL`] set. It takes `k` with a 30 s
@@ -213,32 +202,12 @@ fn holder_process() {
 async fn a_holder_killed_with_kill_9_is_handed_over_a_grace_later_not_after_its_lease() {
     let server = Server::start(&[]);
     let mut con = server.client();
-    let exe = std::env::current_exe().expect("this test binary");
-    let child = Command::new(exe)
-        .args([
-            "holder_process",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(HOLDER_URL, server.url())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the holder process");
-    let mut child = Killed(child);
-    let stdout = child.0.stdout.take().expect("its stdout");
-    let token = tokio::task::spawn_blocking(move || {
-        let lines = BufReader::new(stdout).lines();
-        let line = lines
-            .map_while(Result::ok)
-            .find(|line| line.contains("HOLDING "));
-        let line = line.expect("the holder says it holds the lock");
-        let (_, token) = line.split_once("HOLDING ").expect("HOLDING");
-        token.trim().parse::<u64>().expect("its token")
+    let url = server.url();
+    let (child, token) = tokio::task::spawn_blocking(move || {
+        common::test_process("holder_process", (HOLDER_URL, &url), "HOLDING ")
     })
     .await
-    .expect("reading the holder");
+    .expect("the holder process");
     assert!(tied_to(&mut con, "k").is_some(), "tied to its session");
 
     let waiting = waiter_for_k(&server.url()).await;
