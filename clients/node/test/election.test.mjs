@@ -11,11 +11,10 @@
 // the candidate waits on, and the observer sees no change; and ioredis's keyPrefix.
 
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { after, afterEach, before, describe, it } from 'node:test';
 
 import { Election, NotReplicatedError, createElection, setSessionOptions } from '../dist/index.js';
-import { CLIENTS, NEWEST, close, freePort, lockInfo, stallingProxy, startServer, until, waiters } from './helpers.mjs';
+import { CLIENTS, NEWEST, childProcess, close, freePort, lockInfo, stallingProxy, startServer, until, waiters } from './helpers.mjs';
 
 const GRACE = 500;
 /** How long after a blip the leader must keep its term: the server's default grace. */
@@ -56,25 +55,8 @@ const nobody = { leader: null, epoch: 0, value: '' };
 /** A child process that leads `name` with a 30 s lease through `label`'s client and a 500 ms
  * session grace, and sleeps; resolves once it leads, with the process and its epoch. */
 async function leaderProcess(label, name) {
-  const code = `
-    import { CLIENTS } from ${JSON.stringify(new URL('./helpers.mjs', import.meta.url).href)};
-    import { Election, setSessionOptions } from ${JSON.stringify(new URL('../dist/index.js', import.meta.url).href)};
-    const client = await CLIENTS[process.env.LABEL](Number(process.env.PORT));
-    setSessionOptions(client, { grace: ${GRACE} });
-    const leadership = await new Election(client, process.env.NAME, { ttl: 30_000, candidate: 'killed' }).campaign('child', { wait: 0 });
-    process.stdout.write(leadership.epoch + '\\n');
-    setInterval(() => {}, 60_000);
-  `;
-  const child = spawn(process.execPath, ['--input-type=module', '-e', code], {
-    env: { ...process.env, LABEL: label, PORT: String(server.port), NAME: name },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  child.stdout.setEncoding('utf8');
-  const line = await new Promise((resolve, reject) => {
-    child.stdout.once('data', resolve);
-    child.once('exit', (code) => reject(new Error(`the leader process exited (${code}) before it led`)));
-  });
-  return { child, epoch: Number(line.trim()) };
+  const { child, number } = await childProcess(label, server.port, GRACE, `return (await new dist.Election(client, ${JSON.stringify(name)}, { ttl: 30_000, candidate: 'killed' }).campaign('child', { wait: 0 })).epoch;`, 'leader');
+  return { child, epoch: number };
 }
 
 for (const [label, connect] of Object.entries(CLIENTS)) {

@@ -225,3 +225,32 @@ export async function infoField(admin, name) {
   const info = await admin.call('INFO');
   return Number(new RegExp(`^${name}:(\\d+)`, 'm').exec(info)[1]);
 }
+
+/**
+ * A child process that runs `body` — a module with `client` (of `label`'s library, connected to
+ * `port`, with a session grace of `grace` ms) and `dist` (the package) in scope, which takes
+ * something and ends with the number to report — then prints that number and sleeps: resolves
+ * once it printed, with the process and the number (a token, an epoch). `what` names it in the
+ * error when it exits first.
+ */
+export async function childProcess(label, port, grace, body, what) {
+  const code = `
+    import { CLIENTS } from ${JSON.stringify(new URL('./helpers.mjs', import.meta.url).href)};
+    import * as dist from ${JSON.stringify(new URL('../dist/index.js', import.meta.url).href)};
+    const client = await CLIENTS[process.env.LABEL](Number(process.env.PORT));
+    dist.setSessionOptions(client, { grace: ${grace} });
+    const number = await (async () => { ${body} })();
+    process.stdout.write(number + '\\n');
+    setInterval(() => {}, 60_000);
+  `;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', code], {
+    env: { ...process.env, LABEL: label, PORT: String(port) },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  child.stdout.setEncoding('utf8');
+  const line = await new Promise((resolve, reject) => {
+    child.stdout.once('data', resolve);
+    child.once('exit', (code) => reject(new Error(`the ${what} process exited (${code}) first`)));
+  });
+  return { child, number: Number(line.trim()) };
+}

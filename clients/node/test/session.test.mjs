@@ -12,11 +12,10 @@
 // server's 3 s grace, and the waiter waits on.
 
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { after, afterEach, before, describe, it } from 'node:test';
 
 import { createLock, createMultiLock, setSessionOptions } from '../dist/index.js';
-import { CLIENTS, NEWEST, close, freePort, lockInfo, stallingProxy, startServer, until, waiters } from './helpers.mjs';
+import { CLIENTS, NEWEST, childProcess, close, freePort, lockInfo, stallingProxy, startServer, until, waiters } from './helpers.mjs';
 
 const GRACE = 500;
 /** How long after a blip the holder must keep its lock: the server's default grace. */
@@ -75,25 +74,8 @@ async function pending(promise) {
 /** A child process that takes `name` with a 30 s lease through `label`'s client and a 500 ms
  * session grace, and sleeps; resolves once it holds it, with the process and its token. */
 async function holderProcess(label, name) {
-  const code = `
-    import { CLIENTS } from ${JSON.stringify(new URL('./helpers.mjs', import.meta.url).href)};
-    import { createLock, setSessionOptions } from ${JSON.stringify(new URL('../dist/index.js', import.meta.url).href)};
-    const client = await CLIENTS[process.env.LABEL](Number(process.env.PORT));
-    setSessionOptions(client, { grace: ${GRACE} });
-    const holding = await createLock(client, process.env.NAME, { ttl: 30_000 }).tryAcquire();
-    process.stdout.write(holding.token + '\\n');
-    setInterval(() => {}, 60_000);
-  `;
-  const child = spawn(process.execPath, ['--input-type=module', '-e', code], {
-    env: { ...process.env, LABEL: label, PORT: String(server.port), NAME: name },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  child.stdout.setEncoding('utf8');
-  const line = await new Promise((resolve, reject) => {
-    child.stdout.once('data', resolve);
-    child.once('exit', (code) => reject(new Error(`the holder process exited (${code}) before it held the lock`)));
-  });
-  return { child, token: Number(line.trim()) };
+  const { child, number } = await childProcess(label, server.port, GRACE, `return (await dist.createLock(client, ${JSON.stringify(name)}, { ttl: 30_000 }).tryAcquire()).token;`, 'holder');
+  return { child, token: number };
 }
 
 for (const [label, connect] of Object.entries(CLIENTS)) {
