@@ -1032,14 +1032,8 @@ async fn hold(
         lock.try_acquire(LEASE).await
     };
     let stats = run.stats(attempt.class);
-    let guard = match acquired {
-        Ok(Some(guard)) => guard,
-        Ok(None) => return Ok(()),
-        Err(Error::NotReplicated { reason, .. }) => {
-            stats.refused(&reason);
-            return Ok(());
-        }
-        Err(error) => return Err(error),
+    let Some(guard) = granted_or_refused(acquired, stats)? else {
+        return Ok(());
     };
     let acknowledged_us = history.now_us();
     stats.granted(acknowledged_us - requested_us);
@@ -1097,6 +1091,21 @@ async fn hold(
     guard.release().await.map(drop)
 }
 
+/// What an acquire or a campaign came to: its holding, none (busy, or `NotReplicated`, which
+/// `stats` counts), or the error that ends the connection.
+fn granted_or_refused<T>(
+    acquired: leasehold_client::Result<Option<T>>,
+    stats: &ClassStats,
+) -> leasehold_client::Result<Option<T>> {
+    match acquired {
+        Err(Error::NotReplicated { reason, .. }) => {
+            stats.refused(&reason);
+            Ok(None)
+        }
+        other => other,
+    }
+}
+
 /// Candidates of each class's election, each campaigning in turn.
 const CANDIDATES_PER_CLASS: u64 = 2;
 
@@ -1142,14 +1151,9 @@ async fn lead(
 ) -> leasehold_client::Result<()> {
     let stats = run.stats(class);
     let requested_us = history.now_us();
-    let leadership = match election.campaign_timeout("leader", QUEUE_WAIT).await {
-        Ok(Some(leadership)) => leadership,
-        Ok(None) => return Ok(()),
-        Err(Error::NotReplicated { reason, .. }) => {
-            stats.refused(&reason);
-            return Ok(());
-        }
-        Err(error) => return Err(error),
+    let campaign = election.campaign_timeout("leader", QUEUE_WAIT).await;
+    let Some(leadership) = granted_or_refused(campaign, stats)? else {
+        return Ok(());
     };
     let acknowledged_us = history.now_us();
     stats.granted(acknowledged_us - requested_us);
