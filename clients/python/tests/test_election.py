@@ -404,3 +404,25 @@ async def test_asyncio_the_watchdog_renews_and_a_closed_session_is_lost(server, 
     assert again.epoch > leadership.epoch, "lost: a new campaign may begin"
     await again.resign()
     await aclose(client)
+
+
+def test_a_leader_cut_off_longer_than_the_grace_learns_it_lost_before_the_next_leads(
+        server, cutting, admin, name):
+    leader = leasehold.Election(sessions_client(cutting.port), name, ttl=30).campaign(b"a")
+    assert leader is not None
+    lost_at: List[float] = []
+    watcher = threading.Thread(
+        target=lambda: leader.lost.wait(10) and lost_at.append(time.monotonic()))
+    watcher.start()
+    waiting = Campaigner(leasehold.Election(redis.Redis(port=server.port), name, ttl=30), b"b")
+    wait_until(lambda: waiters(admin, name) == 1)
+    cutting.cut_all()
+    cut_at = time.monotonic()
+    successor = waiting.join()
+    watcher.join()
+    assert lost_at, "the leader was told"
+    assert lost_at[0] < waiting.led_at, "the leader learns first"
+    assert GRACE - 0.05 < waiting.led_at - cut_at < GRACE + 0.1
+    assert successor.epoch > leader.epoch
+    cutting.restore()
+    successor.resign()

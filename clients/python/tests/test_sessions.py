@@ -11,7 +11,6 @@ tied then names no session."""
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,8 +24,8 @@ import redis.asyncio
 
 import leasehold
 import leasehold.asyncio
-from conftest import (ROOT, Waiter, aclose, as_map, close_listener, free_port, info, probe,
-                      wait_until, waiters)
+from conftest import (ROOT, Waiter, aclose, as_map, free_port, info, probe, wait_until,
+                      waiters)
 
 GRACE = 0.5
 
@@ -51,77 +50,6 @@ def sessions_client(port: int, grace: float = GRACE, **kwargs) -> redis.Redis:
 #: heartbeat late on a loaded machine (``make test`` runs four files at once beside Sentinel
 #: tests) does not end the session they keep. They wait longer than it still.
 LONG_GRACE = GRACE * 3
-
-
-class CuttingProxy:
-    """A TCP proxy to the server whose connections can all be cut at once, both ways, and new
-    ones refused until :meth:`restore`: the server sees them close, the client cannot reach it."""
-
-    def __init__(self, port: int) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.target = port
-        self.cut = False
-        self.sockets = []
-        self.guard = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            with self.guard:
-                if self.cut:
-                    client.close()
-                    continue
-                upstream = socket.create_connection(("127.0.0.1", self.target))
-                self.sockets += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
-
-    @staticmethod
-    def _pump(source, sink) -> None:
-        while True:
-            try:
-                data = source.recv(65536)
-                if not data:
-                    break
-                sink.sendall(data)
-            except OSError:
-                break
-        for end in (source, sink):
-            try:
-                end.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def cut_all(self) -> None:
-        with self.guard:
-            self.cut = True
-            for end in self.sockets:
-                try:
-                    end.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                end.close()
-            self.sockets = []
-
-    def restore(self) -> None:
-        with self.guard:
-            self.cut = False
-
-    def close(self) -> None:
-        self.cut_all()
-        close_listener(self.listener)
-
-
-@pytest.fixture
-def cutting(server):
-    proxy = CuttingProxy(server.port)
-    yield proxy
-    proxy.close()
 
 
 HOLDER = """
