@@ -53,29 +53,59 @@ fn at_sentinels_defaults_a_dead_master_is_replaced_with_every_counted_lock() {
     replaced_within_redis_and_10_s(Timing::DEFAULT);
 }
 
-/// An election's term survives a failover with `timing`: the campaign replied once the in-sync
-/// set had it, so the replica the Sentinels promote has the leader, its epoch and its value;
-/// an observer that saw the term is told nothing new there; the term proclaims and resigns by
-/// its epoch on the new master, and the next campaign's epoch is larger.
+/// An election's term survives a failover with `timing`: server 1, which Sentinel prefers
+/// (`replica-priority 1`), has its link to the master cut until its lease ends and it leaves
+/// the in-sync set; a campaign then replies once the set (server 2) has it; the master is
+/// killed, and the Sentinels promote server 2, not the preferred replica without the term. The
+/// new master has the leader, its epoch and its value; an observer that saw the term is told
+/// nothing new there; the term proclaims and resigns by its epoch there, and the next
+/// campaign's epoch is larger.
 fn a_term_survives_a_failover(timing: Timing) {
     let history = Arc::new(History::new());
     let mut group = Group::with(&history, &[], timing);
     wait_learned(&group, 0, timing);
+    let mut one = group.servers[1].client();
+    call(&mut one, &["CONFIG", "SET", "replica-priority", "1"]);
+    group.cut_link(1);
+    let lease_ends = Duration::from_millis(timing.down_after_ms + 20_000);
+    wait_within(lease_ends, "the cut-off replica's lease ended", || {
+        info_field(&mut one, "lock", "lock_insync_promotable").as_deref() == Some("0")
+    });
     let mut master = group.servers[0].client();
-    let campaign = |con: &mut redis::Connection, candidate: &str| -> i64 {
-        let reply = call(
-            con,
-            &["LOCK.CAMPAIGN", "leader", candidate, candidate, "600000"],
-        );
-        redis::from_redis_value(reply).expect("an epoch")
+    let cut_off = group.addresses[1].to_string();
+    wait_until(
+        "the master dropped the cut-off replica from its set",
+        || {
+            info_field(&mut master, "lock", "lock_insync_members")
+                .is_some_and(|members| !members.is_empty() && !members.contains(cut_off.as_str()))
+        },
+    );
+    // The new master has no member to sync to (server 1 is cut off, server 0 dead): what is
+    // written there afterwards says NOSYNC.
+    let campaign = |con: &mut redis::Connection, candidate: &str, sync: &str| -> i64 {
+        let words = [
+            "LOCK.CAMPAIGN",
+            "leader",
+            candidate,
+            candidate,
+            "600000",
+            sync,
+        ];
+        redis::from_redis_value(call(con, &words)).expect("an epoch")
     };
-    let first = campaign(&mut master, "alice");
+    let first = campaign(&mut master, "alice", "SYNC");
     let seen = call(&mut master, &["LOCK.LEADER", "leader"]);
 
     group.kill(0);
     let within = Duration::from_millis(timing.down_after_ms + 13_000);
     assert!(group.wait_for_failover(0, within), "{}", group.describe());
     let promoted = group.master().expect("a master");
+    assert_eq!(
+        promoted,
+        2,
+        "the member, not the preferred replica: {}",
+        group.describe()
+    );
     let mut con = group.servers[promoted].client();
     wait_until("the promoted replica reports the master role", || {
         info_field(&mut con, "replication", "role").as_deref() == Some("master")
@@ -96,14 +126,18 @@ fn a_term_survives_a_failover(timing: Timing) {
         redis::Value::Nil,
         "an observer is told nothing new"
     );
-    let proclaimed = call(&mut con, &["LOCK.PROCLAIM", "leader", &epoch, "alice-2"]);
+    let proclaimed = call(
+        &mut con,
+        &["LOCK.PROCLAIM", "leader", &epoch, "alice-2", "NOSYNC"],
+    );
     assert_eq!(proclaimed, redis::Value::Int(1));
     assert_eq!(
         call(&mut con, &["LOCK.RESIGN", "leader", &epoch]),
         redis::Value::Int(1)
     );
-    let second = campaign(&mut con, "bob");
+    let second = campaign(&mut con, "bob", "NOSYNC");
     assert!(second > first, "{second} after {first}");
+    group.heal();
 }
 
 /// `LOCK.LEADER`'s map without the lease left, which moves.
