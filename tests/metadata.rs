@@ -272,16 +272,21 @@ fn the_lock_acl_category_covers_every_command_where_supported() {
         [
             "lock.acquire",
             "lock.apply",
+            "lock.campaign",
             "lock.fence",
             "lock.info",
             "lock.insync",
+            "lock.leader",
             "lock.macquire",
             "lock.mrelease",
             "lock.mrenew",
+            "lock.observe",
+            "lock.proclaim",
             "lock.promotable",
             "lock.raise",
             "lock.release",
             "lock.renew",
+            "lock.resign",
             "lock.session"
         ]
     );
