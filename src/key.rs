@@ -150,9 +150,12 @@ impl LockKey {
         ok_or_error(status, "ERR could not set the lease")
     }
 
-    /// The lease left in ms (what `PTTL` replies), or `None` for a key without expiry.
+    /// The lease left in ms (what `PTTL` replies), or `None` for a key without expiry, or with
+    /// no lock (Redis 8.2's `RedisModule_GetExpire` reads the value before it checks there is
+    /// one, and crashes on an empty key).
     #[must_use]
     pub fn remaining_ms(&self) -> Option<i64> {
+        self.value()?;
         let key = self.key?;
         let get = unsafe { raw::RedisModule_GetExpire }?;
         let remaining = unsafe { get(key.as_ptr()) };

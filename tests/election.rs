@@ -382,6 +382,44 @@ fn observers_learn_of_a_deleted_or_flushed_election_and_time_out_with_null() {
 }
 
 #[test]
+fn observers_learn_of_a_resignation_nobody_waited_for_and_of_a_lease_that_ran_out() {
+    let server = Server::start(&[]);
+    let mut con = server.client();
+    let epoch = campaign(&mut con, "alone", "alice", "x", &[]).expect("leads");
+    let watcher = observer(
+        &server,
+        "alone",
+        &leader(&mut con, "alone").expect("alice"),
+        1,
+    );
+    observing(&mut con, 1);
+    // The release deletes the key; the observer is told while it is gone.
+    assert_eq!(
+        call(&mut con, &["LOCK.RESIGN", "alone", &epoch.to_string()]),
+        Value::Int(1)
+    );
+    assert_eq!(watcher.join().expect("observer")[0].1, nobody());
+
+    let short = call(&mut con, &["LOCK.CAMPAIGN", "short", "bob", "y", "300"]);
+    assert!(matches!(short, Value::Int(_)), "{short:?}");
+    let watcher = observer(
+        &server,
+        "short",
+        &leader(&mut con, "short").expect("bob"),
+        1,
+    );
+    assert_eq!(
+        watcher.join().expect("observer")[0].1,
+        nobody(),
+        "the lease ran out"
+    );
+    assert_eq!(
+        call(&mut con, &["PING"]),
+        Value::SimpleString("PONG".into())
+    );
+}
+
+#[test]
 fn bad_input_is_refused_and_changes_nothing() {
     let server = Server::start(&[]);
     let mut con = server.client();
