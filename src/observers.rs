@@ -25,11 +25,19 @@ type Last = (u64, Box<[u8]>);
 /// An observed key: its database and name.
 type Place = (i32, Box<[u8]>);
 
-/// Every observer: by key, and what each saw.
+/// Every observer: by database and key name (looked up by a key's bytes, with no copy, on
+/// every write while anyone observes), and where each observes and what it saw.
 #[derive(Default)]
 struct Observers {
-    by_key: HashMap<Place, Vec<Blocked>>,
+    by_key: HashMap<i32, HashMap<Box<[u8]>, Vec<Blocked>>>,
     watching: HashMap<Blocked, (Place, Last)>,
+}
+
+impl Observers {
+    /// The observers of `key` of `db`, if any.
+    fn of(&self, db: i32, key: &[u8]) -> Option<&Vec<Blocked>> {
+        self.by_key.get(&db)?.get(key)
+    }
 }
 
 static OBSERVERS: LazyLock<Mutex<Observers>> = LazyLock::new(Mutex::default);
@@ -50,24 +58,24 @@ pub fn count() -> usize {
 /// Whether anyone observes `key` of `db`.
 #[must_use]
 pub fn watched(db: i32, key: &[u8]) -> bool {
-    count() > 0 && observers().by_key.contains_key(&(db, Box::from(key)))
+    count() > 0 && observers().of(db, key).is_some()
 }
 
 /// Every key observed, with its database (`FLUSHALL` and `FLUSHDB` look at them all).
 #[must_use]
 pub fn keys() -> Vec<Place> {
-    observers().by_key.keys().cloned().collect()
+    let observers = observers();
+    let keys = observers.by_key.iter();
+    keys.flat_map(|(db, keys)| keys.keys().map(|key| (*db, key.clone())))
+        .collect()
 }
 
 /// `blocked` observes `key` of `db`, having seen `last` (epoch 0: nobody led).
 pub fn watch(blocked: Blocked, db: i32, key: &[u8], last: (u64, &[u8])) {
-    let place = (db, Box::from(key));
+    let place: Place = (db, Box::from(key));
     let mut observers = observers();
-    observers
-        .by_key
-        .entry(place.clone())
-        .or_default()
-        .push(blocked);
+    let keys = observers.by_key.entry(db).or_default();
+    keys.entry(place.1.clone()).or_default().push(blocked);
     let last = (last.0, Box::from(last.1));
     if observers.watching.insert(blocked, (place, last)).is_none() {
         COUNT.fetch_add(1, Ordering::Relaxed);
@@ -80,11 +88,18 @@ fn forget(observers: &mut Observers, blocked: Blocked) {
         return;
     };
     COUNT.fetch_sub(1, Ordering::Relaxed);
-    if let Some(waiting) = observers.by_key.get_mut(&place) {
+    let (db, key) = place;
+    let Some(keys) = observers.by_key.get_mut(&db) else {
+        return;
+    };
+    if let Some(waiting) = keys.get_mut(&key) {
         waiting.retain(|other| *other != blocked);
         if waiting.is_empty() {
-            observers.by_key.remove(&place);
+            keys.remove(&key);
         }
+    }
+    if keys.is_empty() {
+        observers.by_key.remove(&db);
     }
 }
 
@@ -94,7 +109,7 @@ fn forget(observers: &mut Observers, blocked: Blocked) {
 pub fn wake(db: i32, key: &[u8], lock: Option<&Lock>, ttl_ms: Option<i64>) {
     let now = Leadership::of(lock);
     let mut observers = observers();
-    let Some(blocked) = observers.by_key.get(&(db, Box::from(key))).cloned() else {
+    let Some(blocked) = observers.of(db, key).cloned() else {
         return;
     };
     for blocked in blocked {

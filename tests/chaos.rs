@@ -98,7 +98,7 @@ use std::time::{Duration, Instant};
 use common::history::{self, FencedStore, Grant, History};
 use common::sentinel::{Group, MASTER_NAME, Persistence, Timing};
 use leasehold_client::redlock::DRIFT_FACTOR;
-use leasehold_client::{Client, Election, Error, Guard, Lock, ReadWriteLock, Sync};
+use leasehold_client::{Client, Election, Error, Lock, ReadWriteLock, Sync};
 use rand::{
     RngExt, SeedableRng,
     rngs::StdRng,
@@ -1068,7 +1068,8 @@ async fn hold(
             other => other.map(drop),
         }
     } else {
-        work_while_held(&guard, attempt.hold, write, stats).await;
+        let held = (|| guard.lost(), || guard.is_held());
+        work_while_held(held, attempt.hold, write, stats).await;
         Ok(())
     };
     // The client stops counting on the lock when it sends the release, or when the lease it
@@ -1161,20 +1162,11 @@ async fn lead(
     let granted_lease_end = leadership.lease_end();
     let epoch = i64::try_from(leadership.epoch()).expect("below 2^53");
     let name = election.name().to_owned();
-    let until = tokio::time::Instant::now() + lead_for;
-    while tokio::time::Instant::now() < until {
-        tokio::select! {
-            () = leadership.lost() => {
-                stats.lost.fetch_add(1, Ordering::SeqCst);
-                break;
-            }
-            () = tokio::time::sleep(LEASE / 3) => {
-                if leadership.is_held() {
-                    run.store.write(&name, epoch);
-                }
-            }
-        }
-    }
+    let write = || {
+        run.store.write(&name, epoch);
+    };
+    let held = (|| leadership.lost(), || leadership.is_held());
+    work_while_held(held, lead_for, write, stats).await;
     let lease_end_us = history.at_us(leadership.lease_end().into_std());
     history.record(Grant {
         lock: name,
@@ -1242,18 +1234,24 @@ fn observer(class: Class, sentinel_urls: &[String], run: &Run) {
     }
 }
 
-/// Holds for `hold` while the watchdog renews, writing each third of a lease; stops as soon as
-/// the holding is reported lost (and counts it).
-async fn work_while_held(guard: &Guard, hold: Duration, write: impl Fn(), stats: &ClassStats) {
+/// Holds for `hold` while the watchdog renews — a lock's guard or an election's leadership,
+/// given as its `lost` signal and its `is_held` — writing each third of a lease; stops as soon
+/// as the holding is reported lost (and counts it).
+async fn work_while_held<L: Future<Output = ()>>(
+    (lost, is_held): (impl Fn() -> L, impl Fn() -> bool),
+    hold: Duration,
+    write: impl Fn(),
+    stats: &ClassStats,
+) {
     let until = tokio::time::Instant::now() + hold;
     while tokio::time::Instant::now() < until {
         tokio::select! {
-            () = guard.lost() => {
+            () = lost() => {
                 stats.lost.fetch_add(1, Ordering::SeqCst);
                 return;
             }
             () = tokio::time::sleep(LEASE / 3) => {
-                if guard.is_held() {
+                if is_held() {
                     write();
                 }
             }

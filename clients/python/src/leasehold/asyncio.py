@@ -859,18 +859,7 @@ class Election(ElectionBase):
     ``RedisCluster`` or ``ConnectionPool``): ``await campaign(value)``, ``await leader()``,
     ``async for state in observe()``."""
 
-    def __init__(
-        self,
-        redis: Any,
-        name: Any,
-        candidate: Optional[str] = None,
-        ttl: Number = DEFAULT_LEASE,
-        *,
-        sync: Sync = Sync(),
-    ) -> None:
-        if isinstance(redis, redis_asyncio.ConnectionPool):
-            redis = redis_asyncio.Redis(connection_pool=redis)
-        super().__init__(redis, name, candidate, ttl, sync=sync)
+    pooled = (redis_asyncio.ConnectionPool, redis_asyncio.Redis)
 
     async def campaign(
         self, value: Value = b"", timeout: Optional[Number] = None

@@ -151,12 +151,6 @@ class Candidacy(Campaigning, Lock):
         self.value = value
 
 
-def client_of(client: Any) -> Any:
-    """A redis-py client for ``client``: itself, or a ``redis.Redis`` on it when it is a
-    ``redis.ConnectionPool``."""
-    if isinstance(client, redis.ConnectionPool):
-        return redis.Redis(connection_pool=client)
-    return client
 
 
 class ElectionBase:
@@ -181,7 +175,7 @@ class ElectionBase:
         Sessions are the client's (:func:`leasehold.configure_sessions`: on by default).
         ``LockError`` for a ttl under 1 ms."""
         to_ms(ttl, "ttl")
-        self.redis = redis
+        self.redis = self._client_of(redis)
         self.name = name
         self.candidate = candidate if candidate is not None else new_owner()
         self.ttl = ttl
@@ -189,6 +183,14 @@ class ElectionBase:
         self._guard = threading.Lock()
         self._campaigning = False
         self._leading: Any = None
+
+    #: The connection pool class a client may be given as, and the client made on it.
+    pooled: Any = (redis.ConnectionPool, redis.Redis)
+
+    def _client_of(self, client: Any) -> Any:
+        """A client for ``client``: itself, or one made on it when it is a connection pool."""
+        pool, made = self.pooled
+        return made(connection_pool=client) if isinstance(client, pool) else client
 
     def _begin(self) -> None:
         """A campaign begins: ``LockError`` when one of this object is under way, or its
@@ -347,20 +349,6 @@ class Election(ElectionBase):
     connection closed, see :func:`leasehold.configure_sessions`), its grant synced to the
     master's in-sync replicas before it counts (``sync``, :class:`leasehold.Sync`), renewed by
     the watchdog until resigned or lost. One campaign at a time per object."""
-
-    def __init__(
-        self,
-        redis: Any,
-        name: Any,
-        candidate: Optional[str] = None,
-        ttl: Number = DEFAULT_LEASE,
-        *,
-        sync: Sync = Sync(),
-    ) -> None:
-        """As :class:`ElectionBase`: a ``redis.Redis`` (or ``RedisCluster``, or a
-        ``redis.ConnectionPool``), the key, the candidate (default a random id), the ttl in
-        seconds (default 30), ``sync``."""
-        super().__init__(client_of(redis), name, candidate, ttl, sync=sync)
 
     def campaign(self, value: Value = b"", timeout: Optional[Number] = None) -> Optional[Leadership]:
         """Campaigns with ``value`` (what the leader proclaims, 0 to 65 536 bytes; its address,
