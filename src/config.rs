@@ -72,8 +72,10 @@ pub fn sync_timeout_ms() -> u64 {
 }
 
 /// `lock.allow-unsafe-promotion`: when `yes`, the next promotion the module would refuse — of a
-/// replica outside its master's in-sync set, or `FAILOVER` under Sentinel — goes through, and the setting turns itself back to `no` (`no` by default).
-/// For a person who must promote such a server anyway.
+/// replica outside its master's in-sync set, or `FAILOVER` under Sentinel — goes through, and the
+/// setting turns itself back to `no` (`no` by default); meanwhile the replica shows Sentinel its
+/// operator's `replica-priority`, so that `SENTINEL FAILOVER` may pick it. For a person who must
+/// promote such a server anyway.
 pub static ALLOW_UNSAFE_PROMOTION: AtomicBool = AtomicBool::new(false);
 
 /// `lock.session-grace-ms`: how long a session outlives its connection when `LOCK.SESSION OPEN`
@@ -140,6 +142,11 @@ pub fn insync_timing(lease_ms: u64) -> Timing {
 /// `yes`.
 pub fn take_unsafe_promotion() -> bool {
     ALLOW_UNSAFE_PROMOTION.swap(false, Ordering::Relaxed)
+}
+
+/// Whether `lock.allow-unsafe-promotion` is `yes` now (not taken).
+pub fn unsafe_promotion_allowed() -> bool {
+    ALLOW_UNSAFE_PROMOTION.load(Ordering::Relaxed)
 }
 
 /// `lock.min-insync-replicas` as a count.

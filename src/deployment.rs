@@ -1,20 +1,44 @@
 //! What the module learns of the deployment it runs in (the rules:
 //! [`leasehold_core::deployment`]): the Sentinels' hellos, which the command filter sees
-//! ([`crate::promotion`]); each Sentinel's `down-after-milliseconds`, asked on the probes'
-//! thread ([`crate::probes`]); and in Redis Cluster this server's `cluster-node-timeout`, read
-//! on every look. The failover time that results sets the in-sync set's lease
-//! ([`crate::insync`]). It is logged when it changes, with where it came from, shown by
-//! `INFO lock`, and kept across restarts ([`crate::state_file`]).
+//! ([`crate::filter`]); what each Sentinel says of the group (`SENTINEL MASTER`: its
+//! `down-after-milliseconds`, the master it names), asked on the probes' thread
+//! ([`crate::probes`]); and in Redis Cluster this server's `cluster-node-timeout`, read on every
+//! look. The failover time that results sets the in-sync set's lease ([`crate::insync`]). It is
+//! logged when it changes, with where it came from, shown by `INFO lock`, and kept across
+//! restarts ([`crate::state_file`]).
+//!
+//! **Which Sentinels are believed.** A hello or a connection's name is anyone's to send, so
+//! neither is believed on its own. A Sentinel is *verified* when it has a command link to this
+//! server — a connection named `sentinel-<8 hex digits>-cmd`, as every Sentinel names its own
+//! (`CLIENT LIST`) — whose ACL user may run `SLAVEOF` (`ACL DRYRUN`): what Sentinel runs to fail
+//! over, and what lets a client make the server replicate from any address, so a client that
+//! could forge such a link gains nothing through the module. A hello counts only when its run
+//! id begins with a verified link's 8 digits, and the Sentinel is asked at the address that
+//! link comes from (the kernel's word, never the hello's) and the port the hello names,
+//! without credentials. Its answers, never the hellos, say which master the Sentinels name.
+//! Links are looked for when a hello or a connection name says a Sentinel may be there (at
+//! most every [`SCAN_HINT_MS`]) and every [`SCAN_PERIOD_MS`] while any is known.
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
-use leasehold_core::deployment::{self, Deployment, Failover};
+use leasehold_core::deployment::{self, Deployment, Failover, Named, Said};
 use redis_module::{Context, ContextFlags};
 
 use crate::clock;
 use crate::probes::{self, Answer, Credentials, Question};
 use crate::server_config;
+
+/// How soon after the last look a hint (a hello or a connection named by no verified link) has
+/// the Sentinels' links looked for again, at most, in ms.
+pub const SCAN_HINT_MS: u64 = 1_000;
+
+/// How often the verified links are looked for while any is known, in ms: a link that closed
+/// is forgotten by then.
+pub const SCAN_PERIOD_MS: u64 = 10_000;
+
+/// The most user names whose refusal the log keeps saying once.
+const MAX_LOGGED_USERS: usize = 64;
 
 /// What was learned, and what the log said last.
 #[derive(Default)]
@@ -24,6 +48,24 @@ struct Learned {
     logged: Option<Failover>,
     /// The last error each Sentinel's question met, logged once.
     errors: HashMap<String, String>,
+    /// The verified Sentinels' command links: the 8 digits of their name, and the address each
+    /// comes from.
+    links: HashMap<String, String>,
+    /// Whether a hint came since the last look for links.
+    hinted: bool,
+    /// When the links were last looked for (unix ms).
+    scanned_ms: u64,
+    /// The users whose connections named like a Sentinel's were not believed (logged once).
+    refused_users: Vec<String>,
+}
+
+impl Learned {
+    /// Whether to look for the Sentinels' links at `now_ms`.
+    fn scan_due(&self, now_ms: u64) -> bool {
+        let since = now_ms.saturating_sub(self.scanned_ms);
+        (self.hinted && since >= SCAN_HINT_MS)
+            || (!self.links.is_empty() && since >= SCAN_PERIOD_MS)
+    }
 }
 
 static LEARNED: LazyLock<Mutex<Learned>> = LazyLock::new(Mutex::default);
@@ -40,11 +82,25 @@ pub fn start(kept: Option<Failover>) {
 }
 
 /// The command filter saw `PUBLISH __sentinel__:hello payload`: a Sentinel that watches this
-/// server, if the payload is a hello.
+/// server, if the payload is a hello whose run id a verified link begins with; otherwise a hint
+/// to look for links.
 pub fn heard_hello(payload: &[u8]) {
-    if let Some(hello) = deployment::parse_hello(payload) {
-        learned().deployment.heard(clock::now_ms(), &hello);
+    let Some(hello) = deployment::parse_hello(payload) else {
+        return;
+    };
+    let mut learned = learned();
+    match learned.links.get(hello.link_id()) {
+        Some(ip) => {
+            let address = format!("{ip}:{}", hello.port);
+            learned.deployment.heard(clock::now_ms(), &address, &hello);
+        }
+        None => learned.hinted = true,
     }
+}
+
+/// The command filter saw a connection named `sentinel-...`: a hint to look for links.
+pub fn sentinel_named() {
+    learned().hinted = true;
 }
 
 /// Every look: takes the Sentinels' answers among `answers`, asks those due, reads the
@@ -61,14 +117,17 @@ pub fn look(ctx: &Context, now_ms: u64, answers: &[Answer]) -> (Failover, bool) 
     if let Some(ms) = node_timeout {
         learned.deployment.cluster(ms);
     }
+    if learned.scan_due(now_ms) {
+        scan(ctx, &mut learned, now_ms);
+    }
     for answer in answers {
-        if let Answer::DownAfter {
+        if let Answer::Sentinel {
             address,
             master_name,
-            ms,
+            said,
         } = answer
         {
-            take(ctx, &mut learned, now_ms, address, master_name, ms);
+            take(ctx, &mut learned, now_ms, address, master_name, said);
         }
     }
     let due = learned.deployment.to_ask(now_ms);
@@ -77,12 +136,10 @@ pub fn look(ctx: &Context, now_ms: u64, answers: &[Answer]) -> (Failover, bool) 
     } = &mut *learned;
     errors.retain(|address, _| deployment.knows(address));
     if !due.is_empty() {
-        let credentials = credentials(ctx);
         for (address, master_name) in due {
-            probes::ask(Question::DownAfter {
+            probes::ask(Question::Sentinel {
                 address,
                 master_name,
-                credentials: credentials.clone(),
             });
         }
     }
@@ -100,21 +157,88 @@ pub fn look(ctx: &Context, now_ms: u64, answers: &[Answer]) -> (Failover, bool) 
     (failover, changed)
 }
 
-/// One Sentinel's answer: its value, or an error logged once.
+/// Looks for the verified Sentinels' links ([the module's doc](self)) at `now_ms`.
+fn scan(ctx: &Context, learned: &mut Learned, now_ms: u64) {
+    learned.hinted = false;
+    learned.scanned_ms = now_ms;
+    let list = ctx
+        .call("CLIENT", &["LIST", "TYPE", "normal"])
+        .ok()
+        .and_then(server_config::text)
+        .unwrap_or_default();
+    let mut rights: HashMap<&str, bool> = HashMap::new();
+    let mut links = HashMap::new();
+    for line in list.lines() {
+        let field = |name: &str| {
+            line.split(' ')
+                .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
+        };
+        let Some(id) = field("name").and_then(link_id) else {
+            continue;
+        };
+        let user = field("user").unwrap_or("default");
+        let may = *rights
+            .entry(user)
+            .or_insert_with(|| may_replicate(ctx, user));
+        if !may {
+            refused(ctx, learned, user);
+            continue;
+        }
+        let peer = field("addr").and_then(|addr| Some(addr.rsplit_once(':')?.0));
+        if let Some(ip) = peer {
+            links.insert(id.to_owned(), ip.to_owned());
+        }
+    }
+    learned.links = links;
+}
+
+/// The 8 hex digits of a Sentinel's command link's name, `sentinel-<8>-cmd`.
+fn link_id(name: &str) -> Option<&str> {
+    let id = name.strip_prefix("sentinel-")?.strip_suffix("-cmd")?;
+    (id.len() == 8 && id.bytes().all(|byte| byte.is_ascii_hexdigit())).then_some(id)
+}
+
+/// Whether `user` may run `SLAVEOF NO ONE` (`ACL DRYRUN` answers `OK`; otherwise it says why
+/// not).
+fn may_replicate(ctx: &Context, user: &str) -> bool {
+    ctx.call("ACL", &["DRYRUN", user, "SLAVEOF", "NO", "ONE"])
+        .ok()
+        .and_then(server_config::text)
+        .as_deref()
+        == Some("OK")
+}
+
+/// Logs once that a connection of `user`, named like a Sentinel's, is not believed.
+fn refused(ctx: &Context, learned: &mut Learned, user: &str) {
+    if learned.refused_users.len() >= MAX_LOGGED_USERS
+        || learned.refused_users.iter().any(|known| known == user)
+    {
+        return;
+    }
+    learned.refused_users.push(user.to_owned());
+    ctx.log_warning(&format!(
+        "lock: a connection named like a Sentinel's (sentinel-...-cmd) is not taken for one: its \
+         user {user} may not run SLAVEOF, which Sentinel runs to fail over (the module believes \
+         no Sentinel with less)"
+    ));
+}
+
+/// One Sentinel's answer: what it says, or an error logged once.
 fn take(
     ctx: &Context,
     learned: &mut Learned,
     now_ms: u64,
     address: &str,
     master_name: &str,
-    ms: &Result<u64, String>,
+    said: &Result<Said, String>,
 ) {
-    match ms {
-        Ok(ms) => {
+    match said {
+        Ok(said) => {
             learned.errors.remove(address);
+            let ms = said.down_after_ms;
             if learned
                 .deployment
-                .answered(now_ms, address, master_name, *ms)
+                .answered(now_ms, address, master_name, said.clone())
             {
                 ctx.log_notice(&format!(
                     "lock: the Sentinel at {address} watches {master_name} with \
@@ -124,10 +248,17 @@ fn take(
         }
         Err(error) => {
             if learned.errors.get(address) != Some(error) {
+                let password = if error.starts_with("NOAUTH") {
+                    " — it asks for a password, and the module sends the server's credentials \
+                     to its own master only"
+                } else {
+                    ""
+                };
                 ctx.log_warning(&format!(
-                    "lock: cannot ask the Sentinel at {address} for its down-after-milliseconds \
-                     ({error}); until it answers, the in-sync lease assumes the longest time \
-                     known or Sentinel's default (set lock.insync-timeout-ms to decide)"
+                    "lock: cannot ask the Sentinel at {address} what it says of {master_name} \
+                     ({error}{password}); until it answers, the in-sync lease assumes the \
+                     longest time known or Sentinel's default (set lock.insync-timeout-ms to \
+                     decide), and its word on the master is not known"
                 ));
                 learned.errors.insert(address.to_owned(), error.clone());
             }
@@ -149,20 +280,34 @@ pub fn failover() -> Failover {
     learned().deployment.failover()
 }
 
-/// The Sentinels' newest master configuration epoch heard, if any Sentinel was heard.
+/// The Sentinels' newest master configuration epoch answered, if any Sentinel answered.
 pub fn config_epoch() -> Option<u64> {
     learned().deployment.config_epoch()
 }
 
-/// The master the Sentinels' newest word names (`ip:port`), with its configuration epoch.
-pub fn named_master() -> Option<(String, u64)> {
-    learned()
-        .deployment
-        .named_master()
-        .map(|(master, epoch)| (master.to_owned(), epoch))
+/// The master the verified Sentinels' newest word names.
+pub fn named_master() -> Option<Named> {
+    learned().deployment.named_master()
 }
 
-/// True while a Sentinel is heard from.
+/// Has the Sentinels asked again soon ([`Deployment::hasten`]): their word names another
+/// master.
+pub fn hasten() {
+    learned().deployment.hasten();
+}
+
+/// True while a verified Sentinel is heard from.
 pub fn watched_by_sentinel() -> bool {
     learned().deployment.watched_by_sentinel()
+}
+
+/// True while a verified Sentinel has a command link to this server: it belongs to a
+/// replication group.
+pub fn sentinel_connected() -> bool {
+    !learned().links.is_empty()
+}
+
+/// How many Sentinels are verified and heard from.
+pub fn sentinels() -> usize {
+    learned().deployment.sentinels()
 }

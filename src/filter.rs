@@ -14,11 +14,13 @@
 //!   takes the fencing counter's reserve before it runs ([`crate::promotion`]).
 //! - **Slots taken** (`CLUSTER SETSLOT`, `ADDSLOTS`, `ADDSLOTSRANGE`) take the reserve too.
 //! - **A Sentinel naming its connection** (`CLIENT SETNAME sentinel-...`, the first command of
-//!   each it opens): this server belongs to a replication group
-//!   ([`crate::insync::watched_by_sentinel`]), and a master a Sentinel opens a second command
-//!   link to holds the fencing counter's reserve ([`crate::promotion::sentinel_link`]).
-//! - **A Sentinel's hello** (`PUBLISH __sentinel__:hello ...`, every 2 s): who watches this
-//!   server, and with which configuration epoch ([`crate::deployment::heard_hello`]).
+//!   each it opens): a hint to look for the Sentinels' links
+//!   ([`crate::deployment::sentinel_named`]: a name is anyone's to give, so it is checked there
+//!   before anything is believed), and a master a Sentinel opens a second command link to holds
+//!   the fencing counter's reserve ([`crate::promotion::sentinel_link`]: its tokens then keep a
+//!   reserve above the clock, which is all a forged name can cost).
+//! - **A Sentinel's hello** (`PUBLISH __sentinel__:hello ...`, every 2 s): which Sentinel to ask,
+//!   if a verified one ([`crate::deployment::heard_hello`]).
 //! - **Someone setting `replica-priority`**: the operator's from now on
 //!   ([`crate::insync::operator_priority`]: the module owns that setting, and a value equal to
 //!   the one it set could not be told from its own afterwards).
@@ -87,7 +89,7 @@ unsafe extern "C" fn filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
         Some(Seen::Promotion(promotion, what)) => promote(fctx, promotion, what),
         Some(Seen::Reserve) => state::counter().reserve(),
         Some(Seen::Sentinel(name)) => {
-            insync::watched_by_sentinel();
+            deployment::sentinel_named();
             promotion::sentinel_link(name);
         }
         Some(Seen::Hello(payload)) => deployment::heard_hello(payload),

@@ -48,6 +48,10 @@ fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
                 .field("insync_members", members.join(","))?
                 .field("insync_without_module", lacking.join(","))?
                 .field("insync_unverified", unverified.join(","))?
+                .field(
+                    "insync_replaced_by",
+                    set.replaced_by.as_deref().unwrap_or(""),
+                )?
         }
         None => {
             let (promotable, by) = match set.promotability {
@@ -65,6 +69,12 @@ fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
                     set.cycle.as_deref().unwrap_or(""),
                 )?
                 .field("insync_to_run", set.to_run.unwrap_or(""))?
+                .field(
+                    "insync_role_check",
+                    set.role_refused
+                        .as_deref()
+                        .map_or_else(|| "ok".to_owned(), |error| format!("refused: {error}")),
+                )?
         }
     };
     let timing = match (set.explicit, set.timeout_too_short) {
@@ -76,6 +86,10 @@ fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         ),
     };
     let builder = builder
+        .field(
+            "insync_sentinels",
+            u64::try_from(set.sentinels).unwrap_or(u64::MAX),
+        )?
         .field("insync_lease_ms", set.lease_ms)?
         .field("insync_failover_ms", set.failover.ms)?
         .field("insync_timing", timing)?;

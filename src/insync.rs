@@ -7,7 +7,9 @@
 //!   promoted, in the replication stream. `LOCK.INSYNC` tells a client whether its writes count.
 //! - On a replica, `LOCK.PROMOTABLE` from the master says whether this replica may be promoted,
 //!   for how long; the link's coming up marks what is history, a full sync or a new master ends
-//!   a succession, and a master gone quiet is asked for its role ([`crate::probes`]). The same
+//!   a succession, and a master gone quiet is asked for its role (`ROLE`, [`crate::probes`]),
+//!   with the credentials the server replicates with; a refused question is logged once and
+//!   shown by `INFO lock` (`lock_insync_role_check`). The same
 //!   timer shows Sentinel and Cluster whether the replica may be promoted, ahead of its lease's
 //!   end ([`Follower::shown_promotable`]): `replica-priority 0` for Sentinel, `cluster-replica-no-failover yes` in
 //!   Redis Cluster. The operator's priority is kept in `lock.replica-priority` (so
@@ -16,6 +18,9 @@
 //!   [`refusal`] before any promotion, so none rests on Sentinel having read the priority.
 //! - A promoted replica inherits the set its master listed last ([`on_role_changed`]); a
 //!   demoted master forgets its set and starts unpromotable.
+//! - A master the verified Sentinels no longer name ([`crate::deployment`]) counts no write
+//!   until it is a replica ([`note_if_replaced`]): it changes nothing in Redis — Sentinel
+//!   turns it into a replica itself.
 //! - That this server belongs to a replication group, and the failover time learned, are kept
 //!   across restarts ([`crate::state_file`]).
 
@@ -40,7 +45,7 @@ use crate::clock;
 use crate::config;
 use crate::deployment;
 use crate::effects;
-use crate::probes::{self, Answer, Question};
+use crate::probes::{self, Answer, Credentials, Question};
 use crate::replica_check;
 use crate::replies;
 use crate::server_config;
@@ -74,14 +79,18 @@ struct InSync {
     master_address: Option<String>,
     /// A replica's master's own master, while the master answers that it replicates.
     behind: Behind,
-    /// When this server last asked another who it is (unix ms): a replica its quiet master, a
-    /// master the one the Sentinels name instead of it.
+    /// When this replica last asked another server its role (unix ms).
     asked_ms: u64,
     /// This server's `run_id`, read at start.
     run_id: String,
     /// The address the Sentinels name this server by, when it is not one it knows as its own
-    /// (NAT, a mapped port): learned by asking who is there.
+    /// (NAT, a mapped port): learned from the run id they read from this server.
     named_as: Option<String>,
+    /// The master that replaced this one, while the Sentinels name it (logged once).
+    replaced_by: Option<String>,
+    /// Why this replica's master did not say its role last, if it did not (`NOPERM ...`:
+    /// succession is off); logged once.
+    role_refused: Option<String>,
     /// How this server knew itself at the last look: when that changes (`CONFIG SET
     /// replica-announce-port`, ...), what the Sentinels' word meant is checked again.
     me: Option<Me>,
@@ -118,17 +127,11 @@ impl InSync {
 
 static IN_SYNC: LazyLock<Mutex<InSync>> = LazyLock::new(Mutex::default);
 
-/// Set once Sentinel has connected to this server (from the command filter, which must not
-/// wait for the state's lock).
-static SENTINEL_SEEN: AtomicBool = AtomicBool::new(false);
-
-/// Sentinel connected to this server ([`crate::promotion`] sees it name its connection): the
+/// Set once a verified Sentinel has connected to this server ([`crate::deployment`]): the
 /// server belongs to a replication group even if it has never had a replica since it started —
 /// a master back without its data, as Sentinel promotes another, must not count its writes
 /// alone.
-pub fn watched_by_sentinel() {
-    SENTINEL_SEEN.store(true, Ordering::Relaxed);
-}
+static SENTINEL_SEEN: AtomicBool = AtomicBool::new(false);
 
 /// Someone other than this module set `replica-priority` to `priority` ([`crate::promotion`]
 /// sees the `CONFIG SET`): it is the operator's from now on, given to this replica whenever it
@@ -190,6 +193,9 @@ fn tick(ctx: &Context, (): ()) {
     let master = is_master(ctx);
     let answers = probes::answers();
     let (failover, _) = deployment::look(ctx, now, &answers);
+    if deployment::sentinel_connected() {
+        SENTINEL_SEEN.store(true, Ordering::Relaxed);
+    }
     let timing = config::insync_timing(insync::lease_ms(failover.ms));
     warn_if_too_short(ctx, &failover, timing);
     {
@@ -199,7 +205,7 @@ fn tick(ctx: &Context, (): ()) {
     }
     if master {
         look_at_set(ctx, now, timing, &answers);
-        follow_if_replaced(ctx, now, &answers);
+        note_if_replaced(ctx);
     } else {
         look_at_master(ctx, now, &answers);
     }
@@ -270,15 +276,15 @@ fn look_at_set(ctx: &Context, now: u64, timing: Timing, answers: &[Answer]) {
     );
 }
 
-/// A master the Sentinels' newest word no longer names follows the master it names
-/// ([`leasehold_core::deployment::Record`]): `REPLICAOF host port`, as Sentinel would some
-/// seconds later — once that master answered, among `answers`, that it is a master and another
-/// server than this one (a server may be named by an address it does not know as its own, behind
-/// NAT or a mapped port: it then learns that address instead of following itself).
-fn follow_if_replaced(ctx: &Context, now: u64, answers: &[Answer]) {
-    let Some((named, epoch)) = deployment::named_master() else {
-        return;
-    };
+/// A master the verified Sentinels' newest word no longer names
+/// ([`leasehold_core::deployment::Record`]) counts no write until it is a replica, and holds the
+/// fencing counter's reserve: the Sentinels may name it master again without a command it sees
+/// (a lost `SLAVEOF NO ONE`), after the one they named issued tokens. It changes nothing in
+/// Redis: Sentinel makes it a replica itself some seconds later. A word that names this server's
+/// run id by an address it does not know as its own (NAT, a mapped port) teaches it that
+/// address.
+fn note_if_replaced(ctx: &Context) {
+    let named = deployment::named_master();
     let me = Me::of(ctx);
     let mut state = in_sync();
     if state.me.as_ref() != Some(&me) {
@@ -287,38 +293,34 @@ fn follow_if_replaced(ctx: &Context, now: u64, answers: &[Answer]) {
     }
     let named_as = state.named_as.clone();
     let is_me = |id: &str| me.names(id, named_as.as_deref());
-    let Some(master) = state
-        .record
-        .replaced_by(Some((named.as_str(), epoch)), is_me)
-    else {
-        return;
-    };
-    // The Sentinels may name this server master again without a command it sees (a lost
-    // `SLAVEOF NO ONE`), after the one they named issued tokens: until it is a replica, every
-    // token lands a reserve above the clock ([`promotion`](crate::promotion)).
-    state::counter().hold_reserve(true);
-    let answer = answers.iter().find_map(|answer| match answer {
-        Answer::Identity {
-            address,
-            identity: Ok(identity),
-        } if *address == master => Some(identity.clone()),
-        _ => None,
-    });
-    match answer {
-        Some(identity) if identity.run_id == state.run_id => {
-            ctx.log_notice(&format!("lock: the Sentinels name this server {master}"));
-            state.named_as = Some(master);
-        }
-        Some(identity) if identity.master => {
-            drop(state);
-            follow(ctx, &master, epoch);
-        }
-        _ => {
-            if let Some((host, port)) = address(&master) {
-                ask_identity(ctx, state, now, host, port);
-            }
-        }
+    let names_me = named
+        .as_ref()
+        .is_some_and(|named| named.names_me(is_me, &state.run_id));
+    if named.is_some() && !names_me {
+        deployment::hasten();
     }
+    if let Some(named) = named.as_ref().filter(|_| names_me)
+        && !me.names(&named.master, named_as.as_deref())
+    {
+        ctx.log_notice(&format!(
+            "lock: the Sentinels name this server {} (by its run id)",
+            named.master
+        ));
+        state.named_as = Some(named.master.clone());
+    }
+    let replaced_by = state.record.replaced_by(named.as_ref(), names_me);
+    if replaced_by.is_some() {
+        state::counter().hold_reserve(true);
+    }
+    if let Some(master) = replaced_by.as_ref().filter(|_| state.replaced_by.is_none()) {
+        ctx.log_warning(&format!(
+            "lock: the Sentinels name {master} master, not this server: it counts no lock write \
+             (synced grants get NOREPLICAS) until it replicates — Sentinel makes it a replica of \
+             {master} itself — so that no grant rests on data {master} may lack"
+        ));
+    }
+    state.master.replaced(replaced_by.is_some());
+    state.replaced_by = replaced_by;
 }
 
 /// Whether this server may ask another who it is at `now`: it did not within the last
@@ -327,35 +329,28 @@ fn may_ask(state: &InSync, now: u64) -> bool {
     now >= state.asked_ms.saturating_add(ASK_PERIOD_MS)
 }
 
-/// Asks `host:port` who it is (`INFO server replication`, answered by [`probes`]) unless this
-/// server asked within the last [`ASK_PERIOD_MS`].
-fn ask_identity(ctx: &Context, mut state: MutexGuard<InSync>, now: u64, host: String, port: u16) {
+/// Asks `host:port` its role (`ROLE`, answered by [`probes`]) unless this server asked within
+/// the last [`ASK_PERIOD_MS`]; with the credentials the server replicates with when it is this
+/// replica's own master (`own`), without any otherwise.
+fn ask_role(ctx: &Context, mut state: MutexGuard<InSync>, now: u64, address: &str, own: bool) {
+    let Some((host, port)) = self::address(address) else {
+        return;
+    };
     if !may_ask(&state, now) {
         return;
     }
     state.asked_ms = now;
     drop(state);
-    probes::ask(Question::Identity {
+    let credentials = if own {
+        deployment::credentials(ctx)
+    } else {
+        Credentials::default()
+    };
+    probes::ask(Question::Role {
         host,
         port,
-        credentials: deployment::credentials(ctx),
+        credentials,
     });
-}
-
-/// Makes this master a replica of `master` (`host:port`), which the Sentinels named at
-/// configuration epoch `epoch`, and logs why.
-fn follow(ctx: &Context, master: &str, epoch: u64) {
-    let Some((host, port)) = address(master) else {
-        return;
-    };
-    ctx.log_warning(&format!(
-        "lock: the Sentinels name {master} master at configuration epoch {epoch}, not this \
-         server: it follows {master} now (Sentinel would in some seconds), so that it cannot be \
-         named master again without the writes {master} counted"
-    ));
-    if let Err(error) = ctx.call("REPLICAOF", &[host.as_str(), &port.to_string()]) {
-        ctx.log_warning(&format!("lock: REPLICAOF {master} failed: {error}"));
-    }
 }
 
 /// `host:port` as its parts.
@@ -382,11 +377,17 @@ fn look_at_master(ctx: &Context, now: u64, answers: &[Answer]) {
         state.follower.epoch_seen(epoch);
     }
     for answer in answers {
-        let Answer::Identity {
+        let Answer::Role {
             address: asked,
-            identity: Ok(identity),
+            role,
         } = answer
         else {
+            continue;
+        };
+        if Some(asked) == address.as_ref() {
+            note_role_refused(ctx, &mut state, asked, role);
+        }
+        let Ok(identity) = role else {
             continue;
         };
         if Some(asked) == address.as_ref() {
@@ -417,15 +418,43 @@ fn look_at_master(ctx: &Context, now: u64, answers: &[Answer]) {
     }
     // The master and, while it replicates from another server, that server, in turn.
     let behind = &mut state.behind;
-    let next = if behind.ask_via {
-        behind.via.clone()
+    let (next, own) = if behind.ask_via {
+        (behind.via.clone(), false)
     } else {
-        address
+        (address, true)
     };
     behind.ask_via = !behind.ask_via && behind.via.is_some();
-    if let Some((host, port)) = next.as_deref().and_then(self::address) {
-        ask_identity(ctx, state, now, host, port);
+    if let Some(next) = next {
+        ask_role(ctx, state, now, &next, own);
     }
+}
+
+/// Notes whether this replica's master answered `ROLE` (`role`), and logs the first refusal:
+/// succession (rule 9) needs the answer, so while the master refuses it the rule is off, and
+/// `INFO lock` says so. A network's error (the master may be down) changes nothing.
+fn note_role_refused<T>(ctx: &Context, state: &mut InSync, master: &str, role: &Result<T, String>) {
+    let error = match role {
+        Ok(_) => None,
+        Err(error) if refused_by_server(error) => Some(error),
+        Err(_) => return,
+    };
+    if let Some(error) = error
+        && state.role_refused.is_none()
+    {
+        ctx.log_warning(&format!(
+            "lock: cannot ask the master {master} its role ({error}): while it does not answer, \
+             this replica cannot succeed it (INFO lock: lock_insync_role_check); the user \
+             masteruser names needs +role beside +psync +replconf +ping"
+        ));
+    }
+    state.role_refused = error.cloned();
+}
+
+/// True when `error` is a server's refusal (`NOPERM ...`, `NOAUTH ...`), not a network's.
+fn refused_by_server(error: &str) -> bool {
+    ["NOPERM", "NOAUTH", "WRONGPASS", "ERR"]
+        .iter()
+        .any(|code| error.starts_with(code))
 }
 
 /// Logs a replication cycle through `master` when it is first seen — `master` replicates from
@@ -532,6 +561,11 @@ fn status_of(info: &str) -> Status {
         .status(&replication, config::min_insync_replicas())
 }
 
+/// Whether the Sentinels name another server master ([`note_if_replaced`]): no write counts.
+pub fn replaced() -> bool {
+    in_sync().master.is_replaced()
+}
+
 /// The set's members and how many a write needs, without reading `INFO`: a write on a master
 /// with neither counts at once.
 pub fn size() -> (usize, usize) {
@@ -609,6 +643,8 @@ pub fn on_role_changed(ctx: &Context, master: bool) {
         }
         state.follower.forget();
         state.master_address = None;
+        state.replaced_by = None;
+        state.role_refused = None;
     }
     keep_promotability(ctx, now);
 }
@@ -628,10 +664,12 @@ pub fn refusal(promotion: Promotion) -> Option<Refusal> {
 }
 
 /// Sets this server's priority (or Cluster's no-failover flag) to what it should be: the
-/// operator's on a master and on a replica shown promotable ([`Follower::shown_promotable`]),
-/// "never" on another replica.
+/// operator's on a master, on a replica shown promotable ([`Follower::shown_promotable`]) and
+/// while `lock.allow-unsafe-promotion` lets one promotion through; "never" on another replica.
 fn keep_promotability(ctx: &Context, now: u64) {
-    let promotable = is_master(ctx) || in_sync().follower.shown_promotable(now);
+    let promotable = is_master(ctx)
+        || config::unsafe_promotion_allowed()
+        || in_sync().follower.shown_promotable(now);
     let Some(current) = server_config::integer(ctx, "replica-priority") else {
         if !std::mem::replace(&mut in_sync().warned, true) {
             ctx.log_warning(
@@ -771,6 +809,12 @@ pub struct Fields {
     pub cycle: Option<String>,
     /// A replica: what a person must run on it to end a replication cycle.
     pub to_run: Option<&'static str>,
+    /// A master: the one the Sentinels name instead of it, while they do.
+    pub replaced_by: Option<String>,
+    /// A replica: why its master did not answer its role, if it did not.
+    pub role_refused: Option<String>,
+    /// How many verified Sentinels are heard from.
+    pub sentinels: usize,
 }
 
 /// What `INFO lock` shows of the set (as of the last look at this server's role).
@@ -803,5 +847,8 @@ pub fn fields() -> Fields {
         } else {
             state.follower.to_run(now)
         },
+        replaced_by: state.replaced_by.clone().filter(|_| master),
+        role_refused: state.role_refused.clone().filter(|_| !master),
+        sentinels: deployment::sentinels(),
     }
 }

@@ -1,25 +1,24 @@
 //! The module's own connections out, on a thread of their own so that the server never waits
-//! for a network: asking each Sentinel heard of for its `down-after-milliseconds`
-//! (`SENTINEL MASTER <name>`, for [`leasehold_core::deployment`]), and asking another server who
-//! it is and whether it is a master (`INFO server replication`): this replica's quiet master
-//! (the succession of [`leasehold_core::insync::replica`]), and the master the Sentinels name
-//! before a replaced master follows it ([`leasehold_core::deployment::Record`]).
+//! for a network: asking each Sentinel the server verified (crate `deployment`) what it says of
+//! the group (`SENTINEL MASTER <name>`, for [`leasehold_core::deployment`]), and asking this
+//! replica's quiet master — and the server that master says it replicates from — its role
+//! (`ROLE`, for the succession of [`leasehold_core::insync::replica`]).
 //!
 //! Also whether a replica runs the module at all, for its master
 //! ([`leasehold_core::insync::checks`]).
 //!
 //! The main thread posts questions ([`ask`]) and takes the answers on its next tick
 //! ([`answers`]); the thread touches nothing of Redis's. Each question gets one connection,
-//! made within [`CONNECT_TIMEOUT`] and answered within [`REPLY_TIMEOUT`], with the server's own
-//! `masteruser`/`masterauth` when given ([`Credentials`]) — Sentinels and masters of one group
-//! usually share them. TLS connections are not made: such a Sentinel is not asked, and its
-//! timing is not learned (the log says so).
+//! made within [`CONNECT_TIMEOUT`] and answered within [`REPLY_TIMEOUT`]. Credentials go only
+//! where the server already sends them: the server's own `masteruser`/`masterauth`
+//! ([`Credentials`]) to its own master, when it asks for them; every other question is asked
+//! without. TLS connections are not made: such a server is not asked (the log says so).
 
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread;
 use std::time::Duration;
 
-use leasehold_core::deployment::{self, Identity};
+use leasehold_core::deployment::{self, Role, Said};
 use leasehold_core::insync::checks;
 use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value};
 
@@ -41,14 +40,13 @@ pub struct Credentials {
 /// What to ask.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Question {
-    /// The Sentinel at `address` (`ip:port`): its `down-after-milliseconds` for `master_name`.
-    DownAfter {
+    /// The Sentinel at `address` (`ip:port`): what it says of `master_name`, asked without
+    /// credentials.
+    Sentinel {
         /// The Sentinel's `ip:port`.
         address: String,
         /// The group's name.
         master_name: String,
-        /// How to authenticate if the Sentinel asks for it.
-        credentials: Credentials,
     },
     /// The replica at `host`:`port`: whether the module runs there
     /// ([`leasehold_core::insync::checks`]), asked without credentials.
@@ -58,13 +56,13 @@ pub enum Question {
         /// Its port.
         port: u16,
     },
-    /// The server at `host`:`port`: who it is, and whether it is a master.
-    Identity {
-        /// Its host, as this replica's `replicaof` names it.
+    /// The server at `host`:`port`: its role.
+    Role {
+        /// Its host.
         host: String,
         /// Its port.
         port: u16,
-        /// How to authenticate.
+        /// How to authenticate: the server's own, for its own master only.
         credentials: Credentials,
     },
 }
@@ -72,15 +70,14 @@ pub enum Question {
 /// An answer, or why there is none.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
-    /// The Sentinel at `address` watches `master_name` with `down-after-milliseconds` of
-    /// `Ok(ms)`.
-    DownAfter {
+    /// What the Sentinel at `address` says of `master_name`.
+    Sentinel {
         /// The Sentinel's `ip:port`.
         address: String,
         /// The group's name.
         master_name: String,
-        /// The value, or what went wrong.
-        ms: Result<u64, String>,
+        /// What it says, or what went wrong.
+        said: Result<Said, String>,
     },
     /// Whether the module runs at `host:port`.
     Module {
@@ -89,12 +86,12 @@ pub enum Answer {
         /// What its reply says.
         answer: checks::Answer,
     },
-    /// Who the server at `host:port` is, or why it did not say.
-    Identity {
+    /// The role of the server at `host:port`, or why it did not say.
+    Role {
         /// `host:port`, as asked.
         address: String,
-        /// Its run id and role, or what went wrong.
-        identity: Result<Identity, String>,
+        /// Its role, or what went wrong (`NOPERM ...` when the user may not run `ROLE`).
+        role: Result<Role, String>,
     },
 }
 
@@ -166,30 +163,32 @@ fn run() {
 
 fn answer(question: Question) -> Answer {
     match question {
-        Question::DownAfter {
+        Question::Sentinel {
             address,
             master_name,
-            credentials,
         } => {
-            let ms = address
+            let said = address
                 .rsplit_once(':')
-                .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
+                .and_then(|(host, port)| {
+                    let host = host.trim_start_matches('[').trim_end_matches(']');
+                    Some((host, port.parse::<u16>().ok()?))
+                })
                 .ok_or_else(|| format!("bad address {address}"))
                 .and_then(|(host, port)| {
                     let fields = query(
                         host,
                         port,
-                        &credentials,
+                        &Credentials::default(),
                         redis::cmd("SENTINEL").arg("MASTER").arg(&master_name),
                     )
-                    .map_err(|error| error.to_string())?;
+                    .map_err(|error| described(&error))?;
                     deployment::sentinel_master(&bulk_strings(fields))
                         .ok_or_else(|| "no down-after-milliseconds in its reply".to_owned())
                 });
-            Answer::DownAfter {
+            Answer::Sentinel {
                 address,
                 master_name,
-                ms,
+                said,
             }
         }
         Question::Module { host, port } => {
@@ -206,10 +205,7 @@ fn answer(question: Question) -> Answer {
                     error.details().unwrap_or_default()
                 )),
                 Ok(_) => None,
-                Err(error) => Some(match (error.code(), error.detail()) {
-                    (Some(code), Some(detail)) => format!("{code} {detail}"),
-                    _ => error.to_string(),
-                }),
+                Err(error) => Some(described(&error)),
             };
             let answer = error.map_or(checks::Answer::Runs, |error| checks::read_error(&error));
             Answer::Module {
@@ -217,26 +213,43 @@ fn answer(question: Question) -> Answer {
                 answer,
             }
         }
-        Question::Identity {
+        Question::Role {
             host,
             port,
             credentials,
         } => {
-            let info = redis::cmd("INFO").arg("server").arg("replication").clone();
-            let reply = query(&host, port, &credentials, &info).map_err(|error| error.to_string());
-            let identity = reply.and_then(|info| {
-                let text = match info {
-                    Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-                    Value::VerbatimString { text, .. } => text,
-                    _ => String::new(),
+            let reply = query(&host, port, &credentials, &redis::cmd("ROLE"));
+            let role = reply.map_err(|error| described(&error)).and_then(|reply| {
+                let elements: Vec<String> = match reply {
+                    Value::Array(elements) => elements.into_iter().filter_map(text).collect(),
+                    _ => Vec::new(),
                 };
-                deployment::identity(&text).ok_or_else(|| "no run_id and role".to_owned())
+                deployment::role(&elements).ok_or_else(|| "not a server's ROLE reply".to_owned())
             });
-            Answer::Identity {
+            Answer::Role {
                 address: format!("{host}:{port}"),
-                identity,
+                role,
             }
         }
+    }
+}
+
+/// An error as Redis wrote it (`NOPERM this user has no permissions ...`) where it came from
+/// the server, or as the client describes it.
+fn described(error: &redis::RedisError) -> String {
+    match (error.code(), error.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        _ => error.to_string(),
+    }
+}
+
+/// A reply element as text: a string, or an integer in decimal.
+fn text(value: Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8(bytes).ok(),
+        Value::SimpleString(text) => Some(text),
+        Value::Int(n) => Some(n.to_string()),
+        _ => None,
     }
 }
 

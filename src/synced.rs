@@ -159,8 +159,12 @@ pub fn wanted(ctx: &Context, asked: Option<bool>) -> Result<bool, RedisError> {
 /// when the set is below its size; otherwise blocks the client until the set has the write.
 ///
 /// # Errors
-/// `NOREPLICAS` when the set is below its size, or when the client cannot be blocked.
+/// `NOREPLICAS` when the Sentinels name another master, when the set is below its size, or
+/// when the client cannot be blocked.
 pub fn hold(ctx: &Context, reply: RedisValue, undo: Undo) -> RedisResult {
+    if insync::replaced() {
+        return refused(ctx, Settled::Replaced, &undo);
+    }
     let (members, required) = insync::size();
     if members < required {
         return refused(ctx, Settled::TooFew { members, required }, &undo);
@@ -200,7 +204,9 @@ pub fn answer(blocked: Blocked, answer: &Answer) {
 /// held otherwise.
 fn hand_over(blocked: Blocked, reply: RedisValue, undo: Undo) {
     let (members, required) = insync::size();
-    let answer: blocking::Reply = if members < required {
+    let answer: blocking::Reply = if insync::replaced() {
+        Box::new(move |ctx| refused(ctx, Settled::Replaced, &undo))
+    } else if members < required {
         Box::new(move |ctx| refused(ctx, Settled::TooFew { members, required }, &undo))
     } else if members == 0 {
         Box::new(move |ctx| {
@@ -379,6 +385,9 @@ fn refusal(outcome: Settled, undo: &Undo) -> RedisError {
             "the master has {members} in-sync replicas, fewer than lock.min-insync-replicas \
              ({required})"
         ),
+        Settled::Replaced => "the Sentinels name another master (INFO lock: \
+            lock_insync_replaced_by), so this server counts no write until it is a replica"
+            .to_owned(),
         Settled::NotAcknowledged { timeout_ms: 0 } => "the client could not be blocked".to_owned(),
         Settled::NotAcknowledged { timeout_ms } => {
             format!("not every in-sync replica acknowledged within {timeout_ms} ms")

@@ -2,8 +2,9 @@
 //! restart brings it back — after Sentinel promoted another server. Sentinel takes any server
 //! that reports the master role as promoted, so until Sentinel turns it into a replica (some
 //! 8 s later) it could name it master again without the writes the other master counted. The
-//! module makes it follow the master the Sentinels name as soon as their hellos say so; and a
-//! promotion of it later, once it is a member, issues tokens above every one before.
+//! module has it count no write as soon as the verified Sentinels say they name another master
+//! (it never makes it a replica itself: Sentinel does); and a promotion of it later, once it is
+//! a member, issues tokens above every one before.
 
 mod common;
 
@@ -26,7 +27,7 @@ fn priorities(group: &Group, address: u16) -> Vec<Option<String>> {
 }
 
 #[test]
-fn an_old_master_back_as_a_master_follows_the_master_the_sentinels_name() {
+fn an_old_master_back_as_a_master_refuses_counted_writes_until_it_replicates() {
     let history = Arc::new(History::new());
     let mut group = Group::start(&history);
     // Server 2 is never promoted, so the first failover goes to server 1 and the second to
@@ -50,27 +51,55 @@ fn an_old_master_back_as_a_master_follows_the_master_the_sentinels_name() {
     let mut current = group.servers[1].client();
     let current_token = acquire(&mut current, "order", "client", 60_000, &[]).expect("granted");
 
-    // Back with its own configuration: a master, until it hears the Sentinels name server 1.
+    // Back with its own configuration: a master that counts nothing once the Sentinels it
+    // verified say they name server 1, before Sentinel's own 8 s turn it into a replica.
     group.restart(0, false, None);
-    let back = Instant::now();
     let mut old = group.servers[0].client();
-    let following = format!("{}", group.addresses[1]);
+    let named = format!("127.0.0.1:{}", group.addresses[1]);
     wait_within(
         Duration::from_secs(6),
-        "the old master follows server 1, before Sentinel's own 8 s",
+        "the old master knows it was replaced",
         || {
-            info_field(&mut old, "replication", "role").as_deref() == Some("slave")
-                && info_field(&mut old, "replication", "master_port").as_deref()
-                    == Some(following.as_str())
+            info_field(&mut old, "lock", "lock_insync_replaced_by").as_deref()
+                == Some(named.as_str())
         },
     );
-    let followed_after = back.elapsed();
+    if info_field(&mut old, "replication", "role").as_deref() == Some("master") {
+        let refused = common::error(&mut old, &["LOCK.ACQUIRE", "other", "late", "60000"]);
+        assert!(
+            refused.starts_with("NOREPLICAS") && refused.contains("name another master"),
+            "{refused}"
+        );
+    }
     assert!(
-        group.servers[0].log().contains("it follows"),
+        group.servers[0].log().contains("counts no lock write"),
         "the log says why"
     );
+    let following = group.addresses[1].to_string();
+    // Sentinel's conversion closes every client connection (CLIENT KILL TYPE normal).
+    let field = |section: &str, name: &str| {
+        let mut con = group.servers[0].try_client().ok()?;
+        info_field(&mut con, section, name)
+    };
+    wait_within(
+        Duration::from_secs(40),
+        "Sentinel makes the old master a replica of server 1",
+        || {
+            field("replication", "role").as_deref() == Some("slave")
+                && field("replication", "master_port").as_deref() == Some(following.as_str())
+        },
+    );
+    let log = group.servers[0].log();
+    let turned = log
+        .lines()
+        .filter(|line| line.contains("enabled (user request from"))
+        .collect::<Vec<_>>();
+    assert!(
+        !turned.is_empty() && turned.iter().all(|line| line.contains("name=sentinel-")),
+        "only Sentinel made it a replica: {turned:?}"
+    );
     wait_until("it joined server 1's set", || {
-        info_field(&mut old, "lock", "lock_insync_promotable").as_deref() == Some("1")
+        field("lock", "lock_insync_promotable").as_deref() == Some("1")
     });
 
     group.kill(1);
@@ -89,15 +118,19 @@ fn an_old_master_back_as_a_master_follows_the_master_the_sentinels_name() {
     assert_eq!(
         common::holder(&mut promoted, "order").as_deref(),
         Some("client"),
-        "it has server 1's lock (followed after {followed_after:?})"
+        "it has server 1's lock"
+    );
+    assert_eq!(
+        info_field(&mut promoted, "lock", "lock_insync_replaced_by").as_deref(),
+        Some("")
     );
 }
 
 /// A master the Sentinels name by an address it does not know as its own (behind NAT or a
-/// mapped port; here the proxy's port, once it no longer announces it) asks who is there before
-/// following the master named, finds itself, and stays the master.
+/// mapped port; here the proxy's port, once it no longer announces it) knows itself by the run
+/// id the Sentinels read from it, and counts its writes as before.
 #[test]
-fn a_master_named_by_an_address_it_does_not_know_does_not_follow_itself() {
+fn a_master_named_by_an_address_it_does_not_know_knows_itself_by_its_run_id() {
     let history = Arc::new(History::new());
     let group = Group::start(&history);
     let mut master = group.servers[0].client();
@@ -105,7 +138,7 @@ fn a_master_named_by_an_address_it_does_not_know_does_not_follow_itself() {
         &mut master,
         &["CONFIG", "SET", "replica-announce-port", "0"],
     );
-    // The Sentinels' next look names it (a few seconds); more on a loaded machine.
+    // The Sentinels' next answer names it (a few seconds); more on a loaded machine.
     wait_within(
         Duration::from_secs(30),
         "it learned the address the Sentinels name it by",
@@ -117,22 +150,23 @@ fn a_master_named_by_an_address_it_does_not_know_does_not_follow_itself() {
     );
     thread::sleep(Duration::from_secs(3));
     assert_eq!(
-        info_field(&mut master, "replication", "role").as_deref(),
-        Some("master"),
+        info_field(&mut master, "lock", "lock_insync_replaced_by").as_deref(),
+        Some(""),
         "{}",
         group.describe()
     );
-    assert!(!group.servers[0].log().contains("it follows"));
+    assert!(acquire(&mut master, "still", "a", 60_000, &[]).is_some());
+    assert!(!group.servers[0].log().contains("counts no lock write"));
 }
 
 /// What `make chaos` found: a master cut off with no replica online (its replica was lost, the
 /// other server an old master that never followed it) loses none, so nothing made it hold the
 /// fencing counter's reserve; a server that was never its replica is promoted and issues
 /// tokens; the cut-off master comes back a master and is named master again by a failover whose
-/// `SLAVEOF NO ONE` was lost. The Sentinels' hellos, which name the other server, make it hold
+/// `SLAVEOF NO ONE` was lost. The Sentinels' word, which names the other server, makes it hold
 /// the reserve: its tokens are above the other master's from then on. Here the other master is
-/// stopped (`SIGSTOP`) so that the old one cannot follow it, and Sentinel's default timing keeps
-/// the Sentinels from failing it over meanwhile.
+/// stopped (`SIGSTOP`), and Sentinel's default timing keeps the Sentinels from failing it over
+/// meanwhile.
 #[test]
 fn a_master_that_hears_the_sentinels_name_another_issues_tokens_above_it() {
     let history = Arc::new(History::new());
@@ -143,18 +177,38 @@ fn a_master_that_hears_the_sentinels_name_another_issues_tokens_above_it() {
     group.cut_link(0);
     group.sentinel_failover().expect("SENTINEL FAILOVER");
     assert!(group.wait_for_switch_to(1, within), "{}", group.describe());
+    // Sentinel turns it into a replica once it reported the master role for 8 s, read every
+    // 10 s, closing every client connection as it does.
+    wait_within(
+        Duration::from_secs(40),
+        "server 0 follows server 1, unsynced",
+        || {
+            group.servers[0].try_client().is_ok_and(|mut con| {
+                info_field(&mut con, "replication", "master_port")
+                    == Some(group.addresses[1].to_string())
+            })
+        },
+    );
     let mut old = group.servers[0].client();
-    wait_until("server 0 follows server 1, unsynced", || {
-        info_field(&mut old, "replication", "master_port") == Some(group.addresses[1].to_string())
-    });
     let mut first = group.servers[1].client();
     let first_token = acquire(&mut first, "first", "a", 60_000, &["NOSYNC"]).expect("granted");
 
     // Server 1 cut off, server 0 promoted in its place: it issues tokens above server 1's.
     group.cut_off(1);
+    // Outside server 1's set: a person lets one promotion through, and the replica shows
+    // Sentinel its priority meanwhile.
     call(
         &mut old,
         &["CONFIG", "SET", "lock.allow-unsafe-promotion", "yes"],
+    );
+    wait_within(
+        Duration::from_secs(30),
+        "the Sentinels see server 0's priority",
+        || {
+            priorities(&group, group.addresses[0])
+                .iter()
+                .all(|p| p.as_deref() == Some("100"))
+        },
     );
     group.sentinel_failover().expect("SENTINEL FAILOVER");
     assert!(group.wait_for_switch_to(0, within), "{}", group.describe());

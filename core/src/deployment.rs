@@ -5,9 +5,11 @@
 //! - **Sentinel.** Every Sentinel that watches a server publishes a hello on the server's
 //!   `__sentinel__:hello` channel every 2 s (`sentinelSendHello` in Redis's `sentinel.c`): its
 //!   address, its run id and epoch, and the name, address and configuration epoch of the master
-//!   it believes in ([`parse_hello`]). The module asks each Sentinel heard of for that master
-//!   (`SENTINEL MASTER <name>`, [`sentinel_master`]), whose `down-after-milliseconds` is how long
-//!   the master must be unreachable before a failover starts; Sentinel then takes about a
+//!   it believes in ([`parse_hello`]). Any client allowed to `PUBLISH` there can send one, so a
+//!   hello only says whom to ask: the module asks each Sentinel heard of — once the shell has
+//!   matched it with a Sentinel's own connection to the server — for that master
+//!   (`SENTINEL MASTER <name>`, [`sentinel_master`]), whose `down-after-milliseconds` is how
+//!   long the master must be unreachable before a failover starts; Sentinel then takes about a
 //!   second to agree the master is down (`SENTINEL is-master-down-by-addr` every second), up to
 //!   a second of random delay before it starts, one or two to elect a leader and a moment to
 //!   send `REPLICAOF NO ONE` ([`SENTINEL_ELECTION_MS`] in all).
@@ -20,13 +22,13 @@
 //! the sources in force ([`Deployment::failover`]); until anything is learned it assumes the
 //! value kept from before a restart, or else Sentinel's defaults.
 //!
-//! The hellos also say which master the Sentinels name, at which configuration epoch (it grows
-//! with every failover they complete). A master that finds the newest of them naming another
-//! server has been replaced ([`Record`]): an old master back with its own configuration, or one
-//! cut off while the Sentinels failed over. It follows the master named, as Sentinel itself
-//! would some seconds later (`+convert-to-slave`, after 8 s of the master role): until then
-//! Sentinel could name it master again — it takes any server that reports the master role as
-//! promoted — without the writes the other master counted.
+//! The Sentinels' answers also say which master they name, at which configuration epoch (it
+//! grows with every failover they complete). A master that finds the newest of them naming
+//! another server has been replaced ([`Record`]): an old master back with its own
+//! configuration, or one cut off while the Sentinels failed over. It counts no write until it
+//! is a replica — Sentinel turns it into one some seconds later (`+convert-to-slave`, after 8 s
+//! of the master role) — since until then Sentinel could name it master again without the
+//! writes the other master counted. It changes nothing in Redis itself.
 
 /// Sentinel's own default `down-after-milliseconds` (`SENTINEL_DEFAULT_DOWN_AFTER` in Redis's
 /// `sentinel.c`), in ms: what the module assumes until it has learned anything.
@@ -146,16 +148,31 @@ impl Failover {
 
 /// A Sentinel's hello (`__sentinel__:hello`):
 /// `ip,port,runid,current-epoch,master-name,master-ip,master-port,master-config-epoch`.
+///
+/// Any client allowed to `PUBLISH` on the channel can send one, so a hello is never believed:
+/// it only says which Sentinel to ask, and when its word may have changed (crate `leasehold`'s
+/// `deployment` matches its run id with a Sentinel's own connection to the server first).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hello {
-    /// The Sentinel's `ip:port`.
-    pub sentinel: String,
+    /// The port the Sentinel listens on.
+    pub port: u16,
+    /// The Sentinel's run id (40 hex digits): the first 8 name its links to the server
+    /// (`sentinel-<8>-cmd`, `sentinel-<8>-pubsub`).
+    pub runid: String,
     /// The name the Sentinel monitors this server's group under.
     pub master_name: String,
-    /// The master the Sentinel believes in, `ip:port`.
+    /// The master the Sentinel says it believes in, `ip:port`.
     pub master: String,
     /// That master's configuration epoch: it grows with every failover Sentinel completes.
     pub config_epoch: u64,
+}
+
+impl Hello {
+    /// The 8 hex digits of the run id that the Sentinel names its links to the server with.
+    #[must_use]
+    pub fn link_id(&self) -> &str {
+        &self.runid[..8]
+    }
 }
 
 /// The most bytes of a hello read: Sentinel formats it into a 1 024-byte buffer plus an
@@ -163,7 +180,7 @@ pub struct Hello {
 pub const MAX_HELLO: usize = 1_100;
 
 /// Reads a Sentinel's hello; `None` for anything else (wrong field count, bad numbers, a port
-/// outside 1 to 65 535, a payload over [`MAX_HELLO`] bytes).
+/// outside 1 to 65 535, a run id that is not 40 hex digits, a payload over [`MAX_HELLO`] bytes).
 #[must_use]
 pub fn parse_hello(payload: &[u8]) -> Option<Hello> {
     if payload.len() > MAX_HELLO {
@@ -174,7 +191,7 @@ pub fn parse_hello(payload: &[u8]) -> Option<Hello> {
     let [
         ip,
         port,
-        _runid,
+        runid,
         epoch,
         name,
         master_ip,
@@ -187,76 +204,103 @@ pub fn parse_hello(payload: &[u8]) -> Option<Hello> {
     let port_of = |text: &str| text.parse::<u16>().ok().filter(|port| *port > 0);
     let (port, master_port) = (port_of(port)?, port_of(master_port)?);
     epoch.parse::<u64>().ok()?;
-    if ip.is_empty() || name.is_empty() || master_ip.is_empty() {
+    if ip.is_empty() || name.is_empty() || master_ip.is_empty() || !is_run_id(runid) {
         return None;
     }
     Some(Hello {
-        sentinel: format!("{ip}:{port}"),
+        port,
+        runid: runid.to_owned(),
         master_name: name.to_owned(),
         master: format!("{master_ip}:{master_port}"),
         config_epoch: config_epoch.parse().ok()?,
     })
 }
 
-/// Reads `SENTINEL MASTER <name>`'s reply — field names and values, alternating — for its
-/// `down-after-milliseconds`, in ms; `None` when it has none, or one that is not a number or
-/// is above [`LARGEST_FAILOVER_MS`].
+/// True for a run id as Redis and Sentinel make them: 40 hex digits.
 #[must_use]
-pub fn sentinel_master<T: AsRef<[u8]>>(fields: &[T]) -> Option<u64> {
-    fields
-        .chunks_exact(2)
-        .find_map(|pair| match pair {
-            [name, value] if name.as_ref() == b"down-after-milliseconds" => {
-                std::str::from_utf8(value.as_ref())
-                    .ok()?
-                    .parse::<u64>()
-                    .ok()
+pub fn is_run_id(text: &str) -> bool {
+    text.len() == 40 && text.bytes().all(|byte| byte.is_ascii_hexdigit())
+}
+
+/// What a Sentinel says of the master it monitors this server's group as, in its reply to
+/// `SENTINEL MASTER <name>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Said {
+    /// Its `down-after-milliseconds`.
+    pub down_after_ms: u64,
+    /// The master it names, `ip:port`, with its configuration epoch — `None` when the reply
+    /// lacks either.
+    pub master: Option<(String, u64)>,
+    /// That master's run id as the Sentinel last read it from its `INFO` (40 hex digits), if it
+    /// has read one: it names this server by its run id even where its address is one this
+    /// server does not know as its own (NAT, a mapped port).
+    pub runid: Option<String>,
+}
+
+/// Reads `SENTINEL MASTER <name>`'s reply — field names and values, alternating — for what the
+/// Sentinel says ([`Said`]); `None` without a `down-after-milliseconds` that is a number of at
+/// most [`LARGEST_FAILOVER_MS`].
+#[must_use]
+pub fn sentinel_master<T: AsRef<[u8]>>(fields: &[T]) -> Option<Said> {
+    let field = |wanted: &str| {
+        fields.chunks_exact(2).find_map(|pair| match pair {
+            [name, value] if name.as_ref() == wanted.as_bytes() => {
+                std::str::from_utf8(value.as_ref()).ok()
             }
             _ => None,
         })
-        .filter(|ms| *ms <= LARGEST_FAILOVER_MS)
+    };
+    let number = |wanted: &str| field(wanted)?.parse::<u64>().ok();
+    let down_after_ms =
+        number("down-after-milliseconds").filter(|ms| *ms <= LARGEST_FAILOVER_MS)?;
+    let port = field("port")
+        .and_then(|port| port.parse::<u16>().ok())
+        .filter(|port| *port > 0);
+    let master = field("ip")
+        .filter(|ip| !ip.is_empty())
+        .zip(port)
+        .zip(number("config-epoch"))
+        .map(|((ip, port), epoch)| (format!("{ip}:{port}"), epoch));
+    Some(Said {
+        down_after_ms,
+        master,
+        runid: field("runid").filter(|id| is_run_id(id)).map(str::to_owned),
+    })
 }
 
-/// A server as its `INFO server replication` describes it: who it is and whether it is a
-/// master. Asked of the master the Sentinels name before this server follows it (so that a
-/// server named by an address it does not know as its own — behind NAT, a mapped port — never
-/// follows itself), and of a replica's quiet master (succession, and a replication cycle).
+/// A server's role as its `ROLE` reply gives it: whether it is a master and, a replica, its
+/// master's address. Asked of a replica's quiet master (succession, and a replication cycle).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
-    /// `run_id`: the server process's random id.
-    pub run_id: String,
-    /// `role:master`.
+pub struct Role {
+    /// `master`.
     pub master: bool,
-    /// A replica's master as `master_host:master_port`; `None` on a master.
+    /// A replica's master as `ip:port`; `None` on a master.
     pub master_address: Option<String>,
 }
 
-/// Reads `INFO server replication` for a server's [`Identity`]; `None` without a `run_id` of 40
-/// hex digits or a `role` of `master` or `slave` (a replica's `master_host` and `master_port`
-/// give its master's address, when both are there).
+/// Reads a `ROLE` reply, its elements as text (`["master", offset, ...]` or `["slave", ip,
+/// port, state, offset]`); `None` for a Sentinel's, or anything else.
 #[must_use]
-pub fn identity(info: &str) -> Option<Identity> {
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|line| line.trim_end().strip_prefix(name)?.strip_prefix(':'))
-    };
-    let run_id =
-        field("run_id").filter(|id| id.len() == 40 && id.bytes().all(|b| b.is_ascii_hexdigit()))?;
-    let master = match field("role")? {
-        "master" => true,
-        "slave" => false,
-        _ => return None,
-    };
-    let master_address = field("master_host")
-        .zip(field("master_port").and_then(|port| port.parse::<u16>().ok()))
-        .filter(|_| !master)
-        .map(|(host, port)| format!("{host}:{port}"));
-    Some(Identity {
-        run_id: run_id.to_owned(),
-        master,
-        master_address,
-    })
+pub fn role<T: AsRef<str>>(reply: &[T]) -> Option<Role> {
+    match reply {
+        [role, ..] if role.as_ref() == "master" => Some(Role {
+            master: true,
+            master_address: None,
+        }),
+        [role, ip, port, ..] if role.as_ref() == "slave" => {
+            let port = port.as_ref().parse::<u16>().ok()?;
+            Some(Role {
+                master: false,
+                master_address: Some(format!("{}:{port}", ip.as_ref())),
+            })
+        }
+        _ => None,
+    }
 }
+
+/// How soon a Sentinel whose hello says its word changed is asked again, at most, in ms: the
+/// hellos are anyone's to send, and each costs the Sentinel one question.
+pub const HINT_MS: u64 = 1_000;
 
 /// One Sentinel heard of.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -267,10 +311,44 @@ struct Watcher {
     master_name: String,
     /// When its last hello came (unix ms).
     heard_ms: u64,
-    /// Its `down-after-milliseconds`, once it answered.
-    down_after_ms: Option<u64>,
+    /// What it said, once it answered.
+    said: Option<Said>,
     /// When to ask it (again), unix ms.
     ask_at_ms: u64,
+    /// When it was last asked, unix ms.
+    asked_ms: u64,
+}
+
+impl Watcher {
+    /// Its word on the master, as it answered: `(master, epoch)`.
+    fn word(&self) -> Option<&(String, u64)> {
+        self.said.as_ref()?.master.as_ref()
+    }
+}
+
+/// The master the Sentinels name: the one the Sentinel with the newest configuration epoch
+/// answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Named {
+    /// The group's name at that Sentinel.
+    pub group: String,
+    /// The master, `ip:port`.
+    pub master: String,
+    /// Its configuration epoch.
+    pub epoch: u64,
+    /// Its run id, if the Sentinel has read one.
+    pub runid: Option<String>,
+}
+
+impl Named {
+    /// Whether it names this server, known by `is_me` (an address of its own) or its run id
+    /// `my_runid`. Another address with no run id read yet (after a failover Sentinel reads the
+    /// new master's `INFO` up to 10 s later) is taken for another server: the cost of a mistake
+    /// is a refusal, which the next answer ends ([`Deployment::hasten`]).
+    #[must_use]
+    pub fn names_me(&self, is_me: impl Fn(&str) -> bool, my_runid: &str) -> bool {
+        is_me(&self.master) || self.runid.as_deref() == Some(my_runid)
+    }
 }
 
 /// What the module has learned of its deployment.
@@ -281,33 +359,29 @@ pub struct Deployment {
     node_timeout_ms: Option<u64>,
     /// The failover time kept from before the last restart.
     kept: Option<Failover>,
-    /// The newest master configuration epoch any hello named, for this group.
-    config_epoch: Option<u64>,
-    /// The master the hello with the newest configuration epoch named (`ip:port`).
-    named: Option<String>,
 }
 
 impl Deployment {
-    /// A hello from a Sentinel arrived at `now_ms`. True when that Sentinel is new (one more
-    /// than [`MAX_SENTINELS`] is ignored).
-    pub fn heard(&mut self, now_ms: u64, hello: &Hello) -> bool {
-        if self
-            .config_epoch
-            .is_none_or(|newest| hello.config_epoch >= newest)
-        {
-            self.config_epoch = Some(hello.config_epoch);
-            self.named = Some(hello.master.clone());
-        }
+    /// At `now_ms`, a hello from the Sentinel at `address` — the address the module asks it at,
+    /// which the caller makes from what it verified. True when that Sentinel is new (one more
+    /// than [`MAX_SENTINELS`] is ignored). A hello whose word differs from what the Sentinel
+    /// answered last has it asked again, at most every [`HINT_MS`].
+    pub fn heard(&mut self, now_ms: u64, address: &str, hello: &Hello) -> bool {
         if let Some(known) = self
             .sentinels
             .iter_mut()
-            .find(|known| known.address == hello.sentinel)
+            .find(|known| known.address == address)
         {
             known.heard_ms = now_ms;
             if known.master_name != hello.master_name {
                 known.master_name.clone_from(&hello.master_name);
-                known.down_after_ms = None;
+                known.said = None;
                 known.ask_at_ms = now_ms;
+            }
+            let word = (hello.master.clone(), hello.config_epoch);
+            if known.said.is_some() && known.word() != Some(&word) {
+                let soonest = known.asked_ms.saturating_add(HINT_MS).max(now_ms);
+                known.ask_at_ms = known.ask_at_ms.min(soonest);
             }
             return false;
         }
@@ -315,11 +389,12 @@ impl Deployment {
             return false;
         }
         self.sentinels.push(Watcher {
-            address: hello.sentinel.clone(),
+            address: address.to_owned(),
             master_name: hello.master_name.clone(),
             heard_ms: now_ms,
-            down_after_ms: None,
+            said: None,
             ask_at_ms: now_ms,
+            asked_ms: 0,
         });
         true
     }
@@ -335,20 +410,15 @@ impl Deployment {
             .filter(|known| now_ms >= known.ask_at_ms)
             .map(|known| {
                 known.ask_at_ms = now_ms.saturating_add(SENTINEL_RETRY_MS);
+                known.asked_ms = now_ms;
                 (known.address.clone(), known.master_name.clone())
             })
             .collect()
     }
 
-    /// The Sentinel at `address` answered at `now_ms` that it watches the group `master_name`
-    /// with `down_after_ms`. True when that changed what it said before.
-    pub fn answered(
-        &mut self,
-        now_ms: u64,
-        address: &str,
-        master_name: &str,
-        down_after_ms: u64,
-    ) -> bool {
+    /// The Sentinel at `address` answered at `now_ms` what it says of the group `master_name`.
+    /// True when its `down-after-milliseconds` changed.
+    pub fn answered(&mut self, now_ms: u64, address: &str, master_name: &str, said: Said) -> bool {
         let Some(known) = self
             .sentinels
             .iter_mut()
@@ -357,8 +427,18 @@ impl Deployment {
             return false;
         };
         known.ask_at_ms = now_ms.saturating_add(SENTINEL_ASK_MS);
-        let before = known.down_after_ms.replace(down_after_ms);
-        before != Some(down_after_ms)
+        let before = known.said.replace(said).map(|said| said.down_after_ms);
+        before != known.said.as_ref().map(|said| said.down_after_ms)
+    }
+
+    /// Has every Sentinel asked again within [`HINT_MS`] of its last question: while their word
+    /// names another master, so that a word that changes (the run id read, a failover back) is
+    /// followed within seconds.
+    pub fn hasten(&mut self) {
+        for known in &mut self.sentinels {
+            let soonest = known.asked_ms.saturating_add(HINT_MS);
+            known.ask_at_ms = known.ask_at_ms.min(soonest);
+        }
     }
 
     /// This server runs in Redis Cluster with `cluster-node-timeout` `node_timeout_ms`.
@@ -388,17 +468,39 @@ impl Deployment {
         !self.sentinels.is_empty()
     }
 
-    /// The newest master configuration epoch a hello named: it grows with every failover the
-    /// Sentinels complete.
+    /// How many Sentinels are heard of (and not forgotten).
     #[must_use]
-    pub const fn config_epoch(&self) -> Option<u64> {
-        self.config_epoch
+    pub fn sentinels(&self) -> usize {
+        self.sentinels.len()
     }
 
-    /// The master the Sentinels' newest word names (`ip:port`), with its configuration epoch.
+    /// The newest master configuration epoch the Sentinels answered: it grows with every
+    /// failover they complete. Only the Sentinels heard of now count, each with its last
+    /// answer, so a group monitored anew (`SENTINEL REMOVE`, `MONITOR`: epochs from 0 again)
+    /// is followed once the old answers are replaced.
     #[must_use]
-    pub fn named_master(&self) -> Option<(&str, u64)> {
-        Some((self.named.as_deref()?, self.config_epoch?))
+    pub fn config_epoch(&self) -> Option<u64> {
+        self.sentinels
+            .iter()
+            .filter_map(|known| Some(known.word()?.1))
+            .max()
+    }
+
+    /// The master the Sentinels name: the word of the Sentinel that answered the newest
+    /// configuration epoch.
+    #[must_use]
+    pub fn named_master(&self) -> Option<Named> {
+        let (known, (master, epoch)) = self
+            .sentinels
+            .iter()
+            .filter_map(|known| Some((known, known.word()?)))
+            .max_by_key(|(_, (_, epoch))| *epoch)?;
+        Some(Named {
+            group: known.master_name.clone(),
+            master: master.clone(),
+            epoch: *epoch,
+            runid: known.said.as_ref()?.runid.clone(),
+        })
     }
 
     /// The longest failover time among what is in force: each Sentinel that answered, the
@@ -413,7 +515,7 @@ impl Deployment {
             .sentinels
             .iter()
             .filter_map(|known| {
-                let down_after_ms = known.down_after_ms?;
+                let down_after_ms = known.said.as_ref()?.down_after_ms;
                 Some(Failover {
                     ms: sentinel_failover_ms(down_after_ms),
                     source: Source::Sentinel {
@@ -434,45 +536,45 @@ impl Deployment {
 }
 
 /// What a master makes of the Sentinels' word: whether they still name it master.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Record {
-    /// The newest configuration epoch at which the Sentinels named this server master.
-    named_epoch: Option<u64>,
+    /// The group and the newest configuration epoch at which the Sentinels named this server
+    /// master.
+    named: Option<(String, u64)>,
     /// Promoted since, and not named yet: the Sentinels may not have caught up.
     promoted: bool,
 }
 
 impl Record {
     /// This server was just promoted: the Sentinels' word may name its old master until they
-    /// have seen the promotion (their next `INFO`, within a second), so it is not followed.
+    /// have seen the promotion (their next `INFO`, within a second), so it does not count.
     pub const fn promoted(&mut self) {
         self.promoted = true;
     }
 
     /// This server's own address changed (`replica-announce-port`, ...): the word that named
-    /// it may not name it now, so the next one is checked as if none had (a word naming another
-    /// address is then asked about before it is followed).
-    pub const fn readdressed(&mut self) {
-        self.named_epoch = None;
+    /// it may not name it now, so the next one is checked as if none had.
+    pub fn readdressed(&mut self) {
+        self.named = None;
     }
 
-    /// The master this master should follow: the one the Sentinels' newest word `named`
-    /// (`ip:port` and epoch) names, when that is not this server (`me`), this server was not
-    /// promoted since, and the word is newer than the last that named this server. `None`
-    /// otherwise (and a word naming this server is noted).
-    pub fn replaced_by(
-        &mut self,
-        named: Option<(&str, u64)>,
-        me: impl Fn(&str) -> bool,
-    ) -> Option<String> {
-        let (master, epoch) = named?;
-        if me(master) {
-            self.named_epoch = Some(epoch);
+    /// The master that replaced this one: the one the Sentinels' word `named` names, when
+    /// `names_me` says it is another server ([`Named::names_me`]), this server was not promoted
+    /// since, and the word is newer than the last that named this server in the same group (a
+    /// group monitored anew starts its epochs again). `None` otherwise, and a word naming this
+    /// server is noted.
+    pub fn replaced_by(&mut self, named: Option<&Named>, names_me: bool) -> Option<String> {
+        let named = named?;
+        if names_me {
+            self.named = Some((named.group.clone(), named.epoch));
             self.promoted = false;
             return None;
         }
-        let newer = self.named_epoch.is_none_or(|named| epoch > named);
-        (newer && !self.promoted).then(|| master.to_owned())
+        let newer = match &self.named {
+            Some((group, epoch)) if *group == named.group => named.epoch > *epoch,
+            _ => true,
+        };
+        (newer && !self.promoted).then(|| named.master.clone())
     }
 }
 

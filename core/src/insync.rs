@@ -177,6 +177,9 @@ pub struct Status {
     pub members: usize,
     /// How many it must have for a write to count.
     pub required: usize,
+    /// The Sentinels name another server master: nothing counts until this one is a replica
+    /// ([`crate::deployment::Record`]).
+    pub replaced: bool,
 }
 
 impl Status {
@@ -186,7 +189,8 @@ impl Status {
     /// with the write.
     #[must_use]
     pub const fn counts(&self, written: u64) -> bool {
-        self.members >= self.required
+        !self.replaced
+            && self.members >= self.required
             && self.acked >= written
             && (self.members == 0 || self.acked > 0)
     }
@@ -201,6 +205,9 @@ pub struct Master {
     /// Whether this server is part of a replication group: it had a member, inherited a set,
     /// or heard one from a master. Until then no member is required.
     grouped: bool,
+    /// The Sentinels name another server master ([`crate::deployment::Record`]): no write
+    /// counts. A demotion, which makes a new set, ends it.
+    replaced: bool,
 }
 
 impl Master {
@@ -230,6 +237,7 @@ impl Master {
             members,
             joining: HashMap::new(),
             grouped: true,
+            replaced: false,
         }
     }
 
@@ -237,6 +245,18 @@ impl Master {
     /// read one from its AOF).
     pub const fn group(&mut self) {
         self.grouped = true;
+    }
+
+    /// Notes whether the Sentinels name another server master ([`crate::deployment::Record`]):
+    /// while they do, no write counts ([`Status::counts`]).
+    pub const fn replaced(&mut self, replaced: bool) {
+        self.replaced = replaced;
+    }
+
+    /// Whether the Sentinels name another server master.
+    #[must_use]
+    pub const fn is_replaced(&self) -> bool {
+        self.replaced
     }
 
     /// Takes in what `INFO replication` said at `now_ms`: members' acknowledgements, replicas
@@ -347,6 +367,7 @@ impl Master {
             acked,
             members: self.members.len(),
             required: self.required(min_members),
+            replaced: self.replaced,
         }
     }
 

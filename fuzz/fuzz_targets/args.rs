@@ -96,19 +96,25 @@ fuzz_target!(|input: (i64, u8, u64, Vec<&[u8]>)| {
         .first()
         .and_then(|payload| deployment::parse_hello(payload))
     {
-        assert!(hello.sentinel.contains(':') && hello.master.contains(':'));
-        assert!(!hello.master_name.is_empty());
+        assert!(hello.master.contains(':') && deployment::is_run_id(&hello.runid));
+        assert!(!hello.master_name.is_empty() && hello.link_id().len() == 8);
     }
-    if let Some(down_after) = deployment::sentinel_master(&words) {
-        assert!(down_after <= deployment::LARGEST_FAILOVER_MS);
+    if let Some(said) = deployment::sentinel_master(&words) {
+        assert!(said.down_after_ms <= deployment::LARGEST_FAILOVER_MS);
+        assert!(said.runid.is_none_or(|runid| deployment::is_run_id(&runid)));
     }
-    // `INFO replication` as the in-sync set reads it, then the set's rules on what it read; a
-    // server's identity as the module reads it from another server's `INFO`.
+    // A server's `ROLE` reply, as the module reads it.
+    if let Ok(texts) = words
+        .iter()
+        .map(|word| std::str::from_utf8(word))
+        .collect::<Result<Vec<_>, _>>()
+        && let Some(role) = deployment::role(&texts)
+    {
+        assert_eq!(role.master, role.master_address.is_none());
+    }
+    // `INFO replication` as the in-sync set reads it, then the set's rules on what it read.
     let text = words.concat();
     if let Ok(info) = std::str::from_utf8(&text) {
-        if let Some(identity) = deployment::identity(info) {
-            assert_eq!(identity.run_id.len(), 40);
-        }
         // A replica's error reply to the master's question whether it runs the module.
         if let insync::checks::Answer::Unknown(error) = insync::checks::read_error(info) {
             assert_eq!(error, info);

@@ -1,24 +1,56 @@
 use super::*;
 
-fn hello(sentinel_port: u16, name: &str, config_epoch: u64) -> Hello {
-    let payload = format!(
-        "127.0.0.1,{sentinel_port},6c1a0f0d9b0e4a6f8a9c3e1d2b7f5a4c3d2e1f0a,7,{name},10.0.0.1,6379,{config_epoch}"
-    );
+const RUNID: &str = "6c1a0f0d9b0e4a6f8a9c3e1d2b7f5a4c3d2e1f0a";
+
+fn hello(name: &str, master: &str, config_epoch: u64) -> Hello {
+    let master = master.replace(':', ",");
+    let payload = format!("127.0.0.1,26379,{RUNID},7,{name},{master},{config_epoch}");
     parse_hello(payload.as_bytes()).expect("a hello")
+}
+
+/// A Sentinel at `port` heard at `now`, watching `g` (`heard`'s address is the caller's).
+fn heard(deployment: &mut Deployment, now: u64, port: u16) -> bool {
+    let address = format!("127.0.0.1:{port}");
+    deployment.heard(now, &address, &hello("g", "10.0.0.1:6379", 1))
+}
+
+/// What a Sentinel says with `down-after-milliseconds` `down_after_ms` and no word on a master.
+fn down_after(down_after_ms: u64) -> Said {
+    Said {
+        down_after_ms,
+        master: None,
+        runid: None,
+    }
+}
+
+/// What a Sentinel says naming `master` at `epoch`, with run id `runid`.
+fn naming(master: &str, epoch: u64, runid: Option<&str>) -> Said {
+    Said {
+        down_after_ms: 30_000,
+        master: Some((master.to_owned(), epoch)),
+        runid: runid.map(str::to_owned),
+    }
 }
 
 #[test]
 fn a_sentinels_hello_is_read_and_anything_else_refused() {
-    let read = parse_hello(b"10.0.0.9,26379,abc,12,mymaster,10.0.0.1,6380,4").expect("read");
+    let payload = format!("10.0.0.9,26379,{RUNID},12,mymaster,10.0.0.1,6380,4");
+    let read = parse_hello(payload.as_bytes()).expect("read");
     assert_eq!(
         read,
         Hello {
-            sentinel: "10.0.0.9:26379".to_owned(),
+            port: 26379,
+            runid: RUNID.to_owned(),
             master_name: "mymaster".to_owned(),
             master: "10.0.0.1:6380".to_owned(),
             config_epoch: 4,
         }
     );
+    assert_eq!(read.link_id(), "6c1a0f0d");
+    let with_runid = |runid: &str| format!("10.0.0.9,26379,{runid},12,mymaster,10.0.0.1,6380,4");
+    for runid in ["abc", &RUNID[1..], &RUNID.replace('6', "g")] {
+        assert_eq!(parse_hello(with_runid(runid).as_bytes()), None, "{runid}");
+    }
     for bad in [
         &b""[..],
         b"hello",
@@ -53,7 +85,35 @@ fn a_sentinels_down_after_is_read_from_its_master_fields() {
         "failover-timeout",
         "180000",
     ];
-    assert_eq!(sentinel_master(&reply), Some(5_000));
+    assert_eq!(sentinel_master(&reply), Some(down_after(5_000)));
+    let full = [
+        "name",
+        "mymaster",
+        "ip",
+        "10.0.0.1",
+        "port",
+        "6380",
+        "runid",
+        RUNID,
+        "down-after-milliseconds",
+        "5000",
+        "config-epoch",
+        "4",
+    ];
+    assert_eq!(
+        sentinel_master(&full),
+        Some(Said {
+            down_after_ms: 5_000,
+            master: Some(("10.0.0.1:6380".to_owned(), 4)),
+            runid: Some(RUNID.to_owned()),
+        })
+    );
+    let unread = full.map(|field| if field == RUNID { "" } else { field });
+    assert_eq!(
+        sentinel_master(&unread).and_then(|said| said.runid),
+        None,
+        "no INFO read yet"
+    );
     assert_eq!(sentinel_master(&["name", "mymaster"]), None);
     assert_eq!(sentinel_master(&["down-after-milliseconds", "soon"]), None);
     assert_eq!(
@@ -78,9 +138,9 @@ fn nothing_learned_is_sentinels_defaults() {
 #[test]
 fn each_sentinel_is_asked_and_the_longest_wins() {
     let mut deployment = Deployment::default();
-    assert!(deployment.heard(0, &hello(26379, "g", 1)));
-    assert!(!deployment.heard(10, &hello(26379, "g", 1)), "known");
-    assert!(deployment.heard(20, &hello(26380, "g", 1)));
+    assert!(heard(&mut deployment, 0, 26379));
+    assert!(!heard(&mut deployment, 10, 26379), "known");
+    assert!(heard(&mut deployment, 20, 26380));
     assert!(deployment.watched_by_sentinel());
     let asked = deployment.to_ask(30);
     assert_eq!(
@@ -91,13 +151,13 @@ fn each_sentinel_is_asked_and_the_longest_wins() {
         ]
     );
     assert!(deployment.to_ask(31).is_empty(), "asked: retried later");
-    assert!(deployment.answered(40, "127.0.0.1:26379", "g", 5_000));
+    assert!(deployment.answered(40, "127.0.0.1:26379", "g", down_after(5_000)));
     assert_eq!(
         deployment.failover().ms,
         11_000,
         "one Sentinel has not answered: it counts as the other"
     );
-    assert!(deployment.answered(50, "127.0.0.1:26380", "g", 8_000));
+    assert!(deployment.answered(50, "127.0.0.1:26380", "g", down_after(8_000)));
     assert_eq!(
         deployment.failover(),
         Failover {
@@ -114,9 +174,14 @@ fn each_sentinel_is_asked_and_the_longest_wins() {
         "both answered: asked again later"
     );
     assert_eq!(deployment.to_ask(40 + SENTINEL_ASK_MS).len(), 1);
-    assert!(!deployment.answered(41 + SENTINEL_ASK_MS, "127.0.0.1:26379", "g", 5_000));
+    assert!(!deployment.answered(
+        41 + SENTINEL_ASK_MS,
+        "127.0.0.1:26379",
+        "g",
+        down_after(5_000)
+    ));
     assert!(
-        !deployment.answered(42, "127.0.0.1:9", "g", 1),
+        !deployment.answered(42, "127.0.0.1:9", "g", down_after(1)),
         "not heard of"
     );
 }
@@ -124,9 +189,9 @@ fn each_sentinel_is_asked_and_the_longest_wins() {
 #[test]
 fn a_sentinel_not_heard_from_is_forgotten() {
     let mut deployment = Deployment::default();
-    deployment.heard(0, &hello(26379, "g", 1));
+    heard(&mut deployment, 0, 26379);
     deployment.to_ask(0);
-    deployment.answered(0, "127.0.0.1:26379", "g", 60_000);
+    deployment.answered(0, "127.0.0.1:26379", "g", down_after(60_000));
     assert_eq!(deployment.failover().ms, 66_000);
     deployment.to_ask(SENTINEL_FORGET_MS);
     assert!(!deployment.watched_by_sentinel());
@@ -155,9 +220,9 @@ fn a_kept_value_stands_in_until_a_sentinel_answers() {
         kept.source.describe(),
         "kept twice reads the same"
     );
-    deployment.heard(0, &hello(26379, "g", 1));
+    heard(&mut deployment, 0, 26379);
     deployment.to_ask(0);
-    deployment.answered(0, "127.0.0.1:26379", "g", 5_000);
+    deployment.answered(0, "127.0.0.1:26379", "g", down_after(5_000));
     assert_eq!(deployment.failover().ms, 11_000, "what is in force now");
 }
 
@@ -183,84 +248,186 @@ fn a_cluster_fails_over_in_about_twice_its_node_timeout() {
 }
 
 #[test]
-fn the_newest_config_epoch_is_kept() {
+fn the_newest_config_epoch_answered_is_the_sentinels_word() {
     let mut deployment = Deployment::default();
-    assert_eq!(deployment.config_epoch(), None);
-    deployment.heard(0, &hello(26379, "g", 3));
-    deployment.heard(0, &hello(26380, "g", 2));
-    assert_eq!(deployment.config_epoch(), Some(3));
-}
-
-#[test]
-fn the_newest_word_names_the_master() {
-    let mut deployment = Deployment::default();
+    heard(&mut deployment, 0, 26379);
+    heard(&mut deployment, 0, 26380);
+    assert_eq!(deployment.config_epoch(), None, "hellos are not believed");
     assert_eq!(deployment.named_master(), None);
-    let mut named = |epoch, master: &str| {
-        let payload = format!("127.0.0.1,26379,abc,9,g,{master},{epoch}");
-        deployment.heard(0, &parse_hello(payload.as_bytes()).expect("a hello"));
+    deployment.answered(
+        0,
+        "127.0.0.1:26379",
+        "g",
+        naming("10.0.0.1:6379", 3, Some(RUNID)),
+    );
+    deployment.answered(0, "127.0.0.1:26380", "g", naming("10.0.0.2:6379", 2, None));
+    assert_eq!(deployment.config_epoch(), Some(3));
+    assert_eq!(
+        deployment.named_master(),
+        Some(Named {
+            group: "g".to_owned(),
+            master: "10.0.0.1:6379".to_owned(),
+            epoch: 3,
+            runid: Some(RUNID.to_owned()),
+        })
+    );
+    deployment.answered(1, "127.0.0.1:26380", "g", naming("10.0.0.2:6379", 4, None));
+    assert_eq!(
         deployment
             .named_master()
-            .map(|(master, epoch)| (master.to_owned(), epoch))
-    };
-    assert_eq!(
-        named(3, "10.0.0.1,6379"),
-        Some(("10.0.0.1:6379".to_owned(), 3))
-    );
-    assert_eq!(
-        named(2, "10.0.0.2,6379"),
-        Some(("10.0.0.1:6379".to_owned(), 3)),
-        "an older word"
-    );
-    assert_eq!(
-        named(4, "10.0.0.2,6379"),
+            .map(|named| (named.master, named.epoch)),
         Some(("10.0.0.2:6379".to_owned(), 4))
     );
 }
 
 #[test]
-fn a_master_replaced_follows_the_master_named() {
-    let me = |id: &str| id == "10.0.0.1:6379";
-    let mut returned = Record::default();
-    assert_eq!(returned.replaced_by(None, me), None, "no Sentinel");
+fn a_group_monitored_anew_starts_its_epochs_again() {
+    let mut deployment = Deployment::default();
+    heard(&mut deployment, 0, 26379);
+    deployment.answered(0, "127.0.0.1:26379", "g", naming("10.0.0.1:6379", 9, None));
+    assert_eq!(deployment.config_epoch(), Some(9));
+    // SENTINEL REMOVE g, SENTINEL MONITOR h: its hellos name the new group.
+    let renamed = hello("h", "10.0.0.1:6379", 0);
+    deployment.heard(1, "127.0.0.1:26379", &renamed);
     assert_eq!(
-        returned.replaced_by(Some(("10.0.0.2:6379", 5)), me),
+        deployment.config_epoch(),
+        None,
+        "the old group's answer is gone"
+    );
+    assert_eq!(
+        deployment.to_ask(1),
+        [("127.0.0.1:26379".to_owned(), "h".to_owned())]
+    );
+    deployment.answered(2, "127.0.0.1:26379", "h", naming("10.0.0.1:6379", 0, None));
+    assert_eq!(deployment.config_epoch(), Some(0));
+    // A Sentinel that is forgotten takes its epoch with it.
+    deployment.to_ask(2 + SENTINEL_FORGET_MS);
+    assert_eq!(deployment.config_epoch(), None);
+}
+
+#[test]
+fn a_hello_that_differs_from_the_answer_has_the_sentinel_asked_again_soon() {
+    let mut deployment = Deployment::default();
+    heard(&mut deployment, 0, 26379);
+    assert_eq!(deployment.to_ask(0).len(), 1);
+    deployment.answered(10, "127.0.0.1:26379", "g", naming("10.0.0.1:6379", 1, None));
+    let same = hello("g", "10.0.0.1:6379", 1);
+    deployment.heard(500, "127.0.0.1:26379", &same);
+    assert!(
+        deployment.to_ask(2_000).is_empty(),
+        "the same word: asked on its period"
+    );
+    let newer = hello("g", "10.0.0.2:6379", 2);
+    deployment.heard(600, "127.0.0.1:26379", &newer);
+    assert!(
+        deployment.to_ask(900).is_empty(),
+        "not twice within HINT_MS"
+    );
+    assert_eq!(deployment.to_ask(HINT_MS).len(), 1, "asked again");
+    assert_eq!(
+        deployment.config_epoch(),
+        Some(1),
+        "the hello itself changes nothing"
+    );
+    deployment.answered(
+        HINT_MS,
+        "127.0.0.1:26379",
+        "g",
+        naming("10.0.0.2:6379", 2, None),
+    );
+    deployment.hasten();
+    assert!(deployment.to_ask(HINT_MS + 500).is_empty());
+    assert_eq!(
+        deployment.to_ask(2 * HINT_MS).len(),
+        1,
+        "hastened while its word names another master"
+    );
+}
+
+#[test]
+fn a_master_named_by_its_run_id_is_this_server() {
+    let other = "0000000000000000000000000000000000000001";
+    let me = |id: &str| id == "10.0.0.1:6379";
+    let named = |master: &str, runid: Option<&str>| Named {
+        group: "g".to_owned(),
+        master: master.to_owned(),
+        epoch: 1,
+        runid: runid.map(str::to_owned),
+    };
+    assert!(named("10.0.0.1:6379", None).names_me(me, RUNID));
+    assert!(
+        named("10.0.0.1:6379", Some(other)).names_me(me, RUNID),
+        "its own address, with the run id from before a restart"
+    );
+    assert!(
+        named("203.0.113.5:16379", Some(RUNID)).names_me(me, RUNID),
+        "behind NAT"
+    );
+    assert!(!named("10.0.0.2:6379", Some(other)).names_me(me, RUNID));
+    assert!(
+        !named("10.0.0.2:6379", None).names_me(me, RUNID),
+        "not read yet: another server, until the next answer"
+    );
+}
+
+#[test]
+fn a_master_is_replaced_by_a_newer_word_naming_another() {
+    let word = |group: &str, master: &str, epoch| Named {
+        group: group.to_owned(),
+        master: master.to_owned(),
+        epoch,
+        runid: None,
+    };
+    let mine = word("g", "10.0.0.1:6379", 5);
+    let other = |epoch| word("g", "10.0.0.2:6379", epoch);
+    let mut returned = Record::default();
+    assert_eq!(returned.replaced_by(None, false), None, "no Sentinel");
+    assert_eq!(
+        returned.replaced_by(Some(&other(5)), false),
         Some("10.0.0.2:6379".to_owned()),
         "back after a failover it never saw"
     );
 
     let mut master = Record::default();
-    assert_eq!(master.replaced_by(Some(("10.0.0.1:6379", 5)), me), None);
+    assert_eq!(master.replaced_by(Some(&mine), true), None);
     assert_eq!(
-        master.replaced_by(Some(("10.0.0.2:6379", 5)), me),
+        master.replaced_by(Some(&other(5)), false),
         None,
         "a word no newer than the one that named it"
     );
     assert_eq!(
-        master.replaced_by(Some(("10.0.0.2:6379", 6)), me),
+        master.replaced_by(Some(&other(6)), false),
         Some("10.0.0.2:6379".to_owned()),
         "failed over while cut off"
     );
-    let mut readdressed = Record::default();
-    readdressed.replaced_by(Some(("10.0.0.1:6379", 5)), me);
-    readdressed.readdressed();
-    let now_me = |id: &str| id == "192.168.0.1:6379";
     assert_eq!(
-        readdressed.replaced_by(Some(("10.0.0.1:6379", 5)), now_me),
+        master.replaced_by(Some(&word("h", "10.0.0.2:6379", 1)), false),
+        Some("10.0.0.2:6379".to_owned()),
+        "a group monitored anew: its epochs start again"
+    );
+    let mut readdressed = Record::default();
+    readdressed.replaced_by(Some(&mine), true);
+    readdressed.readdressed();
+    assert_eq!(
+        readdressed.replaced_by(Some(&mine), false),
         Some("10.0.0.1:6379".to_owned()),
-        "the same word, checked again (the module asks who is there before following)"
+        "the same word, checked again"
     );
 
     let mut promoted = Record::default();
-    promoted.replaced_by(Some(("10.0.0.1:6379", 1)), me);
+    promoted.replaced_by(Some(&word("g", "10.0.0.1:6379", 1)), true);
     promoted.promoted();
     assert_eq!(
-        promoted.replaced_by(Some(("10.0.0.2:6379", 7)), me),
+        promoted.replaced_by(Some(&other(7)), false),
         None,
         "just promoted: the Sentinels have not caught up"
     );
-    assert_eq!(promoted.replaced_by(Some(("10.0.0.1:6379", 8)), me), None);
     assert_eq!(
-        promoted.replaced_by(Some(("10.0.0.2:6379", 9)), me),
+        promoted.replaced_by(Some(&word("g", "10.0.0.1:6379", 8)), true),
+        None
+    );
+    assert_eq!(
+        promoted.replaced_by(Some(&other(9)), false),
         Some("10.0.0.2:6379".to_owned())
     );
 }
@@ -269,7 +436,7 @@ fn a_master_replaced_follows_the_master_named() {
 fn no_more_than_so_many_sentinels_are_kept() {
     let mut deployment = Deployment::default();
     for port in 1..=u16::try_from(MAX_SENTINELS + 10).expect("a port") {
-        deployment.heard(0, &hello(port, "g", 1));
+        heard(&mut deployment, 0, port);
     }
     assert_eq!(deployment.to_ask(0).len(), MAX_SENTINELS);
     assert!(deployment.knows("127.0.0.1:1"));
@@ -277,32 +444,27 @@ fn no_more_than_so_many_sentinels_are_kept() {
 }
 
 #[test]
-fn a_servers_identity_is_read_from_its_info() {
-    let id = "c5b1b4f5e1d6a7b8c9d0e1f2a3b4c5d6e7f8a9b0";
-    let info = format!(
-        "# Server\r\nredis_version:7.0.15\r\nrun_id:{id}\r\n\r\n# Replication\r\nrole:slave\r\n\
-         master_host:10.0.0.7\r\nmaster_port:6380\r\n"
-    );
+fn a_servers_role_is_read_from_its_role_reply() {
     assert_eq!(
-        identity(&info),
-        Some(Identity {
-            run_id: id.to_owned(),
+        role(&["slave", "10.0.0.7", "6380", "connected", "1234"]),
+        Some(Role {
             master: false,
             master_address: Some("10.0.0.7:6380".to_owned()),
         })
     );
-    let master = info.replace("role:slave", "role:master");
-    assert!(
-        identity(&master)
-            .is_some_and(|identity| identity.master && identity.master_address.is_none())
+    assert_eq!(
+        role(&["master", "1234"]),
+        Some(Role {
+            master: true,
+            master_address: None,
+        })
     );
     for bad in [
-        "role:master\r\n".to_owned(),
-        format!("run_id:{id}\r\n"),
-        format!("run_id:{id}\r\nrole:sentinel\r\n"),
-        "run_id:short\r\nrole:master\r\n".to_owned(),
-        format!("run_id:{}\r\nrole:master\r\n", "z".repeat(40)),
+        &["sentinel", "mymaster"][..],
+        &["slave", "10.0.0.7"],
+        &["slave", "10.0.0.7", "port"],
+        &[],
     ] {
-        assert_eq!(identity(&bad), None, "{bad}");
+        assert_eq!(role(bad), None, "{bad:?}");
     }
 }

@@ -8,8 +8,9 @@
 //! - A held write's offset is the master's replication offset at the first look after it was
 //!   held (crate `leasehold`'s `synced` looks before the event loop sleeps, when the write's
 //!   effects have gone out): it covers the write.
-//! - It counts once [`Status::counts`] it; it is refused at once while the set is smaller
-//!   than required (no acknowledgement can make it count), and after its timeout otherwise.
+//! - It counts once [`Status::counts`] it; it is refused at once while the Sentinels name
+//!   another master or the set is smaller than required (no acknowledgement can make it
+//!   count), and after its timeout otherwise.
 //! - Each look that finds writes held since the last asks the replicas for their
 //!   acknowledgement at once ([`Pending::ask`]), as `WAIT` does with `REPLCONF GETACK`: one
 //!   request for every write held in the same turn of the event loop.
@@ -28,6 +29,8 @@ pub enum Settled {
         /// `lock.min-insync-replicas`.
         required: usize,
     },
+    /// The Sentinels name another server master: this one counts nothing until it is a replica.
+    Replaced,
     /// Not every member acknowledged it within `timeout_ms`.
     NotAcknowledged {
         /// The timeout, in ms.
@@ -87,7 +90,9 @@ impl<T> Pending<T> {
         let mut kept = Vec::with_capacity(self.entries.len());
         for mut entry in self.entries.drain(..) {
             let offset = *entry.offset.get_or_insert(status.offset);
-            let outcome = if status.members < status.required {
+            let outcome = if status.replaced {
+                Some(Settled::Replaced)
+            } else if status.members < status.required {
                 Some(Settled::TooFew {
                     members: status.members,
                     required: status.required,

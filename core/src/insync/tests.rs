@@ -277,6 +277,7 @@ fn with_members_an_acknowledged_offset_of_zero_never_counts() {
         acked: 0,
         members: 2,
         required: 1,
+        replaced: false,
     };
     assert!(!waiting.counts(0), "a master back at once, no backlog yet");
     let lone = Status {
@@ -284,6 +285,7 @@ fn with_members_an_acknowledged_offset_of_zero_never_counts() {
         acked: 0,
         members: 0,
         required: 0,
+        replaced: false,
     };
     assert!(lone.counts(0));
 }

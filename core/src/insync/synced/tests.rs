@@ -6,6 +6,7 @@ fn status(offset: u64, acked: u64, members: usize, required: usize) -> Status {
         acked,
         members,
         required,
+        replaced: false,
     }
 }
 
@@ -66,4 +67,16 @@ fn a_lone_server_counts_at_once_and_a_client_that_left_is_taken_out() {
     );
     pending.hold(3, 0, 500);
     assert_eq!(pending.drain(), vec![3]);
+}
+
+#[test]
+fn a_master_the_sentinels_replaced_counts_nothing() {
+    let mut pending = Pending::default();
+    pending.hold("w", 0, 1_000);
+    let replaced = Status {
+        replaced: true,
+        ..status(10, 10, 1, 1)
+    };
+    assert!(!replaced.counts(10));
+    assert_eq!(pending.settle(1, &replaced), [("w", Settled::Replaced)]);
 }
