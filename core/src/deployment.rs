@@ -171,7 +171,7 @@ impl Hello {
     /// The 8 hex digits of the run id that the Sentinel names its links to the server with.
     #[must_use]
     pub fn link_id(&self) -> &str {
-        &self.runid[..8]
+        self.runid.get(..8).unwrap_or_default()
     }
 }
 
