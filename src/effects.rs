@@ -28,6 +28,7 @@ use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use leasehold_core::insync::replica::NOT_BEFORE;
 use leasehold_core::outcome::{Event, Lease};
 use leasehold_core::packed;
 use redis_module::{Context, RedisString, raw};
@@ -152,11 +153,19 @@ pub fn replication_paused() -> bool {
 }
 
 /// Sends `LOCK.PROMOTABLE until-ms timeout-ms listed...` ([`crate::insync`]): the replicas
-/// `listed` may be promoted until `until_ms` (unix ms), for `timeout_ms` from when they hear it.
-/// Once a second at most: through the crate's wrapper.
-pub fn replicate_promotable(ctx: &Context, until_ms: u64, timeout_ms: u64, listed: &[String]) {
+/// `listed` may be promoted until `until_ms` (unix ms), for `timeout_ms` from when they hear it;
+/// with `not_before_ms`, a replica promoted in this master's place begins no holding before
+/// then ([`crate::horizon`]). Once a second at most: through the crate's wrapper.
+pub fn replicate_promotable(
+    ctx: &Context,
+    (until_ms, timeout_ms): (u64, u64),
+    listed: &[String],
+    not_before_ms: Option<u64>,
+) {
     let (until, timeout) = (until_ms.to_string(), timeout_ms.to_string());
+    let not_before = not_before_ms.map(|ms| format!("{NOT_BEFORE}{ms}"));
     let mut args = vec![until.as_str(), timeout.as_str()];
+    args.extend(not_before.as_deref());
     args.extend(listed.iter().map(String::as_str));
     ctx.replicate("LOCK.PROMOTABLE", args.as_slice());
 }

@@ -9,6 +9,7 @@ use redis_module::{Context, RedisError, RedisString};
 
 use crate::blocking::Blocked;
 use crate::effects::{Held, notify, replicate_drop, replicate_free, replicate_holding};
+use crate::horizon;
 use crate::key::{LockKey, selected_db};
 use crate::observers;
 use crate::stats;
@@ -29,6 +30,7 @@ pub fn carry_out(
 ) -> Result<(), RedisError> {
     if let KeyLease::At(deadline) = outcome.lease {
         key.set_deadline(deadline)?;
+        horizon::note(ctx, u64::try_from(deadline).unwrap_or(0));
     }
     for step in &outcome.steps {
         match step {

@@ -5,6 +5,7 @@ use leasehold_core::insync::Promotability;
 use redis_module::{InfoContext, RedisResult};
 use redis_module_macros::info_command_handler;
 
+use crate::horizon;
 use crate::insync;
 use crate::observers;
 use crate::replica_check;
@@ -33,6 +34,10 @@ fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         )?
         .field("handovers", HANDOVERS.get())?
         .field("last_token", state::counter().last())?
+        .field(
+            "restart_wait_until_ms",
+            horizon::waiting_until().unwrap_or(0),
+        )?
         .build_section()?;
     let set = insync::fields();
     let builder = builder.add_section("insync");

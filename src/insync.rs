@@ -45,6 +45,7 @@ use crate::clock;
 use crate::config;
 use crate::deployment;
 use crate::effects;
+use crate::horizon;
 use crate::probes::{self, Answer, Credentials, Question};
 use crate::replica_check;
 use crate::replies;
@@ -270,9 +271,9 @@ fn look_at_set(ctx: &Context, now: u64, timing: Timing, answers: &[Answer]) {
     drop(state);
     effects::replicate_promotable(
         ctx,
-        now.saturating_add(timing.timeout_ms),
-        timing.timeout_ms,
+        (now.saturating_add(timing.timeout_ms), timing.timeout_ms),
         &listed,
+        horizon::waiting_until(),
     );
 }
 
@@ -628,6 +629,9 @@ pub fn on_role_changed(ctx: &Context, master: bool) {
     {
         let mut state = in_sync();
         if master {
+            if let Some(not_before_ms) = state.follower.not_before_ms() {
+                horizon::inherit(ctx, not_before_ms);
+            }
             let me = Me::of(ctx);
             let listed = state.follower.listed().to_vec();
             let lease = insync::lease_ms(deployment::failover().ms);

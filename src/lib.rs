@@ -32,6 +32,7 @@ mod effects;
 mod election;
 mod execute;
 mod filter;
+mod horizon;
 mod info;
 mod insync;
 mod key;
@@ -84,7 +85,11 @@ fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
         return Status::Err;
     }
     let delay = config::restart_delay_ms();
-    state::counter().delay_until(clock::now_ms().saturating_add(delay));
+    if let Err(error) = horizon::start(ctx, clock::now_ms().saturating_add(delay)) {
+        ctx.log_warning(&format!(
+            "the lease horizon cannot be marked at shutdown: {error:?}"
+        ));
+    }
     if filter::register(ctx).is_err() || promotion::register(ctx).is_err() {
         ctx.log_warning(
             "the command filter and the replica watch that see promotions could not be registered",

@@ -3,7 +3,7 @@
 
 use leasehold_core::args::ArgError;
 use leasehold_core::election::Leadership;
-use leasehold_core::fence;
+use leasehold_core::fence::{self, Delay};
 use leasehold_core::outcome::Refusal;
 use redis_module::{RedisError, RedisValue, redisvalue::RedisValueKey};
 
@@ -31,13 +31,20 @@ pub fn refusal(refusal: Refusal, command: &str) -> RedisError {
         ),
         Refusal::TooSoon {
             retry_in_ms,
-            starting: false,
+            starting: None,
         } => format!(
             "TRYAGAIN fencing tokens are ahead of this server's clock; retry in {retry_in_ms} ms"
         ),
         Refusal::TooSoon {
             retry_in_ms,
-            starting: true,
+            starting: Some(Delay::LostLeases),
+        } => format!(
+            "TRYAGAIN the server restarted without the data of leases it granted, which may \
+             still run (INFO lock: lock_restart_wait_until_ms); retry in {retry_in_ms} ms"
+        ),
+        Refusal::TooSoon {
+            retry_in_ms,
+            starting: Some(Delay::Configured),
         } => format!(
             "TRYAGAIN the server started within lock.restart-delay-ms; retry in {retry_in_ms} ms"
         ),

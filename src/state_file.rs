@@ -64,8 +64,14 @@ impl Kept {
 
 /// The file's path, relative to the server's `dir` (Redis runs there).
 fn path(ctx: &Context) -> PathBuf {
+    path_of(ctx, "leasehold")
+}
+
+/// The path of a file of the module's beside the RDB file: `<dbfilename without its
+/// extension>.<extension>`, relative to the server's `dir` (Redis runs there).
+pub fn path_of(ctx: &Context, extension: &str) -> PathBuf {
     let rdb = server_config::get(ctx, "dbfilename").unwrap_or_else(|| "dump.rdb".to_owned());
-    PathBuf::from(rdb).with_extension("leasehold")
+    PathBuf::from(rdb).with_extension(extension)
 }
 
 /// Reads the file; nothing kept when there is none, or (logged) when it cannot be read.

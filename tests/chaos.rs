@@ -2,7 +2,8 @@
 //! failovers — counted, not assumed (Jepsen's method: record a history, then check it).
 //!
 //! A master and two replicas with the module (AOF on the master, RDB on one replica, nothing
-//! on the other; each with `lock.restart-delay-ms` of one lease), three Sentinels, and 21 clients that find the master through Sentinel (the
+//! on the other; a server back at once without the grants it made waits out their leases by
+//! itself: the lease horizon), three Sentinels, and 21 clients that find the master through Sentinel (the
 //! `redis` crate's Sentinel client) and lock through `leasehold-client`, in three classes of
 //! seven that differ only in how they sync a grant and a renewal before counting on it: not at
 //! all, to any 1 replica, to every member of the master's in-sync set (the client's default,
@@ -220,19 +221,16 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| u64::from(std::process::id()) ^ common::now_ms().unsigned_abs());
     let history = Arc::new(History::new());
-    // Each server delays new holdings by the longest lease after it starts (the delayed
-    // restart, lock.restart-delay-ms): a master back at once without the grants it last
-    // acknowledged — empty, or from an older RDB — must not grant them again while their
-    // holders still count on them; its replicas resync from it and cannot keep them.
-    let delay = LEASE.as_millis().to_string();
-    let strictly: &[&str] = if strict() {
+    // No lock.restart-delay-ms: a master back at once without the grants it last acknowledged
+    // — empty, or from an older RDB — waits out their leases by itself (the lease horizon), so
+    // that it grants none of them again while their holders still count on them.
+    let module_args: &[&str] = if strict() {
         &["insync-strict", "yes"]
     } else {
         &[]
     };
-    let module_args = [&["restart-delay-ms", &delay][..], strictly].concat();
     let timing = timing();
-    let mut group = Group::with(&history, &module_args, timing);
+    let mut group = Group::with(&history, module_args, timing);
     let first_master = group.addresses[0];
     let run = Arc::new(Run::default());
     let clients: Vec<_> = (0..(CLIENTS_PER_CLASS + HOLDERS_PER_CLASS) * Class::ALL.len())

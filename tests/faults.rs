@@ -94,6 +94,9 @@ fn kill_with_rdb_snapshots_only_never_reissues_a_lost_token() {
     call(&mut con, &["SAVE"]);
     let lost = burst(&mut con, "lost", 20_000);
     server.kill();
+    // Without its lease horizon (a machine crash can lose its last write; with it, nothing is
+    // granted before the lost leases end: tests/restart.rs), tokens alone keep the order.
+    server.forget_leases();
     server.restart();
     let mut con = server.client();
     assert_eq!(
@@ -121,6 +124,7 @@ fn kill_with_no_persistence_at_all_still_moves_forward() {
     let mut con = server.client();
     let tokens = burst(&mut con, "gone", 20_000);
     server.kill();
+    server.forget_leases();
     server.restart();
     let mut con = server.client();
     assert_eq!(call(&mut con, &["DBSIZE"]), Value::Int(0));
@@ -344,7 +348,7 @@ fn a_delayed_restart_grants_nothing_until_every_lost_lease_has_ended() {
     let mut con = master.client();
     let refused = common::error(&mut con, &["LOCK.ACQUIRE", "job", "second", "1500"]);
     assert!(
-        refused.starts_with("TRYAGAIN the server started within lock.restart-delay-ms; retry in "),
+        refused.starts_with("TRYAGAIN") && refused.contains("; retry in "),
         "{refused}"
     );
     // NOSYNC: this is about the delay, not about the replica's return to the in-sync set.

@@ -14,6 +14,7 @@ use std::ops::Deref;
 
 use crate::election::Seen;
 use crate::insync::Promotable;
+use crate::insync::replica::NOT_BEFORE;
 use crate::lock::{Holding, Mode};
 use crate::machine::Applied;
 use crate::outcome::Lease;
@@ -832,12 +833,16 @@ pub fn promotable<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Promotable, Arg
     };
     let until_ms = positive(args.required()?)?;
     let timeout_ms = positive(args.required()?)?;
-    let mut listed = Vec::new();
+    let (mut listed, mut not_before_ms) = (Vec::new(), None);
     while let Some(id) = args.next() {
         let id = std::str::from_utf8(id)
             .ok()
             .filter(|id| id.len() <= MAX_REPLICA_ID && id.contains(':'))
             .ok_or(ArgError::Replica)?;
+        if let Some(ms) = id.strip_prefix(NOT_BEFORE) {
+            not_before_ms = Some(unsigned(ms.as_bytes()).ok_or(ArgError::NotInteger)?);
+            continue;
+        }
         if listed.len() == MAX_LISTED {
             return Err(ArgError::Replica);
         }
@@ -847,6 +852,7 @@ pub fn promotable<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Promotable, Arg
         until_ms,
         timeout_ms,
         listed,
+        not_before_ms,
     })
 }
 

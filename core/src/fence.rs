@@ -84,6 +84,8 @@ pub enum Refused {
     Starting {
         /// How long until the token can be issued, in ms (at least 1).
         retry_in_ms: u64,
+        /// Why the start is delayed.
+        why: Delay,
     },
     /// The token space is used up: the next token would reach 2^53.
     Exhausted,
@@ -100,6 +102,19 @@ pub struct Counter {
     reserve_held: bool,
     /// No token is issued before this unix time in ms (a delayed restart); 0: none.
     not_before_ms: u64,
+    /// Why.
+    delay: Delay,
+}
+
+/// Why a start issues no token for a while ([`Counter::delay_until`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Delay {
+    /// `lock.restart-delay-ms`.
+    #[default]
+    Configured,
+    /// The server came back without the data of leases it granted, which may still run
+    /// ([`crate::horizon`]).
+    LostLeases,
 }
 
 /// The largest token a server may issue while its clock reads `now_ms` (see the invariant
@@ -131,6 +146,7 @@ impl Counter {
             reserve_pending: true,
             reserve_held: false,
             not_before_ms: 0,
+            delay: Delay::Configured,
         }
     }
 
@@ -141,7 +157,10 @@ impl Counter {
     pub fn next(&self, now_ms: u64) -> Result<u64, Refused> {
         if now_ms < self.not_before_ms {
             let retry_in_ms = self.not_before_ms - now_ms;
-            return Err(Refused::Starting { retry_in_ms });
+            return Err(Refused::Starting {
+                retry_in_ms,
+                why: self.delay,
+            });
         }
         let floor = now_ms.saturating_mul(TOKENS_PER_MS);
         let lowest = if self.reserve_pending || self.reserve_held {
@@ -192,8 +211,9 @@ impl Counter {
     /// crash — before a failover then grants nothing until every lease it may have granted
     /// and lost has ended, if the delay is at least the longest lease; its replicas, which
     /// resync from it, cannot keep those grants for it.
-    pub fn delay_until(&mut self, not_before_ms: u64) {
+    pub fn delay_until(&mut self, not_before_ms: u64, why: Delay) {
         self.not_before_ms = not_before_ms;
+        self.delay = why;
     }
 
     /// Makes the next token at least floor + [`RESERVE`]: called when this server becomes a
@@ -241,14 +261,20 @@ mod tests {
     #[test]
     fn a_delayed_start_issues_nothing_before_its_time() {
         let mut counter = Counter::new();
-        counter.delay_until(NOW + 1_000);
+        counter.delay_until(NOW + 1_000, Delay::LostLeases);
         assert_eq!(
             counter.issue(NOW),
-            Err(Refused::Starting { retry_in_ms: 1_000 })
+            Err(Refused::Starting {
+                retry_in_ms: 1_000,
+                why: Delay::LostLeases
+            })
         );
         assert_eq!(
             counter.issue(NOW + 999),
-            Err(Refused::Starting { retry_in_ms: 1 })
+            Err(Refused::Starting {
+                retry_in_ms: 1,
+                why: Delay::LostLeases
+            })
         );
         assert_eq!(counter.last(), 0, "nothing changed");
         assert!(counter.issue(NOW + 1_000).is_ok());

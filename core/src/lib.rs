@@ -22,6 +22,8 @@
 //! - [`deployment`]: what the module learns of the Sentinels or the Redis Cluster it runs in,
 //!   and how long a failover there takes — the length of the in-sync set's leases;
 //! - [`session`]: sessions, which end their holdings soon after their connection closes;
+//! - [`horizon`]: how far the leases a master granted reach, so that a master back without its
+//!   data after a crash grants nothing a holder may still count on;
 //! - [`machine`]: one entry point per event — the FIFO hand-over to waiters, lease ends,
 //!   promotions' effects on tokens — returning an [`outcome::Outcome`].
 
@@ -45,6 +47,7 @@ pub mod election;
 pub mod fence;
 pub mod heap;
 pub mod holders;
+pub mod horizon;
 pub mod insync;
 pub mod lock;
 pub mod machine;

@@ -8,7 +8,7 @@
 
 use smallvec::SmallVec;
 
-use crate::fence::Refused;
+use crate::fence::{Delay, Refused};
 use crate::lock::Mode;
 use crate::owner::Owner;
 
@@ -44,13 +44,13 @@ pub enum Refusal {
         lock: Option<u32>,
     },
     /// The lock is free but no fencing token can be issued for `retry_in_ms` ms: the counter
-    /// is ahead of this server's clock, or (`starting`) the server started within its restart
-    /// delay (see [`crate::fence`]). A command may wait for it.
+    /// is ahead of this server's clock, or (`starting`) the server's start is delayed (see
+    /// [`crate::fence`]). A command may wait for it.
     TooSoon {
         /// When a token can be issued, in ms from now.
         retry_in_ms: u64,
-        /// Because of the restart delay, not the clock.
-        starting: bool,
+        /// Why the start is delayed, when it is that and not the clock.
+        starting: Option<Delay>,
     },
     /// The token space is used up (2^53).
     Exhausted,
@@ -249,11 +249,11 @@ impl From<Refused> for Refusal {
         match refused {
             Refused::AheadOfClock { retry_in_ms } => Self::TooSoon {
                 retry_in_ms,
-                starting: false,
+                starting: None,
             },
-            Refused::Starting { retry_in_ms } => Self::TooSoon {
+            Refused::Starting { retry_in_ms, why } => Self::TooSoon {
                 retry_in_ms,
-                starting: true,
+                starting: Some(why),
             },
             Refused::Exhausted => Self::Exhausted,
         }

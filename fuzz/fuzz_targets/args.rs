@@ -1,8 +1,9 @@
 //! Every command's argument parser (`leasehold_core::args`) on any arguments: each answers
 //! (no panic), and what it accepts is within the ranges it promises; the in-sync set's
-//! reading of `INFO replication` (`leasehold_core::insync`) on any text; and a Sentinel's hello
-//! and `SENTINEL MASTER` reply (`leasehold_core::deployment`). Numbers are read exactly
-//! as their decimal form, as Redis's `string2ll` reads them.
+//! reading of `INFO replication` (`leasehold_core::insync`) on any text; a Sentinel's hello, its
+//! `SENTINEL MASTER` reply and a server's `ROLE` reply (`leasehold_core::deployment`); and the
+//! lease horizon's record (`leasehold_core::horizon`). Numbers are read exactly as their
+//! decimal form, as Redis's `string2ll` reads them.
 #![no_main]
 
 use std::collections::HashSet;
@@ -11,7 +12,7 @@ use leasehold_core::args::{self, Limits};
 use leasehold_core::election::Seen;
 use leasehold_core::lock::Mode;
 use leasehold_core::owner::{MAX_OWNER_LEN, MAX_VALUE_LEN};
-use leasehold_core::{deployment, insync};
+use leasehold_core::{deployment, horizon, insync};
 use libfuzzer_sys::fuzz_target;
 
 fn owner_ok(owner: &[u8]) -> bool {
@@ -112,8 +113,12 @@ fuzz_target!(|input: (i64, u8, u64, Vec<&[u8]>)| {
     {
         assert_eq!(role.master, role.master_address.is_none());
     }
-    // `INFO replication` as the in-sync set reads it, then the set's rules on what it read.
+    // `INFO replication` as the in-sync set reads it, then the set's rules on what it read;
+    // the lease horizon's record as a start reads it from its file.
     let text = words.concat();
+    if let Some(record) = horizon::Horizon::decode(&text) {
+        assert_eq!(horizon::Horizon::decode(record.encode().as_bytes()), Some(record));
+    }
     if let Ok(info) = std::str::from_utf8(&text) {
         // A replica's error reply to the master's question whether it runs the module.
         if let insync::checks::Answer::Unknown(error) = insync::checks::read_error(info) {

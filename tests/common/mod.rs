@@ -355,11 +355,20 @@ impl Server {
         self.restart();
     }
 
-    /// Deletes what a stopped server kept: its RDB, its AOF and the module's state file.
+    /// Deletes the module's lease horizon (`dump.leases`) of a stopped server, as a machine
+    /// crash can lose its last write: what a restart then knows comes from its data alone.
+    pub fn forget_leases(&mut self) {
+        assert!(self.child.is_none(), "stop the server first");
+        let _ = std::fs::remove_file(self.dir().join("dump.leases"));
+    }
+
+    /// Deletes what a stopped server kept: its RDB, its AOF and the module's files (its state
+    /// and its lease horizon).
     pub fn wipe(&mut self) {
         assert!(self.child.is_none(), "stop the server before wiping it");
         let _ = std::fs::remove_file(self.dir().join("dump.rdb"));
         let _ = std::fs::remove_file(self.dir().join("dump.leasehold"));
+        let _ = std::fs::remove_file(self.dir().join("dump.leases"));
         let _ = std::fs::remove_dir_all(self.dir().join("appendonlydir"));
     }
 

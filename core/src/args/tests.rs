@@ -224,6 +224,16 @@ fn promotable_lists_replicas() {
     ] {
         assert!(promotable(&words(line)).is_err(), "{line}");
     }
+    let waiting = promotable(&words(
+        "LOCK.PROMOTABLE 1 1 a:1 notbefore:1800000000000 b:2",
+    ))
+    .unwrap();
+    assert_eq!(waiting.listed, ["a:1", "b:2"]);
+    assert_eq!(waiting.not_before_ms, Some(1_800_000_000_000));
+    assert_eq!(
+        promotable(&words("LOCK.PROMOTABLE 1 1 notbefore:soon")).unwrap_err(),
+        ArgError::NotInteger
+    );
     let long = format!("LOCK.PROMOTABLE 1 1 {}:1", "a".repeat(MAX_REPLICA_ID));
     assert_eq!(promotable(&words(&long)).unwrap_err(), ArgError::Replica);
     let many = format!("LOCK.PROMOTABLE 1 1{}", " a:1".repeat(MAX_LISTED + 1));

@@ -82,7 +82,15 @@ pub struct Promotable {
     pub timeout_ms: u64,
     /// The members that may be promoted (`ip:port`).
     pub listed: Vec<String>,
+    /// A master back from a crash without the grants it made begins no holding before this
+    /// (unix ms, [`crate::horizon`]): neither may a replica promoted in its place, whose data
+    /// came from it. Sent as the item [`NOT_BEFORE`]`<ms>` among the replicas, which a replica
+    /// of an older release takes for a replica's name that is never its own.
+    pub not_before_ms: Option<u64>,
 }
+
+/// The prefix of the item of [`Promotable::not_before_ms`].
+pub const NOT_BEFORE: &str = "notbefore:";
 
 impl Promotable {
     /// When the master sent it, by its clock (unix ms).
@@ -127,6 +135,8 @@ pub struct Follower {
     lease_epoch: Option<u64>,
     /// While in succession: the configuration epoch it began under.
     succession: Option<u64>,
+    /// The master's last message said it begins no holding before this (unix ms).
+    not_before_ms: Option<u64>,
     /// Since when (unix ms) the master has reported that it replicates from this server.
     cycle_since: Option<u64>,
 }
@@ -160,6 +170,7 @@ impl Follower {
         self.cycle_since = None;
         self.named = listed;
         self.listed.clone_from(&message.listed);
+        self.not_before_ms = message.not_before_ms;
     }
 
     /// The link to the master came up at `now_ms`: messages sent before it are history.
@@ -292,6 +303,13 @@ impl Follower {
             self.timeout_ms / 4
         };
         self.promotable(now_ms.saturating_add(lead))
+    }
+
+    /// Until when (unix ms) its master's last message said it begins no holding: a replica
+    /// promoted in its place waits as long.
+    #[must_use]
+    pub const fn not_before_ms(&self) -> Option<u64> {
+        self.not_before_ms
     }
 
     /// The members its master listed last.
