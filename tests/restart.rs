@@ -163,7 +163,9 @@ fn a_replica_promoted_while_its_master_waits_waits_as_long() {
     common::wait_until("the replica may be promoted", || {
         info_field(&mut r, "lock", "lock_insync_promotable").as_deref() == Some("1")
     });
-    let lease_ms = 8_000;
+    // Longer than the resync takes (repl-diskless-sync-delay, 5 s by default) and the wait for
+    // the next list after it.
+    let lease_ms = 20_000;
     acquire(&mut master.client(), "L", "a", lease_ms, &[]).expect("A's counted grant");
     let lease_end = now_ms() + i64::try_from(lease_ms).expect("ms");
 
@@ -187,7 +189,7 @@ fn a_replica_promoted_while_its_master_waits_waits_as_long() {
         "the log says why"
     );
     // NOSYNC: it has no replica left; this is about the wait.
-    let granted = acquire(&mut r, "L", "b", 10_000, &["WAIT", "15000", "NOSYNC"]);
+    let granted = acquire(&mut r, "L", "b", 10_000, &["WAIT", "30000", "NOSYNC"]);
     assert!(
         granted.is_some() && now_ms() >= lease_end,
         "granted only after A's lease"
