@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
 use leasehold_core::fence::Delay;
-use leasehold_core::horizon::{Horizon, Loaded, SLACK_MS};
+use leasehold_core::horizon::{Horizon, Loaded};
 use redis_module::server_events::LoadingSubevent;
 use redis_module::{Context, RedisError, raw};
 use redis_module_macros::loading_event_handler;
@@ -52,8 +52,7 @@ struct Record {
 
 static RECORD: LazyLock<Mutex<Record>> = LazyLock::new(Mutex::default);
 
-/// The recorded horizon, for [`note`]'s check without the lock: 0 while the record is clean,
-/// so that the first write after a clean start is recorded.
+/// The record's [`Horizon::written_after_ms`], for [`note`]'s check without the lock.
 static UNTIL_MS: AtomicU64 = AtomicU64::new(0);
 
 /// A save in the foreground is under way in this process.
@@ -82,10 +81,7 @@ pub fn start(ctx: &Context, configured_until_ms: u64) -> Result<(), RedisError> 
         record.horizon = read;
         record.configured_until_ms = configured_until_ms;
         record.at_start = Some(read);
-        UNTIL_MS.store(
-            if read.clean { 0 } else { read.until_ms },
-            Ordering::Relaxed,
-        );
+        UNTIL_MS.store(read.written_after_ms(), Ordering::Relaxed);
     }
     // Until the data is loaded, as if nothing were; final at once when nothing will be (no
     // AOF, no RDB file; a `MODULE LOAD` into a running server loads nothing more either).
@@ -207,10 +203,7 @@ fn write(ctx: &Context, record: &mut Record, next: Horizon) {
         Err(_) => {}
     }
     record.horizon = next;
-    UNTIL_MS.store(
-        if next.clean { 0 } else { next.until_ms },
-        Ordering::Relaxed,
-    );
+    UNTIL_MS.store(next.written_after_ms(), Ordering::Relaxed);
 }
 
 /// `RedisModuleEvent_Persistence`: a save in the foreground of this process that succeeded
@@ -253,7 +246,8 @@ pub fn inherit(ctx: &Context, not_before_ms: u64) {
     let mut record = record();
     record.waiting_until_ms = record.waiting_until_ms.max(not_before_ms);
     hold_back(&record);
-    if let Some(next) = record.horizon.note(not_before_ms.saturating_sub(SLACK_MS)) {
+    let next = record.horizon.reaching(not_before_ms);
+    if next != record.horizon {
         write(ctx, &mut record, next);
     }
     drop(record);

@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use leasehold_core::args;
 use leasehold_core::deployment::{Failover, Record, Source};
+use leasehold_core::insync::synced::{self, Settled};
 use leasehold_core::insync::{
     self, Follower, HEARTBEAT_MS, Master, Priority, Promotability, Promotion, Refusal, Standing,
     Status, Timing,
@@ -562,9 +563,17 @@ fn status_of(info: &str) -> Status {
         .status(&replication, config::min_insync_replicas())
 }
 
-/// Whether the Sentinels name another server master ([`note_if_replaced`]): no write counts.
-pub fn replaced() -> bool {
-    in_sync().master.is_replaced()
+/// What a synced write meets before any replica is asked, without reading `INFO`: refused at
+/// once ([`synced::refused_at_once`]: the Sentinels name another master, or the set is below its
+/// size), or how many members must acknowledge it (0: it counts now).
+///
+/// # Errors
+/// The refusal.
+pub fn gate() -> Result<usize, Settled> {
+    let state = in_sync();
+    let members = state.master.members().count();
+    let required = state.master.required(config::min_insync_replicas());
+    synced::refused_at_once(members, required, state.master.is_replaced()).map_or(Ok(members), Err)
 }
 
 /// The set's members and how many a write needs, without reading `INFO`: a write on a master

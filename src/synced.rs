@@ -162,13 +162,10 @@ pub fn wanted(ctx: &Context, asked: Option<bool>) -> Result<bool, RedisError> {
 /// `NOREPLICAS` when the Sentinels name another master, when the set is below its size, or
 /// when the client cannot be blocked.
 pub fn hold(ctx: &Context, reply: RedisValue, undo: Undo) -> RedisResult {
-    if insync::replaced() {
-        return refused(ctx, Settled::Replaced, &undo);
-    }
-    let (members, required) = insync::size();
-    if members < required {
-        return refused(ctx, Settled::TooFew { members, required }, &undo);
-    }
+    let members = match insync::gate() {
+        Ok(members) => members,
+        Err(refusal) => return refused(ctx, refusal, &undo),
+    };
     if members == 0 {
         rebase(ctx, &undo);
         return Ok(reply);
@@ -200,21 +197,16 @@ pub fn answer(blocked: Blocked, answer: &Answer) {
 }
 
 /// A synced grant to a waiter, as [`hold`] treats a command's: refused at once (after undoing
-/// it) when the set is below its size, answered at once on a server with no set to wait for,
+/// it) when [`insync::gate`] says so, answered at once on a server with no set to wait for,
 /// held otherwise.
 fn hand_over(blocked: Blocked, reply: RedisValue, undo: Undo) {
-    let (members, required) = insync::size();
-    let answer: blocking::Reply = if insync::replaced() {
-        Box::new(move |ctx| refused(ctx, Settled::Replaced, &undo))
-    } else if members < required {
-        Box::new(move |ctx| refused(ctx, Settled::TooFew { members, required }, &undo))
-    } else if members == 0 {
-        Box::new(move |ctx| {
+    let answer: blocking::Reply = match insync::gate() {
+        Err(refusal) => Box::new(move |ctx| refused(ctx, refusal, &undo)),
+        Ok(0) => Box::new(move |ctx| {
             rebase(ctx, &undo);
             Ok(reply)
-        })
-    } else {
-        return held(blocked, reply, stretched(undo));
+        }),
+        Ok(_) => return held(blocked, reply, stretched(undo)),
     };
     blocking::unblock(blocked, answer);
 }

@@ -10,28 +10,12 @@ mod common;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{Server, acquire, call, error, holder, info_field, now_ms, wait_replicas};
-use redis::Connection;
+use common::{
+    Server, acquire, call, error, holder, info_field, now_ms, try_acquire, wait_replicas,
+};
 
 /// Redis's default `save` points (`redis.conf`), which the harness turns off by default.
 const DEFAULT_SAVE: [&str; 2] = ["--save", "3600 1 300 100 60 10000"];
-
-/// `LOCK.ACQUIRE key owner ttl-ms` as its reply: the token, or the error.
-fn try_acquire(con: &mut Connection, key: &str, owner: &str, ttl_ms: u64) -> Result<i64, String> {
-    redis::cmd("LOCK.ACQUIRE")
-        .arg(key)
-        .arg(owner)
-        .arg(ttl_ms)
-        .query::<Option<i64>>(con)
-        .map_err(|error| {
-            format!(
-                "{} {}",
-                error.code().unwrap_or(""),
-                error.detail().unwrap_or("")
-            )
-        })
-        .and_then(|token| token.ok_or_else(|| "held".to_owned()))
-}
 
 /// The sequence of the issue: A holds `L` with a 40 s lease, synced to both replicas; the
 /// master is killed and started again 0.3 s later with the same command line; B asks every

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use common::{Server, call, info_field, wait_within};
+use common::{Server, call, info_field, try_acquire, wait_within};
 use redis::{Connection, Value};
 
 /// The server's `masterauth`: what a forged hello would have it send to an address it names.
@@ -68,24 +68,6 @@ fn app(server: &Server) -> Connection {
     redis::Client::open(format!("redis://app:apppass@127.0.0.1:{}/", server.port))
         .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(5)))
         .expect("connect as app")
-}
-
-/// A synced `LOCK.ACQUIRE key owner 30000`: the token, or the error as the server sent it.
-fn synced_grant(con: &mut Connection, key: &str, owner: &str) -> Result<i64, String> {
-    match redis::cmd("LOCK.ACQUIRE")
-        .arg(key)
-        .arg(owner)
-        .arg(30_000)
-        .query::<Value>(con)
-    {
-        Ok(Value::Int(token)) => Ok(token),
-        Ok(other) => Err(format!("not a token: {other:?}")),
-        Err(error) => Err(format!(
-            "{} {}",
-            error.code().unwrap_or(""),
-            error.detail().unwrap_or("")
-        )),
-    }
 }
 
 /// How many times `text` says `line`.
@@ -258,7 +240,7 @@ fn a_client_naming_its_connection_like_a_sentinel_stops_no_grant() {
     // A look of the in-sync set after the scan.
     thread::sleep(Duration::from_millis(500));
 
-    let token = synced_grant(&mut admin, "k", "a")
+    let token = try_acquire(&mut admin, "k", "a", 30_000)
         .unwrap_or_else(|error| panic!("a synced grant on a lone master: {error}"));
     assert_eq!(
         info_field(&mut admin, "lock", "lock_insync_sentinels").as_deref(),
@@ -275,7 +257,7 @@ fn a_client_naming_its_connection_like_a_sentinel_stops_no_grant() {
     server.shutdown("SAVE");
     server.restart();
     let mut con = server.client();
-    let after = synced_grant(&mut con, "after-restart", "a")
+    let after = try_acquire(&mut con, "after-restart", "a", 30_000)
         .unwrap_or_else(|error| panic!("a synced grant after the restart: {error}"));
     assert!(after > token, "{after} after {token}");
     assert_eq!(common::holder(&mut con, "k").as_deref(), Some("a"));
@@ -288,7 +270,7 @@ fn a_client_naming_its_connection_like_a_sentinel_stops_no_grant() {
 fn a_user_who_may_run_slaveof_is_believed() {
     let server = Server::start(&[]);
     let mut con = server.client();
-    assert!(synced_grant(&mut con, "before", "a").is_ok());
+    assert!(try_acquire(&mut con, "before", "a", 30_000).is_ok());
     let mut link = server.client();
     call(&mut link, &["CLIENT", "SETNAME", "sentinel-abcdef01-cmd"]);
     let mut refusal = String::new();
@@ -298,7 +280,7 @@ fn a_user_who_may_run_slaveof_is_believed() {
         "synced grants refused once the link is believed",
         || {
             attempt += 1;
-            match synced_grant(&mut con, &format!("key-{attempt}"), "a") {
+            match try_acquire(&mut con, &format!("key-{attempt}"), "a", 30_000) {
                 Ok(_) => false,
                 Err(error) => {
                     refusal = error;

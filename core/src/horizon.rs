@@ -47,10 +47,25 @@ impl Horizon {
     /// written (the lease ends past the recorded horizon, or the record was clean).
     #[must_use]
     pub fn note(&self, lease_end_ms: u64) -> Option<Self> {
-        (lease_end_ms > self.until_ms || self.clean).then(|| Self {
-            until_ms: self.until_ms.max(lease_end_ms.saturating_add(SLACK_MS)),
+        (lease_end_ms > self.until_ms || self.clean)
+            .then(|| self.reaching(lease_end_ms.saturating_add(SLACK_MS)))
+    }
+
+    /// The record once no holding may begin before `until_ms` (unix ms) for its sake: a
+    /// replica promoted while its master waited takes that master's wait.
+    #[must_use]
+    pub fn reaching(&self, until_ms: u64) -> Self {
+        Self {
+            until_ms: self.until_ms.max(until_ms),
             clean: false,
-        })
+        }
+    }
+
+    /// What a lease must end after to be written ([`Horizon::note`]): the horizon, or 0 while
+    /// the record is clean (the first write after a clean start is recorded).
+    #[must_use]
+    pub const fn written_after_ms(&self) -> u64 {
+        if self.clean { 0 } else { self.until_ms }
     }
 
     /// Until when a server that started with this record and `loaded` data grants nothing, at

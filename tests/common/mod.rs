@@ -536,12 +536,32 @@ pub fn error(con: &mut Connection, args: &[&str]) -> String {
     }
     match cmd.query::<Value>(con) {
         Ok(value) => panic!("{args:?} should fail, replied {value:?}"),
-        Err(error) => {
-            let code = error.code().unwrap_or("");
-            let detail = error.detail().unwrap_or("");
-            format!("{code} {detail}").trim().to_owned()
-        }
+        Err(error) => described(&error),
     }
+}
+
+/// A server's error as it sent it: `CODE detail`.
+pub fn described(error: &redis::RedisError) -> String {
+    let code = error.code().unwrap_or("");
+    let detail = error.detail().unwrap_or("");
+    format!("{code} {detail}").trim().to_owned()
+}
+
+/// `LOCK.ACQUIRE key owner ttl-ms` as its reply: the token, or the error as the server sent it
+/// (`held` when the lock is another's).
+pub fn try_acquire(
+    con: &mut Connection,
+    key: &str,
+    owner: &str,
+    ttl_ms: u64,
+) -> Result<i64, String> {
+    redis::cmd("LOCK.ACQUIRE")
+        .arg(key)
+        .arg(owner)
+        .arg(ttl_ms)
+        .query::<Option<i64>>(con)
+        .map_err(|error| described(&error))
+        .and_then(|token| token.ok_or_else(|| "held".to_owned()))
 }
 
 /// `DUMP key`: the serialized value, ending with its RDB version (2 bytes) and a CRC64 of

@@ -38,6 +38,20 @@ pub enum Settled {
     },
 }
 
+/// Why a write on a master whose set has `members` of the `required`, and that the Sentinels
+/// replaced or not (`replaced`), is refused whatever its replicas acknowledge; `None` when
+/// their acknowledgements can make it count.
+#[must_use]
+pub const fn refused_at_once(members: usize, required: usize, replaced: bool) -> Option<Settled> {
+    if replaced {
+        Some(Settled::Replaced)
+    } else if members < required {
+        Some(Settled::TooFew { members, required })
+    } else {
+        None
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Entry<T> {
     held: T,
@@ -90,13 +104,9 @@ impl<T> Pending<T> {
         let mut kept = Vec::with_capacity(self.entries.len());
         for mut entry in self.entries.drain(..) {
             let offset = *entry.offset.get_or_insert(status.offset);
-            let outcome = if status.replaced {
-                Some(Settled::Replaced)
-            } else if status.members < status.required {
-                Some(Settled::TooFew {
-                    members: status.members,
-                    required: status.required,
-                })
+            let at_once = refused_at_once(status.members, status.required, status.replaced);
+            let outcome = if at_once.is_some() {
+                at_once
             } else if status.counts(offset) {
                 Some(Settled::Counted)
             } else if now_ms >= entry.deadline_ms {
