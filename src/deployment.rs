@@ -26,7 +26,7 @@ use leasehold_core::deployment::{self, Deployment, Failover, Named, Said};
 use redis_module::{Context, ContextFlags};
 
 use crate::clock;
-use crate::probes::{self, Answer, Credentials, Question};
+use crate::probes::{self, Answer, Credentials, Peer, Question, Tls};
 use crate::server_config;
 
 /// How soon after the last look a hint (a hello or a connection named by no verified link) has
@@ -135,10 +135,15 @@ pub fn look(ctx: &Context, now_ms: u64, answers: &[Answer]) -> (Failover, bool) 
         deployment, errors, ..
     } = &mut *learned;
     errors.retain(|address, _| deployment.knows(address));
-    if !due.is_empty() {
-        for (address, master_name) in due {
+    for (address, master_name) in due {
+        let parts = address
+            .rsplit_once(':')
+            .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)));
+        if let Some((host, port)) = parts {
+            let host = host.trim_start_matches('[').trim_end_matches(']');
             probes::ask(Question::Sentinel {
-                address,
+                peer: peer(ctx, host, port, false),
+                address: address.clone(),
                 master_name,
             });
         }
@@ -266,12 +271,34 @@ fn take(
     }
 }
 
-/// `masteruser` and `masterauth`, to authenticate with where asked.
-pub fn credentials(ctx: &Context) -> Credentials {
+/// How to reach `host:port` the way this server's replication does: TLS with the server's own
+/// certificates when `tls-replication` is on ([`probes::Tls`]), and `masteruser` and
+/// `masterauth` only for this replica's own master (`own_master`).
+pub fn peer(ctx: &Context, host: &str, port: u16, own_master: bool) -> Peer {
     let set = |name: &str| server_config::get(ctx, name).filter(|value| !value.is_empty());
-    Credentials {
-        username: set("masteruser"),
-        password: set("masterauth"),
+    let credentials = if own_master {
+        Credentials {
+            username: set("masteruser"),
+            password: set("masterauth"),
+        }
+    } else {
+        Credentials::default()
+    };
+    let tls = (set("tls-replication").as_deref() == Some("yes")).then(|| Tls {
+        cert_file: set("tls-client-cert-file")
+            .or_else(|| set("tls-cert-file"))
+            .unwrap_or_default(),
+        key_file: set("tls-client-key-file")
+            .or_else(|| set("tls-key-file"))
+            .unwrap_or_default(),
+        ca_file: set("tls-ca-cert-file"),
+        ca_dir: set("tls-ca-cert-dir"),
+    });
+    Peer {
+        host: host.to_owned(),
+        port,
+        credentials,
+        tls,
     }
 }
 

@@ -24,11 +24,11 @@
 //! that are already module strings (the key and the owner a client sent) are passed as such,
 //! which Redis shares instead of copying.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::os::raw::{c_char, c_int};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use leasehold_core::insync::replica::NOT_BEFORE;
+use leasehold_core::insync::replica::{CHALLENGE, NOT_BEFORE};
 use leasehold_core::outcome::{Event, Lease};
 use leasehold_core::packed;
 use redis_module::{Context, RedisString, raw};
@@ -152,23 +152,48 @@ pub fn replication_paused() -> bool {
     unsafe { raw::RedisModule_AvoidReplicaTraffic }.is_some_and(|paused| unsafe { paused() } != 0)
 }
 
-/// Sends `LOCK.PROMOTABLE until-ms timeout-ms listed...` ([`crate::insync`]): the replicas
-/// `listed` may be promoted until `until_ms` (unix ms), for `timeout_ms` from when they hear it;
-/// with `not_before_ms`, a replica promoted in this master's place begins no holding before
-/// then ([`crate::horizon`]). Once a second at most: through the crate's wrapper.
+/// Sends the heartbeat `LOCK.PROMOTABLE until-ms timeout-ms listed...` ([`crate::insync`]) to
+/// the replicas: the replicas `listed` may be promoted until `until_ms` (unix ms), for
+/// `timeout_ms` from when they hear it; with `not_before_ms`, a replica promoted in this
+/// master's place begins no holding before then ([`crate::horizon`]); `challenge` is what a
+/// replica proves it heard (`LOCK.REPLCONF`, [`crate::replica_check`]).
+///
+/// It travels as the one argument of a `PING` (`PING "LOCK.PROMOTABLE ..."`), to the replicas
+/// only (`A`: the AOF has no use for it): a replica without the module runs it as the `PING` it
+/// is, whatever its `propagation-error-behavior`, and a replica with it turns it back into the
+/// command ([`crate::filter`]). The challenge is read by no one else: the replication stream
+/// reaches only replicas (and clients with `SYNC`, `MONITOR` or the AOF's rights, which are
+/// administrators').
 pub fn replicate_promotable(
     ctx: &Context,
     (until_ms, timeout_ms): (u64, u64),
     listed: &[String],
     not_before_ms: Option<u64>,
+    challenge: &str,
 ) {
-    let (until, timeout) = (until_ms.to_string(), timeout_ms.to_string());
-    let not_before = not_before_ms.map(|ms| format!("{NOT_BEFORE}{ms}"));
-    let mut args = vec![until.as_str(), timeout.as_str()];
-    args.extend(not_before.as_deref());
-    args.extend(listed.iter().map(String::as_str));
-    ctx.replicate("LOCK.PROMOTABLE", args.as_slice());
+    let mut message = format!("{HEARTBEAT}{until_ms} {timeout_ms} {CHALLENGE}{challenge}");
+    if let Some(ms) = not_before_ms {
+        message.push_str(&format!(" {NOT_BEFORE}{ms}"));
+    }
+    for id in listed {
+        message.push(' ');
+        message.push_str(id);
+    }
+    if let Some(replicate) = unsafe { raw::RedisModule_Replicate } {
+        let message = CString::new(message).unwrap_or_default();
+        unsafe {
+            replicate(
+                ctx.get_raw(),
+                c"PING".as_ptr(),
+                c"cA".as_ptr(),
+                message.as_ptr(),
+            );
+        }
+    }
 }
+
+/// How the heartbeat's `PING` argument begins: the command it carries, and a space.
+pub const HEARTBEAT: &str = "LOCK.PROMOTABLE ";
 
 /// Asks every replica for its acknowledgement now (`REPLCONF GETACK *`, to the replicas only:
 /// `A` keeps it out of the AOF), as `WAIT` asks before the event loop sleeps, instead of

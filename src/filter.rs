@@ -21,6 +21,9 @@
 //!   reserve above the clock, which is all a forged name can cost).
 //! - **A Sentinel's hello** (`PUBLISH __sentinel__:hello ...`, every 2 s): which Sentinel to ask,
 //!   if a verified one ([`crate::deployment::heard_hello`]).
+//! - **The master's heartbeat** (`PING "LOCK.PROMOTABLE ..."`, [`crate::effects::replicate_promotable`]):
+//!   turned back into the `LOCK.PROMOTABLE ...` it carries, which refuses any client but the
+//!   master. A server without the module runs the `PING`.
 //! - **Someone setting `replica-priority`**: the operator's from now on
 //!   ([`crate::insync::operator_priority`]: the module owns that setting, and a value equal to
 //!   the one it set could not be told from its own afterwards).
@@ -40,6 +43,7 @@ use redis_module::{Context, raw};
 
 use crate::config;
 use crate::deployment;
+use crate::effects::HEARTBEAT;
 use crate::insync;
 use crate::promotion;
 use crate::state;
@@ -61,6 +65,8 @@ enum Seen<'a> {
     Hello(&'a [u8]),
     /// `replica-priority` set to this.
     Priority(i64),
+    /// The master's heartbeat, with the arguments of the `LOCK.PROMOTABLE` it carries.
+    Heartbeat(&'a [u8]),
 }
 
 /// Registers the filter.
@@ -81,8 +87,8 @@ unsafe extern "C" fn filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     let Some(name) = arg(0) else {
         return;
     };
-    // Only names of 5 to 9 letters can match; most commands stop here.
-    if !(5..=9).contains(&name.len()) {
+    // Only names of 4 to 9 letters can match; most commands stop here.
+    if !(4..=9).contains(&name.len()) {
         return;
     }
     match classify(name, |i| arg(i + 1)) {
@@ -94,6 +100,13 @@ unsafe extern "C" fn filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
         }
         Some(Seen::Hello(payload)) => deployment::heard_hello(payload),
         Some(Seen::Priority(priority)) => insync::operator_priority(priority),
+        Some(Seen::Heartbeat(arguments)) => {
+            let arguments: Vec<Vec<u8>> = arguments
+                .split(|byte| *byte == b' ')
+                .map(<[u8]>::to_vec)
+                .collect();
+            unsafe { rewrite(fctx, b"LOCK.PROMOTABLE", &arguments) };
+        }
         None => {}
     }
 }
@@ -173,6 +186,9 @@ fn classify<'a>(name: &[u8], arg: impl Fn(usize) -> Option<&'a [u8]>) -> Option<
         name.map(Seen::Sentinel)
     } else if named("config") {
         sets_replica_priority(arg).map(Seen::Priority)
+    } else if named("ping") {
+        let heartbeat = arg(0).and_then(|message| message.strip_prefix(HEARTBEAT.as_bytes()));
+        heartbeat.filter(|_| arg(1).is_none()).map(Seen::Heartbeat)
     } else {
         None
     }
@@ -244,9 +260,18 @@ unsafe fn argument<'a>(
 
 /// Turns the filtered command into the unknown command `head` with the one argument `tail`:
 /// Redis refuses it before running or queueing it, with
-/// `ERR unknown command '<head>', with args beginning with: '<tail>'`. If the server lacks a
-/// call this needs, the command is left as it was.
+/// `ERR unknown command '<head>', with args beginning with: '<tail>'`.
 unsafe fn refuse(fctx: *mut raw::RedisModuleCommandFilterCtx, head: &str, tail: &str) {
+    unsafe { rewrite(fctx, head.as_bytes(), &[tail.as_bytes()]) };
+}
+
+/// Replaces the filtered command with `name arguments...`. If the server lacks a call this
+/// needs, the command is left as it was.
+unsafe fn rewrite(
+    fctx: *mut raw::RedisModuleCommandFilterCtx,
+    name: &[u8],
+    arguments: &[impl AsRef<[u8]>],
+) {
     let (Some(count), Some(delete), Some(replace), Some(insert), Some(create)) = (
         unsafe { raw::RedisModule_CommandFilterArgsCount },
         unsafe { raw::RedisModule_CommandFilterArgDelete },
@@ -256,11 +281,11 @@ unsafe fn refuse(fctx: *mut raw::RedisModuleCommandFilterCtx, head: &str, tail: 
     ) else {
         return;
     };
-    let string = |text: &str| unsafe {
+    let string = |bytes: &[u8]| unsafe {
         create(
             std::ptr::null_mut(),
-            text.as_ptr().cast::<c_char>(),
-            text.len(),
+            bytes.as_ptr().cast::<c_char>(),
+            bytes.len(),
         )
     };
     unsafe {
@@ -268,8 +293,10 @@ unsafe fn refuse(fctx: *mut raw::RedisModuleCommandFilterCtx, head: &str, tail: 
             delete(fctx, position);
         }
         // The filter takes ownership of the strings it is given.
-        replace(fctx, 0, string(head));
-        insert(fctx, 1, string(tail));
+        replace(fctx, 0, string(name));
+        for (position, argument) in (1..).zip(arguments) {
+            insert(fctx, position, string(argument.as_ref()));
+        }
     }
 }
 

@@ -5,6 +5,7 @@ use leasehold_core::insync::Promotability;
 use redis_module::{InfoContext, RedisResult};
 use redis_module_macros::info_command_handler;
 
+use crate::hello;
 use crate::horizon;
 use crate::insync;
 use crate::observers;
@@ -63,6 +64,7 @@ fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
                 Promotability::No => (0_u64, "none"),
                 Promotability::Lease(_) => (1, "lease"),
                 Promotability::Succession => (1, "succession"),
+                Promotability::Unguarded => (1, "master-without-module"),
             };
             builder
                 .field("insync_role", "replica")?
@@ -74,6 +76,7 @@ fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
                     set.cycle.as_deref().unwrap_or(""),
                 )?
                 .field("insync_to_run", set.to_run.unwrap_or(""))?
+                .field("insync_said", hello::said())?
                 .field(
                     "insync_role_check",
                     set.role_refused

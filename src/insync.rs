@@ -46,8 +46,9 @@ use crate::clock;
 use crate::config;
 use crate::deployment;
 use crate::effects;
+use crate::hello;
 use crate::horizon;
-use crate::probes::{self, Answer, Credentials, Question};
+use crate::probes::{self, Answer, Question};
 use crate::replica_check;
 use crate::replies;
 use crate::server_config;
@@ -206,7 +207,7 @@ fn tick(ctx: &Context, (): ()) {
         state.timing = Some(timing);
     }
     if master {
-        look_at_set(ctx, now, timing, &answers);
+        look_at_set(ctx, now, timing);
         note_if_replaced(ctx);
     } else {
         look_at_master(ctx, now, &answers);
@@ -242,20 +243,19 @@ fn too_short(failover: &Failover, timing: Timing) -> bool {
     config::insync_timeout_ms().is_some() && timing.timeout_ms < insync::lease_ms(failover.ms)
 }
 
-/// The master's turn: takes in `INFO replication`, less the replicas not known to run the
-/// module ([`crate::replica_check`]), and lists the promotable members when due.
-fn look_at_set(ctx: &Context, now: u64, timing: Timing, answers: &[Answer]) {
+/// The master's turn: takes in `INFO replication`, each replica marked with what is known of
+/// its module ([`crate::replica_check`]), and lists the promotable members when due, with the
+/// challenge.
+fn look_at_set(ctx: &Context, now: u64, timing: Timing) {
     let Some(info) = server_config::info(ctx, "replication") else {
         return;
     };
-    let looked = replica_check::look(ctx, now, insync::parse(&info), answers);
+    let looked = replica_check::look(ctx, now, insync::parse(&info));
     let replication = looked.replication;
     let mut state = in_sync();
-    if looked.lacking {
-        state.master.group();
-    }
     let mut changed = false;
-    for id in &looked.found_lacking {
+    for id in &looked.silent {
+        state.master.group();
         changed |= state.master.remove(id);
     }
     changed |= state.master.observe(now, &replication, timing);
@@ -275,6 +275,7 @@ fn look_at_set(ctx: &Context, now: u64, timing: Timing, answers: &[Answer]) {
         (now.saturating_add(timing.timeout_ms), timing.timeout_ms),
         &listed,
         horizon::waiting_until(),
+        &replica_check::challenge(),
     );
 }
 
@@ -343,16 +344,7 @@ fn ask_role(ctx: &Context, mut state: MutexGuard<InSync>, now: u64, address: &st
     }
     state.asked_ms = now;
     drop(state);
-    let credentials = if own {
-        deployment::credentials(ctx)
-    } else {
-        Credentials::default()
-    };
-    probes::ask(Question::Role {
-        host,
-        port,
-        credentials,
-    });
+    probes::ask(Question::Role(deployment::peer(ctx, &host, port, own)));
 }
 
 /// `host:port` as its parts.
@@ -362,7 +354,8 @@ fn address(id: &str) -> Option<(String, u16)> {
 }
 
 /// A replica's turn: notes a new master (which ends a succession) and a newer Sentinel epoch,
-/// takes the master's role as asked, and asks again while the master is quiet.
+/// tells the master that the module runs here ([`hello`]), takes the master's role as asked,
+/// and asks again while the master is quiet.
 fn look_at_master(ctx: &Context, now: u64, answers: &[Answer]) {
     let info = server_config::info(ctx, "replication").unwrap_or_default();
     let host = server_config::info_field(&info, "master_host").map(str::to_owned);
@@ -377,6 +370,12 @@ fn look_at_master(ctx: &Context, now: u64, answers: &[Answer]) {
     }
     if let Some(epoch) = epoch {
         state.follower.epoch_seen(epoch);
+    }
+    let link_up = server_config::info_field(&info, "master_link_status") == Some("up");
+    let challenge = state.follower.challenge().map(str::to_owned);
+    let master = address.as_deref().filter(|_| link_up);
+    if hello::look(ctx, now, master, challenge.as_deref(), answers) {
+        state.follower.master_without_module();
     }
     for answer in answers {
         let Answer::Role {
@@ -557,7 +556,7 @@ pub fn status(ctx: &Context) -> Status {
 }
 
 fn status_of(info: &str) -> Status {
-    let replication = replica_check::counted(insync::parse(info));
+    let replication = replica_check::marked(insync::parse(info));
     in_sync()
         .master
         .status(&replication, config::min_insync_replicas())
@@ -573,17 +572,36 @@ pub fn gate() -> Result<usize, Settled> {
     let state = in_sync();
     let members = state.master.members().count();
     let required = state.master.required(config::min_insync_replicas());
-    synced::refused_at_once(members, required, state.master.is_replaced()).map_or(Ok(members), Err)
+    let (unproven, silent) = state.master.unproven();
+    synced::refused_at_once(members, required, state.master.is_replaced(), silent)
+        .map_or(Ok(members + unproven), Err)
 }
 
-/// The set's members and how many a write needs, without reading `INFO`: a write on a master
-/// with neither counts at once.
-pub fn size() -> (usize, usize) {
-    let state = in_sync();
-    (
-        state.master.members().count(),
-        state.master.required(config::min_insync_replicas()),
-    )
+/// True on a master with nothing to wait for, without reading `INFO`: no member, none required,
+/// and no replica that has not said it runs the module. A write there counts at once.
+pub fn lone() -> bool {
+    gate() == Ok(0) && in_sync().master.required(config::min_insync_replicas()) == 0
+}
+
+/// A replica came online (`RedisModuleEvent_ReplicaChange`): a new challenge that every replica
+/// must answer ([`replica_check::replica_online`]), no write counts at once until the next look,
+/// and the heartbeat that carries the challenge goes out now rather than at the next tick.
+pub fn replica_online(ctx: &Context) {
+    replica_check::replica_online();
+    in_sync().master.replica_online();
+    ctx.create_timer(Duration::from_millis(1), heartbeat_now, ());
+}
+
+/// The timer [`replica_online`] arms: the master's look, with the heartbeat due.
+fn heartbeat_now(ctx: &Context, (): ()) {
+    let timing = {
+        let mut state = in_sync();
+        state.sent_ms = 0;
+        state.timing
+    };
+    if let Some(timing) = timing.filter(|_| is_master(ctx)) {
+        look_at_set(ctx, clock::now_ms(), timing);
+    }
 }
 
 fn reply(status: &Status, info: &str) -> RedisValue {
@@ -766,11 +784,7 @@ struct Me {
 
 impl Me {
     fn of(ctx: &Context) -> Self {
-        let announced_port =
-            server_config::integer(ctx, "replica-announce-port").filter(|port| *port > 0);
-        let port = announced_port
-            .or_else(|| server_config::integer(ctx, "port"))
-            .and_then(|port| u16::try_from(port).ok());
+        let port = hello::announced_port(ctx);
         let announced_ip =
             server_config::get(ctx, "replica-announce-ip").filter(|ip| !ip.is_empty());
         Self { announced_ip, port }

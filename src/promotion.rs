@@ -44,7 +44,6 @@ use redis_module_macros::role_changed_event_handler;
 
 use crate::api::subscribe;
 use crate::insync;
-use crate::replica_check;
 use crate::session;
 use crate::state;
 
@@ -112,8 +111,8 @@ pub fn register(ctx: &Context) -> Result<(), RedisError> {
 }
 
 /// `RedisModuleEvent_ReplicaChange`: a master whose replica went offline holds the reserve; a
-/// replica that came online must be asked again whether it runs the module
-/// ([`replica_check::replica_online`]).
+/// replica that came online must say again that it runs the module
+/// ([`insync::replica_online`]).
 unsafe extern "C" fn on_replica_change(
     ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
@@ -121,7 +120,7 @@ unsafe extern "C" fn on_replica_change(
     _data: *mut c_void,
 ) {
     if subevent == raw::REDISMODULE_SUBEVENT_REPLICA_CHANGE_ONLINE {
-        replica_check::replica_online();
+        insync::replica_online(&Context::new(ctx));
     } else if subevent == raw::REDISMODULE_SUBEVENT_REPLICA_CHANGE_OFFLINE
         && Context::new(ctx).get_flags().contains(ContextFlags::MASTER)
     {

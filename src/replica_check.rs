@@ -1,121 +1,212 @@
-//! A master's check of which replicas run the module ([`leasehold_core::insync::checks`]): it
-//! asks them ([`crate::probes`]), logs what it finds, keeps those not known to run it out of
-//! the in-sync set ([`crate::insync`]), and sends every lock again for one that missed lock
-//! writes ([`crate::replay`]). `INFO lock` shows them ([`fields`]).
+//! A master's check of which replicas run the module ([`leasehold_core::insync::checks`]): the
+//! challenge it sends in its heartbeat, `LOCK.REPLCONF` by which each replica answers it, the
+//! log of replicas that stay silent, and the locks sent again to one that missed lock writes
+//! ([`crate::replay`]). Each replica it looks at is marked with what is known of its module, for
+//! the in-sync set ([`crate::insync`]). `INFO lock` shows them ([`fields`]).
 
 use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
+use leasehold_core::args;
 use leasehold_core::insync::Replication;
 use leasehold_core::insync::checks::{Checks, Found};
-use redis_module::Context;
+use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue, raw};
 
+use crate::clock;
 use crate::effects;
-use crate::probes::{self, Answer, Question};
 use crate::replay::{self, Progress};
+use crate::replies;
 
-static CHECKS: LazyLock<Mutex<Checks>> = LazyLock::new(Mutex::default);
-
-fn checks() -> MutexGuard<'static, Checks> {
-    CHECKS.lock().unwrap_or_else(PoisonError::into_inner)
+/// The checks and the challenge they prove.
+struct State {
+    checks: Checks,
+    /// 32 hex digits drawn at random: at start, and whenever a replica comes online.
+    challenge: String,
 }
 
-/// A replica came online (`RedisModuleEvent_ReplicaChange`, which [`crate::promotion`]
-/// receives): each must be asked again before it counts.
+static STATE: LazyLock<Mutex<State>> = LazyLock::new(|| {
+    Mutex::new(State {
+        checks: Checks::default(),
+        challenge: draw(),
+    })
+});
+
+fn state() -> MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A new challenge: 16 bytes from the operating system's generator, in hex. Without one (no
+/// `getrandom`), a challenge from the time and the process, which a client cannot read either:
+/// it travels only in the replication stream.
+fn draw() -> String {
+    let mut bytes = [0_u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        let seed = u128::from(clock::now_ms()) << 32 | u128::from(std::process::id());
+        bytes = seed.to_le_bytes();
+    }
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// The challenge the heartbeat carries now.
+pub fn challenge() -> String {
+    state().challenge.clone()
+}
+
+/// A replica came online (`RedisModuleEvent_ReplicaChange`, which does not say which): a new
+/// challenge, which every replica must answer again before its acknowledgements count.
 pub fn replica_online() {
-    checks().replica_online();
+    let mut state = state();
+    state.challenge = draw();
+    state
+        .checks
+        .replica_online(clock::now_ms(), effects::writes());
 }
 
 /// What a master's look found.
 pub struct Looked {
-    /// `INFO replication` less the replicas not known to run the module, which may neither join
-    /// the set nor count a write.
+    /// `INFO replication`, each replica marked with what is known of its module.
     pub replication: Replication,
-    /// Replicas found without the module at this look: members leave the set at once.
-    pub found_lacking: Vec<String>,
-    /// Whether any replica online lacks the module: the master is part of a replication group.
-    pub lacking: bool,
+    /// Replicas found silent at this look: members leave the set at once.
+    pub silent: Vec<String>,
 }
 
-/// The master's look at `now_ms` (unix ms): takes in the `answers` that came, asks the replicas
-/// due, sends locks again while a replay is under way, and filters `replication`.
-pub fn look(ctx: &Context, now_ms: u64, replication: Replication, answers: &[Answer]) -> Looked {
-    let writes = effects::writes();
-    let mut checks = checks();
-    let mut found_lacking = Vec::new();
-    for answer in answers {
-        if let Answer::Module { address, answer } = answer
-            && let Some(found) = checks.answer(address, answer.clone(), writes)
-        {
-            tell(ctx, address, &found);
-            match found {
-                Found::Lacks => found_lacking.push(address.clone()),
-                Found::Replay => replay::start(),
-                Found::Unreachable(_) | Found::RunsNow => {}
-            }
-        }
-    }
+/// The master's look at `now_ms` (unix ms): notes which replicas are online, logs those found
+/// silent, sends locks again while a replay is under way, and marks `replication`.
+pub fn look(ctx: &Context, now_ms: u64, replication: Replication) -> Looked {
+    let mut state = state();
     let online = replication.replicas.iter().filter(|r| r.online);
-    for id in checks.observe(now_ms, online.map(|replica| replica.id.as_str())) {
-        if let Some((host, port)) = id.rsplit_once(':')
-            && let Ok(port) = port.parse()
-        {
-            probes::ask(Question::Module {
-                host: host.to_owned(),
-                port,
-            });
-        }
+    let silent = state.checks.observe(
+        now_ms,
+        effects::writes(),
+        online.map(|replica| replica.id.as_str()),
+    );
+    for id in &silent {
+        tell(ctx, id, &Found::Silent);
     }
     if !effects::replication_paused() && replay::step(ctx) == Progress::Done {
-        checks.replayed();
+        state.checks.replayed();
         ctx.log_notice("lock: every lock was sent again to the replicas");
     }
-    let lacking = checks.lacking().next().is_some();
     Looked {
-        replication: counting(&checks, replication),
-        found_lacking,
-        lacking,
+        replication: marking(&state.checks, now_ms, replication),
+        silent,
     }
 }
 
-/// `replication` less the replicas not known to run the module, for `LOCK.INSYNC`.
-pub fn counted(replication: Replication) -> Replication {
-    counting(&checks(), replication)
+/// `replication` with each replica marked with what is known of its module, for
+/// `LOCK.INSYNC` and the synced writes.
+pub fn marked(replication: Replication) -> Replication {
+    marking(&state().checks, clock::now_ms(), replication)
 }
 
-fn counting(checks: &Checks, mut replication: Replication) -> Replication {
-    replication
-        .replicas
-        .retain(|replica| checks.runs(&replica.id));
+fn marking(checks: &Checks, now_ms: u64, mut replication: Replication) -> Replication {
+    for replica in &mut replication.replicas {
+        replica.module = checks.module(&replica.id, now_ms);
+    }
     replication
 }
 
-/// The replicas online found without the module, and those not known to run it yet (not asked,
-/// not answering, or waiting for the locks they missed), each `ip:port`, sorted.
+/// The `INFO lock` lists of a master's replicas online, each `ip:port`, sorted: those silent
+/// about the module (they do not run it, as far as the master can tell), and those not known
+/// to run it yet (it came online or the challenge changed under [the grace][GRACE], or it waits
+/// for the locks it missed).
+///
+/// [GRACE]: leasehold_core::insync::checks::GRACE_MS
 pub fn fields() -> (Vec<String>, Vec<String>) {
-    let checks = checks();
-    let sorted = |ids: &mut dyn Iterator<Item = &str>| {
-        let mut ids: Vec<String> = ids.map(str::to_owned).collect();
+    let state = state();
+    let (silent, mut unproven): (Vec<_>, Vec<_>) = state
+        .checks
+        .unproven(clock::now_ms())
+        .into_iter()
+        .partition(|(_, silent)| *silent);
+    unproven.extend(state.checks.replaying().into_iter().map(|id| (id, false)));
+    let ids = |list: Vec<(String, bool)>| {
+        let mut ids: Vec<String> = list.into_iter().map(|(id, _)| id).collect();
         ids.sort();
         ids
     };
-    (
-        sorted(&mut checks.lacking()),
-        sorted(&mut checks.unverified()),
-    )
+    (ids(silent), ids(unproven))
+}
+
+/// `LOCK.REPLCONF challenge <word> listening-port <port> [ip-address <ip>]`: a replica says it
+/// runs the module. The replica is the one `INFO replication` names `ip:port`: `ip` as given,
+/// or the address this connection comes from (as Redis names a replica that announces none).
+///
+/// # Errors
+/// Arity and argument errors; `ERR` on a replica, and for a challenge that is not the current
+/// one.
+pub fn replconf(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let said = args::replconf(&args).map_err(replies::arg_error)?;
+    if !ctx.get_flags().contains(ContextFlags::MASTER) {
+        return Err(RedisError::Str(
+            "ERR LOCK.REPLCONF is for a master; this server is a replica",
+        ));
+    }
+    let ip = match said.ip {
+        Some(ip) => ip.to_owned(),
+        None => peer_address(ctx)?,
+    };
+    let id = format!("{ip}:{}", said.port);
+    let found = {
+        let mut state = state();
+        if said.challenge != state.challenge.as_bytes() {
+            return Err(RedisError::Str(
+                "ERR LOCK.REPLCONF challenge is not this master's current one (a replica hears \
+                 it in the replication stream)",
+            ));
+        }
+        state.checks.said(&id, clock::now_ms(), effects::writes())
+    };
+    if let Some(found) = found {
+        tell(ctx, &id, &found);
+        if found == Found::Replay {
+            replay::start();
+        }
+    }
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+/// The IP address the calling client connects from (`RedisModule_GetClientInfoById`).
+fn peer_address(ctx: &Context) -> Result<String, RedisError> {
+    let unknown = RedisError::Str("ERR LOCK.REPLCONF cannot tell this connection's address");
+    let (Some(id_of), Some(info_of)) = (unsafe { raw::RedisModule_GetClientId }, unsafe {
+        raw::RedisModule_GetClientInfoById
+    }) else {
+        return Err(unknown);
+    };
+    let mut info = raw::RedisModuleClientInfo {
+        version: 1,
+        flags: 0,
+        id: 0,
+        addr: [0; 46],
+        port: 0,
+        db: 0,
+    };
+    let id = unsafe { id_of(ctx.get_raw()) };
+    let status = unsafe { info_of(std::ptr::from_mut(&mut info).cast(), id) };
+    if status != raw::REDISMODULE_OK as i32 {
+        return Err(unknown);
+    }
+    let bytes: Vec<u8> = info
+        .addr
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| c.to_ne_bytes()[0])
+        .collect();
+    String::from_utf8(bytes)
+        .ok()
+        .filter(|ip| !ip.is_empty())
+        .ok_or(unknown)
 }
 
 /// Logs what was found of replica `id`.
 fn tell(ctx: &Context, id: &str, found: &Found) {
     match found {
-        Found::Lacks => ctx.log_warning(&format!(
-            "lock: replica {id} does not run the lock module: it is kept out of the in-sync set \
-             (no grant counts as synced by it), and once this master holds a lock, a full sync \
-             from it stops the replica (Redis cannot load the module's data). Load the module on \
-             it (MODULE LOAD, and loadmodule in its configuration)"
-        )),
-        Found::Unreachable(error) => ctx.log_warning(&format!(
-            "lock: could not ask replica {id} whether it runs the lock module ({error}): it is \
-             kept out of the in-sync set until it answers at that address"
+        Found::Silent => ctx.log_warning(&format!(
+            "lock: replica {id} has not said it runs the lock module: no lock write counts \
+             (synced grants get NOREPLICAS) while it is attached, since Sentinel or Cluster could \
+             promote it without them. Load the module on it (MODULE LOAD, and loadmodule in its \
+             configuration); if it does run it, its connection to this master fails: see its \
+             log and INFO lock (lock_insync_said)"
         )),
         Found::RunsNow => ctx.log_notice(&format!(
             "lock: replica {id} runs the lock module now: it may join the in-sync set"

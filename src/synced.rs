@@ -39,6 +39,7 @@ use crate::config;
 use crate::effects;
 use crate::insync;
 use crate::key::{select_db, selected_db};
+use crate::replica_check;
 
 /// What a write that did not count leaves to undo.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,7 +84,7 @@ impl Stretch {
     /// `sync`ed: by `lock.sync-timeout-ms`, or 0 on a server with no set to wait for; `None` for
     /// any other command.
     pub fn of(sync: bool, waits: bool, ttl_ms: i64) -> Option<Self> {
-        let lone = insync::size() == (0, 0);
+        let lone = insync::lone();
         (sync && waits).then(|| Self {
             ttl_ms,
             stretch_ms: if lone { 0 } else { sync_timeout_ms() },
@@ -380,9 +381,23 @@ fn refusal(outcome: Settled, undo: &Undo) -> RedisError {
         Settled::Replaced => "the Sentinels name another master (INFO lock: \
             lock_insync_replaced_by), so this server counts no write until it is a replica"
             .to_owned(),
+        Settled::Silent => format!(
+            "replica {} has not said it runs the lock module (INFO lock: \
+             lock_insync_without_module), and could be promoted without the lock writes; load \
+             the module on it",
+            replica_check::fields().0.join(", ")
+        ),
         Settled::NotAcknowledged { timeout_ms: 0 } => "the client could not be blocked".to_owned(),
         Settled::NotAcknowledged { timeout_ms } => {
-            format!("not every in-sync replica acknowledged within {timeout_ms} ms")
+            let unproven = replica_check::fields().1;
+            if unproven.is_empty() {
+                format!("not every in-sync replica acknowledged within {timeout_ms} ms")
+            } else {
+                format!(
+                    "replica {} had not said it runs the lock module within {timeout_ms} ms",
+                    unproven.join(", ")
+                )
+            }
         }
         Settled::Counted => String::new(),
     };

@@ -14,7 +14,7 @@ use std::ops::Deref;
 
 use crate::election::Seen;
 use crate::insync::Promotable;
-use crate::insync::replica::NOT_BEFORE;
+use crate::insync::replica::{CHALLENGE, NOT_BEFORE};
 use crate::lock::{Holding, Mode};
 use crate::machine::Applied;
 use crate::outcome::Lease;
@@ -70,6 +70,9 @@ pub enum ArgError {
     /// `ERR invalid replica in LOCK.PROMOTABLE`: not an `ip:port` of at most
     /// [`MAX_REPLICA_ID`] bytes, or more than [`MAX_LISTED`] of them.
     Replica,
+    /// `ERR invalid ip-address in LOCK.REPLCONF`: empty, longer than 255 bytes, or with a space
+    /// or a comma.
+    IpAddress,
     /// A session id or grace refused ([`SessionError`]).
     Session(SessionError),
     /// `ERR grace-ms must be <min> to lock.session-max-grace-ms (<max>)`.
@@ -107,6 +110,7 @@ impl fmt::Display for ArgError {
             ),
             Self::EffectDeadline => write!(f, "ERR invalid lease deadline in LOCK.APPLY"),
             Self::Replica => write!(f, "ERR invalid replica in LOCK.PROMOTABLE"),
+            Self::IpAddress => write!(f, "ERR invalid ip-address in LOCK.REPLCONF"),
             Self::Session(error) => write!(f, "{error}"),
             Self::UnknownSubcommand(name) => write!(
                 f,
@@ -833,7 +837,7 @@ pub fn promotable<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Promotable, Arg
     };
     let until_ms = positive(args.required()?)?;
     let timeout_ms = positive(args.required()?)?;
-    let (mut listed, mut not_before_ms) = (Vec::new(), None);
+    let (mut listed, mut not_before_ms, mut challenge) = (Vec::new(), None, None);
     while let Some(id) = args.next() {
         let id = std::str::from_utf8(id)
             .ok()
@@ -841,6 +845,10 @@ pub fn promotable<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Promotable, Arg
             .ok_or(ArgError::Replica)?;
         if let Some(ms) = id.strip_prefix(NOT_BEFORE) {
             not_before_ms = Some(unsigned(ms.as_bytes()).ok_or(ArgError::NotInteger)?);
+            continue;
+        }
+        if let Some(word) = id.strip_prefix(CHALLENGE) {
+            challenge = Some(word.to_owned());
             continue;
         }
         if listed.len() == MAX_LISTED {
@@ -853,6 +861,67 @@ pub fn promotable<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Promotable, Arg
         timeout_ms,
         listed,
         not_before_ms,
+        challenge,
+    })
+}
+
+/// `LOCK.REPLCONF challenge <word> listening-port <port> [ip-address <ip>]`: a replica says
+/// to its master that it runs the module ([`crate::insync::checks`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replconf<'a> {
+    /// The challenge the replica heard last in the replication stream.
+    pub challenge: &'a [u8],
+    /// The port the replica announces (`REPLCONF listening-port`).
+    pub port: u16,
+    /// The address it announces (`replica-announce-ip`), if any.
+    pub ip: Option<&'a str>,
+}
+
+/// The longest `ip-address` `LOCK.REPLCONF` takes, as `replica-announce-ip` (a host name at
+/// most).
+pub const MAX_IP_ADDRESS: usize = 255;
+
+/// Parses `LOCK.REPLCONF challenge <word> listening-port <port> [ip-address <ip>]`, options in
+/// any order, each once: `port` 1 to 65535, `ip` 1 to [`MAX_IP_ADDRESS`] bytes of UTF-8 without
+/// a space or a comma (`INFO replication` separates fields with them).
+///
+/// # Errors
+/// Arity (fewer than 5 arguments), `ERR syntax error` (an option unknown, repeated or missing),
+/// integers, [`ArgError::IpAddress`].
+pub fn replconf<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Replconf<'_>, ArgError> {
+    if args.len() < 5 {
+        return Err(ArgError::WrongArity);
+    }
+    let mut args = Args::new(args);
+    let (mut challenge, mut port, mut ip) = (None, None, None);
+    while let Some(option) = args.next() {
+        let value: &[u8] = args.value()?;
+        let slot_taken = if is(option, b"challenge") {
+            challenge.replace(value).is_some()
+        } else if is(option, b"listening-port") {
+            let number = unsigned(value)
+                .and_then(|n| u16::try_from(n).ok())
+                .filter(|n| *n > 0)
+                .ok_or(ArgError::NotInteger)?;
+            port.replace(number).is_some()
+        } else if is(option, b"ip-address") {
+            let text = std::str::from_utf8(value)
+                .ok()
+                .filter(|ip| (1..=MAX_IP_ADDRESS).contains(&ip.len()))
+                .filter(|ip| !ip.contains([' ', ',']))
+                .ok_or(ArgError::IpAddress)?;
+            ip.replace(text).is_some()
+        } else {
+            true
+        };
+        if slot_taken {
+            return Err(ArgError::Syntax);
+        }
+    }
+    Ok(Replconf {
+        challenge: challenge.ok_or(ArgError::Syntax)?,
+        port: port.ok_or(ArgError::Syntax)?,
+        ip,
     })
 }
 

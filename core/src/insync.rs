@@ -58,6 +58,7 @@ pub mod checks;
 pub mod replica;
 pub mod synced;
 
+pub use checks::Module;
 pub use replica::{Follower, Priority, Promotability, Promotable};
 
 /// How often the master lists its promotable members, in ms.
@@ -101,6 +102,9 @@ pub struct Replica {
     pub acked: u64,
     /// How long ago it acknowledged last, in ms (Redis reports whole seconds).
     pub lag_ms: u64,
+    /// Whether it said it runs the module ([`checks`]); `INFO` does not tell, so [`parse`]
+    /// leaves it unproven.
+    pub module: Module,
 }
 
 /// What the master's `INFO replication` says: its offset and its replicas.
@@ -146,6 +150,7 @@ fn replica(fields: &str) -> Option<Replica> {
         lag_ms: field("lag")
             .and_then(|lag| lag.parse::<u64>().ok())
             .map_or(u64::MAX, |seconds| seconds.saturating_mul(1_000)),
+        module: Module::Unproven { silent: false },
     })
 }
 
@@ -180,6 +185,11 @@ pub struct Status {
     /// The Sentinels name another server master: nothing counts until this one is a replica
     /// ([`crate::deployment::Record`]).
     pub replaced: bool,
+    /// How many replicas online have not said they run the module ([`Module::Unproven`]):
+    /// nothing counts while any has not.
+    pub unproven: usize,
+    /// Whether one of them is silent: writes are refused at once.
+    pub silent: bool,
 }
 
 impl Status {
@@ -190,6 +200,7 @@ impl Status {
     #[must_use]
     pub const fn counts(&self, written: u64) -> bool {
         !self.replaced
+            && self.unproven == 0
             && self.members >= self.required
             && self.acked >= written
             && (self.members == 0 || self.acked > 0)
@@ -208,6 +219,9 @@ pub struct Master {
     /// The Sentinels name another server master ([`crate::deployment::Record`]): no write
     /// counts. A demotion, which makes a new set, ends it.
     replaced: bool,
+    /// How many replicas online had not said they run the module at the last look (at least
+    /// 1 from a replica's coming online until the next look), and whether one was silent.
+    unproven: (usize, bool),
 }
 
 impl Master {
@@ -235,9 +249,8 @@ impl Master {
             .collect();
         Self {
             members,
-            joining: HashMap::new(),
             grouped: true,
-            replaced: false,
+            ..Self::default()
         }
     }
 
@@ -290,7 +303,9 @@ impl Master {
         }
         changed |= self.members.len() != before;
         self.joining.retain(|id, _| online(id).is_some());
-        for replica in replication.replicas.iter().filter(|r| r.online) {
+        self.unproven = unproven(replication);
+        let proven = |replica: &&Replica| replica.online && replica.module == Module::Runs;
+        for replica in replication.replicas.iter().filter(proven) {
             if self.members.iter().any(|member| member.id == replica.id) {
                 continue;
             }
@@ -316,8 +331,9 @@ impl Master {
         changed
     }
 
-    /// Removes `id` from the set at once: a replica found without the module, which applied
-    /// none of the lock writes (so it holds no lease to wait out). True when it was a member.
+    /// Removes `id` from the set at once: a replica silent about the module ([`checks`]), which
+    /// may have applied none of the lock writes (and no write counts while it is attached, so it
+    /// has no lease to wait out). True when it was a member.
     pub fn remove(&mut self, id: &str) -> bool {
         let before = self.members.len();
         self.members.retain(|member| member.id != id);
@@ -350,6 +366,7 @@ impl Master {
     /// `lock.min-insync-replicas`.
     #[must_use]
     pub fn status(&self, replication: &Replication, min_members: usize) -> Status {
+        let (unproven, silent) = unproven(replication);
         let acked = self
             .members
             .iter()
@@ -358,17 +375,35 @@ impl Master {
                     .replicas
                     .iter()
                     .find(|replica| replica.online && replica.id == member.id)
+                    .filter(|replica| replica.module == Module::Runs)
                     .map_or(0, |replica| replica.acked)
             })
             .min()
             .unwrap_or(replication.offset);
         Status {
             offset: replication.offset,
-            acked,
+            // A client reading `LOCK.INSYNC` counts nothing either.
+            acked: if unproven > 0 { 0 } else { acked },
             members: self.members.len(),
             required: self.required(min_members),
             replaced: self.replaced,
+            unproven,
+            silent,
         }
+    }
+
+    /// A replica came online: until the next look tells whether it said it runs the module, no
+    /// write counts at once ([`Master::unproven`]).
+    pub fn replica_online(&mut self) {
+        self.unproven.0 = self.unproven.0.max(1);
+    }
+
+    /// How many replicas online had not said they run the module at the last look (at least 1
+    /// from a replica's coming online until the next look), and whether one was silent: what a
+    /// synced write meets before any replica is asked ([`synced::refused_at_once`]).
+    #[must_use]
+    pub const fn unproven(&self) -> (usize, bool) {
+        self.unproven
     }
 
     /// How many members a write needs: `lock.min-insync-replicas` (`min_members`) once this
@@ -444,6 +479,20 @@ pub const fn refusal(promotion: Promotion, standing: Standing) -> Option<Refusal
         }
         _ => None,
     }
+}
+
+/// How many replicas online have not said they run the module, and whether one is silent.
+fn unproven(replication: &Replication) -> (usize, bool) {
+    replication
+        .replicas
+        .iter()
+        .filter(|replica| replica.online)
+        .fold((0, false), |(count, silent), replica| {
+            match replica.module {
+                Module::Unproven { silent: quiet } => (count + 1, silent || quiet),
+                Module::Runs | Module::Replaying => (count, silent),
+            }
+        })
 }
 
 /// True when `member` is connected and its last acknowledgement is recent enough for it to be

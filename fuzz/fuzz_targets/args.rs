@@ -91,6 +91,11 @@ fuzz_target!(|input: (i64, u8, u64, Vec<&[u8]>)| {
                 .all(|id| id.len() <= args::MAX_REPLICA_ID)
         );
     }
+    // A replica's word to its master (what any client, even before AUTH, can send).
+    if let Ok(said) = args::replconf(&words) {
+        assert!(said.port > 0);
+        assert!(said.ip.is_none_or(|ip| !ip.is_empty() && ip.len() <= args::MAX_IP_ADDRESS));
+    }
     // A Sentinel's hello (what any client allowed to PUBLISH can send), and the fields of its
     // `SENTINEL MASTER` reply.
     if let Some(hello) = words
@@ -120,10 +125,8 @@ fuzz_target!(|input: (i64, u8, u64, Vec<&[u8]>)| {
         assert_eq!(horizon::Horizon::decode(record.encode().as_bytes()), Some(record));
     }
     if let Ok(info) = std::str::from_utf8(&text) {
-        // A replica's error reply to the master's question whether it runs the module.
-        if let insync::checks::Answer::Unknown(error) = insync::checks::read_error(info) {
-            assert_eq!(error, info);
-        }
+        // A master's error reply to a replica's word that it runs the module.
+        let _ = insync::checks::replied(Some(info.to_owned()), || Some(info.to_owned()));
         let replication = insync::parse(info);
         let timing = insync::Timing {
             timeout_ms: max_token % 100_000,

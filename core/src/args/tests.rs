@@ -230,6 +230,9 @@ fn promotable_lists_replicas() {
     .unwrap();
     assert_eq!(waiting.listed, ["a:1", "b:2"]);
     assert_eq!(waiting.not_before_ms, Some(1_800_000_000_000));
+    let challenged = promotable(&words("LOCK.PROMOTABLE 1 1 challenge:0a1b a:1")).unwrap();
+    assert_eq!(challenged.challenge.as_deref(), Some("0a1b"));
+    assert_eq!(challenged.listed, ["a:1"]);
     assert_eq!(
         promotable(&words("LOCK.PROMOTABLE 1 1 notbefore:soon")).unwrap_err(),
         ArgError::NotInteger
@@ -492,4 +495,52 @@ fn an_effect_carries_a_leaders_value() {
     args.push(b"addr");
     assert!(value(&args).is_err(), "a value without VALUE");
     assert!(value(&words("LOCK.APPLY k o 7 1 99 SHARED 2 VALUE addr")).is_err());
+}
+
+#[test]
+fn replconf_takes_a_challenge_a_port_and_an_address() {
+    let line = words("LOCK.REPLCONF challenge 0a1b listening-port 6380");
+    let said = replconf(&line).unwrap();
+    assert_eq!(
+        (said.challenge, said.port, said.ip),
+        (&b"0a1b"[..], 6380, None)
+    );
+    let line = words("LOCK.REPLCONF IP-ADDRESS 10.0.0.2 LISTENING-PORT 7000 CHALLENGE x");
+    let announced = replconf(&line).unwrap();
+    assert_eq!((announced.port, announced.ip), (7000, Some("10.0.0.2")));
+    for (line, error) in [
+        ("LOCK.REPLCONF challenge x", ArgError::WrongArity),
+        (
+            "LOCK.REPLCONF challenge x listening-port",
+            ArgError::WrongArity,
+        ),
+        ("LOCK.REPLCONF challenge x challenge y", ArgError::Syntax),
+        ("LOCK.REPLCONF challenge x port 1", ArgError::Syntax),
+        (
+            "LOCK.REPLCONF challenge x listening-port 0",
+            ArgError::NotInteger,
+        ),
+        (
+            "LOCK.REPLCONF challenge x listening-port 65536",
+            ArgError::NotInteger,
+        ),
+        (
+            "LOCK.REPLCONF challenge x listening-port 1 ip-address",
+            ArgError::Syntax,
+        ),
+        (
+            "LOCK.REPLCONF listening-port 1 ip-address a ip-address b",
+            ArgError::Syntax,
+        ),
+        (
+            "LOCK.REPLCONF listening-port 1 ip-address a",
+            ArgError::Syntax,
+        ),
+        (
+            "LOCK.REPLCONF challenge x listening-port 1 ip-address a,b",
+            ArgError::IpAddress,
+        ),
+    ] {
+        assert_eq!(replconf(&words(line)).unwrap_err(), error, "{line}");
+    }
 }

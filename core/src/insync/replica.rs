@@ -87,10 +87,16 @@ pub struct Promotable {
     /// came from it. Sent as the item [`NOT_BEFORE`]`<ms>` among the replicas, which a replica
     /// of an older release takes for a replica's name that is never its own.
     pub not_before_ms: Option<u64>,
+    /// The master's challenge, which a replica that runs the module proves it heard
+    /// (`LOCK.REPLCONF`, [`crate::insync::checks`]). Sent as the item [`CHALLENGE`]`<word>`.
+    pub challenge: Option<String>,
 }
 
 /// The prefix of the item of [`Promotable::not_before_ms`].
 pub const NOT_BEFORE: &str = "notbefore:";
+
+/// The prefix of the item of [`Promotable::challenge`].
+pub const CHALLENGE: &str = "challenge:";
 
 impl Promotable {
     /// When the master sent it, by its clock (unix ms).
@@ -109,6 +115,9 @@ pub enum Promotability {
     Lease(u64),
     /// It succeeds a master that now reports the replica role.
     Succession,
+    /// Its master does not run the lock module: there is nothing to protect
+    /// ([`Follower::master_without_module`]).
+    Unguarded,
 }
 
 /// A replica's view: what its master said last about who may be promoted.
@@ -139,6 +148,11 @@ pub struct Follower {
     not_before_ms: Option<u64>,
     /// Since when (unix ms) the master has reported that it replicates from this server.
     cycle_since: Option<u64>,
+    /// The challenge the master's last message carried.
+    challenge: Option<String>,
+    /// The master was found without the lock module, and has sent no list since: there is
+    /// nothing to protect, so this replica may be promoted as Redis would.
+    unguarded: bool,
 }
 
 impl Follower {
@@ -171,6 +185,23 @@ impl Follower {
         self.named = listed;
         self.listed.clone_from(&message.listed);
         self.not_before_ms = message.not_before_ms;
+        self.challenge.clone_from(&message.challenge);
+        self.unguarded = false;
+    }
+
+    /// This replica's master answered that it does not know the lock module's commands: until
+    /// it sends a list (it loaded the module) or the master changes, this replica may be
+    /// promoted as Redis would ([`Promotability::Unguarded`]): the master granted no lock, so
+    /// no promotion can lose one. Loading the module on replicas before their master keeps
+    /// failover that way.
+    pub const fn master_without_module(&mut self) {
+        self.unguarded = true;
+    }
+
+    /// The challenge the master's last message carried, which `LOCK.REPLCONF` proves.
+    #[must_use]
+    pub fn challenge(&self) -> Option<&str> {
+        self.challenge.as_deref()
     }
 
     /// The link to the master came up at `now_ms`: messages sent before it are history.
@@ -231,6 +262,7 @@ impl Follower {
     pub const fn interrupted(&mut self) {
         self.succession = None;
         self.cycle_since = None;
+        self.unguarded = false;
     }
 
     /// This server starts loading its data: by a full sync from its master (`from_master`),
@@ -278,7 +310,9 @@ impl Follower {
     /// Whether and why this replica may be promoted at `now_ms`.
     #[must_use]
     pub const fn promotability(&self, now_ms: u64) -> Promotability {
-        if self.succession.is_some() {
+        if self.unguarded {
+            Promotability::Unguarded
+        } else if self.succession.is_some() {
             Promotability::Succession
         } else if now_ms < self.promotable_until_ms {
             Promotability::Lease(self.promotable_until_ms)

@@ -31,6 +31,9 @@ pub enum Settled {
     },
     /// The Sentinels name another server master: this one counts nothing until it is a replica.
     Replaced,
+    /// A replica online has not said it runs the module for longer than
+    /// [`crate::insync::checks::GRACE_MS`]: it could be promoted without the lock writes.
+    Silent,
     /// Not every member acknowledged it within `timeout_ms`.
     NotAcknowledged {
         /// The timeout, in ms.
@@ -38,13 +41,20 @@ pub enum Settled {
     },
 }
 
-/// Why a write on a master whose set has `members` of the `required`, and that the Sentinels
-/// replaced or not (`replaced`), is refused whatever its replicas acknowledge; `None` when
-/// their acknowledgements can make it count.
+/// Why a write on a master whose set has `members` of the `required`, that the Sentinels
+/// replaced or not (`replaced`), and with a `silent` replica or not, is refused whatever its
+/// replicas acknowledge; `None` when their acknowledgements can make it count.
 #[must_use]
-pub const fn refused_at_once(members: usize, required: usize, replaced: bool) -> Option<Settled> {
+pub const fn refused_at_once(
+    members: usize,
+    required: usize,
+    replaced: bool,
+    silent: bool,
+) -> Option<Settled> {
     if replaced {
         Some(Settled::Replaced)
+    } else if silent {
+        Some(Settled::Silent)
     } else if members < required {
         Some(Settled::TooFew { members, required })
     } else {
@@ -104,7 +114,12 @@ impl<T> Pending<T> {
         let mut kept = Vec::with_capacity(self.entries.len());
         for mut entry in self.entries.drain(..) {
             let offset = *entry.offset.get_or_insert(status.offset);
-            let at_once = refused_at_once(status.members, status.required, status.replaced);
+            let at_once = refused_at_once(
+                status.members,
+                status.required,
+                status.replaced,
+                status.silent,
+            );
             let outcome = if at_once.is_some() {
                 at_once
             } else if status.counts(offset) {

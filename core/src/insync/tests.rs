@@ -12,6 +12,7 @@ fn replica(id: &str, online: bool, acked: u64, lag_s: u64) -> Replica {
         online,
         acked,
         lag_ms: lag_s * 1_000,
+        module: Module::Runs,
     }
 }
 
@@ -25,8 +26,17 @@ fn info_replication_is_read() {
         slave0:ip=127.0.0.1,port=6380,state=online,offset=120,lag=0\r\n\
         slave1:ip=10.0.0.2,port=6381,state=wait_bgsave,offset=0,lag=3\r\n\
         slaves:nonsense\r\nslave2:port=1\r\nmaster_repl_offset:130\r\n";
-    let read = parse(info);
+    let mut read = parse(info);
     assert_eq!(read.offset, 130);
+    assert!(
+        read.replicas
+            .iter()
+            .all(|replica| replica.module == Module::Unproven { silent: false }),
+        "INFO does not say which replicas run the module"
+    );
+    for replica in &mut read.replicas {
+        replica.module = Module::Runs;
+    }
     assert_eq!(
         read.replicas,
         vec![
@@ -278,6 +288,8 @@ fn with_members_an_acknowledged_offset_of_zero_never_counts() {
         members: 2,
         required: 1,
         replaced: false,
+        unproven: 0,
+        silent: false,
     };
     assert!(!waiting.counts(0), "a master back at once, no backlog yet");
     let lone = Status {
@@ -286,6 +298,61 @@ fn with_members_an_acknowledged_offset_of_zero_never_counts() {
         members: 0,
         required: 0,
         replaced: false,
+        unproven: 0,
+        silent: false,
     };
     assert!(lone.counts(0));
+    let unproven = Status {
+        unproven: 1,
+        ..lone
+    };
+    assert!(
+        !unproven.counts(0),
+        "a replica has not said it runs the module"
+    );
+}
+
+#[test]
+fn no_write_counts_while_a_replica_has_not_said_it_runs_the_module() {
+    let mut set = Master::default();
+    let mut quiet = replica("b:1", true, 100, 0);
+    quiet.module = Module::Unproven { silent: false };
+    let attached = replication(100, vec![replica("a:1", true, 100, 0), quiet.clone()]);
+    set.observe(0, &attached, TIMING);
+    assert_eq!(
+        set.members().collect::<Vec<_>>(),
+        vec!["a:1"],
+        "b may not join"
+    );
+    let status = set.status(&attached, 1);
+    assert_eq!((status.unproven, status.acked), (1, 0));
+    assert!(!status.counts(100));
+    assert_eq!(set.unproven(), (1, false));
+    quiet.module = Module::Unproven { silent: true };
+    let silent = replication(100, vec![replica("a:1", true, 100, 0), quiet]);
+    set.observe(10, &silent, TIMING);
+    assert_eq!(set.unproven(), (1, true));
+    assert!(set.status(&silent, 1).silent);
+}
+
+#[test]
+fn a_member_proving_a_new_challenge_stays_listed_but_its_acknowledgements_wait() {
+    let mut set = Master::default();
+    set.observe(
+        0,
+        &replication(100, vec![replica("a:1", true, 100, 0)]),
+        TIMING,
+    );
+    let mut proving = replica("a:1", true, 100, 0);
+    proving.module = Module::Unproven { silent: false };
+    let now = replication(100, vec![proving]);
+    set.observe(200, &now, TIMING);
+    assert_eq!(
+        set.list(200, TIMING),
+        vec!["a:1"],
+        "its lease is not taken away"
+    );
+    assert!(!set.status(&now, 1).counts(100));
+    set.replica_online();
+    assert_eq!(set.unproven(), (1, false), "until the next look");
 }

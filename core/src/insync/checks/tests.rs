@@ -3,147 +3,141 @@ use super::*;
 const A: &str = "10.0.0.1:6379";
 const B: &str = "10.0.0.2:6379";
 
-fn look(checks: &mut Checks, now_ms: u64, online: &[&str]) -> Vec<String> {
-    let mut asked = checks.observe(now_ms, online.iter().copied());
-    asked.sort();
-    asked
+fn look(checks: &mut Checks, now_ms: u64, writes: u64, online: &[&str]) -> Vec<String> {
+    checks.observe(now_ms, writes, online.iter().copied())
+}
+
+const UNPROVEN: Module = Module::Unproven { silent: false };
+const SILENT: Module = Module::Unproven { silent: true };
+
+#[test]
+fn a_replica_counts_once_it_said_it_runs_the_module() {
+    let mut checks = Checks::default();
+    look(&mut checks, 1_000, 0, &[A, B]);
+    assert_eq!(checks.module(A, 1_000), UNPROVEN, "not before it said so");
+    assert_eq!(checks.said(A, 1_300, 0), None);
+    assert_eq!(checks.module(A, 1_300), Module::Runs);
+    assert_eq!(checks.module(B, 1_300), UNPROVEN);
+    assert_eq!(
+        checks.unproven(1_300),
+        vec![(B.to_owned(), false)],
+        "B owes a word"
+    );
 }
 
 #[test]
-fn a_replica_counts_once_found_running_the_module() {
+fn a_replica_silent_past_the_grace_is_reported_once() {
     let mut checks = Checks::default();
-    assert_eq!(look(&mut checks, 1_000, &[A, B]), vec![A, B]);
-    assert!(!checks.runs(A), "not before it answered");
-    assert_eq!(
-        look(&mut checks, 1_200, &[A, B]),
-        Vec::<String>::new(),
-        "asked once a second"
+    look(&mut checks, 1_000, 0, &[A]);
+    assert!(look(&mut checks, 1_000 + GRACE_MS, 0, &[A]).is_empty());
+    assert_eq!(look(&mut checks, 1_001 + GRACE_MS, 0, &[A]), vec![A]);
+    assert_eq!(checks.module(A, 1_001 + GRACE_MS), SILENT);
+    assert!(
+        look(&mut checks, 9_000, 0, &[A]).is_empty(),
+        "reported once"
     );
-    assert_eq!(checks.answer(A, Answer::Runs, 0), None);
-    assert!(checks.runs(A));
-    assert_eq!(
-        look(&mut checks, 5_000, &[A, B]),
-        vec![B],
-        "a replica that runs it is not asked again"
-    );
-    assert_eq!(checks.unverified().collect::<Vec<_>>(), vec![B]);
+    assert_eq!(checks.unproven(9_000), vec![(A.to_owned(), true)]);
 }
 
 #[test]
-fn a_replica_without_the_module_is_reported_once_and_asked_every_second() {
+fn a_replica_that_speaks_after_lock_writes_it_was_silent_through_waits_for_them() {
     let mut checks = Checks::default();
-    look(&mut checks, 1_000, &[A]);
-    assert_eq!(checks.answer(A, Answer::Lacks, 7), Some(Found::Lacks));
-    assert!(!checks.runs(A));
-    assert_eq!(checks.lacking().collect::<Vec<_>>(), vec![A]);
-    assert_eq!(look(&mut checks, 1_500, &[A]), Vec::<String>::new());
-    assert_eq!(look(&mut checks, 2_000, &[A]), vec![A]);
-    assert_eq!(checks.answer(A, Answer::Lacks, 9), None, "said once");
+    look(&mut checks, 1_000, 7, &[A, B]);
+    look(&mut checks, 5_000, 7, &[A, B]);
     assert_eq!(
-        checks.answer(A, Answer::Unknown("timeout".into()), 9),
-        None,
-        "still lacking"
-    );
-    assert_eq!(checks.lacking().collect::<Vec<_>>(), vec![A]);
-}
-
-#[test]
-fn a_replica_that_loads_the_module_after_lock_writes_waits_for_them_to_be_sent_again() {
-    let mut checks = Checks::default();
-    look(&mut checks, 1_000, &[A, B]);
-    checks.answer(A, Answer::Lacks, 7);
-    checks.answer(B, Answer::Lacks, 7);
-    look(&mut checks, 2_000, &[A, B]);
-    assert_eq!(
-        checks.answer(A, Answer::Runs, 7),
+        checks.said(A, 5_000, 7),
         Some(Found::RunsNow),
         "no write missed"
     );
-    assert!(checks.runs(A));
-    assert_eq!(checks.answer(B, Answer::Runs, 8), Some(Found::Replay));
-    assert!(!checks.runs(B));
-    assert_eq!(checks.unverified().collect::<Vec<_>>(), vec![B]);
+    assert_eq!(checks.module(A, 5_000), Module::Runs);
+    assert_eq!(checks.said(B, 5_000, 8), Some(Found::Replay));
+    assert_eq!(checks.module(B, 5_000), Module::Replaying);
+    assert_eq!(checks.replaying(), vec![B]);
     checks.replayed();
-    assert!(checks.runs(B));
+    assert_eq!(checks.module(B, 5_000), Module::Runs);
 }
 
 #[test]
-fn every_replica_is_asked_again_after_any_comes_online() {
+fn a_replica_coming_online_makes_every_replica_prove_the_new_challenge() {
     let mut checks = Checks::default();
-    look(&mut checks, 1_000, &[A, B]);
-    checks.answer(A, Answer::Runs, 0);
-    checks.answer(B, Answer::Runs, 0);
-    checks.replica_online();
-    assert!(
-        !checks.runs(A) && !checks.runs(B),
-        "neither counts until asked again"
-    );
-    assert_eq!(look(&mut checks, 1_100, &[A, B]), vec![A, B], "at once");
-    assert_eq!(checks.answer(A, Answer::Runs, 3), None);
-    assert!(checks.runs(A));
+    look(&mut checks, 1_000, 0, &[A]);
+    checks.said(A, 1_100, 0);
+    checks.replica_online(2_000, 3);
+    look(&mut checks, 2_000, 3, &[A, B]);
+    assert_eq!(checks.module(A, 2_000), UNPROVEN, "A may have come back");
+    assert_eq!(checks.said(A, 2_100, 3), None);
+    assert_eq!(checks.module(A, 2_100), Module::Runs);
+    // Back without the module: it stays silent, then misses writes.
+    checks.replica_online(3_000, 3);
+    look(&mut checks, 3_000 + GRACE_MS + 1, 4, &[A]);
+    assert_eq!(checks.module(A, 3_000 + GRACE_MS + 1), SILENT);
     assert_eq!(
-        checks.answer(B, Answer::Unknown("connection refused".into()), 3),
-        Some(Found::Unreachable("connection refused".into()))
-    );
-    assert!(!checks.runs(B));
-    assert_eq!(
-        checks.answer(B, Answer::Runs, 5),
+        checks.said(A, 9_000, 5),
         Some(Found::Replay),
-        "it may have missed writes"
+        "it missed the writes made while it was silent"
     );
 }
 
 #[test]
-fn a_replica_gone_offline_is_forgotten_unless_it_may_have_missed_writes() {
+fn a_word_before_the_master_saw_the_replica_online_counts() {
     let mut checks = Checks::default();
-    look(&mut checks, 1_000, &[A, B]);
-    checks.answer(A, Answer::Runs, 0);
-    checks.answer(B, Answer::Lacks, 0);
-    look(&mut checks, 1_200, &[]);
+    assert_eq!(checks.said(A, 1_000, 0), None);
+    look(&mut checks, 1_100, 0, &[A]);
+    assert_eq!(checks.module(A, 1_100), Module::Runs);
+}
+
+#[test]
+fn silent_replicas_are_remembered_once_offline_with_a_fresh_grace_when_back() {
+    let mut checks = Checks::default();
+    look(&mut checks, 1_000, 0, &[A, B]);
+    checks.said(B, 1_000, 0);
+    look(&mut checks, 4_000, 0, &[A, B]);
+    look(&mut checks, 5_000, 0, &[]);
+    assert!(checks.unproven(5_000).is_empty(), "offline: not listed");
+    look(&mut checks, 6_000, 2, &[A, B]);
     assert_eq!(
-        look(&mut checks, 1_400, &[A, B]),
-        vec![A],
-        "A is new again; B was asked at 1 000"
+        checks.unproven(6_000),
+        vec![(A.to_owned(), false), (B.to_owned(), false)],
+        "B was forgotten and is new; A owes a word again from now"
     );
-    assert!(!checks.runs(A));
-    assert_eq!(look(&mut checks, 2_000, &[A, B]), vec![B]);
     assert_eq!(
-        checks.answer(B, Answer::Runs, 4),
+        checks.said(A, 6_100, 2),
         Some(Found::Replay),
-        "B came back with the module"
+        "A was silent while 2 writes were made"
     );
+    assert_eq!(checks.said(B, 6_100, 2), None, "B is new");
 }
 
 #[test]
-fn at_most_so_many_offline_replicas_are_remembered() {
-    let mut checks = Checks::default();
-    let ids: Vec<String> = (0..REMEMBERED + 10)
-        .map(|n| format!("10.0.1.{n}:6379"))
-        .collect();
-    look(
-        &mut checks,
-        1_000,
-        &ids.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
-    for id in &ids {
-        checks.answer(id, Answer::Lacks, 0);
-    }
-    look(&mut checks, 2_000, &[]);
-    assert_eq!(checks.replicas.len(), REMEMBERED);
+fn an_unknown_replica_is_unproven() {
+    assert_eq!(Checks::default().module(A, 0), UNPROVEN);
 }
 
 #[test]
-fn a_replicas_error_says_whether_it_runs_the_module() {
+fn a_replicas_word_reads_what_the_master_answered() {
+    let never = || -> Option<String> { panic!("not asked") };
+    assert_eq!(replied(None, never), Replied::Accepted);
     assert_eq!(
-        read_error("ERR unknown command 'LOCK.PROMOTABLE', with args beginning with: "),
-        Answer::Lacks
+        replied(Some("ERR LOCK.REPLCONF challenge is not ...".into()), never),
+        Replied::Refused("ERR LOCK.REPLCONF challenge is not ...".into())
     );
+    let unknown =
+        || Some("ERR unknown command 'LOCK.PROMOTABLE', with args beginning with: ".into());
     assert_eq!(
-        read_error("ERR wrong number of arguments for 'lock.promotable' command"),
-        Answer::Runs
+        replied(Some("ERR unknown command 'LOCK.REPLCONF'".into()), unknown),
+        Replied::WithoutModule
     );
+    let older = || Some("ERR wrong number of arguments for 'lock.promotable' command".into());
+    assert!(matches!(
+        replied(Some("ERR unknown command 'LOCK.REPLCONF'".into()), older),
+        Replied::Refused(_)
+    ));
     assert_eq!(
-        read_error("DENIED Redis is running in protected mode"),
-        Answer::Unknown("DENIED Redis is running in protected mode".into())
+        replied(Some("Connection refused (os error 111)".into()), never),
+        Replied::Failed("Connection refused (os error 111)".into())
     );
+    assert!(matches!(
+        replied(Some("NOAUTH Authentication required.".into()), never),
+        Replied::Failed(_)
+    ));
 }

@@ -3,6 +3,7 @@ use super::*;
 fn message(until_ms: u64, timeout_ms: u64, listed: &[&str]) -> Promotable {
     Promotable {
         not_before_ms: None,
+        challenge: None,
         until_ms,
         timeout_ms,
         listed: listed.iter().map(|id| (*id).to_owned()).collect(),

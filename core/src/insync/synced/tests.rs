@@ -7,6 +7,8 @@ fn status(offset: u64, acked: u64, members: usize, required: usize) -> Status {
         members,
         required,
         replaced: false,
+        unproven: 0,
+        silent: false,
     }
 }
 
