@@ -3,9 +3,9 @@
 //!
 //! The replica says it over a connection of its own to the master it replicates from, made the
 //! way its replication is ([`crate::deployment::peer`]: TLS, `masteruser`/`masterauth`), with
-//! the challenge the master's last heartbeat carried: at once for each new challenge, and once
-//! per master before any (so that it learns whether the master runs the module at all). Each
-//! question waits at least [`ASK_PERIOD_MS`] after the last. `INFO lock` shows how the last one
+//! the challenge the master's last heartbeat carried: as soon as it hears a new one ([`heard`]),
+//! and once per master before any (so that it learns whether the master runs the module at
+//! all). The same question is asked again at most every [`ASK_PERIOD_MS`]. `INFO lock` shows how the last one
 //! went ([`said`]).
 
 use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
@@ -13,6 +13,7 @@ use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 use leasehold_core::insync::checks::Replied;
 use redis_module::Context;
 
+use crate::clock;
 use crate::deployment;
 use crate::probes::{self, Answer, Question};
 use crate::server_config;
@@ -28,8 +29,8 @@ struct Hello {
     said: Option<String>,
     /// Whether the master answered anything yet.
     answered: bool,
-    /// When this replica asked last (unix ms).
-    asked_ms: u64,
+    /// When this replica asked last (unix ms), and with which challenge.
+    asked: (u64, Option<String>),
     /// How the last question went, for `INFO lock`.
     status: String,
 }
@@ -74,13 +75,29 @@ pub fn look(
         Some(challenge) => hello.said.as_deref() != Some(challenge),
         None => !hello.answered,
     };
-    if due && now_ms >= hello.asked_ms.saturating_add(ASK_PERIOD_MS) {
-        hello.asked_ms = now_ms;
+    let (asked_ms, asked_for) = &hello.asked;
+    let again = now_ms >= asked_ms.saturating_add(ASK_PERIOD_MS);
+    if due && (again || asked_for.as_deref() != challenge) {
+        hello.asked = (now_ms, challenge.map(str::to_owned));
         if let Some(question) = master.and_then(|master| question(ctx, master, challenge)) {
             probes::ask(question);
         }
     }
     without_module
+}
+
+/// The master's heartbeat brought `challenge`: said at once (not at the next look) when it is
+/// new, so that the master counts writes again within a round trip.
+pub fn heard(ctx: &Context, challenge: &str) {
+    let mut hello = hello();
+    let new =
+        hello.said.as_deref() != Some(challenge) && hello.asked.1.as_deref() != Some(challenge);
+    if let Some(master) = hello.master.clone().filter(|_| new) {
+        hello.asked = (clock::now_ms(), Some(challenge.to_owned()));
+        if let Some(question) = question(ctx, &master, Some(challenge)) {
+            probes::ask(question);
+        }
+    }
 }
 
 /// Takes in the master's `reply` to the word with the challenge `told`; logs a change of

@@ -644,6 +644,9 @@ pub fn promotable(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         if !flags.contains(ContextFlags::LOADING) {
             let me = Me::of(ctx);
             state.follower.heard(now, &message, epoch, |id| me.is(id));
+            if let Some(challenge) = &message.challenge {
+                hello::heard(ctx, challenge);
+            }
         }
     }
     keep_promotability(ctx, now);

@@ -390,14 +390,15 @@ fn refusal(outcome: Settled, undo: &Undo) -> RedisError {
         Settled::NotAcknowledged { timeout_ms: 0 } => "the client could not be blocked".to_owned(),
         Settled::NotAcknowledged { timeout_ms } => {
             let unproven = replica_check::fields().1;
-            if unproven.is_empty() {
-                format!("not every in-sync replica acknowledged within {timeout_ms} ms")
+            let why = if unproven.is_empty() {
+                String::new()
             } else {
                 format!(
-                    "replica {} had not said it runs the lock module within {timeout_ms} ms",
+                    " (replica {} had not said it runs the lock module)",
                     unproven.join(", ")
                 )
-            }
+            };
+            format!("not every in-sync replica acknowledged within {timeout_ms} ms{why}")
         }
         Settled::Counted => String::new(),
     };

@@ -1,7 +1,8 @@
-//! `MODULE LOAD` into a running replicated deployment, in either order: the master finds the
-//! replicas without the module, keeps them out of the in-sync set, says so in its log and in
-//! `INFO lock`, and sends the locks again to a replica that loads the module after missing
-//! lock writes; a replica loaded first keeps replicating without an error.
+//! `MODULE LOAD` into a running replicated deployment, in either order: the master finds that a
+//! replica has not said it runs the module, counts no write while it is attached, says so in its
+//! log, in `INFO lock` and in `NOREPLICAS`, and sends the locks again to a replica that loads
+//! the module after missing lock writes; a replica loaded first keeps replicating without an
+//! error, and stays promotable as Redis would make it until its master loads the module.
 
 mod common;
 
@@ -45,7 +46,7 @@ fn lock_field(con: &mut Connection, field: &str) -> String {
 const ERRORS: [&str; 4] = [
     "CRITICAL",
     "can't load",
-    "does not run the lock module",
+    "has not said it runs the lock module",
     "missed lock writes",
 ];
 
@@ -68,15 +69,16 @@ fn module_load_on_the_master_first_keeps_a_replica_without_it_out_of_the_set() {
     wait_until("the master finds the replica without the module", || {
         lock_field(&mut m, "lock_insync_without_module") == id
     });
-    assert!(
-        master
-            .log()
-            .contains(&format!("replica {id} does not run the lock module")),
-        "the master's log names the replica"
-    );
+    wait_until("the master's log names the replica", || {
+        master.log().contains(&format!(
+            "replica {id} has not said it runs the lock module"
+        ))
+    });
     let refused = common::error(&mut m, &["LOCK.ACQUIRE", "order:1", "worker-a", "60000"]);
     assert!(
-        refused.starts_with("NOREPLICAS the master has 0 in-sync replicas"),
+        refused.starts_with(&format!(
+            "NOREPLICAS replica {id} has not said it runs the lock module"
+        )),
         "no grant counts as synced by a replica without the module: {refused}"
     );
     let token = acquire(&mut m, "order:1", "worker-a", 60_000, &["NOSYNC"]).expect("granted");
@@ -109,6 +111,17 @@ fn module_load_on_the_replica_first_then_the_master_replicates_without_an_error(
     let mut m = master.client();
     let mut r = replica.client();
     load_module(&mut r);
+    wait_until("the replica finds its master without the module", || {
+        lock_field(&mut r, "lock_insync_promotable_by") == "master-without-module"
+    });
+    assert_eq!(
+        call(&mut r, &["CONFIG", "GET", "replica-priority"]),
+        Value::Array(vec![
+            Value::BulkString(b"replica-priority".to_vec()),
+            Value::BulkString(b"100".to_vec())
+        ]),
+        "promotable as Redis would make it: nothing to protect yet"
+    );
     load_module(&mut m);
     wait_until("the replica joins the set", || {
         lock_field(&mut m, "lock_insync_members") == id

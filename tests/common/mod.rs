@@ -2,6 +2,8 @@
 //! its own temp dir with the module loaded, ready within a deadline, its log printed when a
 //! test fails, and killed and reaped when dropped.
 //!
+//! A server or Sentinel may listen on TLS alone ([`Server::tls`], [`tls`]).
+//!
 //! `LEASEHOLD_SERVER` names the server binary (default `redis-server` on `PATH`); the module is
 //! the `libleasehold.so` that `cargo build` put beside the test binaries' `deps/` folder, or
 //! `LEASEHOLD_MODULE`. `LEASEHOLD_TEST_PORTS` (`first-last`) keeps the servers' ports in a
@@ -14,6 +16,7 @@ pub mod failover;
 pub mod history;
 pub mod proxy;
 pub mod sentinel;
+pub mod tls;
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -42,6 +45,8 @@ pub struct Server {
     child: Option<Child>,
     /// Whether the server was started before: a restart keeps its port.
     launched: bool,
+    /// Whether it listens on TLS alone, `port` its `tls-port` ([`tls::server_args`]).
+    tls: bool,
 }
 
 /// How a start ended.
@@ -75,14 +80,30 @@ impl Server {
     /// A server whose `--loadmodule` line passes `module_args` to the module
     /// (`["max-ttl-ms", "1000"]`).
     pub fn with_module_args(module_args: &[&str], args: &[&str]) -> Self {
-        let mut server = Self::new(Some(module_args), args);
-        server.launch();
-        server
+        Self::data(Some(module_args), args, false)
     }
 
     /// A server without the module, to load it with `MODULE LOAD`.
     pub fn without_module(args: &[&str]) -> Self {
-        let mut server = Self::new(None, args);
+        Self::data(None, args, false)
+    }
+
+    /// Like [`Self::with_module_args`], listening on TLS alone ([`tls::server_args`]):
+    /// clients, replicas and Sentinels reach it on `port` with TLS, and it replicates with TLS.
+    pub fn tls(module_args: &[&str], args: &[&str]) -> Self {
+        Self::data(Some(module_args), args, true)
+    }
+
+    /// Like [`Self::tls`], without the module.
+    pub fn tls_without_module(args: &[&str]) -> Self {
+        Self::data(None, args, true)
+    }
+
+    /// Starts a data server with the module and `module_args` (`None`: without the module),
+    /// on TLS alone when `tls`.
+    fn data(module_args: Option<&[&str]>, args: &[&str], tls: bool) -> Self {
+        let mut server = Self::new(module_args, args);
+        server.tls = tls;
         server.launch();
         server
     }
@@ -125,8 +146,20 @@ impl Server {
     /// A Sentinel (the server binary in `--sentinel` mode) started with `config` as its
     /// `sentinel.conf`, which it may rewrite.
     pub fn sentinel(config: &str) -> Self {
+        Self::sentinel_on(config, false)
+    }
+
+    /// Like [`Self::sentinel`], listening on TLS alone and reaching the servers it watches
+    /// and the other Sentinels with TLS ([`tls::server_args`]).
+    pub fn tls_sentinel(config: &str) -> Self {
+        Self::sentinel_on(config, true)
+    }
+
+    /// Starts a Sentinel with `config`, on TLS alone when `tls`.
+    fn sentinel_on(config: &str, tls: bool) -> Self {
         let mut sentinel = Self::new(None, &[]);
         sentinel.kind = Kind::Sentinel;
+        sentinel.tls = tls;
         std::fs::write(sentinel.dir().join("sentinel.conf"), config).expect("sentinel.conf");
         sentinel.launch();
         sentinel
@@ -166,6 +199,7 @@ impl Server {
             args: owned(args),
             child: None,
             launched: false,
+            tls: false,
         }
     }
 
@@ -208,8 +242,13 @@ impl Server {
             }
             Kind::Data(_) => {}
         }
+        if self.tls {
+            command.args(tls::server_args(self.port));
+        } else {
+            command.args(["--port", &self.port.to_string()]);
+        }
         command
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--bind", "127.0.0.1"])
             .args(["--dir", &self.dir.path().to_string_lossy()])
             .args(["--daemonize", "no", "--protected-mode", "no"]);
         if let Kind::Data(Some(module_args)) = &self.kind {
@@ -269,12 +308,26 @@ impl Server {
 
     /// A RESP2 connection, or the error if the server does not answer within 5 s.
     pub fn try_client(&self) -> redis::RedisResult<Connection> {
-        redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(5))
+        self.open("")?
+            .get_connection_with_timeout(Duration::from_secs(5))
     }
 
-    /// `redis://127.0.0.1:port`.
+    /// `redis://127.0.0.1:port`, or `rediss://` for a server on TLS: a client of that URL
+    /// must present a certificate ([`Self::open`], [`tls::client`]).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// A client of [`Self::url`] followed by `query` (`"/?protocol=resp3"`), with the
+    /// harness's certificates for a server on TLS.
+    pub fn open(&self, query: &str) -> redis::RedisResult<redis::Client> {
+        let url = format!("{}{query}", self.url());
+        if self.tls {
+            tls::client(&url)
+        } else {
+            redis::Client::open(url)
+        }
     }
 
     /// A RESP2 connection.
@@ -284,7 +337,7 @@ impl Server {
 
     /// A RESP3 connection.
     pub fn resp3(&self) -> Connection {
-        redis::Client::open(format!("{}/?protocol=resp3", self.url()))
+        self.open("/?protocol=resp3")
             .and_then(|client| client.get_connection())
             .expect("connect with RESP3")
     }
@@ -388,6 +441,13 @@ impl Server {
         wait_until("replica link up", || {
             info_field(&mut con, "replication", "master_link_status").as_deref() == Some("up")
         });
+        if matches!(self.kind, Kind::Data(Some(_)) | Kind::Config) {
+            // The master counts nothing until the replica has said it runs the module.
+            wait_until("the replica told its master it runs the module", || {
+                info_field(&mut con, "lock", "lock_insync_said")
+                    .is_some_and(|said| !said.is_empty())
+            });
+        }
     }
 }
 

@@ -101,15 +101,28 @@ impl Group {
     /// Like [`Group::start`], every server loading the module with `module_args`
     /// (`["restart-delay-ms", "1000"]`), the Sentinels timed by `timing`.
     pub fn with(history: &Arc<History>, module_args: &[&str], timing: Timing) -> Self {
-        Self::new(history, Some(module_args), timing)
+        Self::new(history, Some(module_args), timing, false)
     }
 
     /// Like [`Group::with`], no server loading the module: Redis and Sentinel alone.
     pub fn without_module(history: &Arc<History>, timing: Timing) -> Self {
-        Self::new(history, None, timing)
+        Self::new(history, None, timing, false)
     }
 
-    fn new(history: &Arc<History>, module_args: Option<&[&str]>, timing: Timing) -> Self {
+    /// Like [`Group::with`] (`None`: [`Group::without_module`]), every server and Sentinel on
+    /// TLS alone ([`Server::tls`], [`Server::tls_sentinel`]); the proxies pass TLS through.
+    /// A proxy cannot read which connections are the Sentinels' (their names are encrypted),
+    /// so [`Group::partition`] cuts the servers of its side off from the other servers only.
+    pub fn tls(history: &Arc<History>, module_args: Option<&[&str]>, timing: Timing) -> Self {
+        Self::new(history, module_args, timing, true)
+    }
+
+    fn new(
+        history: &Arc<History>,
+        module_args: Option<&[&str]>,
+        timing: Timing,
+        tls: bool,
+    ) -> Self {
         let persistence = vec![Persistence::Aof, Persistence::Rdb, Persistence::Nothing];
         // The proxies' ports are bound before the servers start, so that no server or
         // connection takes one of them before its proxy does.
@@ -139,11 +152,7 @@ impl Group {
                     Persistence::Rdb => &["--save", "1 1"],
                     Persistence::Nothing => &[],
                 };
-                let args = [&announced[..], kept].concat();
-                match module_args {
-                    Some(module_args) => Server::with_module_args(module_args, &args),
-                    None => Server::without_module(&args),
-                }
+                Server::data(module_args, &[&announced[..], kept].concat(), tls)
             })
             .collect();
         let proxies: Vec<LinkProxy> = servers
@@ -169,7 +178,7 @@ impl Group {
              sentinel parallel-syncs {MASTER_NAME} 2\n",
             addresses[0], timing.down_after_ms, timing.failover_timeout_ms
         );
-        let sentinels: Vec<Server> = (0..3).map(|_| Server::sentinel(&config)).collect();
+        let sentinels: Vec<Server> = (0..3).map(|_| Server::sentinel_on(&config, tls)).collect();
         for sentinel in &sentinels {
             let mut con = sentinel.client();
             // Sentinels read their master's INFO every 10 s (the replicas) and hear each other
@@ -204,7 +213,8 @@ impl Group {
         }
     }
 
-    /// `redis://` URLs of the Sentinels, for Sentinel-aware clients.
+    /// `redis://` URLs of the Sentinels, for Sentinel-aware clients (`rediss://` on TLS: such
+    /// a client must present [`super::tls::certificates`]).
     pub fn sentinel_urls(&self) -> Vec<String> {
         self.sentinels.iter().map(Server::url).collect()
     }
