@@ -8,10 +8,11 @@ use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
 use leasehold_core::args;
 use leasehold_core::insync::Replication;
-use leasehold_core::insync::checks::{Checks, Found};
+use leasehold_core::insync::checks::{Checks, Found, HOLD_FACTOR};
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue, raw};
 
 use crate::clock;
+use crate::deployment;
 use crate::effects;
 use crate::replay::{self, Progress};
 use crate::replies;
@@ -102,22 +103,32 @@ fn marking(checks: &Checks, now_ms: u64, mut replication: Replication) -> Replic
     for replica in &mut replication.replicas {
         replica.module = checks.module(&replica.id, now_ms);
     }
+    replication.held_back = checks.held_back(now_ms, hold_ms());
     replication
 }
 
-/// The `INFO lock` lists of a master's replicas online, each `ip:port`, sorted: those silent
-/// about the module (they do not run it, as far as the master can tell), and those not known
-/// to run it yet (it came online or the challenge changed under [the grace][GRACE], or it waits
+/// How long a replica silent about the module is held back once offline, in ms: [`HOLD_FACTOR`]
+/// times the deployment's failover time.
+fn hold_ms() -> u64 {
+    deployment::failover().ms.saturating_mul(HOLD_FACTOR)
+}
+
+/// The `INFO lock` lists of a master's replicas, each `ip:port`, sorted: those silent about the
+/// module (they do not run it, as far as the master can tell: online, or offline but held back
+/// since they may still be promoted), and those online not known to run it yet (it came online or the challenge changed under [the grace][GRACE], or it waits
 /// for the locks it missed).
 ///
 /// [GRACE]: leasehold_core::insync::checks::GRACE_MS
 pub fn fields() -> (Vec<String>, Vec<String>) {
     let state = state();
-    let (silent, mut unproven): (Vec<_>, Vec<_>) = state
+    let now = clock::now_ms();
+    let (mut silent, mut unproven): (Vec<_>, Vec<_>) = state
         .checks
-        .unproven(clock::now_ms())
+        .unproven(now)
         .into_iter()
         .partition(|(_, silent)| *silent);
+    let held_back = state.checks.held_back(now, hold_ms());
+    silent.extend(held_back.into_iter().map(|id| (id, true)));
     unproven.extend(state.checks.replaying().into_iter().map(|id| (id, false)));
     let ids = |list: Vec<(String, bool)>| {
         let mut ids: Vec<String> = list.into_iter().map(|(id, _)| id).collect();

@@ -114,6 +114,10 @@ pub struct Replication {
     pub offset: u64,
     /// One per `slaveN:` line.
     pub replicas: Vec<Replica>,
+    /// Replicas no longer attached that were silent about the module while they were
+    /// ([`checks::Checks::held_back`]): they may still be promoted, so nothing counts. `INFO`
+    /// does not tell, so [`parse`] leaves it empty.
+    pub held_back: Vec<String>,
 }
 
 /// Reads `INFO replication`. Lines it does not know are skipped, and so is a replica whose
@@ -481,18 +485,21 @@ pub const fn refusal(promotion: Promotion, standing: Standing) -> Option<Refusal
     }
 }
 
-/// How many replicas online have not said they run the module, and whether one is silent.
+/// How many replicas online have not said they run the module, or are held back, and whether
+/// one is silent (one held back is).
 fn unproven(replication: &Replication) -> (usize, bool) {
+    let held_back = replication.held_back.len();
     replication
         .replicas
         .iter()
         .filter(|replica| replica.online)
-        .fold((0, false), |(count, silent), replica| {
-            match replica.module {
+        .fold(
+            (held_back, held_back > 0),
+            |(count, silent), replica| match replica.module {
                 Module::Unproven { silent: quiet } => (count + 1, silent || quiet),
                 Module::Runs | Module::Replaying => (count, silent),
-            }
-        })
+            },
+        )
 }
 
 /// True when `member` is connected and its last acknowledgement is recent enough for it to be

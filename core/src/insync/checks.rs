@@ -30,6 +30,14 @@ use std::collections::HashMap;
 /// once.
 pub const GRACE_MS: u64 = 2_000;
 
+/// How long a replica that was silent about the module is held back once offline, in multiples
+/// of the deployment's failover time: Sentinel still promotes a replica whose link has been down
+/// up to ten times `down-after-milliseconds` beyond the master's own down time
+/// (`sentinelSelectSlave`), and Cluster one disconnected up to `cluster-replica-validity-factor`
+/// (10) times `cluster-node-timeout`. Until then no write counts: it may be promoted without
+/// them.
+pub const HOLD_FACTOR: u64 = 10;
+
 /// How many replicas that were silent are remembered once offline (a replica may come back
 /// with the module and must then be sent the locks it missed).
 pub const REMEMBERED: usize = 64;
@@ -131,6 +139,8 @@ struct Entry {
     state: State,
     /// Whether it was online at the last look.
     online: bool,
+    /// Since when (unix ms) it has been offline, if it is.
+    offline_since_ms: Option<u64>,
     /// Since when (unix ms) it has owed the master a word: since it came online, or since the
     /// challenge changed; `None` once it said it.
     owed_since_ms: Option<u64>,
@@ -144,6 +154,7 @@ impl Entry {
         Self {
             state: State::Unproven { since: writes },
             online: false,
+            offline_since_ms: None,
             owed_since_ms: Some(now_ms),
             told: false,
         }
@@ -174,6 +185,12 @@ impl Checks {
         let online: Vec<&str> = online.collect();
         for (id, entry) in &mut self.replicas {
             let now_online = online.contains(&id.as_str());
+            if !now_online && entry.online {
+                entry.offline_since_ms = Some(now_ms);
+            }
+            if now_online {
+                entry.offline_since_ms = None;
+            }
             if now_online && !entry.online && entry.state != State::Runs {
                 // Back online (remembered as silent, or waiting for a replay): it owes a word
                 // from now. One that said it runs the module just before it was seen online
@@ -273,6 +290,25 @@ impl Checks {
             })
             .collect();
         ids.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        ids
+    }
+
+    /// The replicas offline that were silent while attached, and went offline less than
+    /// `hold_ms` before `now_ms` ([`HOLD_FACTOR`]), sorted: they may still be promoted.
+    #[must_use]
+    pub fn held_back(&self, now_ms: u64, hold_ms: u64) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .replicas
+            .iter()
+            .filter(|(_, entry)| {
+                entry.told
+                    && entry
+                        .offline_since_ms
+                        .is_some_and(|since| now_ms < since.saturating_add(hold_ms))
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.sort();
         ids
     }
 

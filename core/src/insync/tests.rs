@@ -17,7 +17,11 @@ fn replica(id: &str, online: bool, acked: u64, lag_s: u64) -> Replica {
 }
 
 fn replication(offset: u64, replicas: Vec<Replica>) -> Replication {
-    Replication { offset, replicas }
+    Replication {
+        offset,
+        replicas,
+        held_back: Vec::new(),
+    }
 }
 
 #[test]

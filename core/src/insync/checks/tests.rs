@@ -141,3 +141,26 @@ fn a_replicas_word_reads_what_the_master_answered() {
         Replied::Failed(_)
     ));
 }
+
+#[test]
+fn a_silent_replica_is_held_back_once_offline_while_it_may_still_be_promoted() {
+    let mut checks = Checks::default();
+    look(&mut checks, 1_000, 0, &[A, B]);
+    checks.said(B, 1_000, 0);
+    look(&mut checks, 4_000, 0, &[A, B]);
+    look(&mut checks, 5_000, 0, &[B]);
+    assert_eq!(checks.held_back(5_000, 60_000), vec![A]);
+    assert_eq!(checks.held_back(64_999, 60_000), vec![A]);
+    assert!(checks.held_back(65_000, 60_000).is_empty(), "past the hold");
+    look(&mut checks, 6_000, 0, &[A, B]);
+    assert!(
+        checks.held_back(6_000, 60_000).is_empty(),
+        "back: online, unproven"
+    );
+    look(&mut checks, 7_000, 0, &[]);
+    assert_eq!(
+        checks.held_back(7_000, 60_000),
+        vec![A],
+        "B said it runs the module: never held back"
+    );
+}
