@@ -44,7 +44,7 @@ fn cases() -> Vec<(String, bool, Trial)> {
         ),
     ] {
         for module in [false, true] {
-            let trial = move || sentinel_replaces_master(timing, module, WITHIN);
+            let trial = move || sentinel_replaces_master(timing, (module, false), WITHIN);
             cases.push((name.to_owned(), module, Box::new(trial)));
         }
     }

@@ -382,3 +382,45 @@ fn a_cluster_fails_over_only_to_an_in_sync_replica_which_holds_every_synced_lock
     }
     replica.kill();
 }
+
+/// Loading the module into a running Redis Cluster shard, replicas first
+/// (docs/operations/upgrading.md): the shard's replica, restarted with the module under a master
+/// without it, keeps `cluster-replica-no-failover no` (nothing to protect) and takes over with a
+/// plain `CLUSTER FAILOVER`; the old master, restarted with the module as its replica, says it
+/// runs it, joins the set, and takes over in turn when the new master dies.
+#[test]
+fn a_shard_loading_the_module_replica_first_keeps_failing_over() {
+    let mut nodes = common::cluster::cluster_timed(NODE_TIMEOUT_MS, false);
+    let mut replica = add_replica(&nodes[0], NODE_TIMEOUT_MS, false);
+    wait_known(&nodes, &replica);
+    let module = common::module_path().to_string_lossy().into_owned();
+    let with_module = ["--loadmodule", module.as_str()];
+
+    replica.shutdown("NOSAVE");
+    replica.restart_with(&with_module);
+    let mut r = replica.client();
+    wait_until("the replica finds its master without the module", || {
+        info_field(&mut r, "lock", "lock_insync_promotable_by").as_deref()
+            == Some("master-without-module")
+    });
+    assert_eq!(no_failover(&replica), "no", "it may be failed over to");
+    call(&mut r, &["CLUSTER", "FAILOVER"]);
+    wait_for_takeover(&nodes[1..], &replica, Duration::from_secs(30));
+
+    let old = &mut nodes[0];
+    old.shutdown("NOSAVE");
+    old.restart_with(&with_module);
+    let mut o = old.client();
+    wait_until("the old master is a replica again", || {
+        info_field(&mut o, "replication", "master_link_status").as_deref() == Some("up")
+    });
+    wait_until("it joins the new master's set", || {
+        info_field(&mut r, "lock", "lock_insync_replicas").as_deref() == Some("1")
+    });
+    wait_until("it may be failed over to", || no_failover(old) == "no");
+    let key = (0..)
+        .map(|n| format!("job:{n}"))
+        .find(|key| serves(&replica, key))
+        .expect("a key of the shard");
+    acquire_counted(&mut r, &key, "holder", 60_000);
+}

@@ -37,10 +37,11 @@ use leasehold_client::{Client, Lock};
 /// A master killed for good is replaced within the time Redis itself takes (the Sentinels'
 /// `down-after-milliseconds` and their vote, about 3 s: `benches/failover.rs` measures it beside
 /// the module) plus 10 s, with every lock whose grant counted.
-fn replaced_within_redis_and_10_s(timing: Timing) -> Duration {
+fn replaced_within_redis_and_10_s(timing: Timing, tls: bool) -> Duration {
     let redis_alone = Duration::from_millis(timing.down_after_ms + 3_000);
-    let replaced = sentinel_replaces_master(timing, true, redis_alone + Duration::from_secs(10))
-        .expect("a replica promoted");
+    let within = redis_alone + Duration::from_secs(10);
+    let replaced =
+        sentinel_replaces_master(timing, (true, tls), within).expect("a replica promoted");
     eprintln!(
         "down-after-milliseconds {}: a replica promoted {replaced:?} after the master died",
         timing.down_after_ms
@@ -50,7 +51,19 @@ fn replaced_within_redis_and_10_s(timing: Timing) -> Duration {
 
 #[test]
 fn at_sentinels_defaults_a_dead_master_is_replaced_with_every_counted_lock() {
-    replaced_within_redis_and_10_s(Timing::DEFAULT);
+    replaced_within_redis_and_10_s(Timing::DEFAULT, false);
+}
+
+/// The same on TLS alone (`port 0`, `tls-replication yes`, the Sentinels on TLS too): each
+/// replica tells its master over TLS that it runs the module, so replicas are promotable and
+/// grants count. Skipped where the server binary has no TLS.
+#[test]
+fn on_tls_alone_at_sentinels_defaults_a_dead_master_is_replaced_with_every_counted_lock() {
+    if !common::tls::supported() {
+        eprintln!("skipped: the server binary has no TLS");
+        return;
+    }
+    replaced_within_redis_and_10_s(Timing::DEFAULT, true);
 }
 
 /// An election's term survives a failover with `timing`: server 1, which Sentinel prefers
@@ -160,7 +173,7 @@ fn an_elections_term_survives_a_failover() {
 
 #[test]
 fn with_a_shorter_down_after_a_dead_master_is_replaced_sooner() {
-    let replaced = replaced_within_redis_and_10_s(Timing::FIVE_SECONDS);
+    let replaced = replaced_within_redis_and_10_s(Timing::FIVE_SECONDS, false);
     assert!(replaced < Duration::from_secs(18), "{replaced:?}");
 }
 
@@ -582,4 +595,67 @@ fn a_successor_outside_a_replication_cycle_names_what_to_run() {
         "the counted lock survived"
     );
     group.heal();
+}
+
+/// Loading the module into a running Sentinel group, replicas first and the master last
+/// (docs/operations/upgrading.md): each server is restarted with the module as a replica, and
+/// `SENTINEL FAILOVER` works after every step — a replica with the module under a master without
+/// it stays promotable as Redis would make it (`lock_insync_promotable_by:master-without-module`),
+/// since no lock was granted; the master is moved to an upgraded replica before its own turn.
+#[test]
+fn sentinel_failover_works_at_every_step_of_loading_the_module_replicas_first() {
+    let history = Arc::new(History::new());
+    let mut group = Group::without_module(&history, Timing::FAST);
+    let mut upgraded = [false; 3];
+    while let Some(master) = group.master() {
+        let replica = (0..3).find(|&index| index != master && !upgraded[index]);
+        let Some(next) = replica.or_else(|| (!upgraded[master]).then_some(master)) else {
+            break;
+        };
+        if next == master {
+            // The master's turn comes last: first fail over to an upgraded replica.
+            sentinel_fails_over(&mut group, &mut upgraded);
+        }
+        let master = group.master().expect("a master");
+        group.load_module(next, master);
+        upgraded[next] = true;
+        let mut con = group.servers[next].client();
+        wait_until("the upgraded replica is promotable", || {
+            info_field(&mut con, "lock", "lock_insync_promotable").as_deref() == Some("1")
+        });
+        sentinel_fails_over(&mut group, &mut upgraded);
+    }
+    assert_eq!(upgraded, [true; 3]);
+}
+
+/// `SENTINEL FAILOVER`, asked again until a Sentinel takes it (for up to 30 s: a Sentinel reads
+/// a restarted replica's priority at its next `INFO`), then the switch to another master and the
+/// group settled. On Redis 7.0 a server without the module stops on a full sync from a master
+/// with it (the RDB always has the module's field): as the upgrade steps say, it is started again
+/// with the module.
+fn sentinel_fails_over(group: &mut Group, upgraded: &mut [bool; 3]) {
+    let old = group.master().expect("a master");
+    wait_within(
+        Duration::from_secs(30),
+        "a Sentinel takes SENTINEL FAILOVER",
+        || group.sentinel_failover().is_ok(),
+    );
+    assert!(
+        group.wait_for_failover(old, Duration::from_secs(60)),
+        "no failover: {}",
+        group.describe()
+    );
+    let master = group.master().expect("a master");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !group.settle(Duration::from_secs(5)) {
+        assert!(Instant::now() < deadline, "{}", group.describe());
+        let stopped: Vec<usize> = (0..3)
+            .filter(|&index| !upgraded[index] && index != master && !group.servers[index].running())
+            .collect();
+        for index in stopped {
+            eprintln!("server {index} stopped on a full sync it could not load: upgraded now");
+            group.load_module(index, master);
+            upgraded[index] = true;
+        }
+    }
 }

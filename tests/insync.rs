@@ -623,14 +623,16 @@ fn preferred_replica_cut_off(grant: impl Fn(&mut Connection, &str) -> i64) {
 
     // The preferred replica's link carries nothing more, but stays open: it reports its link
     // up, so only its priority keeps Sentinel from choosing it. The link is made anew first,
-    // with a partial resync on one connection, so that it is the proxy's last (a full sync may
-    // open a second one for the RDB: Redis 8's rdb channel).
+    // with a partial resync on one connection, so that it is the first the proxy accepts after
+    // the kill (a full sync may open a second one for the RDB: Redis 8's rdb channel; the
+    // module's own short connections to the master come after the link is up).
     let mut p = preferred.client();
+    let relinked = link.accepted();
     call(&mut p, &["CLIENT", "KILL", "TYPE", "master"]);
     wait_until("the preferred replica's link is up again", || {
         info_field(&mut p, "replication", "master_link_status").as_deref() == Some("up")
     });
-    link.stall_last_connection();
+    link.stall(relinked);
     let stalled = Instant::now();
     let refused = error(&mut m, &["LOCK.ACQUIRE", "stalled", "client", "60000"]);
     assert!(

@@ -37,22 +37,26 @@ pub fn wait_learned(group: &Group, index: usize, timing: Timing) {
 }
 
 /// A Sentinel group (three servers, three Sentinels timed by `timing`, the module loaded or
-/// not) whose master is killed for good: how long until the Sentinels name another master,
-/// or `None` if they did not within `within`. With the module, [`LOCKS`] locks taken and
-/// counted before the kill must all be on the new master.
+/// not, all on TLS alone or not) whose master is killed for good: how long until the Sentinels
+/// name another master, or `None` if they did not within `within`. With the module, [`LOCKS`]
+/// locks taken and counted before the kill must all be on the new master.
 pub fn sentinel_replaces_master(
     timing: Timing,
-    module: bool,
+    (module, tls): (bool, bool),
     within: Duration,
 ) -> Option<Duration> {
     let history = Arc::new(History::new());
-    let mut group = if module {
-        let group = Group::with(&history, &[], timing);
-        wait_learned(&group, 0, timing);
-        group
+    let module_args: Option<&[&str]> = module.then_some(&[]);
+    let mut group = if tls {
+        Group::tls(&history, module_args, timing)
+    } else if module {
+        Group::with(&history, &[], timing)
     } else {
         Group::without_module(&history, timing)
     };
+    if module {
+        wait_learned(&group, 0, timing);
+    }
     let mut master = group.servers[0].client();
     let tokens: Vec<(String, i64)> = (0..LOCKS)
         .filter(|_| module)

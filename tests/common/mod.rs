@@ -376,9 +376,33 @@ impl Server {
         assert!(sent.success(), "kill -{signal} {pid}");
     }
 
-    /// `SHUTDOWN` with the given mode (`SAVE`, `NOSAVE`), then waits for the process to end.
+    /// Whether the server's process still runs (it may have stopped by itself: a full sync it
+    /// could not load).
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    }
+
+    /// `SHUTDOWN` with the given mode (`SAVE`, `NOSAVE`), then waits for the process to end;
+    /// asked again while the server refuses (it is writing its first AOF after a full sync:
+    /// `Writing initial AOF, can't exit`).
     pub fn shutdown(&mut self, mode: &str) {
-        let _ = redis::cmd("SHUTDOWN").arg(mode).exec(&mut self.client());
+        let deadline = Instant::now() + READY_WITHIN;
+        while let Some(child) = self.child.as_mut() {
+            if !matches!(child.try_wait(), Ok(None)) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not shut down:\n{}",
+                self.log()
+            );
+            if let Ok(mut con) = self.try_client() {
+                let _ = redis::cmd("SHUTDOWN").arg(mode).exec(&mut con);
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
         if let Some(mut child) = self.child.take() {
             let _ = child.wait();
         }

@@ -135,10 +135,15 @@ impl LinkProxy {
         self.state.down.store(down, Ordering::SeqCst);
     }
 
-    /// Stalls the connection opened last: it stays open but nothing passes either way.
-    pub fn stall_last_connection(&self) {
-        let last = self.state.accepted.load(Ordering::SeqCst).saturating_sub(1);
-        self.state.stalled.store(last, Ordering::SeqCst);
+    /// How many connections it accepted so far: the number the next one gets.
+    pub fn accepted(&self) -> u64 {
+        self.state.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Stalls connection `number` ([`LinkProxy::accepted`]): it stays open but nothing passes
+    /// either way.
+    pub fn stall(&self, number: u64) {
+        self.state.stalled.store(number, Ordering::SeqCst);
     }
 }
 

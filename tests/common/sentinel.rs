@@ -427,6 +427,17 @@ impl Group {
         self.proxies[index].down(false);
     }
 
+    /// Restarts server `index` (a replica of server `master`) with the module loaded, as a
+    /// rolling upgrade does: `SHUTDOWN`, then a start with `loadmodule` and `replicaof` added to
+    /// its configuration.
+    pub fn load_module(&mut self, index: usize, master: usize) {
+        let port = self.addresses[master].to_string();
+        let module = super::module_path().to_string_lossy().into_owned();
+        let server = &mut self.servers[index];
+        server.shutdown("NOSAVE");
+        server.restart_with(&["--loadmodule", &module, "--replicaof", "127.0.0.1", &port]);
+    }
+
     /// Cuts server `index` off from everyone: its proxy closes every connection and refuses
     /// new ones.
     pub fn cut_off(&mut self, index: usize) {

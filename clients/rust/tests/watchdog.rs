@@ -194,7 +194,7 @@ async fn a_wait_whose_reply_never_comes_does_not_leave_the_lock_held_unknowingly
         }
     });
     common::queued(&mut con, "k", 1);
-    proxy.stall_last_connection(); // the wait's own connection
+    proxy.stall(proxy.accepted() - 1); // the wait's own connection, the last one opened
     assert!(first.release().await.expect("release"));
     common::wait_until("granted to the waiter in the server", || {
         holder(&mut con, "k").is_some_and(|owner| owner != first_owner)
