@@ -286,6 +286,7 @@ fn the_lock_acl_category_covers_every_command_where_supported() {
             "lock.raise",
             "lock.release",
             "lock.renew",
+            "lock.replconf",
             "lock.resign",
             "lock.session"
         ]
