@@ -46,3 +46,19 @@ pub fn subscribe(
     let status = unsafe { subscribe(ctx.get_raw(), event, callback) };
     ok_or_error(status, error)
 }
+
+/// What the server says of the client `id` (`RedisModule_GetClientInfoById`): its address and
+/// flags; `None` when there is no such client or the server lacks the call.
+pub fn client_info(id: u64) -> Option<raw::RedisModuleClientInfo> {
+    let info_of = unsafe { raw::RedisModule_GetClientInfoById }?;
+    let mut info = raw::RedisModuleClientInfo {
+        version: 1,
+        flags: 0,
+        id: 0,
+        addr: [0; 46],
+        port: 0,
+        db: 0,
+    };
+    let status = unsafe { info_of(std::ptr::from_mut(&mut info).cast(), id) };
+    (status == raw::REDISMODULE_OK as c_int).then_some(info)
+}

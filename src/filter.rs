@@ -6,11 +6,12 @@
 //!   own configuration — Redis answers `OK` and fires no event), `CLUSTER FAILOVER`,
 //!   `PSYNC ... FAILOVER` (the `FAILOVER` command's hand-over to its target) and `FAILOVER`.
 //!   The in-sync set decides first whether to refuse one ([`crate::insync::refusal`]: a replica
-//!   outside the set, `FAILOVER` under Sentinel): a refused
-//!   command is turned into an unknown one, the only way a module can stop a command before Redis
-//!   queues it in `MULTI` — so Sentinel's promotion transaction (`MULTI`, `SLAVEOF NO ONE`,
-//!   `CONFIG REWRITE`, `CLIENT KILL`, `EXEC`) aborts whole with `EXECABORT`, and the error
-//!   names why and the override, `lock.allow-unsafe-promotion` (one shot). Any other promotion
+//!   outside the set, `FAILOVER` under Sentinel): a refused command is turned into
+//!   `LOCK.REFUSED`, whose error (`-LOCKREFUSED ...`) names why and the override,
+//!   `lock.allow-unsafe-promotion` (one shot); inside `MULTI` (and on Redis 7.0, which does not
+//!   say) into an unknown command with the same words, the only way a module can stop a command
+//!   before Redis queues it — so Sentinel's promotion transaction (`MULTI`, `SLAVEOF NO ONE`,
+//!   `CONFIG REWRITE`, `CLIENT KILL`, `EXEC`) aborts whole with `EXECABORT`. Any other promotion
 //!   takes the fencing counter's reserve before it runs ([`crate::promotion`]).
 //! - **Slots taken** (`CLUSTER SETSLOT`, `ADDSLOTS`, `ADDSLOTSRANGE`) take the reserve too.
 //! - **A Sentinel naming its connection** (`CLIENT SETNAME sentinel-...`, the first command of
@@ -39,8 +40,9 @@ use std::ptr::NonNull;
 use std::slice;
 
 use leasehold_core::insync::{Promotion, Refusal};
-use redis_module::{Context, raw};
+use redis_module::{Context, RedisError, RedisResult, RedisString, raw};
 
+use crate::api;
 use crate::config;
 use crate::deployment;
 use crate::effects::HEARTBEAT;
@@ -118,13 +120,7 @@ fn promote(fctx: *mut raw::RedisModuleCommandFilterCtx, promotion: Promotion, wh
         let (why, instead) = explain(refusal);
         if !config::take_unsafe_promotion() {
             redis_module::logging::log_warning(format!("lock: {what} refused: {why}"));
-            unsafe {
-                refuse(
-                    fctx,
-                    &format!("{what} refused by the lock module: {why}"),
-                    instead,
-                )
-            };
+            unsafe { refuse(fctx, what, why, instead) };
             return;
         }
         redis_module::logging::log_warning(format!(
@@ -134,8 +130,25 @@ fn promote(fctx: *mut raw::RedisModuleCommandFilterCtx, promotion: Promotion, wh
     state::counter().reserve();
 }
 
-/// Why a promotion is refused, and what a person may do instead (each under the 128 bytes
-/// Redis shows of an unknown command's name and arguments).
+/// `LOCK.REFUSED command reason instead`: the error of a promotion the filter refused
+/// ([`refuse`]), in one line.
+///
+/// # Errors
+/// Always: `LOCKREFUSED <command> refused by the lock module: <reason>; <instead>`; arity.
+pub fn refused(_ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let [_, command, reason, instead] = args.as_slice() else {
+        return Err(RedisError::WrongArity);
+    };
+    let line = |text: &RedisString| text.to_string_lossy().replace(['\r', '\n'], " ");
+    Err(RedisError::String(format!(
+        "LOCKREFUSED {} refused by the lock module: {}; {}",
+        line(command),
+        line(reason),
+        line(instead)
+    )))
+}
+
+/// Why a promotion is refused, and what a person may do instead.
 const fn explain(refusal: Refusal) -> (&'static str, &'static str) {
     match refusal {
         Refusal::OutsideSet => (
@@ -258,11 +271,39 @@ unsafe fn argument<'a>(
     Some(unsafe { slice::from_raw_parts(bytes.cast::<u8>(), len) })
 }
 
-/// Turns the filtered command into the unknown command `head` with the one argument `tail`:
-/// Redis refuses it before running or queueing it, with
-/// `ERR unknown command '<head>', with args beginning with: '<tail>'`.
-unsafe fn refuse(fctx: *mut raw::RedisModuleCommandFilterCtx, head: &str, tail: &str) {
-    unsafe { rewrite(fctx, head.as_bytes(), &[tail.as_bytes()]) };
+/// Turns the refused command `what` into `LOCK.REFUSED what why instead`, which replies
+/// `-LOCKREFUSED ...` ([`refused`]). Inside `MULTI` — and where the filter cannot tell (Redis
+/// 7.0 has no `RedisModule_CommandFilterGetClientId`) — it becomes the unknown command
+/// `<what> refused by the lock module: <why>` instead: Redis refuses that before queueing it, so
+/// a transaction around the promotion (Sentinel's `MULTI`, `SLAVEOF NO ONE`, `CONFIG REWRITE`,
+/// `CLIENT KILL`, `EXEC`) aborts whole with `EXECABORT`, where a queued `LOCK.REFUSED` would let
+/// the rest run.
+unsafe fn refuse(
+    fctx: *mut raw::RedisModuleCommandFilterCtx,
+    what: &str,
+    why: &str,
+    instead: &str,
+) {
+    if unsafe { in_transaction(fctx) } == Some(false) {
+        unsafe {
+            rewrite(
+                fctx,
+                b"LOCK.REFUSED",
+                &[what, why, instead].map(str::as_bytes),
+            )
+        };
+    } else {
+        let head = format!("{what} refused by the lock module: {why}");
+        unsafe { rewrite(fctx, head.as_bytes(), &[instead.as_bytes()]) };
+    }
+}
+
+/// Whether the client that sent the filtered command is in `MULTI`; `None` where the server
+/// cannot say.
+unsafe fn in_transaction(fctx: *mut raw::RedisModuleCommandFilterCtx) -> Option<bool> {
+    let id_of = unsafe { raw::RedisModule_CommandFilterGetClientId }?;
+    let info = api::client_info(unsafe { id_of(fctx) })?;
+    Some(info.flags & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI) != 0)
 }
 
 /// Replaces the filtered command with `name arguments...`. If the server lacks a call this

@@ -149,6 +149,7 @@ redis_module! {
         ["lock.mrenew", multi::renew, flags("lock.mrenew"), keys("lock.mrenew").0, keys("lock.mrenew").1, keys("lock.mrenew").2, "", acl("lock.mrenew")],
         ["lock.insync", insync::command, flags("lock.insync"), keys("lock.insync").0, keys("lock.insync").1, keys("lock.insync").2, "", acl("lock.insync")],
         ["lock.promotable", insync::promotable, flags("lock.promotable"), keys("lock.promotable").0, keys("lock.promotable").1, keys("lock.promotable").2, "", acl("lock.promotable")],
+        ["lock.refused", filter::refused, flags("lock.refused"), keys("lock.refused").0, keys("lock.refused").1, keys("lock.refused").2, "", acl("lock.refused")],
         ["lock.replconf", replica_check::replconf, flags("lock.replconf"), keys("lock.replconf").0, keys("lock.replconf").1, keys("lock.replconf").2, "", acl("lock.replconf")],
         ["lock.session", session::command, flags("lock.session"), keys("lock.session").0, keys("lock.session").1, keys("lock.session").2, "", acl("lock.session")],
         ["lock.apply", apply::apply, flags("lock.apply"), keys("lock.apply").0, keys("lock.apply").1, keys("lock.apply").2, "", acl("lock.apply")],

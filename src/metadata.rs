@@ -115,7 +115,7 @@ pub struct Argument {
 }
 
 /// The files, embedded in the module when it is built.
-const FILES: [&str; 19] = [
+const FILES: [&str; 20] = [
     include_str!("../commands/lock.acquire.json"),
     include_str!("../commands/lock.release.json"),
     include_str!("../commands/lock.renew.json"),
@@ -128,6 +128,7 @@ const FILES: [&str; 19] = [
     include_str!("../commands/lock.insync.json"),
     include_str!("../commands/lock.promotable.json"),
     include_str!("../commands/lock.replconf.json"),
+    include_str!("../commands/lock.refused.json"),
     include_str!("../commands/lock.session.json"),
     include_str!("../commands/lock.apply.json"),
     include_str!("../commands/lock.campaign.json"),

@@ -11,6 +11,7 @@ use leasehold_core::insync::Replication;
 use leasehold_core::insync::checks::{Checks, Found, HOLD_FACTOR};
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue, raw};
 
+use crate::api;
 use crate::clock;
 use crate::deployment;
 use crate::effects;
@@ -176,37 +177,25 @@ pub fn replconf(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
 
-/// The IP address the calling client connects from (`RedisModule_GetClientInfoById`).
+/// The IP address the calling client connects from.
 fn peer_address(ctx: &Context) -> Result<String, RedisError> {
-    let unknown = RedisError::Str("ERR LOCK.REPLCONF cannot tell this connection's address");
-    let (Some(id_of), Some(info_of)) = (unsafe { raw::RedisModule_GetClientId }, unsafe {
-        raw::RedisModule_GetClientInfoById
-    }) else {
-        return Err(unknown);
-    };
-    let mut info = raw::RedisModuleClientInfo {
-        version: 1,
-        flags: 0,
-        id: 0,
-        addr: [0; 46],
-        port: 0,
-        db: 0,
-    };
-    let id = unsafe { id_of(ctx.get_raw()) };
-    let status = unsafe { info_of(std::ptr::from_mut(&mut info).cast(), id) };
-    if status != raw::REDISMODULE_OK as i32 {
-        return Err(unknown);
-    }
-    let bytes: Vec<u8> = info
-        .addr
-        .iter()
-        .take_while(|c| **c != 0)
-        .map(|c| c.to_ne_bytes()[0])
-        .collect();
+    let id = unsafe { raw::RedisModule_GetClientId }.map(|id_of| unsafe { id_of(ctx.get_raw()) });
+    let bytes: Vec<u8> = id
+        .and_then(api::client_info)
+        .map(|info| {
+            info.addr
+                .iter()
+                .take_while(|c| **c != 0)
+                .map(|c| c.to_ne_bytes()[0])
+                .collect()
+        })
+        .unwrap_or_default();
     String::from_utf8(bytes)
         .ok()
         .filter(|ip| !ip.is_empty())
-        .ok_or(unknown)
+        .ok_or(RedisError::Str(
+            "ERR LOCK.REPLCONF cannot tell this connection's address",
+        ))
 }
 
 /// Logs what was found of replica `id`.

@@ -458,6 +458,81 @@ fn the_operators_priority_survives_config_rewrite_and_a_restart() {
     wait_promotable(&mut r, 10);
 }
 
+/// Issue 54's case 3: a replica coming online takes no member's lease away. Each time one
+/// replica restarts and re-attaches (a new challenge every member must answer), the other
+/// member stays promotable at its priority, sampled every 10 ms throughout.
+#[test]
+fn a_replica_coming_online_never_leaves_a_member_unpromotable() {
+    let master = Server::with_module_args(FAST, &[]);
+    let member = Server::with_module_args(FAST, &[]);
+    let mut restarted = Server::with_module_args(FAST, &[]);
+    member.replicate(&master);
+    restarted.replicate(&master);
+    wait_for_members(&mut master.client(), &[&member, &restarted]);
+    let mut m = member.client();
+    wait_promotable(&mut m, 100);
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = thread::spawn({
+        let done = std::sync::Arc::clone(&done);
+        move || {
+            let mut lapses = 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                if !promotable(&mut m) || priority(&mut m) == 0 {
+                    lapses += 1;
+                }
+                thread::sleep(Duration::from_millis(10));
+            }
+            lapses
+        }
+    });
+    for _ in 0..5 {
+        restarted.kill();
+        restarted.restart();
+        restarted.replicate(&master);
+        wait_for_members(&mut master.client(), &[&member, &restarted]);
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let lapses = watcher.join().expect("the watcher");
+    assert_eq!(lapses, 0, "the member was unpromotable in {lapses} samples");
+}
+
+/// A promotion the module refuses is an error of its own, `-LOCKREFUSED ...`, that names why and
+/// the way out; inside `MULTI` it aborts the whole transaction (`EXECABORT`), as Sentinel's
+/// promotion needs. Redis 7.0 cannot tell the module whether a client is in `MULTI`, so there
+/// the refusal is the unknown command that carries the same words.
+#[test]
+fn a_refused_promotion_is_an_error_of_its_own_and_aborts_a_transaction() {
+    let master = Server::with_module_args(FAST, &[]);
+    let replica = Server::with_module_args(FAST, &[]);
+    replica.replicate(&master);
+    let mut r = replica.client();
+    let refused = error(&mut r, &["REPLICAOF", "NO", "ONE"]);
+    let version = info_field(&mut r, "server", "redis_version").unwrap_or_default();
+    let expected = if version.starts_with("7.0.") {
+        "ERR unknown command 'REPLICAOF NO ONE refused by the lock module: "
+    } else {
+        "LOCKREFUSED REPLICAOF NO ONE refused by the lock module: "
+    };
+    assert!(refused.starts_with(expected), "{refused}");
+    assert!(
+        refused.contains("CONFIG SET lock.allow-unsafe-promotion yes"),
+        "{refused}"
+    );
+    let aborted: redis::RedisResult<Value> = redis::pipe()
+        .atomic()
+        .cmd("SLAVEOF")
+        .arg("NO")
+        .arg("ONE")
+        .cmd("PING")
+        .query(&mut r);
+    let aborted = aborted.expect_err("the transaction is refused");
+    assert_eq!(aborted.code(), Some("EXECABORT"), "{aborted}");
+    assert_eq!(
+        info_field(&mut r, "replication", "role").as_deref(),
+        Some("slave")
+    );
+}
+
 /// `LOCK.PROMOTABLE` from a client (directly or from a script) is refused and changes nothing,
 /// on a master or a replica; `LOCK.INSYNC` takes no arguments and is answered by masters only;
 /// out-of-range settings keep the module from loading and `CONFIG SET` refuses them.

@@ -284,6 +284,7 @@ fn the_lock_acl_category_covers_every_command_where_supported() {
             "lock.proclaim",
             "lock.promotable",
             "lock.raise",
+            "lock.refused",
             "lock.release",
             "lock.renew",
             "lock.replconf",
