@@ -54,12 +54,15 @@ export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
 # 20 s `make chaos` run (tests/chaos.rs; `make chaos` runs it on every server).
 export LEASEHOLD_REDIS_PY="8.1.0 7.4.1 6.4.0 5.3.1 5.0.0" LEASEHOLD_NODE_CLIENTS=all
 skip=()
+# tests/failover.rs's tests of a person's way out at Sentinel's defaults (about 75 s, mostly
+# waiting for a 37 s lease to end) run on the first server only; `make chaos` runs them on each.
+failover_skip=()
 while read -r name server; do
   echo "=== integration tests on $name: $("$server" --version)"
   export LEASEHOLD_SERVER="$server"
   stage cargo test --workspace --exclude leasehold-core "${tests[@]}" -- "${skip[@]}"
   started=$SECONDS
-  LEASEHOLD_TEST_PORTS=20000-29999 "$failover" > "build/failover-$name.log" 2>&1 &
+  LEASEHOLD_TEST_PORTS=20000-29999 "$failover" "${failover_skip[@]}" > "build/failover-$name.log" 2>&1 &
   failover_pid=$!
   trap 'kill "$failover_pid" 2>/dev/null || true' EXIT
   stage scripts/python-tests.sh
@@ -72,5 +75,6 @@ while read -r name server; do
   echo "=== $(( SECONDS - started )) s: tests/failover.rs (beside the above)"
   export LEASEHOLD_REDIS_PY="8.1.0" LEASEHOLD_NODE_CLIENTS=current
   skip=(--skip fencing_holds_under_random_crashes)
+  failover_skip=(--skip at_sentinels_defaults_a_persons_promotion_after_the_leases_ended_works)
 done <<< "$matrix"
 echo "=== make test took $SECONDS s"

@@ -659,3 +659,59 @@ fn sentinel_fails_over(group: &mut Group, upgraded: &mut [bool; 3]) {
         }
     }
 }
+
+/// Issue 54's case 1, at Sentinel's defaults: the master dies while the Sentinels are stopped,
+/// so their first election comes after every lease ended and finds no replica it may promote
+/// (`-failover-abort-no-good-slave`). The way out the troubleshooting guide gives works: on the
+/// replica a person picks, `CONFIG SET lock.allow-unsafe-promotion yes`, then `SENTINEL FAILOVER
+/// <name>` — Sentinel promotes that replica, which has the lock the master counted.
+#[test]
+fn at_sentinels_defaults_a_persons_promotion_after_the_leases_ended_works() {
+    let history = Arc::new(History::new());
+    let mut group = Group::with(&history, &[], Timing::DEFAULT);
+    wait_learned(&group, 0, Timing::DEFAULT);
+    let token = acquire_counted(&mut group.servers[0].client(), "job", "holder", 600_000);
+    for sentinel in &group.sentinels {
+        sentinel.signal("STOP");
+    }
+    group.lose(0);
+    let mut chosen = group.servers[1].client();
+    wait_within(Duration::from_secs(60), "the leases end", || {
+        info_field(&mut chosen, "lock", "lock_insync_promotable").as_deref() == Some("0")
+    });
+    for sentinel in &group.sentinels {
+        sentinel.signal("CONT");
+    }
+    wait_within(
+        Duration::from_secs(60),
+        "Sentinel finds no replica to promote",
+        || {
+            group
+                .sentinels
+                .iter()
+                .any(|sentinel| sentinel.log().contains("-failover-abort-no-good-slave"))
+        },
+    );
+
+    call(
+        &mut chosen,
+        &["CONFIG", "SET", "lock.allow-unsafe-promotion", "yes"],
+    );
+    wait_within(
+        Duration::from_secs(30),
+        "a Sentinel takes SENTINEL FAILOVER",
+        || group.sentinel_failover().is_ok(),
+    );
+    assert!(
+        group.wait_for_failover(0, Duration::from_secs(60)),
+        "{}",
+        group.describe()
+    );
+    assert_eq!(group.master(), Some(1), "the replica the person picked");
+    let mut promoted = group.servers[1].client();
+    assert_eq!(
+        common::lock_info(&mut promoted, "job").map(|info| info.1),
+        Some(token),
+        "the counted lock is on it"
+    );
+}
