@@ -374,7 +374,7 @@ fn a_cluster_fails_over_only_to_an_in_sync_replica_which_holds_every_synced_lock
     drop(mine);
 
     nodes[0].kill();
-    wait_for_takeover(&nodes[1..], &replica, Duration::from_secs(30));
+    wait_for_takeover(&nodes[1..], &replica, Duration::from_secs(60));
     let mut promoted = replica.client();
     for key in &keys {
         let holder = common::holder(&mut promoted, key);
@@ -405,7 +405,7 @@ fn a_shard_loading_the_module_replica_first_keeps_failing_over() {
     });
     assert_eq!(no_failover(&replica), "no", "it may be failed over to");
     call(&mut r, &["CLUSTER", "FAILOVER"]);
-    wait_for_takeover(&nodes[1..], &replica, Duration::from_secs(30));
+    wait_for_takeover(&nodes[1..], &replica, Duration::from_secs(60));
 
     let old = &mut nodes[0];
     old.shutdown("NOSAVE");
