@@ -2,8 +2,8 @@
 # `make chaos`: tests/chaos.rs for DURATION seconds (the first argument, default 60) on every
 # server of the matrix (scripts/servers.sh), or only on $LEASEHOLD_SERVER when it is set.
 # Each run prints one summary line; it fails on any token regression. Each server also runs
-# tests/failover.rs's person's way out at Sentinel's defaults, which `make test` runs on the
-# first server only.
+# tests/failover.rs's test of a person's way out at Sentinel's defaults, which `make test`
+# leaves out (it stops its Sentinels for a minute).
 # Holder processes killed with kill -9 while holding with a session are on here
 # (LEASEHOLD_CHAOS_KILL_CLIENTS=1, tests/chaos.rs's header; `make test`'s 20 s run leaves them
 # out); LEASEHOLD_CHAOS_KILL_CLIENTS=0 leaves them out here too.
@@ -21,7 +21,7 @@ while read -r name server; do
   echo "=== chaos on $name for $duration s: $("$server" --version)"
   LEASEHOLD_SERVER="$server" LEASEHOLD_CHAOS_SECONDS="$duration" \
     cargo test --test chaos -- --nocapture
-  # make test runs it on the first server only.
+  # A person's way out at Sentinel's defaults: make test leaves it to this run.
   LEASEHOLD_SERVER="$server" cargo test --test failover -- \
     at_sentinels_defaults_a_persons_promotion_after_the_leases_ended_works
 done <<< "$matrix"
