@@ -136,14 +136,10 @@ pub fn look(ctx: &Context, now_ms: u64, answers: &[Answer]) -> (Failover, bool) 
     } = &mut *learned;
     errors.retain(|address, _| deployment.knows(address));
     for (address, master_name) in due {
-        let parts = address
-            .rsplit_once(':')
-            .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)));
-        if let Some((host, port)) = parts {
-            let host = host.trim_start_matches('[').trim_end_matches(']');
+        if let Some(peer) = peer(ctx, &address, false) {
             probes::ask(Question::Sentinel {
-                peer: peer(ctx, host, port, false),
-                address: address.clone(),
+                peer,
+                address,
                 master_name,
             });
         }
@@ -271,10 +267,14 @@ fn take(
     }
 }
 
-/// How to reach `host:port` the way this server's replication does: TLS with the server's own
-/// certificates when `tls-replication` is on ([`probes::Tls`]), and `masteruser` and
-/// `masterauth` only for this replica's own master (`own_master`).
-pub fn peer(ctx: &Context, host: &str, port: u16, own_master: bool) -> Peer {
+/// How to reach `address` (`host:port`, an IPv6 host bracketed or not) the way this server's
+/// replication does: TLS with the server's own certificates when `tls-replication` is on
+/// ([`probes::Tls`]), and `masteruser` and `masterauth` only for this replica's own master
+/// (`own_master`). `None` when `address` is not `host:port`.
+pub fn peer(ctx: &Context, address: &str, own_master: bool) -> Option<Peer> {
+    let (host, port) = address.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = port.parse().ok()?;
     let set = |name: &str| server_config::get(ctx, name).filter(|value| !value.is_empty());
     let credentials = if own_master {
         Credentials {
@@ -294,12 +294,12 @@ pub fn peer(ctx: &Context, host: &str, port: u16, own_master: bool) -> Peer {
         ca_file: set("tls-ca-cert-file"),
         ca_dir: set("tls-ca-cert-dir"),
     });
-    Peer {
+    Some(Peer {
         host: host.to_owned(),
         port,
         credentials,
         tls,
-    }
+    })
 }
 
 /// The failover time in force.

@@ -5,8 +5,8 @@
 //! way its replication is ([`crate::deployment::peer`]: TLS, `masteruser`/`masterauth`), with
 //! the challenge the master's last heartbeat carried: as soon as it hears a new one ([`heard`]),
 //! and once per master before any (so that it learns whether the master runs the module at
-//! all). The same question is asked again at most every [`ASK_PERIOD_MS`]. `INFO lock` shows how the last one
-//! went ([`said`]).
+//! all). The same question is asked again at most every [`ASK_PERIOD_MS`]. `INFO lock` shows
+//! how the last one went ([`said`]).
 
 use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
@@ -78,10 +78,7 @@ pub fn look(
     let (asked_ms, asked_for) = &hello.asked;
     let again = now_ms >= asked_ms.saturating_add(ASK_PERIOD_MS);
     if due && (again || asked_for.as_deref() != challenge) {
-        hello.asked = (now_ms, challenge.map(str::to_owned));
-        if let Some(question) = master.and_then(|master| question(ctx, master, challenge)) {
-            probes::ask(question);
-        }
+        ask(ctx, &mut hello, now_ms, challenge);
     }
     without_module
 }
@@ -92,11 +89,20 @@ pub fn heard(ctx: &Context, challenge: &str) {
     let mut hello = hello();
     let new =
         hello.said.as_deref() != Some(challenge) && hello.asked.1.as_deref() != Some(challenge);
-    if let Some(master) = hello.master.clone().filter(|_| new) {
-        hello.asked = (clock::now_ms(), Some(challenge.to_owned()));
-        if let Some(question) = question(ctx, &master, Some(challenge)) {
-            probes::ask(question);
-        }
+    if new {
+        ask(ctx, &mut hello, clock::now_ms(), Some(challenge));
+    }
+}
+
+/// Tells the master at `now_ms` that the module runs here, with `challenge`, and notes it.
+fn ask(ctx: &Context, hello: &mut Hello, now_ms: u64, challenge: Option<&str>) {
+    hello.asked = (now_ms, challenge.map(str::to_owned));
+    let question = hello
+        .master
+        .as_deref()
+        .and_then(|master| question(ctx, master, challenge));
+    if let Some(question) = question {
+        probes::ask(question);
     }
 }
 
@@ -140,8 +146,7 @@ fn take(ctx: &Context, hello: &mut Hello, told: &str, reply: &Replied) -> bool {
 /// listening-port <port> [ip-address <ip>]`, with what this server announces (as Redis's own
 /// `REPLCONF` does) and `-` before any challenge.
 fn question(ctx: &Context, master: &str, challenge: Option<&str>) -> Option<Question> {
-    let (host, port) = master.rsplit_once(':')?;
-    let port = port.parse().ok()?;
+    let peer = deployment::peer(ctx, master, true)?;
     let mut arguments = vec![
         "challenge".to_owned(),
         challenge.unwrap_or("-").to_owned(),
@@ -151,10 +156,7 @@ fn question(ctx: &Context, master: &str, challenge: Option<&str>) -> Option<Ques
     if let Some(ip) = server_config::get(ctx, "replica-announce-ip").filter(|ip| !ip.is_empty()) {
         arguments.extend(["ip-address".to_owned(), ip]);
     }
-    Some(Question::Replconf {
-        peer: deployment::peer(ctx, host, port, true),
-        arguments,
-    })
+    Some(Question::Replconf { peer, arguments })
 }
 
 /// The port this server announces to its master: `replica-announce-port`, else `tls-port` with

@@ -336,21 +336,15 @@ fn may_ask(state: &InSync, now: u64) -> bool {
 /// the last [`ASK_PERIOD_MS`]; with the credentials the server replicates with when it is this
 /// replica's own master (`own`), without any otherwise.
 fn ask_role(ctx: &Context, mut state: MutexGuard<InSync>, now: u64, address: &str, own: bool) {
-    let Some((host, port)) = self::address(address) else {
-        return;
-    };
     if !may_ask(&state, now) {
         return;
     }
+    let Some(peer) = deployment::peer(ctx, address, own) else {
+        return;
+    };
     state.asked_ms = now;
     drop(state);
-    probes::ask(Question::Role(deployment::peer(ctx, &host, port, own)));
-}
-
-/// `host:port` as its parts.
-fn address(id: &str) -> Option<(String, u16)> {
-    let (host, port) = id.rsplit_once(':')?;
-    Some((host.to_owned(), port.parse().ok()?))
+    probes::ask(Question::Role(peer));
 }
 
 /// A replica's turn: notes a new master (which ends a succession) and a newer Sentinel epoch,
@@ -580,7 +574,9 @@ pub fn gate() -> Result<usize, Settled> {
 /// True on a master with nothing to wait for, without reading `INFO`: no member, none required,
 /// and no replica that has not said it runs the module. A write there counts at once.
 pub fn lone() -> bool {
-    gate() == Ok(0) && in_sync().master.required(config::min_insync_replicas()) == 0
+    // `Ok(0)`: no member and none unproven, so none required either (fewer than required is
+    // refused).
+    gate() == Ok(0)
 }
 
 /// A replica came online (`RedisModuleEvent_ReplicaChange`): a new challenge that every replica

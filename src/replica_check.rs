@@ -116,8 +116,8 @@ fn hold_ms() -> u64 {
 
 /// The `INFO lock` lists of a master's replicas, each `ip:port`, sorted: those silent about the
 /// module (they do not run it, as far as the master can tell: online, or offline but held back
-/// since they may still be promoted), and those online not known to run it yet (it came online or the challenge changed under [the grace][GRACE], or it waits
-/// for the locks it missed).
+/// since they may still be promoted), and those online not known to run it yet (it came online
+/// or the challenge changed under [the grace][GRACE], or it waits for the locks it missed).
 ///
 /// [GRACE]: leasehold_core::insync::checks::GRACE_MS
 pub fn fields() -> (Vec<String>, Vec<String>) {
