@@ -34,8 +34,8 @@ use leasehold_core::args;
 use leasehold_core::deployment::{Failover, Record, Source};
 use leasehold_core::insync::synced::{self, Settled};
 use leasehold_core::insync::{
-    self, Follower, HEARTBEAT_MS, Master, Priority, Promotability, Promotion, Refusal, Standing,
-    Status, Timing,
+    self, Cycle, Follower, HEARTBEAT_MS, Master, Priority, Promotability, Promotion, Refusal,
+    Standing, Status, Timing,
 };
 use redis_module::server_events::LoadingSubevent;
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue, raw};
@@ -397,7 +397,16 @@ fn look_at_master(ctx: &Context, now: u64, answers: &[Answer]) {
                     ..Behind::default()
                 };
             }
-            let cycle = of_me || (!identity.master && state.behind.closes_cycle);
+            let cycle = if of_me {
+                Some(Cycle::ThroughMe)
+            } else {
+                state
+                    .behind
+                    .via
+                    .clone()
+                    .filter(|_| !identity.master && state.behind.closes_cycle)
+                    .map(|via| Cycle::Outside { via })
+            };
             let before = (state.follower.in_cycle(), state.follower.to_run(now));
             state
                 .follower

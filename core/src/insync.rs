@@ -59,7 +59,7 @@ pub mod replica;
 pub mod synced;
 
 pub use checks::Module;
-pub use replica::{Follower, Priority, Promotability, Promotable};
+pub use replica::{Cycle, Follower, Priority, Promotability, Promotable};
 
 /// How often the master lists its promotable members, in ms.
 pub const HEARTBEAT_MS: u64 = 1_000;

@@ -293,17 +293,31 @@ impl Group {
         answer
     }
 
-    /// Runs `REPLICAOF NO ONE` on a server whose `INFO lock` names it (`lock_insync_to_run`: a
+    /// The servers whose `INFO lock` names a command to run now (`lock_insync_to_run`). Panics
+    /// if more than one does: a person who ran each would make two masters.
+    pub fn naming(&self) -> Option<usize> {
+        let named: Vec<usize> = (0..self.servers.len())
+            .filter(|&index| {
+                !self.lost.contains(&index)
+                    && self.servers[index].try_client().is_ok_and(|mut con| {
+                        info_field(&mut con, "lock", "lock_insync_to_run")
+                            .is_some_and(|command| !command.is_empty())
+                    })
+            })
+            .collect();
+        assert!(
+            named.len() <= 1,
+            "servers {named:?} each name a command to run: {}",
+            self.describe()
+        );
+        named.first().copied()
+    }
+
+    /// Runs `REPLICAOF NO ONE` on the server whose `INFO lock` names it (`lock_insync_to_run`: a
     /// successor in a replication cycle), as the person on call would; returns which server, if
-    /// any. Panics if the module then refuses it.
+    /// any. Panics if two name it ([`Group::naming`]), or if the module then refuses it.
     pub fn run_what_the_module_names(&self) -> Option<usize> {
-        let named = (0..self.servers.len()).find(|&index| {
-            !self.lost.contains(&index)
-                && self.servers[index].try_client().is_ok_and(|mut con| {
-                    info_field(&mut con, "lock", "lock_insync_to_run").as_deref()
-                        == Some("REPLICAOF NO ONE")
-                })
-        })?;
+        let named = self.naming()?;
         let ran: redis::RedisResult<()> = redis::cmd("REPLICAOF")
             .arg("NO")
             .arg("ONE")

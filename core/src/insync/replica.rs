@@ -120,6 +120,19 @@ pub enum Promotability {
     Unguarded,
 }
 
+/// A replication cycle a replica's master reported, as the replica sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cycle {
+    /// The master replicates from this very replica.
+    ThroughMe,
+    /// The master replicates from `via` (`ip:port`, as the master's `ROLE` names it), which
+    /// replicates from the master: this replica follows the cycle from outside.
+    Outside {
+        /// The server the master replicates from.
+        via: String,
+    },
+}
+
 /// A replica's view: what its master said last about who may be promoted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Follower {
@@ -146,8 +159,8 @@ pub struct Follower {
     succession: Option<u64>,
     /// The master's last message said it begins no holding before this (unix ms).
     not_before_ms: Option<u64>,
-    /// Since when (unix ms) the master has reported that it replicates from this server.
-    cycle_since: Option<u64>,
+    /// Since when (unix ms) the master has reported a replication cycle, and the cycle.
+    cycle: Option<(u64, Cycle)>,
     /// The challenge the master's last message carried.
     challenge: Option<String>,
     /// The master was found without the lock module, and has sent no list since: there is
@@ -181,7 +194,7 @@ impl Follower {
         self.heard_ms = now_ms;
         self.timeout_ms = message.timeout_ms;
         self.succession = None;
-        self.cycle_since = None;
+        self.cycle = None;
         self.named = listed;
         self.listed.clone_from(&message.listed);
         self.not_before_ms = message.not_before_ms;
@@ -219,22 +232,22 @@ impl Follower {
     }
 
     /// The master reported at `now_ms` that it is a master (`master`) or a replica — in a
-    /// replication cycle when `in_cycle`: of this very server, or of a server that replicates
-    /// from the master (this replica then follows the cycle from outside) — when the Sentinels'
-    /// newest configuration epoch known was `epoch` (`None`: no Sentinel watches). A replica
-    /// master starts a succession if this replica's lease still lasts and no newer epoch came
-    /// since it was given; a master ends one.
-    pub const fn master_reported(
+    /// replication `cycle` or not — when the Sentinels' newest configuration epoch known was
+    /// `epoch` (`None`: no Sentinel watches). A replica master starts a succession if this
+    /// replica's lease still lasts and no newer epoch came since it was given; a master ends
+    /// one.
+    pub fn master_reported(
         &mut self,
         now_ms: u64,
         master: bool,
-        in_cycle: bool,
+        cycle: Option<Cycle>,
         epoch: Option<u64>,
     ) {
-        self.cycle_since = match self.cycle_since {
-            _ if master || !in_cycle => None,
-            Some(since) => Some(since),
-            None => Some(now_ms),
+        self.cycle = match (self.cycle.take(), cycle) {
+            (_, None) => None,
+            _ if master => None,
+            (Some((since, seen)), Some(cycle)) if seen == cycle => Some((since, cycle)),
+            (_, Some(cycle)) => Some((now_ms, cycle)),
         };
         if master {
             self.succession = None;
@@ -259,9 +272,9 @@ impl Follower {
 
     /// This replica's master changed: a succession ends (its lease, if any, stands: a master
     /// it is moved to inherited it with a longer one).
-    pub const fn interrupted(&mut self) {
+    pub fn interrupted(&mut self) {
         self.succession = None;
-        self.cycle_since = None;
+        self.cycle = None;
         self.unguarded = false;
     }
 
@@ -271,7 +284,7 @@ impl Follower {
     /// it counted (restarted since, or a replica of a server without those writes) — and until
     /// a full sync has loaded ([`Follower::loaded`]), messages sent before the link came up give
     /// no lease. The master's next list gives one again.
-    pub const fn loading(&mut self, from_master: bool) {
+    pub fn loading(&mut self, from_master: bool) {
         self.interrupted();
         self.promotable_until_ms = 0;
         self.synced_whole = false;
@@ -288,23 +301,25 @@ impl Follower {
     /// Whether the master reported last that it replicates from this server.
     #[must_use]
     pub const fn in_cycle(&self) -> bool {
-        self.cycle_since.is_some()
+        self.cycle.is_some()
     }
 
     /// What a person must run on this replica at `now_ms` to end a replication cycle, if
-    /// anything: `REPLICAOF NO ONE` while it succeeds the master it has been in a cycle with for
-    /// [`CYCLE_SEEN_MS`] (it has every write that master counted). A replica in a cycle without
-    /// succession cannot tell which server has them.
+    /// anything: `REPLICAOF NO ONE` while it succeeds the master it has seen in a cycle for
+    /// [`CYCLE_SEEN_MS`] (it has every write that master counted) — and, seen from outside,
+    /// only when the master's last list did not name the server the master replicates from,
+    /// which then succeeds nobody. So at most one server names it: the master replicates from
+    /// one server, which names it if it succeeds, and a replica outside names it only when that
+    /// one cannot. A replica in a cycle without succession cannot tell which server has them.
     #[must_use]
-    pub const fn to_run(&self, now_ms: u64) -> Option<&'static str> {
-        match self.cycle_since {
-            Some(since)
-                if self.succession.is_some() && now_ms.saturating_sub(since) >= CYCLE_SEEN_MS =>
-            {
-                Some("REPLICAOF NO ONE")
-            }
-            _ => None,
-        }
+    pub fn to_run(&self, now_ms: u64) -> Option<&'static str> {
+        let (since, cycle) = self.cycle.as_ref()?;
+        let mine = match cycle {
+            Cycle::ThroughMe => true,
+            Cycle::Outside { via } => !self.listed.contains(via),
+        };
+        (mine && self.succession.is_some() && now_ms.saturating_sub(*since) >= CYCLE_SEEN_MS)
+            .then_some("REPLICAOF NO ONE")
     }
 
     /// Whether and why this replica may be promoted at `now_ms`.

@@ -117,15 +117,36 @@ fn a_replica_succeeds_a_master_that_became_a_replica_while_its_lease_lasted() {
         follower.wants_to_ask_master(3_001),
         "silent: ask the master"
     );
+    let outside = |listed: &[&str]| {
+        let mut follower = Follower::default();
+        let mut all = vec!["me:1"];
+        all.extend_from_slice(listed);
+        follower.heard(1_000, &message(13_000, 12_000, &all), Some(4), me);
+        follower.master_reported(5_000, false, None, Some(4));
+        let via = "x:2".to_owned();
+        follower.master_reported(6_000, false, Some(Cycle::Outside { via }), Some(4));
+        follower.to_run(6_000 + CYCLE_SEEN_MS)
+    };
+    assert_eq!(
+        outside(&["x:2"]),
+        None,
+        "the server in the cycle was a member too: it names it, so this one does not"
+    );
+    assert_eq!(
+        outside(&[]),
+        Some("REPLICAOF NO ONE"),
+        "the server in the cycle succeeds nobody"
+    );
+
     let mut leaseless = Follower::default();
     leaseless.heard(1_000, &message(13_000, 12_000, &["b:2"]), Some(4), me);
     assert!(
         leaseless.wants_to_ask_master(3_001),
         "without a lease too: a silent master may be in a cycle with it"
     );
-    follower.master_reported(3_001, true, false, Some(4));
+    follower.master_reported(3_001, true, None, Some(4));
     assert_eq!(follower.promotability(3_002), Promotability::Lease(13_000));
-    follower.master_reported(3_001, false, false, Some(4));
+    follower.master_reported(3_001, false, None, Some(4));
     assert_eq!(follower.promotability(20_000), Promotability::Succession);
     assert!(
         follower.wants_to_ask_master(20_000),
@@ -133,9 +154,9 @@ fn a_replica_succeeds_a_master_that_became_a_replica_while_its_lease_lasted() {
     );
     follower.epoch_seen(4);
     assert!(follower.promotable(20_000), "the same epoch");
-    follower.master_reported(20_000, false, false, Some(4));
+    follower.master_reported(20_000, false, None, Some(4));
     assert!(follower.promotable(30_000));
-    follower.master_reported(30_000, true, false, Some(4));
+    follower.master_reported(30_000, true, None, Some(4));
     assert!(
         !follower.promotable(30_000),
         "a master again: its lists decide"
@@ -147,7 +168,7 @@ fn a_succession_ends_with_a_newer_epoch_a_list_a_new_master_or_a_full_sync() {
     let start = || {
         let mut follower = Follower::default();
         follower.heard(1_000, &message(13_000, 12_000, &["me:1"]), Some(4), me);
-        follower.master_reported(5_000, false, false, Some(4));
+        follower.master_reported(5_000, false, None, Some(4));
         assert_eq!(follower.promotability(50_000), Promotability::Succession);
         follower
     };
@@ -169,11 +190,11 @@ fn a_succession_ends_with_a_newer_epoch_a_list_a_new_master_or_a_full_sync() {
 fn a_successor_in_a_replication_cycle_names_what_to_run() {
     let mut follower = Follower::default();
     follower.heard(1_000, &message(13_000, 12_000, &["me:1"]), Some(4), me);
-    follower.master_reported(5_000, false, false, Some(4));
+    follower.master_reported(5_000, false, None, Some(4));
     assert_eq!(follower.to_run(60_000), None, "no cycle: Sentinel promotes");
-    follower.master_reported(6_000, false, true, Some(4));
+    follower.master_reported(6_000, false, Some(Cycle::ThroughMe), Some(4));
     assert!(follower.in_cycle());
-    follower.master_reported(7_000, false, true, Some(4));
+    follower.master_reported(7_000, false, Some(Cycle::ThroughMe), Some(4));
     assert_eq!(
         follower.to_run(6_000 + CYCLE_SEEN_MS - 1),
         None,
@@ -188,14 +209,14 @@ fn a_successor_in_a_replication_cycle_names_what_to_run() {
     assert_eq!(follower.to_run(60_000), None);
 
     let mut leaseless = Follower::default();
-    leaseless.master_reported(5_000, false, true, Some(4));
+    leaseless.master_reported(5_000, false, Some(Cycle::ThroughMe), Some(4));
     assert!(leaseless.in_cycle());
     assert_eq!(
         leaseless.to_run(60_000),
         None,
         "no succession: it cannot tell it has every counted write"
     );
-    leaseless.master_reported(6_000, true, false, Some(4));
+    leaseless.master_reported(6_000, true, None, Some(4));
     assert!(!leaseless.in_cycle(), "its master is a master again");
 }
 
@@ -203,21 +224,21 @@ fn a_successor_in_a_replication_cycle_names_what_to_run() {
 fn no_succession_without_a_lease_without_sentinels_or_after_a_failover() {
     let mut follower = Follower::default();
     follower.heard(1_000, &message(13_000, 12_000, &["me:1"]), Some(4), me);
-    follower.master_reported(13_000, false, false, Some(4));
+    follower.master_reported(13_000, false, None, Some(4));
     assert!(!follower.promotable(13_000), "the lease had ended");
-    follower.master_reported(5_000, false, false, Some(5));
+    follower.master_reported(5_000, false, None, Some(5));
     assert!(
         !follower.promotable(20_000),
         "a failover since the lease: the new master may drop this replica"
     );
-    follower.master_reported(5_000, false, false, None);
+    follower.master_reported(5_000, false, None, None);
     assert!(
         !follower.promotable(20_000),
         "no Sentinel: no epoch to end it"
     );
     let mut unwatched = Follower::default();
     unwatched.heard(1_000, &message(13_000, 12_000, &["me:1"]), None, me);
-    unwatched.master_reported(5_000, false, false, None);
+    unwatched.master_reported(5_000, false, None, None);
     assert_eq!(unwatched.promotability(5_000), Promotability::Lease(13_000));
     assert!(!unwatched.promotable(13_000));
 }
