@@ -28,7 +28,7 @@ use common::failover::{
 };
 use common::history::History;
 use common::proxy::LinkProxy;
-use common::sentinel::{Group, Timing};
+use common::sentinel::{Group, MASTER_NAME, Timing};
 use common::{
     Server, acquire, acquire_counted, call, error, info_field, insync, wait_until, wait_within,
 };
@@ -451,6 +451,51 @@ fn a_master_restarted_at_once_with_its_original_replicaof_leaves_a_promotable_me
 #[test]
 fn a_master_killed_right_after_its_promotion_leaves_a_promotable_member() {
     restarted_with_its_original_replicaof(Timing::FIVE_SECONDS, Before::SentinelFailover);
+}
+
+/// `SENTINEL SET <name> down-after-milliseconds 30000` — Sentinel's default — on a group that
+/// ran at 5 000: the master asks each Sentinel every 2 s and lists the longer lease within a
+/// heartbeat, so a master killed for good 4 s later is replaced at the new timing, as without
+/// the module, with the lock it counted. (Before, it asked every 30 s, and the replicas' leases
+/// ended some 20 s before Sentinel acted: nobody was ever promoted.)
+#[test]
+fn a_down_after_raised_at_runtime_is_in_the_leases_before_a_failover_can_use_it() {
+    let timing = Timing::FIVE_SECONDS;
+    let history = Arc::new(History::new());
+    let mut group = Group::with(&history, &[], timing);
+    wait_learned(&group, 0, timing);
+    let token = acquire_counted(&mut group.servers[0].client(), "order", "holder", 600_000);
+    for sentinel in &group.sentinels {
+        call(
+            &mut sentinel.client(),
+            &[
+                "SENTINEL",
+                "SET",
+                MASTER_NAME,
+                "down-after-milliseconds",
+                "30000",
+            ],
+        );
+    }
+    thread::sleep(Duration::from_secs(4));
+    group.lose(0);
+    let died = Instant::now();
+    assert!(
+        group.wait_for_failover(0, Duration::from_secs(30 + 3 + 10)),
+        "a replica promoted within Redis's own time and 10 s: {}",
+        group.describe()
+    );
+    eprintln!(
+        "down-after-milliseconds raised to 30 000 4 s before the kill: a replica promoted {:?} \
+         after the master died",
+        died.elapsed()
+    );
+    let promoted = group.master().expect("a master");
+    assert_eq!(
+        common::lock_info(&mut group.servers[promoted].client(), "order").map(|info| info.1),
+        Some(token),
+        "the counted lock survived"
+    );
 }
 
 /// Below this `down-after-milliseconds` Sentinel's candidate filter promotes nobody in a

@@ -56,10 +56,12 @@ pub const MAX_SENTINELS: usize = 64;
 /// How long a Sentinel not heard from is still counted, in ms: 30 of its 2 s hellos missed.
 pub const SENTINEL_FORGET_MS: u64 = 60_000;
 
-/// How often a Sentinel's `down-after-milliseconds` is asked again, in ms, so that a changed
-/// setting is followed; a Sentinel that did not answer is asked again after
-/// [`SENTINEL_RETRY_MS`].
-pub const SENTINEL_ASK_MS: u64 = 30_000;
+/// How often a Sentinel's `down-after-milliseconds` is asked again, in ms: as often as it says
+/// hello (every 2 s, `sentinel.c`), so that a setting changed at runtime (`SENTINEL SET`) makes
+/// the leases a master gives within two seconds and a heartbeat, long before a failover can use
+/// it (which waits the new `down-after-milliseconds` from the master's death); a Sentinel that
+/// did not answer is asked again after [`SENTINEL_RETRY_MS`].
+pub const SENTINEL_ASK_MS: u64 = 2_000;
 
 /// How soon a Sentinel that did not answer is asked again, in ms.
 pub const SENTINEL_RETRY_MS: u64 = 5_000;

@@ -169,7 +169,7 @@ fn each_sentinel_is_asked_and_the_longest_wins() {
         }
     );
     assert_eq!(
-        deployment.to_ask(30 + SENTINEL_RETRY_MS),
+        deployment.to_ask(39 + SENTINEL_ASK_MS),
         [],
         "both answered: asked again later"
     );
