@@ -56,7 +56,13 @@ fn cases() -> Vec<(String, bool, Trial)> {
         ("Redis Cluster, `cluster-node-timeout` 5 000", 5_000),
     ] {
         for module in [false, true] {
-            let trial = move || Some(cluster_replaces_master(node_timeout, module, WITHIN));
+            let trial = move || {
+                Some(cluster_replaces_master(
+                    node_timeout,
+                    (module, None),
+                    WITHIN,
+                ))
+            };
             cases.push((name.to_owned(), module, Box::new(trial)));
         }
     }

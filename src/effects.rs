@@ -152,25 +152,18 @@ pub fn replication_paused() -> bool {
     unsafe { raw::RedisModule_AvoidReplicaTraffic }.is_some_and(|paused| unsafe { paused() } != 0)
 }
 
-/// Sends the heartbeat `LOCK.PROMOTABLE until-ms timeout-ms listed...` ([`crate::insync`]) to
-/// the replicas: the replicas `listed` may be promoted until `until_ms` (unix ms), for
-/// `timeout_ms` from when they hear it; with `not_before_ms`, a replica promoted in this
-/// master's place begins no holding before then ([`crate::horizon`]); `challenge` is what a
-/// replica proves it heard (`LOCK.REPLCONF`, [`crate::replica_check`]).
-///
-/// It travels as the one argument of a `PING` (`PING "LOCK.PROMOTABLE ..."`), to the replicas
-/// only (`A`: the AOF has no use for it): a replica without the module runs it as the `PING` it
-/// is, whatever its `propagation-error-behavior`, and a replica with it turns it back into the
-/// command ([`crate::filter`]). The challenge is read by no one else: the replication stream
-/// reaches only replicas (and clients with `SYNC`, `MONITOR` or the AOF's rights, which are
-/// administrators').
-pub fn replicate_promotable(
-    ctx: &Context,
+/// The heartbeat `LOCK.PROMOTABLE until-ms timeout-ms listed...` ([`crate::insync`]): the
+/// replicas `listed` may be promoted until `until_ms` (unix ms), for `timeout_ms` from when they
+/// hear it; with `not_before_ms`, a replica promoted in this master's place begins no holding
+/// before then ([`crate::horizon`]); `challenge` is what a replica proves it heard
+/// (`LOCK.REPLCONF`, [`crate::replica_check`]).
+#[must_use]
+pub fn heartbeat(
     (until_ms, timeout_ms): (u64, u64),
     listed: &[String],
     not_before_ms: Option<u64>,
     challenge: &str,
-) {
+) -> String {
     let mut message = format!("{HEARTBEAT}{until_ms} {timeout_ms} {CHALLENGE}{challenge}");
     if let Some(ms) = not_before_ms {
         message.push_str(&format!(" {NOT_BEFORE}{ms}"));
@@ -179,6 +172,18 @@ pub fn replicate_promotable(
         message.push(' ');
         message.push_str(id);
     }
+    message
+}
+
+/// Sends the [`heartbeat`] `message` to the replicas.
+///
+/// It travels as the one argument of a `PING` (`PING "LOCK.PROMOTABLE ..."`), to the replicas
+/// only (`A`: the AOF has no use for it): a replica without the module runs it as the `PING` it
+/// is, whatever its `propagation-error-behavior`, and a replica with it turns it back into the
+/// command ([`crate::filter`]). The challenge is read by no one else: the replication stream
+/// reaches only replicas (and clients with `SYNC`, `MONITOR` or the AOF's rights, which are
+/// administrators').
+pub fn replicate_heartbeat(ctx: &Context, message: &str) {
     if let Some(replicate) = unsafe { raw::RedisModule_Replicate } {
         let message = CString::new(message).unwrap_or_default();
         unsafe {

@@ -22,7 +22,7 @@
 //!   reserve above the clock, which is all a forged name can cost).
 //! - **A Sentinel's hello** (`PUBLISH __sentinel__:hello ...`, every 2 s): which Sentinel to ask,
 //!   if a verified one ([`crate::deployment::heard_hello`]).
-//! - **The master's heartbeat** (`PING "LOCK.PROMOTABLE ..."`, [`crate::effects::replicate_promotable`]):
+//! - **The master's heartbeat** (`PING "LOCK.PROMOTABLE ..."`, [`crate::effects::replicate_heartbeat`]):
 //!   turned back into the `LOCK.PROMOTABLE ...` it carries, which refuses any client but the
 //!   master. A server without the module runs the `PING`.
 //! - **Someone setting `replica-priority`**: the operator's from now on

@@ -41,17 +41,28 @@ fn hello() -> MutexGuard<'static, Hello> {
     HELLO.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// What a replica's master answered, at a look.
+#[derive(Debug, Default)]
+pub struct Heard {
+    /// The master does not run the module.
+    pub without_module: bool,
+    /// The master's writes are paused: the heartbeat it could not send, and its replication
+    /// offset then ([`crate::replica_check::paused_heartbeat`]).
+    pub paused: Option<(String, u64)>,
+}
+
 /// A replica's look at `now_ms`: takes in its master's answers, and tells the master
 /// (`host:port`, `None` while it has none) that the module runs here when the heartbeat's
-/// `challenge` was not said yet, or when the master was never asked. True when the master
-/// answered that it does not run the module.
+/// `challenge` was not said yet, when the master was never asked, or — every
+/// [`ASK_PERIOD_MS`] — while the master is `quiet` (no heartbeat for two: it may be paused, and
+/// then answers with the heartbeat it could not send).
 pub fn look(
     ctx: &Context,
     now_ms: u64,
-    master: Option<&str>,
-    challenge: Option<&str>,
+    (master, challenge): (Option<&str>, Option<&str>),
+    quiet: bool,
     answers: &[Answer],
-) -> bool {
+) -> Heard {
     let mut hello = hello();
     if hello.master.as_deref() != master {
         *hello = Hello {
@@ -59,20 +70,22 @@ pub fn look(
             ..Hello::default()
         };
     }
-    let mut without_module = false;
+    let mut heard = Heard::default();
     for answer in answers {
         if let Answer::Replconf {
             address,
             challenge: told,
             reply,
+            paused,
         } = answer
             && Some(address.as_str()) == master
         {
-            without_module |= take(ctx, &mut hello, told, reply);
+            heard.without_module |= take(ctx, &mut hello, told, reply);
+            heard.paused = paused.clone().or(heard.paused);
         }
     }
     let due = match challenge {
-        Some(challenge) => hello.said.as_deref() != Some(challenge),
+        Some(challenge) => quiet || hello.said.as_deref() != Some(challenge),
         None => !hello.answered,
     };
     let (asked_ms, asked_for) = &hello.asked;
@@ -80,7 +93,7 @@ pub fn look(
     if due && (again || asked_for.as_deref() != challenge) {
         ask(ctx, &mut hello, now_ms, challenge);
     }
-    without_module
+    heard
 }
 
 /// The master's heartbeat brought `challenge`: said at once (not at the next look) when it is

@@ -264,19 +264,29 @@ fn look_at_set(ctx: &Context, now: u64, timing: Timing) {
     }
     let due = changed || now >= state.sent_ms.saturating_add(HEARTBEAT_MS);
     let has_group = state.master.grouped() || !replication.replicas.is_empty();
-    if !due || !has_group || effects::replication_paused() {
+    let paused = effects::replication_paused();
+    if !paused {
+        replica_check::paused_heartbeat(None);
+    }
+    if !due || !has_group {
         return;
     }
     let listed = state.master.list(now, timing);
     state.sent_ms = now;
     drop(state);
-    effects::replicate_promotable(
-        ctx,
+    let message = effects::heartbeat(
         (now.saturating_add(timing.timeout_ms), timing.timeout_ms),
         &listed,
         horizon::waiting_until(),
         &replica_check::challenge(),
     );
+    if paused {
+        // Not once the Sentinels name another master: it counts without this one's word.
+        let replaced = in_sync().master.is_replaced();
+        replica_check::paused_heartbeat((!replaced).then_some((message, replication.offset)));
+    } else {
+        effects::replicate_heartbeat(ctx, &message);
+    }
 }
 
 /// A master the verified Sentinels' newest word no longer names
@@ -368,8 +378,13 @@ fn look_at_master(ctx: &Context, now: u64, answers: &[Answer]) {
     let link_up = server_config::info_field(&info, "master_link_status") == Some("up");
     let challenge = state.follower.challenge().map(str::to_owned);
     let master = address.as_deref().filter(|_| link_up);
-    if hello::look(ctx, now, master, challenge.as_deref(), answers) {
+    let quiet = state.follower.wants_to_ask_master(now);
+    let heard = hello::look(ctx, now, (master, challenge.as_deref()), quiet, answers);
+    if heard.without_module {
         state.follower.master_without_module();
+    }
+    if let Some((heartbeat, offset)) = heard.paused {
+        hear_paused(ctx, &mut state, (now, epoch), &heartbeat, (offset, &info));
     }
     for answer in answers {
         let Answer::Role {
@@ -430,6 +445,32 @@ fn look_at_master(ctx: &Context, now: u64, answers: &[Answer]) {
     behind.ask_via = !behind.ask_via && behind.via.is_some();
     if let Some(next) = next {
         ask_role(ctx, state, now, &next, own);
+    }
+}
+
+/// The master, its writes paused, answered the `heartbeat` it could not send, at its
+/// replication `offset`: taken as if it came in the stream once this replica has applied that
+/// offset (its `INFO replication` in `info`) — then it has every write the master counted
+/// before, as a heartbeat in the stream would tell.
+fn hear_paused(
+    ctx: &Context,
+    state: &mut InSync,
+    (now, epoch): (u64, Option<u64>),
+    heartbeat: &str,
+    (offset, info): (u64, &str),
+) {
+    let applied = server_config::info_field(info, "master_repl_offset")
+        .and_then(|applied| applied.parse::<u64>().ok())
+        .unwrap_or(0);
+    if applied < offset {
+        return;
+    }
+    let words: Vec<&[u8]> = heartbeat.split(' ').map(str::as_bytes).collect();
+    if let Ok(message) = args::promotable(&words) {
+        let me = Me::of(ctx);
+        state
+            .follower
+            .heard_paused(now, &message, epoch, |id| me.is(id));
     }
 }
 

@@ -128,6 +128,9 @@ pub enum Answer {
         challenge: String,
         /// Its answer.
         reply: Replied,
+        /// While the master's writes are paused: the heartbeat it could not send, and its
+        /// replication offset then ([`crate::replica_check::paused_heartbeat`]).
+        paused: Option<(String, u64)>,
     },
 }
 
@@ -235,13 +238,24 @@ fn answer(question: Question) -> Answer {
         }
         Question::Replconf { peer, arguments } => {
             let challenge = arguments.get(1).cloned().unwrap_or_default();
-            let told = error_of(query(&peer, redis::cmd(checks::REPLCONF).arg(&arguments)));
+            let answered = query(&peer, redis::cmd(checks::REPLCONF).arg(&arguments));
+            let paused = match &answered {
+                Ok(Value::Array(items)) => match items.as_slice() {
+                    [heartbeat, Value::Int(offset)] => {
+                        text(heartbeat.clone()).zip(u64::try_from(*offset).ok())
+                    }
+                    _ => None,
+                },
+                _ => None,
+            };
+            let told = error_of(answered);
             let reply =
                 checks::replied(told, || error_of(query(&peer, &redis::cmd(checks::OLDER))));
             Answer::Replconf {
                 address: peer.address(),
                 challenge,
                 reply,
+                paused,
             }
         }
     }

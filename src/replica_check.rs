@@ -23,12 +23,16 @@ struct State {
     checks: Checks,
     /// 32 hex digits drawn at random: at start, and whenever a replica comes online.
     challenge: String,
+    /// While writes are paused: the heartbeat the master could not send, and its replication
+    /// offset then ([`paused_heartbeat`]).
+    paused: Option<(String, u64)>,
 }
 
 static STATE: LazyLock<Mutex<State>> = LazyLock::new(|| {
     Mutex::new(State {
         checks: Checks::default(),
         challenge: draw(),
+        paused: None,
     })
 });
 
@@ -51,6 +55,16 @@ fn draw() -> String {
 /// The challenge the heartbeat carries now.
 pub fn challenge() -> String {
     state().challenge.clone()
+}
+
+/// While writes are paused (`CLIENT PAUSE WRITE`, `FAILOVER`: the master sends its replicas
+/// nothing, so that their offsets can reach its own), the heartbeat it would have sent and its
+/// replication offset then; `None` once they are not. `LOCK.REPLCONF` answers it to a replica
+/// that asks ([`replconf`]), so that a pause longer than the lease takes no member's lease away
+/// — the master counts no write meanwhile — and a master that dies late in one is replaced as
+/// without the module.
+pub fn paused_heartbeat(heartbeat: Option<(String, u64)>) {
+    state().paused = heartbeat;
 }
 
 /// A replica came online (`RedisModuleEvent_ReplicaChange`, which does not say which): a new
@@ -142,6 +156,9 @@ pub fn fields() -> (Vec<String>, Vec<String>) {
 /// `LOCK.REPLCONF challenge <word> listening-port <port> [ip-address <ip>]`: a replica says it
 /// runs the module. The replica is the one `INFO replication` names `ip:port`: `ip` as given,
 /// or the address this connection comes from (as Redis names a replica that announces none).
+/// Replies `OK`; while writes are paused, the heartbeat the master could not send and its
+/// replication offset then (`[heartbeat, offset]`, [`paused_heartbeat`]), which the replica
+/// takes once it has applied that offset.
 ///
 /// # Errors
 /// Arity and argument errors; `ERR` on a replica, and for a challenge that is not the current
@@ -158,7 +175,7 @@ pub fn replconf(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         None => peer_address(ctx)?,
     };
     let id = format!("{ip}:{}", said.port);
-    let found = {
+    let (found, paused) = {
         let mut state = state();
         if said.challenge != state.challenge.as_bytes() {
             return Err(RedisError::Str(
@@ -166,7 +183,12 @@ pub fn replconf(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                  it in the replication stream)",
             ));
         }
-        state.checks.said(&id, clock::now_ms(), effects::writes())
+        let found = state.checks.said(&id, clock::now_ms(), effects::writes());
+        let paused = state
+            .paused
+            .clone()
+            .filter(|_| effects::replication_paused());
+        (found, paused)
     };
     if let Some(found) = found {
         tell(ctx, &id, &found);
@@ -174,7 +196,15 @@ pub fn replconf(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             replay::start();
         }
     }
-    Ok(RedisValue::SimpleStringStatic("OK"))
+    Ok(paused.map_or(
+        RedisValue::SimpleStringStatic("OK"),
+        |(heartbeat, offset)| {
+            RedisValue::Array(vec![
+                RedisValue::BulkString(heartbeat),
+                RedisValue::Integer(i64::try_from(offset).unwrap_or(i64::MAX)),
+            ])
+        },
+    ))
 }
 
 /// The IP address the calling client connects from.

@@ -204,7 +204,7 @@ fn with_a_shorter_down_after_a_lost_replica_stops_synced_grants_for_at_most_15_s
 fn at_clusters_default_node_timeout_the_replica_takes_over_and_the_cluster_is_ok() {
     // Redis alone takes about 22 s here (issue 42; `benches/failover.rs`); the bound is that
     // and 10 s, and a margin for a loaded machine.
-    let took_over = cluster_replaces_master(15_000, true, Duration::from_secs(40));
+    let took_over = cluster_replaces_master(15_000, (true, None), Duration::from_secs(40));
     eprintln!(
         "cluster-node-timeout 15000: the replica took over {took_over:?} after the master died"
     );
@@ -496,6 +496,35 @@ fn a_down_after_raised_at_runtime_is_in_the_leases_before_a_failover_can_use_it(
         Some(token),
         "the counted lock survived"
     );
+}
+
+/// `CLIENT PAUSE <pause> WRITE` longer than the lease on a Cluster master, then the master
+/// killed for good 3 s before the pause ends (issue 54 case 7): the paused master sends its
+/// replica nothing — its offset reaches the master's, as a person pausing before a manual
+/// failover expects — and the replica, its master quiet, asks it for the heartbeat it could not
+/// send (`LOCK.REPLCONF`), so it keeps its lease and takes over as without the module. (A
+/// Sentinel group fails a master paused past `down-after-milliseconds` over itself: its hello
+/// `PUBLISH` waits out the pause, and its `PING`s behind it.)
+fn a_cluster_master_paused_past_the_lease_then_killed(node_timeout_ms: u64, pause: Duration) {
+    let lease = Duration::from_millis(2 * node_timeout_ms + 7_000);
+    assert!(pause > lease + Duration::from_secs(5));
+    let within = Duration::from_millis(2 * node_timeout_ms + 20_000);
+    let took_over = cluster_replaces_master(node_timeout_ms, (true, Some(pause)), within);
+    eprintln!(
+        "cluster-node-timeout {node_timeout_ms}: the replica took over {took_over:?} after its \
+         master, paused for {pause:?}, died"
+    );
+}
+
+#[test]
+fn a_cluster_master_paused_past_the_lease_then_killed_is_replaced() {
+    a_cluster_master_paused_past_the_lease_then_killed(2_000, Duration::from_secs(20));
+}
+
+/// The same at Cluster's default `cluster-node-timeout` and a 60 s pause (`make chaos`).
+#[test]
+fn at_clusters_default_node_timeout_a_master_paused_60_s_then_killed_is_replaced() {
+    a_cluster_master_paused_past_the_lease_then_killed(15_000, Duration::from_secs(60));
 }
 
 /// Below this `down-after-milliseconds` Sentinel's candidate filter promotes nobody in a

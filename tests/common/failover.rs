@@ -86,10 +86,15 @@ pub fn sentinel_replaces_master(
 }
 
 /// A Redis Cluster (three masters, a replica of the first, `cluster-node-timeout`
-/// `node_timeout_ms`, the module loaded or not) whose first master is killed for good: how long
-/// until the replica took over and every node answering sees `cluster_state:ok`. With the
-/// module, [`LOCKS`] counted locks must be on the replica.
-pub fn cluster_replaces_master(node_timeout_ms: u64, module: bool, within: Duration) -> Duration {
+/// `node_timeout_ms`, the module loaded or not) whose first master is killed for good — with
+/// `paused`, 3 s before the end of a `CLIENT PAUSE ... WRITE` that long: how long until the
+/// replica took over and every node answering sees `cluster_state:ok`. With the module,
+/// [`LOCKS`] counted locks must be on the replica.
+pub fn cluster_replaces_master(
+    node_timeout_ms: u64,
+    (module, paused): (bool, Option<Duration>),
+    within: Duration,
+) -> Duration {
     let mut nodes = cluster_timed(node_timeout_ms, module);
     let mut replica = add_replica(&nodes[0], node_timeout_ms, module);
     wait_known(&nodes, &replica);
@@ -112,6 +117,16 @@ pub fn cluster_replaces_master(node_timeout_ms: u64, module: bool, within: Durat
             info_field(&mut replica.client(), "replication", "master_link_status").as_deref()
                 == Some("up")
         });
+    }
+    if let Some(pause) = paused {
+        let ms = pause.as_millis().to_string();
+        super::call(&mut nodes[0].client(), &["CLIENT", "PAUSE", &ms, "WRITE"]);
+        thread::sleep(pause.saturating_sub(Duration::from_secs(3)));
+        assert_eq!(
+            no_failover(&replica),
+            if module { "no" } else { "yes" },
+            "the replica may still be failed over to"
+        );
     }
     nodes[0].kill();
     let died = Instant::now();

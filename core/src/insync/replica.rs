@@ -202,6 +202,27 @@ impl Follower {
         self.unguarded = false;
     }
 
+    /// The heartbeat a master whose writes are paused answered when asked (it sends nothing in
+    /// the stream meanwhile), heard at `now_ms` once this replica applied the master's offset:
+    /// taken as [`Follower::heard`] takes one from the stream — unless a Sentinel announced a
+    /// configuration epoch newer than the one this replica's last lease was given under. Then
+    /// a failover promoted another server, which counts writes without the paused master's
+    /// word, and may drop this replica once the lease it inherited ends.
+    pub fn heard_paused(
+        &mut self,
+        now_ms: u64,
+        message: &Promotable,
+        epoch: Option<u64>,
+        me: impl Fn(&str) -> bool,
+    ) {
+        if let (Some(epoch), Some(given)) = (epoch, self.lease_epoch)
+            && epoch > given
+        {
+            return;
+        }
+        self.heard(now_ms, message, epoch, me);
+    }
+
     /// This replica's master answered that it does not know the lock module's commands: until
     /// it sends a list (it loaded the module) or the master changes, this replica may be
     /// promoted as Redis would ([`Promotability::Unguarded`]): the master granted no lock, so

@@ -255,3 +255,19 @@ fn the_operators_priority_is_kept_and_given_back() {
     assert_eq!(priority.next(25, false), Some(0));
     assert_eq!(priority.next(0, true), Some(25));
 }
+
+#[test]
+fn a_paused_masters_heartbeat_gives_no_lease_after_a_newer_epoch() {
+    let mut follower = Follower::default();
+    follower.heard(1_000, &message(13_000, 12_000, &["me:1"]), Some(4), me);
+    follower.heard_paused(10_000, &message(22_000, 12_000, &["me:1"]), Some(4), me);
+    assert!(
+        follower.promotable(21_000),
+        "asked while paused: the lease goes on"
+    );
+    follower.heard_paused(20_000, &message(32_000, 12_000, &["me:1"]), Some(5), me);
+    assert!(
+        !follower.promotable(23_000),
+        "a failover promoted another server meanwhile: its lease ends as given"
+    );
+}
