@@ -135,6 +135,7 @@ pub fn insync_timing(lease_ms: u64) -> Timing {
         timeout_ms: insync_timeout_ms().unwrap_or(lease_ms),
         drop_delay_ms: u64::try_from(INSYNC_DROP_DELAY_MS.load(Ordering::Relaxed)).unwrap_or(0),
         strict: INSYNC_STRICT.load(Ordering::Relaxed),
+        master_down_ms: None,
     }
 }
 

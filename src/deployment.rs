@@ -338,3 +338,34 @@ pub fn sentinel_connected() -> bool {
 pub fn sentinels() -> usize {
     learned().deployment.sentinels()
 }
+
+/// Whether a majority of the Sentinels, each naming a master `names_me` takes for this server,
+/// had a valid `PING` reply from it at some time from `from_ms` to `to_ms` (unix ms)
+/// ([`Deployment::master_answered_between`]).
+pub fn master_answered_between(names_me: impl Fn(&Said) -> bool, from_ms: u64, to_ms: u64) -> bool {
+    learned()
+        .deployment
+        .master_answered_between(names_me, from_ms, to_ms)
+}
+
+/// Since when (unix ms) a majority of the Sentinels, each naming `master` (`ip:port`) in an
+/// answer given since `fresh_from_ms`, have had no valid `PING` reply from it
+/// ([`Deployment::master_silent_since`]).
+pub fn master_silent_since(master: &str, fresh_from_ms: u64) -> Option<u64> {
+    learned()
+        .deployment
+        .master_silent_since(master, fresh_from_ms)
+}
+
+/// How long after its lease ends a member may be promoted on the Sentinels' word that its
+/// master went silent before ([`leasehold_core::insync::Promotability::MasterDown`]), for a lease of
+/// `lease_ms`: twice the Sentinels' `failover-timeout` — when a failover that failed is tried
+/// again (`sentinel.c`) — and a lease, since the first try may begin up to a lease after the
+/// master's death.
+pub fn master_down_ms(lease_ms: u64) -> u64 {
+    learned()
+        .deployment
+        .failover_timeout_ms()
+        .saturating_mul(2)
+        .saturating_add(lease_ms)
+}

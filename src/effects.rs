@@ -28,7 +28,7 @@ use std::ffi::{CStr, CString};
 use std::os::raw::{c_char, c_int};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use leasehold_core::insync::replica::{CHALLENGE, NOT_BEFORE};
+use leasehold_core::insync::replica::{CHALLENGE, MASTER_DOWN, NOT_BEFORE};
 use leasehold_core::outcome::{Event, Lease};
 use leasehold_core::packed;
 use redis_module::{Context, RedisString, raw};
@@ -155,18 +155,23 @@ pub fn replication_paused() -> bool {
 /// The heartbeat `LOCK.PROMOTABLE until-ms timeout-ms listed...` ([`crate::insync`]): the
 /// replicas `listed` may be promoted until `until_ms` (unix ms), for `timeout_ms` from when they
 /// hear it; with `not_before_ms`, a replica promoted in this master's place begins no holding
-/// before then ([`crate::horizon`]); `challenge` is what a replica proves it heard
-/// (`LOCK.REPLCONF`, [`crate::replica_check`]).
+/// before then ([`crate::horizon`]); with `master_down_ms`, a listed replica may be promoted
+/// that long after its lease ends on the Sentinels' word that this master went silent before
+/// ([`leasehold_core::insync::Promotability::MasterDown`]); `challenge` is what a replica
+/// proves it heard (`LOCK.REPLCONF`, [`crate::replica_check`]).
 #[must_use]
 pub fn heartbeat(
     (until_ms, timeout_ms): (u64, u64),
     listed: &[String],
-    not_before_ms: Option<u64>,
+    (not_before_ms, master_down_ms): (Option<u64>, Option<u64>),
     challenge: &str,
 ) -> String {
     let mut message = format!("{HEARTBEAT}{until_ms} {timeout_ms} {CHALLENGE}{challenge}");
     if let Some(ms) = not_before_ms {
         message.push_str(&format!(" {NOT_BEFORE}{ms}"));
+    }
+    if let Some(ms) = master_down_ms {
+        message.push_str(&format!(" {MASTER_DOWN}{ms}"));
     }
     for id in listed {
         message.push(' ');

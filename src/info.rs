@@ -65,6 +65,7 @@ fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
                 Promotability::Lease(_) => (1, "lease"),
                 Promotability::Succession => (1, "succession"),
                 Promotability::Unguarded => (1, "master-without-module"),
+                Promotability::MasterDown => (1, "master-down"),
             };
             builder
                 .field("insync_role", "replica")?

@@ -31,7 +31,8 @@ use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use leasehold_core::args;
-use leasehold_core::deployment::{Failover, Record, Source};
+use leasehold_core::deployment::{Failover, Record, Said, Source};
+use leasehold_core::insync::replica::SENTINELS_WORD_MS;
 use leasehold_core::insync::synced::{self, Settled};
 use leasehold_core::insync::{
     self, Cycle, Follower, HEARTBEAT_MS, Master, Priority, Promotability, Promotion, Refusal,
@@ -253,12 +254,20 @@ fn look_at_set(ctx: &Context, now: u64, timing: Timing) {
     let looked = replica_check::look(ctx, now, insync::parse(&info));
     let replication = looked.replication;
     let mut state = in_sync();
+    let names_me = names_me(ctx, &state);
+    let answered = |from, to| deployment::master_answered_between(&names_me, from, to);
+    // The promise of promotion on the Sentinels' word, while their word flows.
+    let timing = Timing {
+        master_down_ms: answered(now.saturating_sub(SENTINELS_WORD_MS), now)
+            .then(|| deployment::master_down_ms(timing.timeout_ms)),
+        ..timing
+    };
     let mut changed = false;
     for id in &looked.silent {
         state.master.group();
         changed |= state.master.remove(id);
     }
-    changed |= state.master.observe(now, &replication, timing);
+    changed |= state.master.observe(now, &replication, timing, answered);
     if changed {
         state.note_members();
     }
@@ -277,7 +286,7 @@ fn look_at_set(ctx: &Context, now: u64, timing: Timing) {
     let message = effects::heartbeat(
         (now.saturating_add(timing.timeout_ms), timing.timeout_ms),
         &listed,
-        horizon::waiting_until(),
+        (horizon::waiting_until(), timing.master_down_ms),
         &replica_check::challenge(),
     );
     if paused {
@@ -286,6 +295,20 @@ fn look_at_set(ctx: &Context, now: u64, timing: Timing) {
         replica_check::paused_heartbeat((!replaced).then_some((message, replication.offset)));
     } else {
         effects::replicate_heartbeat(ctx, &message);
+    }
+}
+
+/// What tells, of a Sentinel's answer, that it names this server: its address
+/// (or the one the Sentinels name this server by), or its run id.
+fn names_me(ctx: &Context, state: &InSync) -> impl Fn(&Said) -> bool + use<> {
+    let me = Me::of(ctx);
+    let named_as = state.named_as.clone();
+    let run_id = state.run_id.clone();
+    move |said: &Said| {
+        said.master
+            .as_ref()
+            .is_some_and(|(master, _)| me.names(master, named_as.as_deref()))
+            || said.runid.as_deref() == Some(run_id.as_str())
     }
 }
 
@@ -375,6 +398,10 @@ fn look_at_master(ctx: &Context, now: u64, answers: &[Answer]) {
     if let Some(epoch) = epoch {
         state.follower.epoch_seen(epoch);
     }
+    let silent_since = address.as_deref().and_then(|master| {
+        deployment::master_silent_since(master, now.saturating_sub(SENTINELS_WORD_MS))
+    });
+    state.follower.sentinels_said(now, silent_since);
     let link_up = server_config::info_field(&info, "master_link_status") == Some("up");
     let challenge = state.follower.challenge().map(str::to_owned);
     let master = address.as_deref().filter(|_| link_up);

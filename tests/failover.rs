@@ -527,6 +527,99 @@ fn at_clusters_default_node_timeout_a_master_paused_60_s_then_killed_is_replaced
     a_cluster_master_paused_past_the_lease_then_killed(15_000, Duration::from_secs(60));
 }
 
+/// A master killed for good whose first failover fails (issue 54 case 2): the Sentinel elected
+/// to lead it crashes (`SENTINEL SIMULATE-FAILURE CRASH-AFTER-ELECTION`), and the others try
+/// again twice `failover-timeout` after, when every lease has ended. A member its last list
+/// named stays promotable on the Sentinels' word that they have had no reply from the master
+/// since before its lease ended (`lock_insync_promotable_by:master-down`: the master drops a
+/// member it lost only once a majority had its reply after that), so the retry promotes it,
+/// as without the module, with the lock the master counted.
+fn a_failover_whose_first_election_fails_is_done_at_the_retry(timing: Timing) {
+    let history = Arc::new(History::new());
+    let mut group = Group::with(&history, &[], timing);
+    wait_learned(&group, 0, timing);
+    let token = acquire_counted(&mut group.servers[0].client(), "order", "holder", 600_000);
+    for sentinel in &group.sentinels {
+        call(
+            &mut sentinel.client(),
+            &["SENTINEL", "SIMULATE-FAILURE", "CRASH-AFTER-ELECTION"],
+        );
+    }
+    group.lose(0);
+    let died = Instant::now();
+    let crashed = || {
+        group
+            .sentinels
+            .iter()
+            .position(|sentinel| sentinel.try_client().is_err())
+    };
+    wait_within(
+        Duration::from_millis(timing.down_after_ms + 30_000),
+        "the Sentinel elected to lead the failover crashes",
+        || crashed().is_some(),
+    );
+    let leader = crashed().expect("crashed");
+    for (index, sentinel) in group.sentinels.iter().enumerate() {
+        if index != leader {
+            // Any arguments reset the flags first; `HELP` sets none.
+            call(
+                &mut sentinel.client(),
+                &["SENTINEL", "SIMULATE-FAILURE", "HELP"],
+            );
+        }
+    }
+    let lease = Duration::from_millis(timing.down_after_ms + 7_000);
+    thread::sleep((lease + Duration::from_secs(2)).saturating_sub(died.elapsed()));
+    let promotable_by = |index: usize| {
+        info_field(
+            &mut group.servers[index].client(),
+            "lock",
+            "lock_insync_promotable_by",
+        )
+    };
+    assert_eq!(group.master(), Some(0), "nobody promoted yet");
+    for replica in [1, 2] {
+        assert_eq!(
+            promotable_by(replica).as_deref(),
+            Some("master-down"),
+            "server {replica}'s lease ended: {}",
+            group.describe()
+        );
+    }
+    let retry = Duration::from_millis(2 * timing.failover_timeout_ms);
+    assert!(
+        group.wait_for_failover(0, retry + lease + Duration::from_secs(10)),
+        "the retry promotes a member: {}",
+        group.describe()
+    );
+    eprintln!(
+        "the first failover failed: a member promoted {:?} after the master died (retry after \
+         {retry:?})",
+        died.elapsed()
+    );
+    let promoted = group.master().expect("a master");
+    assert_eq!(
+        common::lock_info(&mut group.servers[promoted].client(), "order").map(|info| info.1),
+        Some(token),
+        "the counted lock survived"
+    );
+}
+
+#[test]
+fn a_failover_whose_first_election_fails_is_done_at_sentinels_retry() {
+    let timing = Timing {
+        down_after_ms: 1_000,
+        failover_timeout_ms: 10_000,
+    };
+    a_failover_whose_first_election_fails_is_done_at_the_retry(timing);
+}
+
+/// The same at Sentinel's defaults: the retry comes six minutes later (`make chaos`).
+#[test]
+fn at_sentinels_defaults_a_failover_whose_first_election_fails_is_done_at_the_retry() {
+    a_failover_whose_first_election_fails_is_done_at_the_retry(Timing::DEFAULT);
+}
+
 /// Below this `down-after-milliseconds` Sentinel's candidate filter promotes nobody in a
 /// replication cycle, with the module or without it (docs/guarantees.md).
 const SENTINEL_PROMOTES_NOBODY_IN_A_CYCLE_BELOW_MS: u64 = 2_300;

@@ -14,7 +14,7 @@ use std::ops::Deref;
 
 use crate::election::Seen;
 use crate::insync::Promotable;
-use crate::insync::replica::{CHALLENGE, NOT_BEFORE};
+use crate::insync::replica::{CHALLENGE, MASTER_DOWN, NOT_BEFORE};
 use crate::lock::{Holding, Mode};
 use crate::machine::Applied;
 use crate::outcome::Lease;
@@ -838,6 +838,7 @@ pub fn promotable<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Promotable, Arg
     let until_ms = positive(args.required()?)?;
     let timeout_ms = positive(args.required()?)?;
     let (mut listed, mut not_before_ms, mut challenge) = (Vec::new(), None, None);
+    let mut master_down_ms = None;
     while let Some(id) = args.next() {
         let id = std::str::from_utf8(id)
             .ok()
@@ -851,6 +852,10 @@ pub fn promotable<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Promotable, Arg
             challenge = Some(word.to_owned());
             continue;
         }
+        if let Some(ms) = id.strip_prefix(MASTER_DOWN) {
+            master_down_ms = Some(unsigned(ms.as_bytes()).ok_or(ArgError::NotInteger)?);
+            continue;
+        }
         if listed.len() == MAX_LISTED {
             return Err(ArgError::Replica);
         }
@@ -862,6 +867,7 @@ pub fn promotable<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Promotable, Arg
         listed,
         not_before_ms,
         challenge,
+        master_down_ms,
     })
 }
 

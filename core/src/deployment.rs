@@ -34,6 +34,9 @@
 /// `sentinel.c`), in ms: what the module assumes until it has learned anything.
 pub const SENTINEL_DEFAULT_DOWN_AFTER_MS: u64 = 30_000;
 
+/// Sentinel's default `failover-timeout`, in ms.
+pub const SENTINEL_DEFAULT_FAILOVER_TIMEOUT_MS: u64 = 180_000;
+
 /// What Sentinel takes after `down-after-milliseconds` to send `REPLICAOF NO ONE`, in ms:
 /// agreeing the master is down (the other Sentinels are asked every second), a random start
 /// delay of up to a second (`SENTINEL_MAX_DESYNC`), the leader's election and the choice of a
@@ -237,6 +240,14 @@ pub struct Said {
     /// has read one: it names this server by its run id even where its address is one this
     /// server does not know as its own (NAT, a mapped port).
     pub runid: Option<String>,
+    /// How long ago the Sentinel last had a valid `PING` reply from that master, in ms
+    /// (`last-ok-ping-reply`; it pings every second).
+    pub last_ok_ms: Option<u64>,
+    /// How many Sentinels watch the group, as it counts them (`num-other-sentinels` + 1).
+    pub sentinels: Option<usize>,
+    /// Its `failover-timeout`, in ms: a failover that fails is tried again twice that long
+    /// after it began (`sentinel.c`).
+    pub failover_timeout_ms: Option<u64>,
 }
 
 /// Reads `SENTINEL MASTER <name>`'s reply — field names and values, alternating — for what the
@@ -267,6 +278,11 @@ pub fn sentinel_master<T: AsRef<[u8]>>(fields: &[T]) -> Option<Said> {
         down_after_ms,
         master,
         runid: field("runid").filter(|id| is_run_id(id)).map(str::to_owned),
+        last_ok_ms: number("last-ok-ping-reply"),
+        sentinels: number("num-other-sentinels")
+            .and_then(|others| usize::try_from(others.saturating_add(1)).ok())
+            .map(|count| count.min(MAX_SENTINELS)),
+        failover_timeout_ms: number("failover-timeout").filter(|ms| *ms <= LARGEST_FAILOVER_MS),
     })
 }
 
@@ -319,7 +335,16 @@ struct Watcher {
     ask_at_ms: u64,
     /// When it was last asked, unix ms.
     asked_ms: u64,
+    /// When it last answered, unix ms.
+    answered_ms: u64,
+    /// When (unix ms, this server's clock) it last had a valid `PING` reply from the master it
+    /// names, as its recent answers told: ascending, at most [`OK_TIMES`].
+    ok_times: Vec<u64>,
 }
+
+/// How many of a Sentinel's last valid `PING` replies from the master are kept: about a minute
+/// of answers.
+const OK_TIMES: usize = 32;
 
 impl Watcher {
     /// Its word on the master, as it answered: `(master, epoch)`.
@@ -397,6 +422,8 @@ impl Deployment {
             said: None,
             ask_at_ms: now_ms,
             asked_ms: 0,
+            answered_ms: 0,
+            ok_times: Vec::new(),
         });
         true
     }
@@ -429,8 +456,87 @@ impl Deployment {
             return false;
         };
         known.ask_at_ms = now_ms.saturating_add(SENTINEL_ASK_MS);
+        known.answered_ms = now_ms;
+        if known.word().map(|(master, _)| master) != said.master.as_ref().map(|(master, _)| master)
+        {
+            known.ok_times.clear();
+        }
+        if let Some(ago) = said.last_ok_ms {
+            let ok = now_ms.saturating_sub(ago);
+            if known.ok_times.last().is_none_or(|last| ok > *last) {
+                known.ok_times.push(ok);
+            }
+            if known.ok_times.len() > OK_TIMES {
+                known.ok_times.remove(0);
+            }
+        }
         let before = known.said.replace(said).map(|said| said.down_after_ms);
         before != known.said.as_ref().map(|said| said.down_after_ms)
+    }
+
+    /// How many Sentinels make a majority of the group's: more than half of the most that any
+    /// answer counted, or of those heard of.
+    #[must_use]
+    pub fn majority(&self) -> usize {
+        let counted = self
+            .sentinels
+            .iter()
+            .filter_map(|known| known.said.as_ref()?.sentinels)
+            .max()
+            .unwrap_or(0);
+        counted.max(self.sentinels.len()) / 2 + 1
+    }
+
+    /// Whether a majority of the Sentinels ([`Deployment::majority`]), each naming a master
+    /// `names` takes for this server, had a valid `PING` reply from it at some time in
+    /// `from_ms..=to_ms` (unix ms, this server's clock): it was alive and answering then.
+    #[must_use]
+    pub fn master_answered_between(
+        &self,
+        names: impl Fn(&Said) -> bool,
+        from_ms: u64,
+        to_ms: u64,
+    ) -> bool {
+        let answered = self
+            .sentinels
+            .iter()
+            .filter(|known| known.said.as_ref().is_some_and(&names))
+            .filter(|known| {
+                known
+                    .ok_times
+                    .iter()
+                    .any(|ok| (from_ms..=to_ms).contains(ok))
+            })
+            .count();
+        answered >= self.majority()
+    }
+
+    /// Since when (unix ms, this server's clock) a majority of the Sentinels, each naming
+    /// `master` (`ip:port`) in an answer given at `fresh_from_ms` or later, have had no valid
+    /// `PING` reply from it: the latest of their last valid replies among the earliest majority.
+    /// `None` without such a majority.
+    #[must_use]
+    pub fn master_silent_since(&self, master: &str, fresh_from_ms: u64) -> Option<u64> {
+        let mut last_ok: Vec<u64> = self
+            .sentinels
+            .iter()
+            .filter(|known| known.answered_ms >= fresh_from_ms)
+            .filter(|known| known.word().is_some_and(|(named, _)| named == master))
+            .filter_map(|known| known.ok_times.last().copied())
+            .collect();
+        last_ok.sort_unstable();
+        last_ok.get(self.majority().checked_sub(1)?).copied()
+    }
+
+    /// The longest `failover-timeout` the Sentinels answered, in ms; Sentinel's default
+    /// (180 000) before any did.
+    #[must_use]
+    pub fn failover_timeout_ms(&self) -> u64 {
+        self.sentinels
+            .iter()
+            .filter_map(|known| known.said.as_ref()?.failover_timeout_ms)
+            .max()
+            .unwrap_or(SENTINEL_DEFAULT_FAILOVER_TIMEOUT_MS)
     }
 
     /// Has every Sentinel asked again within [`HINT_MS`] of its last question: while their word

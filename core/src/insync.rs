@@ -89,6 +89,10 @@ pub struct Timing {
     pub drop_delay_ms: u64,
     /// `lock.insync-strict`: members are never dropped.
     pub strict: bool,
+    /// How long after its lease ended a member may be promoted on the Sentinels' word
+    /// ([`replica::Promotability::MasterDown`]), in ms: `Some` while the master hears from a
+    /// majority of the Sentinels, which it then needs before it drops a member it lost.
+    pub master_down_ms: Option<u64>,
 }
 
 /// What the master's `INFO replication` says of one replica.
@@ -172,6 +176,10 @@ struct Member {
     /// replication offset past its message (0 until the next look reads it): it replaces
     /// `listed_until_ms` once the member acknowledged that offset, so it certainly heard it.
     shorter: Option<(u64, u64)>,
+    /// While a list it was named in said [`Timing::master_down_ms`]: until when (unix ms) it
+    /// may be promoted on the Sentinels' word at the latest, and the shortest
+    /// [`replica::master_down_before_ms`] among those lists.
+    master_down: Option<(u64, u64)>,
 }
 
 /// What [`Master::status`] answers: what a client needs to count a write (`LOCK.INSYNC`).
@@ -249,6 +257,7 @@ impl Master {
                 acked_at_ms: now_ms,
                 listed_until_ms: now_ms.saturating_add(timing.timeout_ms),
                 shorter: None,
+                master_down: None,
             })
             .collect();
         Self {
@@ -277,10 +286,19 @@ impl Master {
     }
 
     /// Takes in what `INFO replication` said at `now_ms`: members' acknowledgements, replicas
-    /// that caught up join, members whose last lease ended `timing.drop_delay_ms` ago leave.
+    /// that caught up join, members whose last lease ended `timing.drop_delay_ms` ago leave —
+    /// one whose lists said [`Timing::master_down_ms`] only once `answered(from, to)` tells that
+    /// a majority of the Sentinels had this master's reply between those times (unix ms)
+    /// ([`replica::master_down_before_ms`]), or once that promise ended too.
     /// True when the set changed, or a member came back (an inherited one re-attached): either
     /// is listed at once, so that a new master that dies in its first second leaves successors.
-    pub fn observe(&mut self, now_ms: u64, replication: &Replication, timing: Timing) -> bool {
+    pub fn observe(
+        &mut self,
+        now_ms: u64,
+        replication: &Replication,
+        timing: Timing,
+        answered: impl Fn(u64, u64) -> bool,
+    ) -> bool {
         let online = |id: &str| {
             replication
                 .replicas
@@ -303,6 +321,7 @@ impl Master {
             self.members.retain(|member| {
                 fresh(member, now_ms)
                     || now_ms < member.listed_until_ms.saturating_add(timing.drop_delay_ms)
+                    || member.may_be_promoted_on_the_sentinels_word(now_ms, timing, &answered)
             });
         }
         changed |= self.members.len() != before;
@@ -327,6 +346,7 @@ impl Master {
                     acked_at_ms: now_ms,
                     listed_until_ms: 0,
                     shorter: None,
+                    master_down: None,
                 });
                 self.grouped = true;
                 changed = true;
@@ -351,10 +371,20 @@ impl Master {
     /// the master drops it only after the longer one ([`Master::observe`]).
     pub fn list(&mut self, now_ms: u64, timing: Timing) -> Vec<String> {
         let until = now_ms.saturating_add(timing.timeout_ms);
+        let master_down = timing
+            .master_down_ms
+            .zip(replica::master_down_before_ms(timing.timeout_ms))
+            .map(|(extension, before)| (until.saturating_add(extension), before));
         self.members
             .iter_mut()
             .filter(|member| listable(member, now_ms))
             .map(|member| {
+                if let Some((end, before)) = master_down {
+                    member.master_down = Some(match member.master_down {
+                        Some((was_end, was_before)) => (was_end.max(end), was_before.min(before)),
+                        None => (end, before),
+                    });
+                }
                 if until >= member.listed_until_ms {
                     member.listed_until_ms = until;
                     member.shorter = None;
@@ -509,6 +539,26 @@ fn fresh(member: &Member, now_ms: u64) -> bool {
 }
 
 impl Member {
+    /// Whether this member, lost, may still be promoted at `now_ms` on the Sentinels' word
+    /// that its master went silent before its lease ended: its lists promised so, and
+    /// `answered` cannot show that a majority of them had the master's reply since
+    /// ([`replica::master_down_before_ms`]).
+    fn may_be_promoted_on_the_sentinels_word(
+        &self,
+        now_ms: u64,
+        timing: Timing,
+        answered: impl Fn(u64, u64) -> bool,
+    ) -> bool {
+        let Some((end, before)) = self.master_down else {
+            return false;
+        };
+        now_ms < end.saturating_add(timing.drop_delay_ms)
+            && !answered(
+                self.listed_until_ms.saturating_sub(before),
+                now_ms.saturating_sub(replica::MASTER_DOWN_WORD_AGE_MS),
+            )
+    }
+
     /// A look at the replication `offset` and what the member `acked` (if connected): the
     /// offset past a shorter lease's message is noted at the look after it was sent, and once
     /// the member acknowledged it, the shorter lease is the one it holds.

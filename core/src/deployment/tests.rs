@@ -20,6 +20,9 @@ fn down_after(down_after_ms: u64) -> Said {
         down_after_ms,
         master: None,
         runid: None,
+        last_ok_ms: None,
+        sentinels: None,
+        failover_timeout_ms: None,
     }
 }
 
@@ -29,6 +32,9 @@ fn naming(master: &str, epoch: u64, runid: Option<&str>) -> Said {
         down_after_ms: 30_000,
         master: Some((master.to_owned(), epoch)),
         runid: runid.map(str::to_owned),
+        last_ok_ms: None,
+        sentinels: None,
+        failover_timeout_ms: None,
     }
 }
 
@@ -85,7 +91,13 @@ fn a_sentinels_down_after_is_read_from_its_master_fields() {
         "failover-timeout",
         "180000",
     ];
-    assert_eq!(sentinel_master(&reply), Some(down_after(5_000)));
+    assert_eq!(
+        sentinel_master(&reply),
+        Some(Said {
+            failover_timeout_ms: Some(180_000),
+            ..down_after(5_000)
+        })
+    );
     let full = [
         "name",
         "mymaster",
@@ -99,6 +111,10 @@ fn a_sentinels_down_after_is_read_from_its_master_fields() {
         "5000",
         "config-epoch",
         "4",
+        "last-ok-ping-reply",
+        "731",
+        "num-other-sentinels",
+        "2",
     ];
     assert_eq!(
         sentinel_master(&full),
@@ -106,6 +122,9 @@ fn a_sentinels_down_after_is_read_from_its_master_fields() {
             down_after_ms: 5_000,
             master: Some(("10.0.0.1:6380".to_owned(), 4)),
             runid: Some(RUNID.to_owned()),
+            last_ok_ms: Some(731),
+            sentinels: Some(3),
+            failover_timeout_ms: None,
         })
     );
     let unread = full.map(|field| if field == RUNID { "" } else { field });
@@ -467,4 +486,52 @@ fn a_servers_role_is_read_from_its_role_reply() {
     ] {
         assert_eq!(role(bad), None, "{bad:?}");
     }
+}
+
+/// What a Sentinel of three says naming `master`, its last valid `PING` reply `last_ok_ms` ago.
+fn pinged(master: &str, last_ok_ms: u64) -> Said {
+    Said {
+        last_ok_ms: Some(last_ok_ms),
+        sentinels: Some(3),
+        ..naming(master, 1, None)
+    }
+}
+
+#[test]
+fn the_sentinels_say_when_they_last_had_the_masters_reply() {
+    let mut deployment = Deployment::default();
+    for port in [26379, 26380, 26381] {
+        heard(&mut deployment, 0, port);
+    }
+    assert_eq!(deployment.majority(), 2);
+    let at = |port: u16| format!("127.0.0.1:{port}");
+    deployment.answered(10_000, &at(26379), "g", pinged("m:1", 500));
+    deployment.answered(10_000, &at(26380), "g", pinged("m:1", 800));
+    let names_m = |said: &Said| said.master.as_ref().is_some_and(|(m, _)| m == "m:1");
+    assert!(deployment.master_answered_between(names_m, 9_000, 9_600));
+    assert!(
+        !deployment.master_answered_between(names_m, 9_600, 12_000),
+        "one Sentinel had a reply then, not a majority"
+    );
+    assert_eq!(deployment.master_silent_since("m:1", 9_000), Some(9_500));
+    assert_eq!(deployment.master_silent_since("m:1", 10_001), None, "stale");
+    assert_eq!(deployment.master_silent_since("other:1", 0), None);
+    deployment.answered(20_000, &at(26379), "g", pinged("m:1", 10_500));
+    deployment.answered(20_000, &at(26380), "g", pinged("m:1", 10_800));
+    assert_eq!(
+        deployment.master_silent_since("m:1", 19_000),
+        Some(9_500),
+        "no reply since: the same times"
+    );
+    assert!(
+        deployment.master_answered_between(names_m, 9_000, 9_600),
+        "earlier replies are kept"
+    );
+    deployment.answered(21_000, &at(26380), "g", pinged("n:1", 10));
+    assert_eq!(
+        deployment.master_silent_since("m:1", 19_000),
+        None,
+        "one names another master now"
+    );
+    assert_eq!(deployment.failover_timeout_ms(), 180_000);
 }

@@ -90,6 +90,12 @@ pub struct Promotable {
     /// The master's challenge, which a replica that runs the module proves it heard
     /// (`LOCK.REPLCONF`, [`crate::insync::checks`]). Sent as the item [`CHALLENGE`]`<word>`.
     pub challenge: Option<String>,
+    /// How long after its lease ended a listed replica may still be promoted on the Sentinels'
+    /// word that the master went silent before it ended, in ms ([`Promotability::MasterDown`]):
+    /// sent only while the master hears from a majority of the Sentinels, which it then needs
+    /// before it drops a member it lost ([`master_down_before_ms`]). Sent as the item
+    /// [`MASTER_DOWN`]`<ms>`.
+    pub master_down_ms: Option<u64>,
 }
 
 /// The prefix of the item of [`Promotable::not_before_ms`].
@@ -97,6 +103,50 @@ pub const NOT_BEFORE: &str = "notbefore:";
 
 /// The prefix of the item of [`Promotable::challenge`].
 pub const CHALLENGE: &str = "challenge:";
+
+/// The prefix of the item of [`Promotable::master_down_ms`].
+pub const MASTER_DOWN: &str = "masterdown:";
+
+/// How fresh the Sentinels' answers must be for a replica to be promoted on their word, in ms:
+/// each is asked every 2 s ([`crate::deployment::SENTINEL_ASK_MS`]), and one answer may be late.
+pub const SENTINELS_WORD_MS: u64 = 4_000;
+
+/// For a lease of `timeout_ms`: how long before a replica's lease ended a majority of the
+/// Sentinels must have had their last valid `PING` reply from its master for it to be promoted
+/// once the lease has ended ([`Promotability::MasterDown`]) — the lease less 3 s, since the
+/// master dies at most a heartbeat after its last list, and the Sentinels ping every second.
+/// `None` when that is too short to cover both clocks ([`CLOCK_SKEW_MS`] each) and half a
+/// second.
+#[must_use]
+pub const fn master_down_margin_ms(timeout_ms: u64) -> Option<u64> {
+    let margin = timeout_ms.saturating_sub(3_000);
+    if margin > 2 * CLOCK_SKEW_MS + 500 {
+        Some(margin)
+    } else {
+        None
+    }
+}
+
+/// The master's half of [`Promotability::MasterDown`], for a lease of `timeout_ms`: a member
+/// it lost whose lease ended at `until` (the master's clock) may leave the set only once a
+/// majority of the Sentinels had a valid `PING` reply from the master at some time from
+/// `until - before` (this `before`) to [`MASTER_DOWN_WORD_AGE_MS`] ago. Such a Sentinel cannot
+/// also say, to the member, that its last reply came [`master_down_margin_ms`] before the lease
+/// ended (`before` is shorter by both clocks and half a second) unless it said so before that
+/// reply — and a word that old is stale once the member may be dropped. So a member the master
+/// may have dropped, and counted writes without, is never promoted on the Sentinels' word.
+#[must_use]
+pub const fn master_down_before_ms(timeout_ms: u64) -> Option<u64> {
+    match master_down_margin_ms(timeout_ms) {
+        Some(margin) => Some(margin - 2 * CLOCK_SKEW_MS - 500),
+        None => None,
+    }
+}
+
+/// How old the Sentinels' word that they had the master's reply must be before the master
+/// drops a member on it ([`master_down_before_ms`]), in ms: older than [`SENTINELS_WORD_MS`]
+/// by both clocks and half a second.
+pub const MASTER_DOWN_WORD_AGE_MS: u64 = SENTINELS_WORD_MS + 2 * CLOCK_SKEW_MS + 500;
 
 impl Promotable {
     /// When the master sent it, by its clock (unix ms).
@@ -118,6 +168,13 @@ pub enum Promotability {
     /// Its master does not run the lock module: there is nothing to protect
     /// ([`Follower::master_without_module`]).
     Unguarded,
+    /// Its lease ended, but a majority of the Sentinels have had no reply from its master since
+    /// well before ([`Follower::sentinels_said`]): the master dropped no member and counted
+    /// nothing more (it drops a member it lost only once a majority had its reply after that,
+    /// [`master_down_before_ms`]), so this replica has every counted write. For as long as the
+    /// master's last list said ([`Promotable::master_down_ms`]): Sentinel's next try after a
+    /// failover that failed.
+    MasterDown,
 }
 
 /// A replication cycle a replica's master reported, as the replica sees it.
@@ -166,6 +223,11 @@ pub struct Follower {
     /// The master was found without the lock module, and has sent no list since: there is
     /// nothing to protect, so this replica may be promoted as Redis would.
     unguarded: bool,
+    /// The last message's [`Promotable::master_down_ms`].
+    master_down_ms: Option<u64>,
+    /// Since when (unix ms) a majority of the Sentinels have had no reply from the master, and
+    /// when they said so ([`Follower::sentinels_said`]).
+    silent: Option<(u64, u64)>,
 }
 
 impl Follower {
@@ -200,6 +262,35 @@ impl Follower {
         self.not_before_ms = message.not_before_ms;
         self.challenge.clone_from(&message.challenge);
         self.unguarded = false;
+        self.master_down_ms = message.master_down_ms;
+    }
+
+    /// At `now_ms`, the Sentinels' fresh answers say since when a majority of them have had no
+    /// valid `PING` reply from this replica's master (`None`: no such majority, or they name
+    /// another master).
+    pub const fn sentinels_said(&mut self, now_ms: u64, silent_since_ms: Option<u64>) {
+        self.silent = match silent_since_ms {
+            Some(since) => Some((now_ms, since)),
+            None => None,
+        };
+    }
+
+    /// Whether the Sentinels' word makes this replica promotable at `now_ms` although its lease
+    /// ended ([`Promotability::MasterDown`]).
+    const fn master_down(&self, now_ms: u64) -> bool {
+        let (Some(extension), Some((said_ms, since)), Some(margin)) = (
+            self.master_down_ms,
+            self.silent,
+            master_down_margin_ms(self.timeout_ms),
+        ) else {
+            return false;
+        };
+        let ended = self.promotable_until_ms;
+        self.named
+            && ended > 0
+            && now_ms < ended.saturating_add(extension)
+            && now_ms.saturating_sub(said_ms) <= SENTINELS_WORD_MS
+            && since.saturating_add(margin) <= ended
     }
 
     /// The heartbeat a master whose writes are paused answered when asked (it sends nothing in
@@ -352,6 +443,8 @@ impl Follower {
             Promotability::Succession
         } else if now_ms < self.promotable_until_ms {
             Promotability::Lease(self.promotable_until_ms)
+        } else if self.master_down(now_ms) {
+            Promotability::MasterDown
         } else {
             Promotability::No
         }

@@ -4,7 +4,13 @@ const TIMING: Timing = Timing {
     timeout_ms: 12_000,
     drop_delay_ms: 11_000,
     strict: false,
+    master_down_ms: None,
 };
+
+/// No Sentinel had the master's reply: what a master that hears no Sentinel knows.
+const fn unanswered(_from_ms: u64, _to_ms: u64) -> bool {
+    false
+}
 
 fn replica(id: &str, online: bool, acked: u64, lag_s: u64) -> Replica {
     Replica {
@@ -54,11 +60,11 @@ fn info_replication_is_read() {
 fn a_replica_joins_once_it_caught_up() {
     let mut set = Master::default();
     let behind = replication(100, vec![replica("a:1", true, 50, 0)]);
-    assert!(!set.observe(0, &behind, TIMING));
+    assert!(!set.observe(0, &behind, TIMING, unanswered));
     assert_eq!(set.status(&behind, 1).required, 0, "not grouped yet");
     let later = replication(200, vec![replica("a:1", true, 100, 0)]);
     assert!(
-        set.observe(10, &later, TIMING),
+        set.observe(10, &later, TIMING, unanswered),
         "acknowledged what it had to"
     );
     assert_eq!(set.members().collect::<Vec<_>>(), ["a:1"]);
@@ -71,8 +77,8 @@ fn a_replica_joins_once_it_caught_up() {
 fn a_member_found_without_the_module_leaves_at_once() {
     let mut set = Master::default();
     let caught_up = replication(100, vec![replica("a:1", true, 100, 0)]);
-    set.observe(0, &caught_up, TIMING);
-    set.observe(10, &caught_up, TIMING);
+    set.observe(0, &caught_up, TIMING, unanswered);
+    set.observe(10, &caught_up, TIMING, unanswered);
     set.list(10, TIMING);
     assert!(set.remove("a:1"), "no lease to wait out");
     assert!(!set.remove("a:1"));
@@ -85,13 +91,14 @@ fn a_replica_that_acknowledged_nothing_has_not_caught_up() {
     let mut set = Master::default();
     let fresh = replication(0, vec![replica("a:1", true, 0, 0)]);
     assert!(
-        !set.observe(0, &fresh, TIMING),
+        !set.observe(0, &fresh, TIMING, unanswered),
         "a new master's offset is 0"
     );
     assert!(set.observe(
         1,
         &replication(14, vec![replica("a:1", true, 14, 0)]),
-        TIMING
+        TIMING,
+        unanswered
     ));
 }
 
@@ -102,12 +109,14 @@ fn a_replica_that_goes_offline_before_catching_up_starts_again() {
         0,
         &replication(100, vec![replica("a:1", true, 0, 0)]),
         TIMING,
+        unanswered,
     );
-    set.observe(1, &replication(150, vec![]), TIMING);
+    set.observe(1, &replication(150, vec![]), TIMING, unanswered);
     set.observe(
         2,
         &replication(200, vec![replica("a:1", true, 120, 0)]),
         TIMING,
+        unanswered,
     );
     assert_eq!(set.members().count(), 0, "it must reach 200 now");
 }
@@ -119,11 +128,11 @@ fn a_member_gone_is_unlisted_at_once_then_dropped_after_its_lease_and_the_delay(
         10,
         vec![replica("a:1", true, 10, 0), replica("b:2", true, 10, 0)],
     );
-    set.observe(0, &up, TIMING);
+    set.observe(0, &up, TIMING, unanswered);
     assert_eq!(set.list(0, TIMING), ["a:1", "b:2"]);
     // b dies at 500: its line disappears, though it acknowledged less than 2 s ago.
     let down = replication(20, vec![replica("a:1", true, 20, 0)]);
-    set.observe(1_000, &down, TIMING);
+    set.observe(1_000, &down, TIMING, unanswered);
     assert_eq!(set.list(1_000, TIMING), ["a:1"], "b is gone: no new lease");
     let status = set.status(&down, 1);
     assert_eq!(
@@ -132,9 +141,19 @@ fn a_member_gone_is_unlisted_at_once_then_dropped_after_its_lease_and_the_delay(
         "b still counts, and lacks it"
     );
     let last_lease_end = TIMING.timeout_ms;
-    set.observe(last_lease_end + TIMING.drop_delay_ms - 1, &down, TIMING);
+    set.observe(
+        last_lease_end + TIMING.drop_delay_ms - 1,
+        &down,
+        TIMING,
+        unanswered,
+    );
     assert_eq!(set.members().count(), 2);
-    assert!(set.observe(last_lease_end + TIMING.drop_delay_ms, &down, TIMING));
+    assert!(set.observe(
+        last_lease_end + TIMING.drop_delay_ms,
+        &down,
+        TIMING,
+        unanswered
+    ));
     assert_eq!(set.members().collect::<Vec<_>>(), ["a:1"]);
     assert!(set.status(&down, 1).counts(20));
 }
@@ -142,13 +161,19 @@ fn a_member_gone_is_unlisted_at_once_then_dropped_after_its_lease_and_the_delay(
 #[test]
 fn a_member_back_within_its_lease_is_listed_again() {
     let mut set = Master::default();
-    set.observe(0, &replication(5, vec![replica("a:1", true, 5, 0)]), TIMING);
-    set.observe(1_000, &replication(5, vec![]), TIMING);
+    set.observe(
+        0,
+        &replication(5, vec![replica("a:1", true, 5, 0)]),
+        TIMING,
+        unanswered,
+    );
+    set.observe(1_000, &replication(5, vec![]), TIMING, unanswered);
     assert!(set.list(1_000, TIMING).is_empty(), "a blip");
     set.observe(
         1_500,
         &replication(6, vec![replica("a:1", true, 6, 0)]),
         TIMING,
+        unanswered,
     );
     assert_eq!(set.list(1_500, TIMING), ["a:1"]);
 }
@@ -160,22 +185,33 @@ fn strict_never_drops() {
         ..TIMING
     };
     let mut set = Master::default();
-    set.observe(0, &replication(1, vec![replica("a:1", true, 1, 0)]), strict);
-    set.observe(u64::MAX / 2, &replication(1, vec![]), strict);
+    set.observe(
+        0,
+        &replication(1, vec![replica("a:1", true, 1, 0)]),
+        strict,
+        unanswered,
+    );
+    set.observe(u64::MAX / 2, &replication(1, vec![]), strict, unanswered);
     assert_eq!(set.members().count(), 1);
 }
 
 #[test]
 fn a_lagging_but_connected_member_is_unlisted_by_its_lag() {
     let mut set = Master::default();
-    set.observe(0, &replication(1, vec![replica("a:1", true, 1, 0)]), TIMING);
+    set.observe(
+        0,
+        &replication(1, vec![replica("a:1", true, 1, 0)]),
+        TIMING,
+        unanswered,
+    );
     let lagging = replication(9, vec![replica("a:1", true, 1, 5)]);
-    set.observe(10_000, &lagging, TIMING);
+    set.observe(10_000, &lagging, TIMING, unanswered);
     assert!(set.list(10_000, TIMING).is_empty());
     set.observe(
         10_500,
         &replication(9, vec![replica("a:1", true, 9, 0)]),
         TIMING,
+        unanswered,
     );
     assert_eq!(
         set.list(10_500, TIMING),
@@ -193,9 +229,9 @@ fn a_promoted_replica_inherits_the_others() {
     let nobody = replication(7, vec![]);
     assert_eq!(set.status(&nobody, 1).acked, 0, "b must re-attach");
     let drop_at = 5_000 + TIMING.timeout_ms + TIMING.drop_delay_ms;
-    set.observe(drop_at - 1, &nobody, TIMING);
+    set.observe(drop_at - 1, &nobody, TIMING, unanswered);
     assert_eq!(set.members().count(), 1);
-    set.observe(drop_at, &nobody, TIMING);
+    set.observe(drop_at, &nobody, TIMING, unanswered);
     assert_eq!(set.members().count(), 0);
     assert!(!set.status(&nobody, 1).counts(0), "below the minimum");
 }
@@ -245,7 +281,12 @@ fn shortened(acked: u64) -> Master {
         ..TIMING
     };
     let mut set = Master::default();
-    set.observe(0, &replication(5, vec![replica("a:1", true, 5, 0)]), long);
+    set.observe(
+        0,
+        &replication(5, vec![replica("a:1", true, 5, 0)]),
+        long,
+        unanswered,
+    );
     set.list(0, long);
     set.list(1_000, TIMING);
     for (at, seen) in [(1_200, 10), (1_400, acked)] {
@@ -253,6 +294,7 @@ fn shortened(acked: u64) -> Master {
             at,
             &replication(20, vec![replica("a:1", true, seen, 0)]),
             TIMING,
+            unanswered,
         );
     }
     set
@@ -262,13 +304,13 @@ fn shortened(acked: u64) -> Master {
 fn a_shorter_lease_counts_once_the_member_acknowledged_its_message() {
     let gone = replication(20, vec![]);
     let mut unheard = shortened(19);
-    unheard.observe(14_000, &gone, TIMING);
+    unheard.observe(14_000, &gone, TIMING, unanswered);
     assert_eq!(
         unheard.members().count(),
         1,
         "it may not have heard the shorter lease: the longer one stands"
     );
-    unheard.observe(37_000 + TIMING.drop_delay_ms, &gone, TIMING);
+    unheard.observe(37_000 + TIMING.drop_delay_ms, &gone, TIMING, unanswered);
     assert_eq!(unheard.members().count(), 0);
 
     let mut heard = shortened(20);
@@ -276,6 +318,7 @@ fn a_shorter_lease_counts_once_the_member_acknowledged_its_message() {
         1_000 + TIMING.timeout_ms + TIMING.drop_delay_ms,
         &gone,
         TIMING,
+        unanswered,
     );
     assert_eq!(
         heard.members().count(),
@@ -322,7 +365,7 @@ fn no_write_counts_while_a_replica_has_not_said_it_runs_the_module() {
     let mut quiet = replica("b:1", true, 100, 0);
     quiet.module = Module::Unproven { silent: false };
     let attached = replication(100, vec![replica("a:1", true, 100, 0), quiet.clone()]);
-    set.observe(0, &attached, TIMING);
+    set.observe(0, &attached, TIMING, unanswered);
     assert_eq!(
         set.members().collect::<Vec<_>>(),
         vec!["a:1"],
@@ -334,7 +377,7 @@ fn no_write_counts_while_a_replica_has_not_said_it_runs_the_module() {
     assert_eq!(set.unproven(), (1, false));
     quiet.module = Module::Unproven { silent: true };
     let silent = replication(100, vec![replica("a:1", true, 100, 0), quiet]);
-    set.observe(10, &silent, TIMING);
+    set.observe(10, &silent, TIMING, unanswered);
     assert_eq!(set.unproven(), (1, true));
     assert!(set.status(&silent, 1).silent);
 }
@@ -346,11 +389,12 @@ fn a_member_proving_a_new_challenge_stays_listed_but_its_acknowledgements_wait()
         0,
         &replication(100, vec![replica("a:1", true, 100, 0)]),
         TIMING,
+        unanswered,
     );
     let mut proving = replica("a:1", true, 100, 0);
     proving.module = Module::Unproven { silent: false };
     let now = replication(100, vec![proving]);
-    set.observe(200, &now, TIMING);
+    set.observe(200, &now, TIMING, unanswered);
     assert_eq!(
         set.list(200, TIMING),
         vec!["a:1"],
@@ -359,4 +403,42 @@ fn a_member_proving_a_new_challenge_stays_listed_but_its_acknowledgements_wait()
     assert!(!set.status(&now, 1).counts(100));
     set.replica_online();
     assert_eq!(set.unproven(), (1, false), "until the next look");
+}
+
+#[test]
+fn a_member_that_may_be_promoted_on_the_sentinels_word_is_dropped_only_on_theirs() {
+    let timing = Timing {
+        master_down_ms: Some(100_000),
+        drop_delay_ms: 1_000,
+        ..TIMING
+    };
+    let before = replica::master_down_before_ms(timing.timeout_ms).expect("long enough");
+    let up = replication(10, vec![replica("a:1", true, 10, 0)]);
+    let mut set = Master::default();
+    set.observe(0, &up, timing, unanswered);
+    assert_eq!(set.list(0, timing), ["a:1"], "a lease until 12 000");
+    let gone = replication(10, vec![]);
+    assert!(
+        !set.observe(20_000, &gone, timing, unanswered),
+        "no word: kept"
+    );
+    let asked = std::cell::Cell::new((0, 0));
+    let answered = |from, to| {
+        asked.set((from, to));
+        true
+    };
+    assert!(set.observe(20_000, &gone, timing, answered), "dropped");
+    assert_eq!(
+        asked.get(),
+        (12_000 - before, 20_000 - replica::MASTER_DOWN_WORD_AGE_MS),
+        "a reply from before the lease's end, and an old enough word"
+    );
+    let mut set = Master::default();
+    set.observe(0, &up, timing, unanswered);
+    set.list(0, timing);
+    assert!(
+        !set.observe(112_999, &gone, timing, unanswered),
+        "the promise lasts its 100 s and the drop delay"
+    );
+    assert!(set.observe(113_000, &gone, timing, unanswered));
 }

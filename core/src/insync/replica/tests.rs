@@ -4,6 +4,7 @@ fn message(until_ms: u64, timeout_ms: u64, listed: &[&str]) -> Promotable {
     Promotable {
         not_before_ms: None,
         challenge: None,
+        master_down_ms: None,
         until_ms,
         timeout_ms,
         listed: listed.iter().map(|id| (*id).to_owned()).collect(),
@@ -269,5 +270,56 @@ fn a_paused_masters_heartbeat_gives_no_lease_after_a_newer_epoch() {
     assert!(
         !follower.promotable(23_000),
         "a failover promoted another server meanwhile: its lease ends as given"
+    );
+}
+
+#[test]
+fn a_listed_replica_is_promotable_past_its_lease_while_the_sentinels_say_its_master_went_silent_before()
+ {
+    let said = |master_down_ms| Promotable {
+        master_down_ms,
+        ..message(13_000, 12_000, &["me:1"])
+    };
+    let margin = master_down_margin_ms(12_000).expect("long enough");
+    let mut follower = Follower::default();
+    follower.heard(1_000, &said(Some(60_000)), Some(4), me);
+    follower.sentinels_said(20_000, Some(13_000 - margin));
+    assert_eq!(follower.promotability(20_000), Promotability::MasterDown);
+    assert_eq!(
+        follower.promotability(20_000 + SENTINELS_WORD_MS + 1),
+        Promotability::No,
+        "a stale word"
+    );
+    follower.sentinels_said(20_000, Some(13_001 - margin));
+    assert_eq!(
+        follower.promotability(20_000),
+        Promotability::No,
+        "the master answered them too late"
+    );
+    follower.sentinels_said(73_000, Some(0));
+    assert_eq!(
+        follower.promotability(73_000),
+        Promotability::No,
+        "the master's promise ended"
+    );
+    follower.sentinels_said(20_000, None);
+    assert_eq!(
+        follower.promotability(20_000),
+        Promotability::No,
+        "no majority"
+    );
+
+    let mut unpromised = Follower::default();
+    unpromised.heard(1_000, &said(None), Some(4), me);
+    unpromised.sentinels_said(20_000, Some(0));
+    assert_eq!(unpromised.promotability(20_000), Promotability::No);
+    let mut dropped = Follower::default();
+    dropped.heard(1_000, &said(Some(60_000)), Some(4), me);
+    dropped.heard(2_000, &message(14_000, 12_000, &["b:2"]), Some(4), me);
+    dropped.sentinels_said(20_000, Some(0));
+    assert_eq!(
+        dropped.promotability(20_000),
+        Promotability::No,
+        "the master's last list did not name it"
     );
 }
