@@ -118,6 +118,8 @@ const LEASE: Duration = Duration::from_secs(1);
 const QUEUE_WAIT: Duration = Duration::from_millis(300);
 /// How long after a replica is lost for good a new, empty one takes its place.
 const REPLACED_AFTER: Range<u64> = 30_000..60_000;
+/// The nemesis's pauses that no fault follows draw from the seed xor this ([`nemesis`]).
+const RETRIES: u64 = 0x9e37_79b9_7f4a_7c15;
 /// How long past `down-after-milliseconds` a fault waits for the failover it may cause.
 const FAILOVER_MARGIN: Duration = Duration::from_secs(14);
 /// How long past `down-after-milliseconds` the group may take to settle after a fault before
@@ -381,6 +383,7 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
             "OUT OF ORDER"
         },
     );
+    eprintln!("{}", schedule_line(seed, &run));
     let out_of_order = run.out_of_order.load(Ordering::SeqCst);
     eprintln!(
         "chaos elections: {} terms (in the grants above, a key per class), {} states told to \
@@ -575,6 +578,9 @@ struct Run {
     /// Holder processes the crashers started, and those killed while holding.
     holder_processes: AtomicU64,
     kills: Mutex<Vec<Kill>>,
+    /// The nemesis's faults in order, each as the pause before it and its kind
+    /// ([`schedule_line`]).
+    schedule: Mutex<Vec<String>>,
     /// `FAILOVER` commands the module did not refuse (it must refuse every one).
     failovers_let_through: AtomicU64,
     /// When a replica was lost for good, until a new one took its place.
@@ -635,7 +641,7 @@ impl Run {
 }
 
 /// What the nemesis does to the master.
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 enum Fault {
     /// `kill -9`; it comes back with what its persistence kept (or empty), after the failover or
     /// at once, with its own configuration (as a master) or as a replica.
@@ -700,14 +706,15 @@ impl Fault {
         }
     }
 
-    /// Does it to `master` and waits for what follows (a failover, the pause's end); returns
-    /// what was done, in the words of the summary (a `kill -9` says how the master came back).
+    /// Does it to `master`, with the choices `plan` drew for it, and waits for what follows (a
+    /// failover, the pause's end); returns what was done, in the words of the summary (a `kill
+    /// -9` says how the master came back).
     fn inflict(
         self,
         group: &mut Group,
         master: usize,
         run: &Run,
-        rng: &mut StdRng,
+        plan: &Planned,
         failover_within: Duration,
     ) -> &'static str {
         match self {
@@ -716,17 +723,16 @@ impl Fault {
                 // Back after the failover, or at once (a supervisor restarting it, before or
                 // while the Sentinels fail over); mostly with its own configuration, so as a
                 // master, sometimes as a replica of the new master.
-                let after_failover = rng.random_bool(0.5);
-                if after_failover {
+                if plan.after_failover {
                     group.wait_for_failover(master, failover_within);
                 } else {
-                    thread::sleep(Duration::from_millis(rng.random_range(0..2_000)));
+                    thread::sleep(plan.down);
                 }
-                let lost_volume = rng.random_bool(0.5);
-                let as_replica = rng.random_bool(0.3);
-                let replica_of = group.master().filter(|new| *new != master && as_replica);
-                group.restart(master, lost_volume, replica_of);
-                return match (replica_of, after_failover, group.persistence[master]) {
+                let replica_of = group
+                    .master()
+                    .filter(|new| *new != master && plan.as_replica);
+                group.restart(master, plan.lost_volume, replica_of);
+                return match (replica_of, plan.after_failover, group.persistence[master]) {
                     (Some(_), _, _) => "kill -9, back as a replica",
                     (None, true, _) => "kill -9, back after a failover as a master",
                     (None, false, Persistence::Aof) => "kill -9, back at once from its AOF",
@@ -736,7 +742,7 @@ impl Fault {
             }
             Fault::FastRestart => {
                 group.kill(master);
-                thread::sleep(Duration::from_millis(rng.random_range(0..1_000)));
+                thread::sleep(plan.down / 2);
                 group.restart(master, false, None);
             }
             Fault::RestartOriginal => group.restart_original(master),
@@ -756,8 +762,7 @@ impl Fault {
             }
             Fault::ReplicaLost | Fault::ReplicaLinkCut => {
                 let replicas = group.live_replicas(master);
-                let Some(&replica) = replicas.get(rng.random_range(0..replicas.len().max(1)))
-                else {
+                let Some(&replica) = replicas.get(plan.replica % replicas.len().max(1)) else {
                     return "no replica left to fault";
                 };
                 if matches!(self, Fault::ReplicaLost) && !group.lost_any() {
@@ -765,21 +770,21 @@ impl Fault {
                     return self.name();
                 }
                 group.cut_link(replica);
-                thread::sleep(Duration::from_millis(rng.random_range(3_000..25_000)));
+                thread::sleep(plan.link_cut);
                 group.heal();
                 return Fault::ReplicaLinkCut.name();
             }
             Fault::SentinelsCutOff => {
                 let replicas = group.live_replicas(master);
                 let mut side = vec![master];
-                side.extend(replicas.get(rng.random_range(0..replicas.len().max(1))));
+                side.extend(replicas.get(plan.replica % replicas.len().max(1)));
                 group.partition(&side);
-                thread::sleep(Duration::from_millis(rng.random_range(10_000..40_000)));
+                thread::sleep(plan.partitioned);
                 group.heal();
             }
             Fault::FailoverCommand => {
                 let replicas = group.live_replicas(master);
-                let Some(&target) = replicas.get(rng.random_range(0..replicas.len().max(1))) else {
+                let Some(&target) = replicas.get(plan.replica % replicas.len().max(1)) else {
                     return "no replica left to fault";
                 };
                 let mut con = group.servers[master].client();
@@ -817,9 +822,87 @@ impl Fault {
     }
 }
 
-/// Faults the master at random moments until `length` is over, every kind once per round in
-/// a random order, half the time without waiting for the group to settle from the last one;
-/// returns the faults by kind.
+/// One fault of the nemesis's schedule, and every choice it may make, drawn from the seed alone
+/// ([`Schedule`]).
+struct Planned {
+    fault: Fault,
+    /// The pause before it.
+    gap: Duration,
+    /// [`Fault::Kill`]: back after the failover, or at once.
+    after_failover: bool,
+    /// How long a master killed and back at once stays down ([`Fault::Kill`]; half of it for
+    /// [`Fault::FastRestart`]).
+    down: Duration,
+    /// [`Fault::Kill`]: a server without persistence comes back empty.
+    lost_volume: bool,
+    /// [`Fault::Kill`]: back as a replica of the new master, if there is one.
+    as_replica: bool,
+    /// Which live replica a fault takes (a replica's, the `FAILOVER` command's target, the
+    /// partition's side): this modulo their number.
+    replica: usize,
+    /// How long a replica's link is cut ([`Fault::ReplicaLinkCut`]).
+    link_cut: Duration,
+    /// How long the partition lasts ([`Fault::SentinelsCutOff`]).
+    partitioned: Duration,
+    /// Whether the next fault waits for the group to settle after this one.
+    settle: bool,
+    /// When a replica this fault loses for good is replaced.
+    replaced_after: Duration,
+}
+
+/// The nemesis's faults in order, from the seed alone: every kind once per round in a random
+/// order, each with a pause before it and every choice it may make. Each fault draws the same
+/// choices whether it uses them or not, and nothing the group does is drawn from here, so a
+/// seed gives the same faults in the same order, each after the same pause, with the module
+/// and in its control (`LEASEHOLD_CHAOS_CONTROL`).
+struct Schedule {
+    rng: StdRng,
+    round: Vec<Fault>,
+}
+
+impl Schedule {
+    fn new(seed: u64) -> Self {
+        Self {
+            rng: StdRng::seed_from_u64(seed),
+            round: Vec::new(),
+        }
+    }
+
+    fn next(&mut self) -> Planned {
+        if self.round.is_empty() {
+            self.round = Fault::ALL.to_vec();
+            if partitions() {
+                // Three nodes throughout: the partition needs a replica on each side.
+                self.round
+                    .retain(|fault| !matches!(fault, Fault::ReplicaLost));
+                self.round.push(Fault::SentinelsCutOff);
+            }
+            self.round.shuffle(&mut self.rng);
+        }
+        let fault = self.round.pop().expect("a fault");
+        let rng = &mut self.rng;
+        let ms =
+            |rng: &mut StdRng, range: Range<u64>| Duration::from_millis(rng.random_range(range));
+        // Drawn in this order (a struct's fields are evaluated as written).
+        Planned {
+            fault,
+            gap: ms(rng, 500..2_000),
+            after_failover: rng.random_bool(0.5),
+            down: ms(rng, 0..2_000),
+            lost_volume: rng.random_bool(0.5),
+            as_replica: rng.random_bool(0.3),
+            replica: rng.random_range(0..1_000_000),
+            link_cut: ms(rng, 3_000..25_000),
+            partitioned: ms(rng, 10_000..40_000),
+            settle: rng.random_bool(0.5),
+            replaced_after: ms(rng, REPLACED_AFTER),
+        }
+    }
+}
+
+/// Faults the master as the [`Schedule`] of `seed` says until `length` is over, half the time
+/// without waiting for the group to settle from the last one; returns the faults by kind, and
+/// keeps the schedule it followed in `run`.
 fn nemesis(
     group: &mut Group,
     history: &History,
@@ -829,14 +912,19 @@ fn nemesis(
 ) -> BTreeMap<&'static str, u64> {
     // A failover takes `down-after-milliseconds` and some seconds more.
     let down_after = Duration::from_millis(timing.down_after_ms);
-    let mut rng = StdRng::seed_from_u64(seed);
+    let mut schedule = Schedule::new(seed);
+    // A pause that no fault follows (no master yet, or a replica replaced first) is drawn from
+    // a stream of its own, so that the schedule does not move.
+    let mut retries = StdRng::seed_from_u64(seed ^ RETRIES);
     let started = Instant::now();
     let mut faults = BTreeMap::new();
-    let mut round = Vec::new();
+    let mut plan = schedule.next();
+    let mut pause = plan.gap;
     // A replica lost for good, and when a new one takes its place.
     let mut replacement: Option<(usize, Instant)> = None;
     while started.elapsed() < length {
-        thread::sleep(Duration::from_millis(rng.random_range(500..2_000)));
+        thread::sleep(pause);
+        pause = Duration::from_millis(retries.random_range(500..2_000));
         let Some(master) = group.master() else {
             continue;
         };
@@ -855,31 +943,25 @@ fn nemesis(
             replacement = None;
             continue;
         }
-        if round.is_empty() {
-            round = Fault::ALL.to_vec();
-            if partitions() {
-                // Three nodes throughout: the partition needs a replica on each side.
-                round.retain(|fault| !matches!(fault, Fault::ReplicaLost));
-                round.push(Fault::SentinelsCutOff);
-            }
-            round.shuffle(&mut rng);
-        }
-        let fault = round.pop().expect("a fault");
         let began = history.now_us();
-        let done = fault.inflict(group, master, run, &mut rng, down_after + FAILOVER_MARGIN);
+        let fault = plan.fault;
+        let done = fault.inflict(group, master, run, &plan, down_after + FAILOVER_MARGIN);
         run.faults.lock().expect("faults").push((began, done));
+        run.schedule
+            .lock()
+            .expect("schedule")
+            .push(format!("+{}ms:{fault:?}", plan.gap.as_millis()));
         *faults.entry(done).or_default() += 1;
         if done == Fault::ReplicaLost.name()
             && let Some(&lost) = group.lost_servers().first()
         {
             run.lost_periods.lock().expect("lost periods").begin(began);
-            let after = Duration::from_millis(rng.random_range(REPLACED_AFTER));
-            replacement = Some((lost, Instant::now() + after));
+            replacement = Some((lost, Instant::now() + plan.replaced_after));
         }
         // Half the time the next fault waits for the group to settle (the Sentinels make an old
         // master a replica some seconds later); the other half it comes while they still
         // reconfigure, as a nemesis in production would.
-        if rng.random_bool(0.5) && !group.settle(down_after + SETTLE_MARGIN) {
+        if plan.settle && !group.settle(down_after + SETTLE_MARGIN) {
             eprintln!(
                 "chaos: not settled {:?} after {done}: {}",
                 down_after + SETTLE_MARGIN,
@@ -897,8 +979,22 @@ fn nemesis(
                 *faults.entry(ran).or_default() += 1;
             }
         }
+        plan = schedule.next();
+        pause = plan.gap;
     }
     faults
+}
+
+/// The nemesis's faults in the order it did them, each as the pause before it and its kind
+/// (`+812ms:Kill`): the same seed's run with the module and its control print the same, but
+/// for where each ended.
+fn schedule_line(seed: u64, run: &Run) -> String {
+    let schedule = run.schedule.lock().expect("schedule");
+    format!(
+        "chaos schedule (seed {seed}): {} faults: {}",
+        schedule.len(),
+        schedule.join(" ")
+    )
 }
 
 /// One client: finds the master through Sentinel, then acquires (through `leasehold-client`,
