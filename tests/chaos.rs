@@ -87,7 +87,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufReader, Write};
 use std::ops::Range;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -281,9 +281,19 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         Vec::new()
     };
 
+    let writer = {
+        let (urls, history, run) = (
+            group.sentinel_urls(),
+            Arc::clone(&history),
+            Arc::clone(&run),
+        );
+        thread::spawn(move || plain_writer(&urls, &history, &run))
+    };
     let length = Duration::from_secs(seconds);
+    let started_us = history.now_us();
     let mut faults = nemesis(&mut group, &history, &run, (length, timing), seed);
     run.stop.store(true, Ordering::SeqCst);
+    writer.join().expect("plain SET worker");
     for client in clients {
         client.join().expect("client thread");
     }
@@ -393,6 +403,13 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         run.observed.load(Ordering::SeqCst),
     );
     availability(&grants, &designated, history.now_us(), &run);
+    let (line, written) = writable(
+        &run,
+        (started_us, length),
+        (first_master, &switches),
+        Some(&designated),
+    );
+    eprintln!("{line}");
     if kill_clients() {
         eprintln!(
             "{}",
@@ -426,6 +443,7 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         "an observer missed a vacancy between two terms"
     );
     assert!(designated.len() >= 100, "only {} grants", designated.len());
+    assert!(written > 0, "the plain SET worker never wrote to a master");
 }
 
 /// The default class's grants over the unsynced class's among `grants`.
@@ -443,11 +461,76 @@ fn share<'a>(grants: impl IntoIterator<Item = &'a Grant>) -> f64 {
 
 /// The kind of the fault that began last at or before `second` (of the run's clock), or "none".
 fn fault_before(faults: &[(u64, &'static str)], second: u64) -> &'static str {
+    fault_before_us(faults, second * 1_000_000)
+}
+
+/// The kind of the fault that began last at or before `at_us` (on the run's clock), or "none".
+fn fault_before_us(faults: &[(u64, &'static str)], at_us: u64) -> &'static str {
     faults
         .iter()
-        .take_while(|(began, _)| *began <= second * 1_000_000)
+        .take_while(|(began, _)| *began <= at_us)
         .last()
         .map_or("none", |(_, kind)| *kind)
+}
+
+/// Redis's own availability, in one line: the seconds of the nemesis's `length` from
+/// `started_us` (whole seconds from there, on the history's clock) in which a plain `SET`
+/// succeeded on the server Sentinel had designated master (`first` until the first of
+/// `switches`), and those without, by the fault before them; with the module, beside them the
+/// seconds in which the default class was granted something by a designated master (of
+/// `designated`: when its grant was acknowledged). Also returns the seconds with a `SET`.
+fn writable(
+    run: &Run,
+    (started_us, length): (u64, Duration),
+    (first, switches): (u16, &[(u64, u16)]),
+    designated: Option<&[&Grant]>,
+) -> (String, usize) {
+    let seconds = length.as_secs();
+    let second_of = |at_us: u64| {
+        at_us
+            .checked_sub(started_us)
+            .map(|us| us / 1_000_000)
+            .filter(|second| *second < seconds)
+    };
+    let written: BTreeSet<u64> = run
+        .plain_writes
+        .lock()
+        .expect("plain writes")
+        .iter()
+        .filter(|(at_us, server)| history::designated(first, switches, *at_us) == *server)
+        .filter_map(|(at_us, _)| second_of(*at_us))
+        .collect();
+    let faults = run.faults.lock().expect("faults");
+    let mut without: BTreeMap<&str, u64> = BTreeMap::new();
+    for second in (0..seconds).filter(|second| !written.contains(second)) {
+        *without
+            .entry(fault_before_us(&faults, started_us + second * 1_000_000))
+            .or_default() += 1;
+    }
+    let mut line = format!(
+        "chaos writable: {} s of {seconds} s with a master taking plain SET ({} s without; by \
+         the fault before them: {without:?})",
+        written.len(),
+        seconds - written.len() as u64,
+    );
+    match designated {
+        Some(designated) => {
+            let granted: BTreeSet<u64> = designated
+                .iter()
+                .filter(|grant| grant.lock.starts_with(Class::InSync.name()))
+                .filter_map(|grant| second_of(grant.acknowledged_us))
+                .collect();
+            line += &format!(
+                "; beside them, the default class (synced to the in-sync set) was granted \
+                 something in {} s ({} of the {} with a master taking plain SET)",
+                granted.len(),
+                granted.intersection(&written).count(),
+                written.len(),
+            );
+        }
+        None => line += "; the control: Redis and Sentinel without the module",
+    }
+    (line, written.len())
 }
 
 /// What the safe default cost in availability, printed: the default class's grants as a share
@@ -578,6 +661,9 @@ struct Run {
     /// Holder processes the crashers started, and those killed while holding.
     holder_processes: AtomicU64,
     kills: Mutex<Vec<Kill>>,
+    /// When the plain `SET` worker's writes succeeded (µs on the history's clock, at the
+    /// reply), and on which server ([`plain_writer`]).
+    plain_writes: Mutex<Vec<(u64, u16)>>,
     /// The nemesis's faults in order, each as the pause before it and its kind
     /// ([`schedule_line`]).
     schedule: Mutex<Vec<String>>,
@@ -1052,6 +1138,51 @@ fn client(
             {
                 break;
             }
+        }
+    }
+}
+
+/// How long the plain `SET` worker waits between writes, and for a connection or a reply.
+const PLAIN_PAUSE: Duration = Duration::from_millis(15);
+const PLAIN_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Redis's own availability, measured as an application would: finds the master through
+/// Sentinel (as the clients do), then `SET chaos:plain:<n> <µs>` (`n` the write's number modulo
+/// 1 000, so that the data stays small) every [`PLAIN_PAUSE`] with a
+/// [`PLAIN_TIMEOUT`], recording when each write succeeded and on which server; on any error
+/// (`READONLY` from a master turned replica, a timeout, a closed connection) it asks Sentinel
+/// again. In every run, with the module and in the control ([`writable`]).
+fn plain_writer(sentinel_urls: &[String], history: &History, run: &Run) {
+    let mut sentinel = redis::sentinel::Sentinel::build(sentinel_urls.to_vec()).expect("urls");
+    let mut n: u64 = 0;
+    while !run.stop.load(Ordering::SeqCst) {
+        let Ok((host, port)) = master_address(&mut sentinel) else {
+            thread::sleep(PLAIN_PAUSE);
+            continue;
+        };
+        let Ok(mut con) = redis::Client::open(format!("redis://{host}:{port}"))
+            .and_then(|client| client.get_connection_with_timeout(PLAIN_TIMEOUT))
+        else {
+            thread::sleep(PLAIN_PAUSE);
+            continue;
+        };
+        let _ = con.set_read_timeout(Some(PLAIN_TIMEOUT));
+        let _ = con.set_write_timeout(Some(PLAIN_TIMEOUT));
+        while !run.stop.load(Ordering::SeqCst) {
+            n += 1;
+            let set = redis::cmd("SET")
+                .arg(format!("chaos:plain:{}", n % 1_000))
+                .arg(history.now_us())
+                .exec(&mut con);
+            if set.is_err() {
+                thread::sleep(PLAIN_PAUSE);
+                break;
+            }
+            run.plain_writes
+                .lock()
+                .expect("plain writes")
+                .push((history.now_us(), port));
+            thread::sleep(PLAIN_PAUSE);
         }
     }
 }
