@@ -24,7 +24,9 @@
 //! term's leader with no vacancy between. Now and then a client freezes past its lease while
 //! holding (as a `SIGSTOP`ped or GC-paused process would; the clients are threads of this
 //! test, and the freeze blocks the watchdog too) and writes late. A nemesis, at random
-//! moments, each kind once per round in a random order: `kill -9` of the master (it comes back
+//! moments, each kind once per round in a random order (drawn from the seed alone, each fault
+//! with every choice it may make, so that a seed repeats its schedule whatever the group does;
+//! the run prints it): `kill -9` of the master (it comes back
 //! at once or after the failover, with its own configuration — so as a master — or as a
 //! replica), `kill -9` of the master and back within a second, the master killed and back at
 //! once with its original configuration (the first master as a master, the others as replicas
@@ -56,6 +58,18 @@
 //! masters' grants only) with a verdict against 0.5x, the seconds the unsynced class was granted
 //! something and the default class nothing, by the fault before them, its refusals by reason,
 //! and the seconds in which no master granted anything.
+//!
+//! Beside the lock clients, a plain `SET` worker finds the master through Sentinel as they do
+//! and writes every 15 ms (500 ms timeout, asking Sentinel again on any error): a line tells
+//! in how many of the run's seconds (of `LEASEHOLD_CHAOS_SECONDS`, from the nemesis's start)
+//! Redis itself took a write on the master Sentinel had designated, how many it did not, by
+//! the fault before them, and beside them in how many the default class was granted something.
+//! `LEASEHOLD_CHAOS_CONTROL=1` is its control: the same layout, persistence and timing without
+//! the module, the same seed's schedule, the plain `SET` worker as the only client, and no
+//! check of the module; the `FAILOVER` command is not sent (only the module refuses it), and a
+//! group that does not settle gets no person running what `INFO lock` names (there is none).
+//! `make chaos` runs it after the run at Sentinel's defaults, with the same seed, and fails if
+//! the module's run had more than 10 % more seconds without a master taking writes.
 //!
 //! `LEASEHOLD_CHAOS_SECONDS` sets the length (default 20, as in `make test`; `make chaos
 //! DURATION=600` for ten minutes), `LEASEHOLD_CHAOS_SEED` the seed (default: new each run).
@@ -223,6 +237,11 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| u64::from(std::process::id()) ^ common::now_ms().unsigned_abs());
     let history = Arc::new(History::new());
+    let timing = timing();
+    if control() {
+        control_run(seconds, seed, &history, timing);
+        return;
+    }
     // No lock.restart-delay-ms: a master back at once without the grants it last acknowledged
     // — empty, or from an older RDB — waits out their leases by itself (the lease horizon), so
     // that it grants none of them again while their holders still count on them.
@@ -231,7 +250,6 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
     } else {
         &[]
     };
-    let timing = timing();
     let mut group = Group::with(&history, module_args, timing);
     let first_master = group.addresses[0];
     let run = Arc::new(Run::default());
@@ -281,14 +299,7 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         Vec::new()
     };
 
-    let writer = {
-        let (urls, history, run) = (
-            group.sentinel_urls(),
-            Arc::clone(&history),
-            Arc::clone(&run),
-        );
-        thread::spawn(move || plain_writer(&urls, &history, &run))
-    };
+    let writer = spawn_plain_writer(&group, &history, &run);
     let length = Duration::from_secs(seconds);
     let started_us = history.now_us();
     let mut faults = nemesis(&mut group, &history, &run, (length, timing), seed);
@@ -443,6 +454,42 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         "an observer missed a vacancy between two terms"
     );
     assert!(designated.len() >= 100, "only {} grants", designated.len());
+    assert!(written > 0, "the plain SET worker never wrote to a master");
+}
+
+/// `LEASEHOLD_CHAOS_CONTROL`: the run's control. The same layout (a master and two replicas,
+/// with the same persistence, behind their proxies; three Sentinels with the same timing),
+/// started without the module, under the same seed's faults ([`Schedule`]), with the plain
+/// `SET` worker as its only client: no lock clients, electors, crashers or observers, and no
+/// check of the module. What only the module gives the nemesis is left out: the `FAILOVER`
+/// command is not sent (the module refuses it under Sentinel; plain Redis would carry it out,
+/// which Sentinel does not follow: redis/redis#13118), and when the group does not settle,
+/// the person paged has no `INFO lock` naming what to run, and does nothing. Prints the
+/// faults, the schedule, and the seconds with a master taking plain `SET`.
+fn control_run(seconds: u64, seed: u64, history: &Arc<History>, timing: Timing) {
+    let mut group = Group::without_module(history, timing);
+    let first_master = group.addresses[0];
+    let run = Arc::new(Run {
+        control: true,
+        ..Run::default()
+    });
+    let writer = spawn_plain_writer(&group, history, &run);
+    let length = Duration::from_secs(seconds);
+    let started_us = history.now_us();
+    let faults = nemesis(&mut group, history, &run, (length, timing), seed);
+    run.stop.store(true, Ordering::SeqCst);
+    writer.join().expect("plain SET worker");
+    let switches = group.switches();
+    eprintln!(
+        "chaos control: {seconds} s (seed {seed}, down-after-milliseconds {}), Redis and \
+         Sentinel without the module, the plain SET worker alone, faults {faults:?}, {} \
+         failovers",
+        timing.down_after_ms,
+        switches.len(),
+    );
+    eprintln!("{}", schedule_line(seed, &run));
+    let (line, written) = writable(&run, (started_us, length), (first_master, &switches), None);
+    eprintln!("{line}");
     assert!(written > 0, "the plain SET worker never wrote to a master");
 }
 
@@ -634,6 +681,12 @@ fn timing() -> Timing {
     }
 }
 
+/// `LEASEHOLD_CHAOS_CONTROL` (but not `=0`): the run's control, without the module
+/// ([`control_run`]).
+fn control() -> bool {
+    std::env::var("LEASEHOLD_CHAOS_CONTROL").is_ok_and(|value| !value.is_empty() && value != "0")
+}
+
 /// `LEASEHOLD_CHAOS_STRICT`: every server runs with `lock.insync-strict yes`.
 fn strict() -> bool {
     std::env::var_os("LEASEHOLD_CHAOS_STRICT").is_some()
@@ -649,6 +702,8 @@ fn kill_clients() -> bool {
 /// What the clients share.
 #[derive(Default)]
 struct Run {
+    /// The control, without the module ([`control_run`]).
+    control: bool,
     stop: AtomicBool,
     operations: AtomicU64,
     classes: [ClassStats; 3],
@@ -868,6 +923,8 @@ impl Fault {
                 thread::sleep(plan.partitioned);
                 group.heal();
             }
+            // Without the module there is nothing to refuse it, and Redis would carry it out.
+            Fault::FailoverCommand if run.control => return "FAILOVER not sent (the control)",
             Fault::FailoverCommand => {
                 let replicas = group.live_replicas(master);
                 let Some(&target) = replicas.get(plan.replica % replicas.len().max(1)) else {
@@ -1054,8 +1111,11 @@ fn nemesis(
                 group.describe()
             );
             *faults.entry("group did not settle").or_default() += 1;
-            // The person on call, paged, runs what the module names (a replication cycle).
-            if let Some(server) = group.run_what_the_module_names() {
+            // The person on call, paged, runs what the module names (a replication cycle); in
+            // the control no INFO lock names anything, and they do nothing.
+            if !run.control
+                && let Some(server) = group.run_what_the_module_names()
+            {
                 eprintln!("chaos: ran REPLICAOF NO ONE on server {server}, as INFO lock named");
                 let ran = "REPLICAOF NO ONE, as INFO lock named (not settled)";
                 run.faults
@@ -1140,6 +1200,16 @@ fn client(
             }
         }
     }
+}
+
+/// Starts [`plain_writer`] on `group`.
+fn spawn_plain_writer(
+    group: &Group,
+    history: &Arc<History>,
+    run: &Arc<Run>,
+) -> thread::JoinHandle<()> {
+    let (urls, history, run) = (group.sentinel_urls(), Arc::clone(history), Arc::clone(run));
+    thread::spawn(move || plain_writer(&urls, &history, &run))
 }
 
 /// How long the plain `SET` worker waits between writes, and for a connection or a reply.
