@@ -60,7 +60,8 @@
 //! and the seconds in which no master granted anything.
 //!
 //! Beside the lock clients, a plain `SET` worker finds the master through Sentinel as they do
-//! and writes every 15 ms (500 ms timeout, asking Sentinel again on any error): a line tells
+//! and writes every 15 ms (500 ms timeout; it moves to the master Sentinel names on any error,
+//! and when Sentinel, asked every 250 ms, names another): a line tells
 //! in how many of the run's seconds (of `LEASEHOLD_CHAOS_SECONDS`, from the nemesis's start)
 //! Redis itself took a write on the master Sentinel had designated, how many it did not, by
 //! the fault before them, and beside them in how many the default class was granted something.
@@ -1215,13 +1216,16 @@ fn spawn_plain_writer(
 /// How long the plain `SET` worker waits between writes, and for a connection or a reply.
 const PLAIN_PAUSE: Duration = Duration::from_millis(15);
 const PLAIN_TIMEOUT: Duration = Duration::from_millis(500);
+/// How often the plain `SET` worker asks Sentinel which master to write to, while it writes.
+const PLAIN_ASK_EVERY: Duration = Duration::from_millis(250);
 
 /// Redis's own availability, measured as an application would: finds the master through
 /// Sentinel (as the clients do), then `SET chaos:plain:<n> <µs>` (`n` the write's number modulo
 /// 1 000, so that the data stays small) every [`PLAIN_PAUSE`] with a
 /// [`PLAIN_TIMEOUT`], recording when each write succeeded and on which server; on any error
-/// (`READONLY` from a master turned replica, a timeout, a closed connection) it asks Sentinel
-/// again. In every run, with the module and in the control ([`writable`]).
+/// (`READONLY` from a master turned replica, a timeout, a closed connection), or when Sentinel
+/// names another master (asked every [`PLAIN_ASK_EVERY`]), it connects to the one Sentinel
+/// names. In every run, with the module and in the control ([`writable`]).
 fn plain_writer(sentinel_urls: &[String], history: &History, run: &Run) {
     let mut sentinel = redis::sentinel::Sentinel::build(sentinel_urls.to_vec()).expect("urls");
     let mut n: u64 = 0;
@@ -1238,6 +1242,7 @@ fn plain_writer(sentinel_urls: &[String], history: &History, run: &Run) {
         };
         let _ = con.set_read_timeout(Some(PLAIN_TIMEOUT));
         let _ = con.set_write_timeout(Some(PLAIN_TIMEOUT));
+        let mut asked = Instant::now();
         while !run.stop.load(Ordering::SeqCst) {
             n += 1;
             let set = redis::cmd("SET")
@@ -1252,6 +1257,15 @@ fn plain_writer(sentinel_urls: &[String], history: &History, run: &Run) {
                 .lock()
                 .expect("plain writes")
                 .push((history.now_us(), port));
+            // An old master back before the Sentinels demote it takes writes (that its
+            // demotion discards): move to the one they name, as Jedis and Lettuce do on
+            // `+switch-master`.
+            if asked.elapsed() >= PLAIN_ASK_EVERY {
+                asked = Instant::now();
+                if master_address(&mut sentinel).is_ok_and(|(_, named)| named != port) {
+                    break;
+                }
+            }
             thread::sleep(PLAIN_PAUSE);
         }
     }
