@@ -19,7 +19,7 @@ build: deps ## build the module: target/release/libleasehold.so
 test: deps ## build, then run every test (module, Rust, Python and Node clients) on Redis 7.0, 8.2 and Valkey 8.1 (or LEASEHOLD_SERVER)
 	scripts/test.sh
 
-chaos: deps ## fencing under random crashes, pauses, partitions and Sentinel failovers for $(DURATION) s on each server (or LEASEHOLD_SERVER), then at least 300 s at Sentinel's default timeouts
+chaos: deps ## fencing under random crashes, pauses, partitions and Sentinel failovers for $(DURATION) s on each server (or LEASEHOLD_SERVER), then at least 300 s at Sentinel's default timeouts beside its control without the module
 	scripts/chaos.sh $(DURATION)
 
 fuzz: ## run every libFuzzer target in fuzz/ for $(FUZZ_SECONDS) s each (cargo fuzz, installed if missing)

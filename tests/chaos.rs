@@ -24,7 +24,9 @@
 //! term's leader with no vacancy between. Now and then a client freezes past its lease while
 //! holding (as a `SIGSTOP`ped or GC-paused process would; the clients are threads of this
 //! test, and the freeze blocks the watchdog too) and writes late. A nemesis, at random
-//! moments, each kind once per round in a random order: `kill -9` of the master (it comes back
+//! moments, each kind once per round in a random order (drawn from the seed alone, each fault
+//! with every choice it may make, so that a seed repeats its schedule whatever the group does;
+//! the run prints it): `kill -9` of the master (it comes back
 //! at once or after the failover, with its own configuration — so as a master — or as a
 //! replica), `kill -9` of the master and back within a second, the master killed and back at
 //! once with its original configuration (the first master as a master, the others as replicas
@@ -57,6 +59,19 @@
 //! something and the default class nothing, by the fault before them, its refusals by reason,
 //! and the seconds in which no master granted anything.
 //!
+//! Beside the lock clients, a plain `SET` worker finds the master through Sentinel as they do
+//! and writes every 15 ms (500 ms timeout; it moves to the master Sentinel names on any error,
+//! and when Sentinel, asked every 250 ms, names another): a line tells
+//! in how many of the run's seconds (of `LEASEHOLD_CHAOS_SECONDS`, from the nemesis's start)
+//! Redis itself took a write on the master Sentinel had designated, how many it did not, by
+//! the fault before them, and beside them in how many the default class was granted something.
+//! `LEASEHOLD_CHAOS_CONTROL=1` is its control: the same layout, persistence and timing without
+//! the module, the same seed's schedule, the plain `SET` worker as the only client, and no
+//! check of the module; the `FAILOVER` command is not sent (only the module refuses it), and a
+//! group that does not settle gets no person running what `INFO lock` names (there is none).
+//! `make chaos` runs it after the run at Sentinel's defaults, with the same seed, and fails if
+//! the module's run had more than 10 % more seconds without a master taking writes.
+//!
 //! `LEASEHOLD_CHAOS_SECONDS` sets the length (default 20, as in `make test`; `make chaos
 //! DURATION=600` for ten minutes), `LEASEHOLD_CHAOS_SEED` the seed (default: new each run).
 //! `LEASEHOLD_CHAOS_PARTITIONS=1` adds a partition that cuts the master and a replica off from
@@ -87,7 +102,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufReader, Write};
 use std::ops::Range;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -118,6 +133,8 @@ const LEASE: Duration = Duration::from_secs(1);
 const QUEUE_WAIT: Duration = Duration::from_millis(300);
 /// How long after a replica is lost for good a new, empty one takes its place.
 const REPLACED_AFTER: Range<u64> = 30_000..60_000;
+/// The nemesis's pauses that no fault follows draw from the seed xor this ([`nemesis`]).
+const RETRIES: u64 = 0x9e37_79b9_7f4a_7c15;
 /// How long past `down-after-milliseconds` a fault waits for the failover it may cause.
 const FAILOVER_MARGIN: Duration = Duration::from_secs(14);
 /// How long past `down-after-milliseconds` the group may take to settle after a fault before
@@ -221,6 +238,11 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| u64::from(std::process::id()) ^ common::now_ms().unsigned_abs());
     let history = Arc::new(History::new());
+    let timing = timing();
+    if control() {
+        control_run(seconds, seed, &history, timing);
+        return;
+    }
     // No lock.restart-delay-ms: a master back at once without the grants it last acknowledged
     // — empty, or from an older RDB — waits out their leases by itself (the lease horizon), so
     // that it grants none of them again while their holders still count on them.
@@ -229,7 +251,6 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
     } else {
         &[]
     };
-    let timing = timing();
     let mut group = Group::with(&history, module_args, timing);
     let first_master = group.addresses[0];
     let run = Arc::new(Run::default());
@@ -279,9 +300,12 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         Vec::new()
     };
 
+    let writer = spawn_plain_writer(&group, &history, &run);
     let length = Duration::from_secs(seconds);
+    let started_us = history.now_us();
     let mut faults = nemesis(&mut group, &history, &run, (length, timing), seed);
     run.stop.store(true, Ordering::SeqCst);
+    writer.join().expect("plain SET worker");
     for client in clients {
         client.join().expect("client thread");
     }
@@ -381,6 +405,7 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
             "OUT OF ORDER"
         },
     );
+    eprintln!("{}", schedule_line(seed, &run));
     let out_of_order = run.out_of_order.load(Ordering::SeqCst);
     eprintln!(
         "chaos elections: {} terms (in the grants above, a key per class), {} states told to \
@@ -390,6 +415,13 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         run.observed.load(Ordering::SeqCst),
     );
     availability(&grants, &designated, history.now_us(), &run);
+    let (line, written) = writable(
+        &run,
+        (started_us, length),
+        (first_master, &switches),
+        Some(&designated),
+    );
+    eprintln!("{line}");
     if kill_clients() {
         eprintln!(
             "{}",
@@ -423,6 +455,43 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         "an observer missed a vacancy between two terms"
     );
     assert!(designated.len() >= 100, "only {} grants", designated.len());
+    assert!(written > 0, "the plain SET worker never wrote to a master");
+}
+
+/// `LEASEHOLD_CHAOS_CONTROL`: the run's control. The same layout (a master and two replicas,
+/// with the same persistence, behind their proxies; three Sentinels with the same timing),
+/// started without the module, under the same seed's faults ([`Schedule`]), with the plain
+/// `SET` worker as its only client: no lock clients, electors, crashers or observers, and no
+/// check of the module. What only the module gives the nemesis is left out: the `FAILOVER`
+/// command is not sent (the module refuses it under Sentinel; plain Redis would carry it out,
+/// which Sentinel does not follow: redis/redis#13118), and when the group does not settle,
+/// the person paged has no `INFO lock` naming what to run, and does nothing. Prints the
+/// faults, the schedule, and the seconds with a master taking plain `SET`.
+fn control_run(seconds: u64, seed: u64, history: &Arc<History>, timing: Timing) {
+    let mut group = Group::without_module(history, timing);
+    let first_master = group.addresses[0];
+    let run = Arc::new(Run {
+        control: true,
+        ..Run::default()
+    });
+    let writer = spawn_plain_writer(&group, history, &run);
+    let length = Duration::from_secs(seconds);
+    let started_us = history.now_us();
+    let faults = nemesis(&mut group, history, &run, (length, timing), seed);
+    run.stop.store(true, Ordering::SeqCst);
+    writer.join().expect("plain SET worker");
+    let switches = group.switches();
+    eprintln!(
+        "chaos control: {seconds} s (seed {seed}, down-after-milliseconds {}), Redis and \
+         Sentinel without the module, the plain SET worker alone, faults {faults:?}, {} \
+         failovers",
+        timing.down_after_ms,
+        switches.len(),
+    );
+    eprintln!("{}", schedule_line(seed, &run));
+    let (line, written) = writable(&run, (started_us, length), (first_master, &switches), None);
+    eprintln!("{line}");
+    assert!(written > 0, "the plain SET worker never wrote to a master");
 }
 
 /// The default class's grants over the unsynced class's among `grants`.
@@ -440,11 +509,76 @@ fn share<'a>(grants: impl IntoIterator<Item = &'a Grant>) -> f64 {
 
 /// The kind of the fault that began last at or before `second` (of the run's clock), or "none".
 fn fault_before(faults: &[(u64, &'static str)], second: u64) -> &'static str {
+    fault_before_us(faults, second * 1_000_000)
+}
+
+/// The kind of the fault that began last at or before `at_us` (on the run's clock), or "none".
+fn fault_before_us(faults: &[(u64, &'static str)], at_us: u64) -> &'static str {
     faults
         .iter()
-        .take_while(|(began, _)| *began <= second * 1_000_000)
+        .take_while(|(began, _)| *began <= at_us)
         .last()
         .map_or("none", |(_, kind)| *kind)
+}
+
+/// Redis's own availability, in one line: the seconds of the nemesis's `length` from
+/// `started_us` (whole seconds from there, on the history's clock) in which a plain `SET`
+/// succeeded on the server Sentinel had designated master (`first` until the first of
+/// `switches`), and those without, by the fault before them; with the module, beside them the
+/// seconds in which the default class was granted something by a designated master (of
+/// `designated`: when its grant was acknowledged). Also returns the seconds with a `SET`.
+fn writable(
+    run: &Run,
+    (started_us, length): (u64, Duration),
+    (first, switches): (u16, &[(u64, u16)]),
+    designated: Option<&[&Grant]>,
+) -> (String, usize) {
+    let seconds = length.as_secs();
+    let second_of = |at_us: u64| {
+        at_us
+            .checked_sub(started_us)
+            .map(|us| us / 1_000_000)
+            .filter(|second| *second < seconds)
+    };
+    let written: BTreeSet<u64> = run
+        .plain_writes
+        .lock()
+        .expect("plain writes")
+        .iter()
+        .filter(|(at_us, server)| history::designated(first, switches, *at_us) == *server)
+        .filter_map(|(at_us, _)| second_of(*at_us))
+        .collect();
+    let faults = run.faults.lock().expect("faults");
+    let mut without: BTreeMap<&str, u64> = BTreeMap::new();
+    for second in (0..seconds).filter(|second| !written.contains(second)) {
+        *without
+            .entry(fault_before_us(&faults, started_us + second * 1_000_000))
+            .or_default() += 1;
+    }
+    let mut line = format!(
+        "chaos writable: {} s of {seconds} s with a master taking plain SET ({} s without; by \
+         the fault before them: {without:?})",
+        written.len(),
+        seconds - written.len() as u64,
+    );
+    match designated {
+        Some(designated) => {
+            let granted: BTreeSet<u64> = designated
+                .iter()
+                .filter(|grant| grant.lock.starts_with(Class::InSync.name()))
+                .filter_map(|grant| second_of(grant.acknowledged_us))
+                .collect();
+            line += &format!(
+                "; beside them, the default class (synced to the in-sync set) was granted \
+                 something in {} s ({} of the {} with a master taking plain SET)",
+                granted.len(),
+                granted.intersection(&written).count(),
+                written.len(),
+            );
+        }
+        None => line += "; the control: Redis and Sentinel without the module",
+    }
+    (line, written.len())
 }
 
 /// What the safe default cost in availability, printed: the default class's grants as a share
@@ -548,6 +682,12 @@ fn timing() -> Timing {
     }
 }
 
+/// `LEASEHOLD_CHAOS_CONTROL` (but not `=0`): the run's control, without the module
+/// ([`control_run`]).
+fn control() -> bool {
+    std::env::var("LEASEHOLD_CHAOS_CONTROL").is_ok_and(|value| !value.is_empty() && value != "0")
+}
+
 /// `LEASEHOLD_CHAOS_STRICT`: every server runs with `lock.insync-strict yes`.
 fn strict() -> bool {
     std::env::var_os("LEASEHOLD_CHAOS_STRICT").is_some()
@@ -563,6 +703,8 @@ fn kill_clients() -> bool {
 /// What the clients share.
 #[derive(Default)]
 struct Run {
+    /// The control, without the module ([`control_run`]).
+    control: bool,
     stop: AtomicBool,
     operations: AtomicU64,
     classes: [ClassStats; 3],
@@ -575,6 +717,12 @@ struct Run {
     /// Holder processes the crashers started, and those killed while holding.
     holder_processes: AtomicU64,
     kills: Mutex<Vec<Kill>>,
+    /// When the plain `SET` worker's writes succeeded (µs on the history's clock, at the
+    /// reply), and on which server ([`plain_writer`]).
+    plain_writes: Mutex<Vec<(u64, u16)>>,
+    /// The nemesis's faults in order, each as the pause before it and its kind
+    /// ([`schedule_line`]).
+    schedule: Mutex<Vec<String>>,
     /// `FAILOVER` commands the module did not refuse (it must refuse every one).
     failovers_let_through: AtomicU64,
     /// When a replica was lost for good, until a new one took its place.
@@ -635,7 +783,7 @@ impl Run {
 }
 
 /// What the nemesis does to the master.
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 enum Fault {
     /// `kill -9`; it comes back with what its persistence kept (or empty), after the failover or
     /// at once, with its own configuration (as a master) or as a replica.
@@ -700,14 +848,15 @@ impl Fault {
         }
     }
 
-    /// Does it to `master` and waits for what follows (a failover, the pause's end); returns
-    /// what was done, in the words of the summary (a `kill -9` says how the master came back).
+    /// Does it to `master`, with the choices `plan` drew for it, and waits for what follows (a
+    /// failover, the pause's end); returns what was done, in the words of the summary (a `kill
+    /// -9` says how the master came back).
     fn inflict(
         self,
         group: &mut Group,
         master: usize,
         run: &Run,
-        rng: &mut StdRng,
+        plan: &Planned,
         failover_within: Duration,
     ) -> &'static str {
         match self {
@@ -716,17 +865,16 @@ impl Fault {
                 // Back after the failover, or at once (a supervisor restarting it, before or
                 // while the Sentinels fail over); mostly with its own configuration, so as a
                 // master, sometimes as a replica of the new master.
-                let after_failover = rng.random_bool(0.5);
-                if after_failover {
+                if plan.after_failover {
                     group.wait_for_failover(master, failover_within);
                 } else {
-                    thread::sleep(Duration::from_millis(rng.random_range(0..2_000)));
+                    thread::sleep(plan.down);
                 }
-                let lost_volume = rng.random_bool(0.5);
-                let as_replica = rng.random_bool(0.3);
-                let replica_of = group.master().filter(|new| *new != master && as_replica);
-                group.restart(master, lost_volume, replica_of);
-                return match (replica_of, after_failover, group.persistence[master]) {
+                let replica_of = group
+                    .master()
+                    .filter(|new| *new != master && plan.as_replica);
+                group.restart(master, plan.lost_volume, replica_of);
+                return match (replica_of, plan.after_failover, group.persistence[master]) {
                     (Some(_), _, _) => "kill -9, back as a replica",
                     (None, true, _) => "kill -9, back after a failover as a master",
                     (None, false, Persistence::Aof) => "kill -9, back at once from its AOF",
@@ -736,7 +884,7 @@ impl Fault {
             }
             Fault::FastRestart => {
                 group.kill(master);
-                thread::sleep(Duration::from_millis(rng.random_range(0..1_000)));
+                thread::sleep(plan.down / 2);
                 group.restart(master, false, None);
             }
             Fault::RestartOriginal => group.restart_original(master),
@@ -756,8 +904,7 @@ impl Fault {
             }
             Fault::ReplicaLost | Fault::ReplicaLinkCut => {
                 let replicas = group.live_replicas(master);
-                let Some(&replica) = replicas.get(rng.random_range(0..replicas.len().max(1)))
-                else {
+                let Some(&replica) = replicas.get(plan.replica % replicas.len().max(1)) else {
                     return "no replica left to fault";
                 };
                 if matches!(self, Fault::ReplicaLost) && !group.lost_any() {
@@ -765,21 +912,23 @@ impl Fault {
                     return self.name();
                 }
                 group.cut_link(replica);
-                thread::sleep(Duration::from_millis(rng.random_range(3_000..25_000)));
+                thread::sleep(plan.link_cut);
                 group.heal();
                 return Fault::ReplicaLinkCut.name();
             }
             Fault::SentinelsCutOff => {
                 let replicas = group.live_replicas(master);
                 let mut side = vec![master];
-                side.extend(replicas.get(rng.random_range(0..replicas.len().max(1))));
+                side.extend(replicas.get(plan.replica % replicas.len().max(1)));
                 group.partition(&side);
-                thread::sleep(Duration::from_millis(rng.random_range(10_000..40_000)));
+                thread::sleep(plan.partitioned);
                 group.heal();
             }
+            // Without the module there is nothing to refuse it, and Redis would carry it out.
+            Fault::FailoverCommand if run.control => return "FAILOVER not sent (the control)",
             Fault::FailoverCommand => {
                 let replicas = group.live_replicas(master);
-                let Some(&target) = replicas.get(rng.random_range(0..replicas.len().max(1))) else {
+                let Some(&target) = replicas.get(plan.replica % replicas.len().max(1)) else {
                     return "no replica left to fault";
                 };
                 let mut con = group.servers[master].client();
@@ -817,9 +966,87 @@ impl Fault {
     }
 }
 
-/// Faults the master at random moments until `length` is over, every kind once per round in
-/// a random order, half the time without waiting for the group to settle from the last one;
-/// returns the faults by kind.
+/// One fault of the nemesis's schedule, and every choice it may make, drawn from the seed alone
+/// ([`Schedule`]).
+struct Planned {
+    fault: Fault,
+    /// The pause before it.
+    gap: Duration,
+    /// [`Fault::Kill`]: back after the failover, or at once.
+    after_failover: bool,
+    /// How long a master killed and back at once stays down ([`Fault::Kill`]; half of it for
+    /// [`Fault::FastRestart`]).
+    down: Duration,
+    /// [`Fault::Kill`]: a server without persistence comes back empty.
+    lost_volume: bool,
+    /// [`Fault::Kill`]: back as a replica of the new master, if there is one.
+    as_replica: bool,
+    /// Which live replica a fault takes (a replica's, the `FAILOVER` command's target, the
+    /// partition's side): this modulo their number.
+    replica: usize,
+    /// How long a replica's link is cut ([`Fault::ReplicaLinkCut`]).
+    link_cut: Duration,
+    /// How long the partition lasts ([`Fault::SentinelsCutOff`]).
+    partitioned: Duration,
+    /// Whether the next fault waits for the group to settle after this one.
+    settle: bool,
+    /// When a replica this fault loses for good is replaced.
+    replaced_after: Duration,
+}
+
+/// The nemesis's faults in order, from the seed alone: every kind once per round in a random
+/// order, each with a pause before it and every choice it may make. Each fault draws the same
+/// choices whether it uses them or not, and nothing the group does is drawn from here, so a
+/// seed gives the same faults in the same order, each after the same pause, with the module
+/// and in its control (`LEASEHOLD_CHAOS_CONTROL`).
+struct Schedule {
+    rng: StdRng,
+    round: Vec<Fault>,
+}
+
+impl Schedule {
+    fn new(seed: u64) -> Self {
+        Self {
+            rng: StdRng::seed_from_u64(seed),
+            round: Vec::new(),
+        }
+    }
+
+    fn next(&mut self) -> Planned {
+        if self.round.is_empty() {
+            self.round = Fault::ALL.to_vec();
+            if partitions() {
+                // Three nodes throughout: the partition needs a replica on each side.
+                self.round
+                    .retain(|fault| !matches!(fault, Fault::ReplicaLost));
+                self.round.push(Fault::SentinelsCutOff);
+            }
+            self.round.shuffle(&mut self.rng);
+        }
+        let fault = self.round.pop().expect("a fault");
+        let rng = &mut self.rng;
+        let ms =
+            |rng: &mut StdRng, range: Range<u64>| Duration::from_millis(rng.random_range(range));
+        // Drawn in this order (a struct's fields are evaluated as written).
+        Planned {
+            fault,
+            gap: ms(rng, 500..2_000),
+            after_failover: rng.random_bool(0.5),
+            down: ms(rng, 0..2_000),
+            lost_volume: rng.random_bool(0.5),
+            as_replica: rng.random_bool(0.3),
+            replica: rng.random_range(0..1_000_000),
+            link_cut: ms(rng, 3_000..25_000),
+            partitioned: ms(rng, 10_000..40_000),
+            settle: rng.random_bool(0.5),
+            replaced_after: ms(rng, REPLACED_AFTER),
+        }
+    }
+}
+
+/// Faults the master as the [`Schedule`] of `seed` says until `length` is over, half the time
+/// without waiting for the group to settle from the last one; returns the faults by kind, and
+/// keeps the schedule it followed in `run`.
 fn nemesis(
     group: &mut Group,
     history: &History,
@@ -829,14 +1056,19 @@ fn nemesis(
 ) -> BTreeMap<&'static str, u64> {
     // A failover takes `down-after-milliseconds` and some seconds more.
     let down_after = Duration::from_millis(timing.down_after_ms);
-    let mut rng = StdRng::seed_from_u64(seed);
+    let mut schedule = Schedule::new(seed);
+    // A pause that no fault follows (no master yet, or a replica replaced first) is drawn from
+    // a stream of its own, so that the schedule does not move.
+    let mut retries = StdRng::seed_from_u64(seed ^ RETRIES);
     let started = Instant::now();
     let mut faults = BTreeMap::new();
-    let mut round = Vec::new();
+    let mut plan = schedule.next();
+    let mut pause = plan.gap;
     // A replica lost for good, and when a new one takes its place.
     let mut replacement: Option<(usize, Instant)> = None;
     while started.elapsed() < length {
-        thread::sleep(Duration::from_millis(rng.random_range(500..2_000)));
+        thread::sleep(pause);
+        pause = Duration::from_millis(retries.random_range(500..2_000));
         let Some(master) = group.master() else {
             continue;
         };
@@ -855,39 +1087,36 @@ fn nemesis(
             replacement = None;
             continue;
         }
-        if round.is_empty() {
-            round = Fault::ALL.to_vec();
-            if partitions() {
-                // Three nodes throughout: the partition needs a replica on each side.
-                round.retain(|fault| !matches!(fault, Fault::ReplicaLost));
-                round.push(Fault::SentinelsCutOff);
-            }
-            round.shuffle(&mut rng);
-        }
-        let fault = round.pop().expect("a fault");
         let began = history.now_us();
-        let done = fault.inflict(group, master, run, &mut rng, down_after + FAILOVER_MARGIN);
+        let fault = plan.fault;
+        let done = fault.inflict(group, master, run, &plan, down_after + FAILOVER_MARGIN);
         run.faults.lock().expect("faults").push((began, done));
+        run.schedule
+            .lock()
+            .expect("schedule")
+            .push(format!("+{}ms:{fault:?}", plan.gap.as_millis()));
         *faults.entry(done).or_default() += 1;
         if done == Fault::ReplicaLost.name()
             && let Some(&lost) = group.lost_servers().first()
         {
             run.lost_periods.lock().expect("lost periods").begin(began);
-            let after = Duration::from_millis(rng.random_range(REPLACED_AFTER));
-            replacement = Some((lost, Instant::now() + after));
+            replacement = Some((lost, Instant::now() + plan.replaced_after));
         }
         // Half the time the next fault waits for the group to settle (the Sentinels make an old
         // master a replica some seconds later); the other half it comes while they still
         // reconfigure, as a nemesis in production would.
-        if rng.random_bool(0.5) && !group.settle(down_after + SETTLE_MARGIN) {
+        if plan.settle && !group.settle(down_after + SETTLE_MARGIN) {
             eprintln!(
                 "chaos: not settled {:?} after {done}: {}",
                 down_after + SETTLE_MARGIN,
                 group.describe()
             );
             *faults.entry("group did not settle").or_default() += 1;
-            // The person on call, paged, runs what the module names (a replication cycle).
-            if let Some(server) = group.run_what_the_module_names() {
+            // The person on call, paged, runs what the module names (a replication cycle); in
+            // the control no INFO lock names anything, and they do nothing.
+            if !run.control
+                && let Some(server) = group.run_what_the_module_names()
+            {
                 eprintln!("chaos: ran REPLICAOF NO ONE on server {server}, as INFO lock named");
                 let ran = "REPLICAOF NO ONE, as INFO lock named (not settled)";
                 run.faults
@@ -897,8 +1126,22 @@ fn nemesis(
                 *faults.entry(ran).or_default() += 1;
             }
         }
+        plan = schedule.next();
+        pause = plan.gap;
     }
     faults
+}
+
+/// The nemesis's faults in the order it did them, each as the pause before it and its kind
+/// (`+812ms:Kill`): the same seed's run with the module and its control print the same, but
+/// for where each ended.
+fn schedule_line(seed: u64, run: &Run) -> String {
+    let schedule = run.schedule.lock().expect("schedule");
+    format!(
+        "chaos schedule (seed {seed}): {} faults: {}",
+        schedule.len(),
+        schedule.join(" ")
+    )
 }
 
 /// One client: finds the master through Sentinel, then acquires (through `leasehold-client`,
@@ -956,6 +1199,74 @@ fn client(
             {
                 break;
             }
+        }
+    }
+}
+
+/// Starts [`plain_writer`] on `group`.
+fn spawn_plain_writer(
+    group: &Group,
+    history: &Arc<History>,
+    run: &Arc<Run>,
+) -> thread::JoinHandle<()> {
+    let (urls, history, run) = (group.sentinel_urls(), Arc::clone(history), Arc::clone(run));
+    thread::spawn(move || plain_writer(&urls, &history, &run))
+}
+
+/// How long the plain `SET` worker waits between writes, and for a connection or a reply.
+const PLAIN_PAUSE: Duration = Duration::from_millis(15);
+const PLAIN_TIMEOUT: Duration = Duration::from_millis(500);
+/// How often the plain `SET` worker asks Sentinel which master to write to, while it writes.
+const PLAIN_ASK_EVERY: Duration = Duration::from_millis(250);
+
+/// Redis's own availability, measured as an application would: finds the master through
+/// Sentinel (as the clients do), then `SET chaos:plain:<n> <µs>` (`n` the write's number modulo
+/// 1 000, so that the data stays small) every [`PLAIN_PAUSE`] with a
+/// [`PLAIN_TIMEOUT`], recording when each write succeeded and on which server; on any error
+/// (`READONLY` from a master turned replica, a timeout, a closed connection), or when Sentinel
+/// names another master (asked every [`PLAIN_ASK_EVERY`]), it connects to the one Sentinel
+/// names. In every run, with the module and in the control ([`writable`]).
+fn plain_writer(sentinel_urls: &[String], history: &History, run: &Run) {
+    let mut sentinel = redis::sentinel::Sentinel::build(sentinel_urls.to_vec()).expect("urls");
+    let mut n: u64 = 0;
+    while !run.stop.load(Ordering::SeqCst) {
+        let Ok((host, port)) = master_address(&mut sentinel) else {
+            thread::sleep(PLAIN_PAUSE);
+            continue;
+        };
+        let Ok(mut con) = redis::Client::open(format!("redis://{host}:{port}"))
+            .and_then(|client| client.get_connection_with_timeout(PLAIN_TIMEOUT))
+        else {
+            thread::sleep(PLAIN_PAUSE);
+            continue;
+        };
+        let _ = con.set_read_timeout(Some(PLAIN_TIMEOUT));
+        let _ = con.set_write_timeout(Some(PLAIN_TIMEOUT));
+        let mut asked = Instant::now();
+        while !run.stop.load(Ordering::SeqCst) {
+            n += 1;
+            let set = redis::cmd("SET")
+                .arg(format!("chaos:plain:{}", n % 1_000))
+                .arg(history.now_us())
+                .exec(&mut con);
+            if set.is_err() {
+                thread::sleep(PLAIN_PAUSE);
+                break;
+            }
+            run.plain_writes
+                .lock()
+                .expect("plain writes")
+                .push((history.now_us(), port));
+            // An old master back before the Sentinels demote it takes writes (that its
+            // demotion discards): move to the one they name, as Jedis and Lettuce do on
+            // `+switch-master`.
+            if asked.elapsed() >= PLAIN_ASK_EVERY {
+                asked = Instant::now();
+                if master_address(&mut sentinel).is_ok_and(|(_, named)| named != port) {
+                    break;
+                }
+            }
+            thread::sleep(PLAIN_PAUSE);
         }
     }
 }
