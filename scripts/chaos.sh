@@ -2,8 +2,10 @@
 # `make chaos`: tests/chaos.rs for DURATION seconds (the first argument, default 60) on every
 # server of the matrix (scripts/servers.sh), or only on $LEASEHOLD_SERVER when it is set.
 # Each run prints one summary line; it fails on any token regression. Each server also runs
-# tests/failover.rs's test of a person's way out at Sentinel's defaults, which `make test`
-# leaves out (it stops its Sentinels for a minute).
+# tests/failover.rs's long tests at Redis's default timeouts, which `make test` leaves out: a
+# person's way out (it stops its Sentinels for a minute), a down-after-milliseconds raised at
+# runtime, and a Cluster master paused for 60 s then killed; the first server also a failover
+# whose first election fails, done at Sentinel's retry six minutes on.
 # Holder processes killed with kill -9 while holding with a session are on here
 # (LEASEHOLD_CHAOS_KILL_CLIENTS=1, tests/chaos.rs's header; `make test`'s 20 s run leaves them
 # out); LEASEHOLD_CHAOS_KILL_CLIENTS=0 leaves them out here too.
@@ -26,11 +28,16 @@ while read -r name server; do
   echo "=== chaos on $name for $duration s: $("$server" --version)"
   LEASEHOLD_SERVER="$server" LEASEHOLD_CHAOS_SECONDS="$duration" \
     cargo test --test chaos -- --nocapture
-  # A person's way out at Sentinel's defaults: make test leaves it to this run.
+  # The long tests at Redis's defaults: make test leaves them to this run.
   LEASEHOLD_SERVER="$server" cargo test --test failover -- \
-    at_sentinels_defaults_a_persons_promotion_after_the_leases_ended_works
+    at_sentinels_defaults_a_persons_promotion_after_the_leases_ended_works \
+    a_down_after_raised_at_runtime_is_in_the_leases_before_a_failover_can_use_it \
+    at_clusters_default_node_timeout_a_master_paused_60_s_then_killed_is_replaced
 done <<< "$matrix"
 read -r name server <<< "$matrix"
+echo "=== a failover whose first election fails, at Sentinel's defaults, on $name"
+LEASEHOLD_SERVER="$server" cargo test --test failover -- --nocapture \
+  at_sentinels_defaults_a_failover_whose_first_election_fails_is_done_at_the_retry
 long=$(( duration > 300 ? duration : 300 ))
 seed=${LEASEHOLD_CHAOS_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
 mkdir -p build
