@@ -77,6 +77,7 @@ fn lock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
                     set.cycle.as_deref().unwrap_or(""),
                 )?
                 .field("insync_to_run", set.to_run.unwrap_or(""))?
+                .field("insync_way_out", set.way_out.as_deref().unwrap_or(""))?
                 .field("insync_said", hello::said())?
                 .field(
                     "insync_role_check",

@@ -912,6 +912,9 @@ pub struct Fields {
     pub cycle: Option<String>,
     /// A replica: what a person must run on it to end a replication cycle.
     pub to_run: Option<&'static str>,
+    /// A replica that may not be promoted and whose master has been silent for a lease: what a
+    /// person may run to promote it anyway, and what that costs ([`way_out`]).
+    pub way_out: Option<String>,
     /// A master: the one the Sentinels name instead of it, while they do.
     pub replaced_by: Option<String>,
     /// A replica: why its master did not answer its role, if it did not.
@@ -929,14 +932,24 @@ pub fn fields() -> Fields {
     let timing = state
         .timing
         .unwrap_or_else(|| config::insync_timing(insync::lease_ms(failover.ms)));
+    let promotability = if master {
+        Promotability::No
+    } else {
+        state.follower.promotability(now)
+    };
+    let to_run = if master {
+        None
+    } else {
+        state.follower.to_run(now)
+    };
+    let stranded = !master
+        && promotability == Promotability::No
+        && to_run.is_none()
+        && state.follower.silent_ms(now) > timing.timeout_ms;
     Fields {
         members: master.then(|| state.master.members().map(str::to_owned).collect()),
         required: state.master.required(config::min_insync_replicas()),
-        promotability: if master {
-            Promotability::No
-        } else {
-            state.follower.promotability(now)
-        },
+        promotability,
         last_listed: !master && state.follower.named(),
         lease_ms: timing.timeout_ms,
         explicit: config::insync_timeout_ms().is_some(),
@@ -945,13 +958,27 @@ pub fn fields() -> Fields {
         cycle: (!master && state.follower.in_cycle())
             .then(|| state.master_address.clone())
             .flatten(),
-        to_run: if master {
-            None
-        } else {
-            state.follower.to_run(now)
-        },
+        to_run,
+        way_out: stranded.then(way_out),
         replaced_by: state.replaced_by.clone().filter(|_| master),
         role_refused: state.role_refused.clone().filter(|_| !master),
         sentinels: deployment::sentinels(),
     }
+}
+
+/// What a person may run on a replica the module keeps from being promoted while its master is
+/// silent — `lock.allow-unsafe-promotion`, then the promotion the deployment makes — and what
+/// it costs (docs/operations/troubleshooting.md, "No replica can be promoted").
+fn way_out() -> String {
+    let promote = match deployment::named_master() {
+        Some(named) => format!("SENTINEL FAILOVER {} on a Sentinel", named.group),
+        None if Context::dummy().get_flags().contains(ContextFlags::CLUSTER) => {
+            "CLUSTER FAILOVER FORCE here".to_owned()
+        }
+        None => "REPLICAOF NO ONE here".to_owned(),
+    };
+    format!(
+        "CONFIG SET lock.allow-unsafe-promotion yes here, then {promote}; it may lack lock \
+         grants its master counted, so a lock may be held twice (fencing tokens stay larger)"
+    )
 }

@@ -831,11 +831,52 @@ fn sentinel_fails_over(group: &mut Group, upgraded: &mut [bool; 3]) {
     }
 }
 
-/// Issue 54's case 1, at Sentinel's defaults: the master dies while the Sentinels are stopped,
-/// so their first election comes after every lease ended and finds no replica it may promote
-/// (`-failover-abort-no-good-slave`). The way out the troubleshooting guide gives works: on the
-/// replica a person picks, `CONFIG SET lock.allow-unsafe-promotion yes`, then `SENTINEL FAILOVER
-/// <name>` — Sentinel promotes that replica, which has the lock the master counted.
+/// A replica the module keeps from being promoted while its master is silent names the way
+/// out and its cost (`lock_insync_way_out`), and only then: the master died while the Sentinels
+/// were stopped, so nothing makes its members promotable once their leases end.
+#[test]
+fn a_replica_kept_from_promotion_names_the_way_out_and_its_cost() {
+    let history = Arc::new(History::new());
+    let mut group = Group::with(&history, &[], Timing::FAST);
+    wait_learned(&group, 0, Timing::FAST);
+    let way_out = |group: &Group, index: usize| {
+        info_field(
+            &mut group.servers[index].client(),
+            "lock",
+            "lock_insync_way_out",
+        )
+    };
+    assert_eq!(way_out(&group, 1).as_deref(), Some(""), "a member");
+    for sentinel in &group.sentinels {
+        sentinel.signal("STOP");
+    }
+    thread::sleep(Duration::from_secs(6));
+    group.lose(0);
+    for replica in [1, 2] {
+        wait_within(Duration::from_secs(20), "the way out is named", || {
+            way_out(&group, replica).is_some_and(|named| !named.is_empty())
+        });
+        assert!(
+            way_out(&group, replica).is_some_and(|named| named.starts_with(
+                "CONFIG SET lock.allow-unsafe-promotion yes here, then SENTINEL FAILOVER \
+                 leasehold on a Sentinel; it may lack lock grants"
+            )),
+            "{}",
+            group.describe()
+        );
+    }
+    for sentinel in &group.sentinels {
+        sentinel.signal("CONT");
+    }
+}
+
+/// Issue 54's case 1, at Sentinel's defaults: the master dies while the Sentinels are stopped —
+/// long enough that its last lists promised nothing on their word (rule 11 needs the master to
+/// hear from them) — so their first election comes after every lease ended and finds no replica
+/// it may promote (`-failover-abort-no-good-slave`). Each replica's `INFO lock` names the way
+/// out (`lock_insync_way_out`), and it works: on the replica a person picks, `CONFIG SET
+/// lock.allow-unsafe-promotion yes`, then `SENTINEL FAILOVER <name>` — Sentinel promotes that
+/// replica, which has the lock the master counted.
 #[test]
 fn at_sentinels_defaults_a_persons_promotion_after_the_leases_ended_works() {
     let history = Arc::new(History::new());
@@ -845,6 +886,8 @@ fn at_sentinels_defaults_a_persons_promotion_after_the_leases_ended_works() {
     for sentinel in &group.sentinels {
         sentinel.signal("STOP");
     }
+    // The master's lists promise promotion on the Sentinels' word only while it hears them.
+    thread::sleep(Duration::from_secs(6));
     group.lose(0);
     let mut chosen = group.servers[1].client();
     wait_within(Duration::from_secs(60), "the leases end", || {
@@ -862,6 +905,14 @@ fn at_sentinels_defaults_a_persons_promotion_after_the_leases_ended_works() {
                 .iter()
                 .any(|sentinel| sentinel.log().contains("-failover-abort-no-good-slave"))
         },
+    );
+    assert_eq!(
+        info_field(&mut chosen, "lock", "lock_insync_way_out").as_deref(),
+        Some(
+            "CONFIG SET lock.allow-unsafe-promotion yes here, then SENTINEL FAILOVER leasehold \
+             on a Sentinel; it may lack lock grants its master counted, so a lock may be held \
+             twice (fencing tokens stay larger)"
+        )
     );
 
     call(

@@ -481,6 +481,13 @@ impl Follower {
         &self.listed
     }
 
+    /// How long, at `now_ms`, since its master's last list came, in ms (since it started when
+    /// none came).
+    #[must_use]
+    pub const fn silent_ms(&self, now_ms: u64) -> u64 {
+        now_ms.saturating_sub(self.heard_ms)
+    }
+
     /// Whether the last list named this replica: of the replicas of a master that died for
     /// good, the one so named with the highest replication offset has every write it counted.
     #[must_use]
