@@ -4,7 +4,8 @@
 # Each run prints one summary line; it fails on any token regression. Each server also runs
 # tests/failover.rs's long tests at Redis's default timeouts, which `make test` leaves out: a
 # person's way out (it stops its Sentinels for a minute), a down-after-milliseconds raised at
-# runtime, and a Cluster master paused for 60 s then killed; the first server also a failover
+# runtime, a Cluster master paused for 60 s then killed, and FAILOVER taken again a minute
+# after the Sentinels left; the first server also a failover
 # whose first election fails, done at Sentinel's retry six minutes on.
 # Holder processes killed with kill -9 while holding with a session are on here
 # (LEASEHOLD_CHAOS_KILL_CLIENTS=1, tests/chaos.rs's header; `make test`'s 20 s run leaves them
@@ -32,7 +33,8 @@ while read -r name server; do
   LEASEHOLD_SERVER="$server" cargo test --test failover -- \
     at_sentinels_defaults_a_persons_promotion_after_the_leases_ended_works \
     a_down_after_raised_at_runtime_is_in_the_leases_before_a_failover_can_use_it \
-    at_clusters_default_node_timeout_a_master_paused_60_s_then_killed_is_replaced
+    at_clusters_default_node_timeout_a_master_paused_60_s_then_killed_is_replaced \
+    failover_is_taken_again_a_minute_after_the_sentinels_left
 done <<< "$matrix"
 read -r name server <<< "$matrix"
 echo "=== a failover whose first election fails, at Sentinel's defaults, on $name"

@@ -323,11 +323,6 @@ pub fn hasten() {
     learned().deployment.hasten();
 }
 
-/// True while a verified Sentinel is heard from.
-pub fn watched_by_sentinel() -> bool {
-    learned().deployment.watched_by_sentinel()
-}
-
 /// True while a verified Sentinel has a command link to this server: it belongs to a
 /// replication group.
 pub fn sentinel_connected() -> bool {

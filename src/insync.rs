@@ -26,12 +26,12 @@
 
 use std::net::{IpAddr, UdpSocket};
 use std::os::raw::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use leasehold_core::args;
-use leasehold_core::deployment::{Failover, Record, Said, Source};
+use leasehold_core::deployment::{Failover, Record, SENTINEL_FORGET_MS, Said, Source};
 use leasehold_core::insync::replica::SENTINELS_WORD_MS;
 use leasehold_core::insync::synced::{self, Settled};
 use leasehold_core::insync::{
@@ -137,6 +137,19 @@ static IN_SYNC: LazyLock<Mutex<InSync>> = LazyLock::new(Mutex::default);
 /// alone.
 static SENTINEL_SEEN: AtomicBool = AtomicBool::new(false);
 
+/// When (unix ms) a verified Sentinel was last seen connected to this server (its links are
+/// looked for every 10 s) — or the start, when the state file says Sentinels watched it
+/// before: `FAILOVER` is refused while that is less than [`SENTINEL_FORGET_MS`] ago
+/// ([`watched_by_sentinel`]).
+static SENTINEL_LAST_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Whether Sentinels watch this server at `now_ms`: one was seen connected within
+/// [`SENTINEL_FORGET_MS`] (a Sentinel that lost its link reconnects within seconds), so a
+/// server taken out of Sentinel's care takes `FAILOVER` again a minute later.
+fn watched_by_sentinel(now_ms: u64) -> bool {
+    now_ms.saturating_sub(SENTINEL_LAST_MS.load(Ordering::Relaxed)) < SENTINEL_FORGET_MS
+}
+
 /// Someone other than this module set `replica-priority` to `priority` ([`crate::promotion`]
 /// sees the `CONFIG SET`): it is the operator's from now on, given to this replica whenever it
 /// may be promoted, and written to `lock.replica-priority` so that `CONFIG REWRITE` keeps it.
@@ -174,6 +187,9 @@ pub fn start(ctx: &Context) -> Result<(), RedisError> {
             state.master = Master::inherit(&kept.members, |id| me.is(id), now, timing);
             state.members.clone_from(&kept.members);
         }
+        if kept.sentinels {
+            SENTINEL_LAST_MS.store(clock::now_ms(), Ordering::Relaxed);
+        }
         state.kept = kept;
         state.is_master = is_master(ctx);
         state.run_id = server_config::info(ctx, "server")
@@ -199,6 +215,7 @@ fn tick(ctx: &Context, (): ()) {
     let (failover, _) = deployment::look(ctx, now, &answers);
     if deployment::sentinel_connected() {
         SENTINEL_SEEN.store(true, Ordering::Relaxed);
+        SENTINEL_LAST_MS.store(now, Ordering::Relaxed);
     }
     let timing = config::insync_timing(insync::lease_ms(failover.ms));
     warn_if_too_short(ctx, &failover, timing);
@@ -763,9 +780,7 @@ pub fn refusal(promotion: Promotion) -> Option<Refusal> {
     let standing = Standing {
         master: Context::dummy().get_flags().contains(ContextFlags::MASTER),
         promotable: state.follower.promotable(now),
-        watched_by_sentinel: SENTINEL_SEEN.load(Ordering::Relaxed)
-            || deployment::watched_by_sentinel()
-            || state.kept.sentinels,
+        watched_by_sentinel: watched_by_sentinel(now),
     };
     insync::refusal(promotion, standing)
 }
@@ -836,8 +851,7 @@ fn keep(ctx: &Context, failover: &Failover) {
         } else {
             Vec::new()
         };
-        next.sentinels |=
-            SENTINEL_SEEN.load(Ordering::Relaxed) || deployment::watched_by_sentinel();
+        next.sentinels = watched_by_sentinel(clock::now_ms());
         if learned {
             next.failover_ms = Some(failover.ms);
             next.failover_source = Some(failover.source.describe());

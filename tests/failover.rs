@@ -332,6 +332,30 @@ fn failover_is_refused_while_sentinels_watch() {
     );
 }
 
+/// Once no Sentinel has been connected or heard for a minute — the group taken out of
+/// Sentinel's care — the master takes `FAILOVER` again (issue 54: the refusal never reset).
+/// A minute's wait: `make chaos`.
+#[test]
+fn failover_is_taken_again_a_minute_after_the_sentinels_left() {
+    let history = Arc::new(History::new());
+    let mut group = Group::start(&history);
+    let mut master = group.servers[0].client();
+    let refused = error(&mut master, &["FAILOVER"]);
+    assert!(
+        refused.contains("FAILOVER refused by the lock module"),
+        "{refused}"
+    );
+    for sentinel in &mut group.sentinels {
+        sentinel.kill();
+    }
+    // The links are looked for every 10 s; a minute without one.
+    thread::sleep(Duration::from_secs(72));
+    call(&mut master, &["FAILOVER"]);
+    wait_until("a replica took over", || {
+        info_field(&mut master, "replication", "role").as_deref() == Some("slave")
+    });
+}
+
 /// Sequence 1 of issue 43: Redis's default persistence (snapshots far apart, diskless
 /// replication with its 5 s delay), a holder with a 3 s lease and a waiter; the master killed
 /// and back 0.3 s later. The master knows it belongs to a group, so it counts nothing alone:
