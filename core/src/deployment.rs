@@ -570,12 +570,6 @@ impl Deployment {
         self.sentinels.iter().any(|known| known.address == address)
     }
 
-    /// True once a Sentinel has been heard of (and not forgotten).
-    #[must_use]
-    pub fn watched_by_sentinel(&self) -> bool {
-        !self.sentinels.is_empty()
-    }
-
     /// How many Sentinels are heard of (and not forgotten).
     #[must_use]
     pub fn sentinels(&self) -> usize {

@@ -151,7 +151,7 @@ fn nothing_learned_is_sentinels_defaults() {
     let deployment = Deployment::default();
     assert_eq!(deployment.failover(), Failover::default_sentinel());
     assert_eq!(deployment.failover().ms, 36_000);
-    assert!(!deployment.watched_by_sentinel());
+    assert_eq!(deployment.sentinels(), 0);
 }
 
 #[test]
@@ -160,7 +160,7 @@ fn each_sentinel_is_asked_and_the_longest_wins() {
     assert!(heard(&mut deployment, 0, 26379));
     assert!(!heard(&mut deployment, 10, 26379), "known");
     assert!(heard(&mut deployment, 20, 26380));
-    assert!(deployment.watched_by_sentinel());
+    assert_eq!(deployment.sentinels(), 2);
     let asked = deployment.to_ask(30);
     assert_eq!(
         asked,
@@ -213,7 +213,7 @@ fn a_sentinel_not_heard_from_is_forgotten() {
     deployment.answered(0, "127.0.0.1:26379", "g", down_after(60_000));
     assert_eq!(deployment.failover().ms, 66_000);
     deployment.to_ask(SENTINEL_FORGET_MS);
-    assert!(!deployment.watched_by_sentinel());
+    assert_eq!(deployment.sentinels(), 0);
     assert_eq!(deployment.failover(), Failover::default_sentinel());
 }
 
