@@ -132,9 +132,11 @@ fuzz_target!(|input: (i64, u8, u64, Vec<&[u8]>)| {
             timeout_ms: max_token % 100_000,
             drop_delay_ms: u64::from(max_keys) * 100,
             strict: max_keys % 2 == 0,
+            master_down_ms: (max_keys % 3 == 0).then_some(max_token % 1_000_000),
         };
         let mut set = insync::Master::default();
-        set.observe(max_token, &replication, timing);
+        let answered = |from: u64, to: u64| from <= to;
+        set.observe(max_token, &replication, timing, answered);
         let listed = set.list(max_token, timing);
         assert!(listed.len() <= replication.replicas.len());
         let status = set.status(&replication, usize::from(max_keys));
