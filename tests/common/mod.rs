@@ -83,6 +83,11 @@ impl Server {
         Self::data(Some(module_args), args, false)
     }
 
+    /// Whether this server loads the module when it starts.
+    pub const fn loads_module(&self) -> bool {
+        matches!(self.kind, Kind::Data(Some(_)) | Kind::Config)
+    }
+
     /// A server without the module, to load it with `MODULE LOAD`.
     pub fn without_module(args: &[&str]) -> Self {
         Self::data(None, args, false)

@@ -24,6 +24,10 @@ use super::{Server, call, info_field, wait_until, wait_within};
 /// The name the Sentinels monitor the master under.
 pub const MASTER_NAME: &str = "leasehold";
 
+/// `lock.restart-delay-ms` for a server back with its volume lost ([`Group::restart`]): above
+/// the longest lease the tests' clients take (`tests/chaos.rs`: 5 s for its killed holders).
+pub const LOST_VOLUME_RESTART_DELAY_MS: u64 = 10_000;
+
 /// How the Sentinels time a failover: how long the master must be unreachable before they
 /// fail it over (`down-after-milliseconds`), and `failover-timeout`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -425,19 +429,26 @@ impl Group {
     /// Brings back a killed server with what its persistence kept, or — for a server without
     /// persistence that `lost_volume` — empty; with its own configuration (so as a master, until
     /// the Sentinels make it a replica of the master they know some seconds later), or as a
-    /// replica of server `replica_of`.
+    /// replica of server `replica_of`. A volume lost takes the lease horizon's record with it,
+    /// so such a server comes back as the configuration guide asks of one that can lose its
+    /// volume: with `lock.restart-delay-ms` above the longest lease the tests take
+    /// ([`LOST_VOLUME_RESTART_DELAY_MS`]).
     pub fn restart(&mut self, index: usize, lost_volume: bool, replica_of: Option<usize>) {
         let server = &mut self.servers[index];
+        let mut extra: Vec<String> = Vec::new();
         if lost_volume && self.persistence[index] == Persistence::Nothing {
             server.wipe();
-        }
-        match replica_of {
-            Some(master) => {
-                let port = self.addresses[master].to_string();
-                server.restart_with(&["--replicaof", "127.0.0.1", &port]);
+            if server.loads_module() {
+                let delay = LOST_VOLUME_RESTART_DELAY_MS.to_string();
+                extra.extend(["--lock.restart-delay-ms".to_owned(), delay]);
             }
-            None => server.restart(),
         }
+        if let Some(master) = replica_of {
+            let port = self.addresses[master].to_string();
+            extra.extend(["--replicaof".to_owned(), "127.0.0.1".to_owned(), port]);
+        }
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        server.restart_with(&extra);
         self.proxies[index].down(false);
     }
 
