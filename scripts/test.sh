@@ -30,22 +30,28 @@ stage scripts/install-tests.sh
 # ephemeral range the other suites' servers come from): a port it frees is never another
 # suite's server, which its replicas or Sentinels would reach. It is run directly: cargo holds
 # its build lock while it runs tests.
-failover=$(cargo test -p leasehold --test failover --no-run --message-format=json 2>/dev/null |
+# The test binaries, built: tests/failover.rs apart, the others run in two lanes
+# (scripts/run-tests.py). Run directly: cargo holds its build lock while it runs tests.
+tests=()
+for name in $(basename -s .rs tests/*.rs clients/rust/tests/*.rs | sort -u); do
+  tests+=(--test "$name")
+done
+executables=$(cargo test --workspace --exclude leasehold-core "${tests[@]}" --no-run \
+    --message-format=json 2>/dev/null |
   python3 -c 'import json, sys
 for line in sys.stdin:
     message = json.loads(line)
-    if message.get("reason") == "compiler-artifact" and message["target"]["name"] == "failover" and message.get("executable"):
-        print(message["executable"])')
-tests=()
-for name in $(basename -s .rs tests/*.rs clients/rust/tests/*.rs | sort -u); do
-  [ "$name" = failover ] || tests+=(--test "$name")
-done
+    if message.get("reason") == "compiler-artifact" and message["target"]["kind"] == ["test"] and message.get("executable"):
+        print(message["target"]["name"], message["executable"])')
+failover=$(awk '$1 == "failover" { print $2 }' <<< "$executables")
+mapfile -t binaries < <(awk '$1 != "failover" { print $2 }' <<< "$executables")
 mkdir -p build
 
 matrix=$(scripts/servers.sh)
 # Four tests of a binary at once, as the Python and Node suites run four files: the integration
 # tests mostly wait on servers, Sentinel and timers, and cargo's default (one per core) left
-# two cores idle (130 s to 95 s per server here).
+# two cores idle (130 s to 95 s per server here). For the same reason two binaries run at once,
+# each lane on ports of its own (scripts/run-tests.py, which prints each binary's time).
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
 # On the first server only, to keep `make test` near 20 minutes on two cores: every major
 # version of redis-py, node-redis and ioredis the packages allow, and the oldest redis-py
@@ -70,7 +76,7 @@ failover_skip=(--skip at_sentinels_defaults_a_persons_promotion_after_the_leases
 while read -r name server; do
   echo "=== integration tests on $name: $("$server" --version)"
   export LEASEHOLD_SERVER="$server"
-  stage cargo test --workspace --exclude leasehold-core "${tests[@]}" -- "${skip[@]}"
+  stage scripts/run-tests.py 2 -- "${binaries[@]}" -- "${skip[@]}"
   started=$SECONDS
   LEASEHOLD_TEST_PORTS=20000-29999 "$failover" "${failover_skip[@]}" > "build/failover-$name.log" 2>&1 &
   failover_pid=$!
