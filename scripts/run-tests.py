@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs test binaries in lanes side by side: `run-tests.py LANES -- BINARY... -- ARG...`.
+"""Runs test binaries in lanes side by side: `run-tests.py LANES -- NAME=BINARY... -- ARG...`.
 
 `cargo test` runs its test binaries one after the other, and the integration tests mostly wait
 on servers, Sentinel and timers, so one binary at a time leaves the machine idle while a long
@@ -9,8 +9,9 @@ servers take ports from a range of its own (`LEASEHOLD_TEST_PORTS`, below the ke
 ephemeral ports, and apart from the 20000-29999 of tests/failover.rs beside), so a port a
 binary frees is never another lane's server that its replicas or Sentinels would reach.
 
-Each binary's output goes to build/tests/<name>.log, printed when it fails; the run prints each
-binary's time, and fails when any failed.
+NAME names the binary (`leasehold/insync`: two packages may have tests of the same name). Its
+output goes to build/tests/<NAME with `_` for `/`>.log, printed when it fails; the run prints
+each binary's time, and fails when any failed.
 """
 
 import json
@@ -36,26 +37,26 @@ def main() -> int:
             last = json.load(file)
     except (OSError, ValueError):
         last = {}
-    name = lambda path: os.path.basename(path).rsplit("-", 1)[0]
-    binaries.sort(key=lambda path: -last.get(name(path), 0))
+    binaries = [binary.split("=", 1) for binary in binaries]
+    binaries.sort(key=lambda binary: -last.get(binary[0], 0))
     work = queue.Queue()
-    for path in binaries:
-        work.put(path)
+    for binary in binaries:
+        work.put(binary)
     times, failed, lock = {}, [], threading.Lock()
 
     def lane(ports: str) -> None:
         env = dict(os.environ, LEASEHOLD_TEST_PORTS=ports)
         while True:
             try:
-                path = work.get_nowait()
+                name, path = work.get_nowait()
             except queue.Empty:
                 return
-            log = f"build/tests/{name(path)}.log"
+            log = f"build/tests/{name.replace('/', '_')}.log"
             started = time.monotonic()
             with open(log, "w") as out:
                 code = subprocess.call([path, *args], stdout=out, stderr=subprocess.STDOUT, env=env)
             with lock:
-                times[name(path)] = round(time.monotonic() - started, 1)
+                times[name] = round(time.monotonic() - started, 1)
                 if code != 0:
                     failed.append(log)
 

@@ -38,13 +38,15 @@ for name in $(basename -s .rs tests/*.rs clients/rust/tests/*.rs | sort -u); do
 done
 executables=$(cargo test --workspace --exclude leasehold-core "${tests[@]}" --no-run \
     --message-format=json 2>/dev/null |
-  python3 -c 'import json, sys
+  python3 -c 'import json, os, sys
 for line in sys.stdin:
     message = json.loads(line)
     if message.get("reason") == "compiler-artifact" and message["target"]["kind"] == ["test"] and message.get("executable"):
-        print(message["target"]["name"], message["executable"])')
-failover=$(awk '$1 == "failover" { print $2 }' <<< "$executables")
-mapfile -t binaries < <(awk '$1 != "failover" { print $2 }' <<< "$executables")
+        source = os.path.relpath(message["target"]["src_path"]).removesuffix(".rs")
+        print(source + "=" + message["executable"])')
+failover=$(sed -n 's|^tests/failover=||p' <<< "$executables")
+mapfile -t binaries < <(grep -v '^tests/failover=' <<< "$executables")
+integration_tests() { scripts/run-tests.py 2 -- "${binaries[@]}" -- "$@"; }
 mkdir -p build
 
 matrix=$(scripts/servers.sh)
@@ -76,7 +78,7 @@ failover_skip=(--skip at_sentinels_defaults_a_persons_promotion_after_the_leases
 while read -r name server; do
   echo "=== integration tests on $name: $("$server" --version)"
   export LEASEHOLD_SERVER="$server"
-  stage scripts/run-tests.py 2 -- "${binaries[@]}" -- "${skip[@]}"
+  stage integration_tests "${skip[@]}"
   started=$SECONDS
   LEASEHOLD_TEST_PORTS=20000-29999 "$failover" "${failover_skip[@]}" > "build/failover-$name.log" 2>&1 &
   failover_pid=$!
