@@ -94,7 +94,10 @@ fuzz_target!(|input: (i64, u8, u64, Vec<&[u8]>)| {
     // A replica's word to its master (what any client, even before AUTH, can send).
     if let Ok(said) = args::replconf(&words) {
         assert!(said.port > 0);
-        assert!(said.ip.is_none_or(|ip| !ip.is_empty() && ip.len() <= args::MAX_IP_ADDRESS));
+        assert!(
+            said.ip
+                .is_none_or(|ip| !ip.is_empty() && ip.len() <= args::MAX_IP_ADDRESS)
+        );
     }
     // A Sentinel's hello (what any client allowed to PUBLISH can send), and the fields of its
     // `SENTINEL MASTER` reply.
@@ -122,7 +125,10 @@ fuzz_target!(|input: (i64, u8, u64, Vec<&[u8]>)| {
     // the lease horizon's record as a start reads it from its file.
     let text = words.concat();
     if let Some(record) = horizon::Horizon::decode(&text) {
-        assert_eq!(horizon::Horizon::decode(record.encode().as_bytes()), Some(record));
+        assert_eq!(
+            horizon::Horizon::decode(record.encode().as_bytes()),
+            Some(record)
+        );
     }
     if let Ok(info) = std::str::from_utf8(&text) {
         // A master's error reply to a replica's word that it runs the module.
