@@ -477,6 +477,16 @@ fn a_master_killed_right_after_its_promotion_leaves_a_promotable_member() {
     restarted_with_its_original_replicaof(Timing::FIVE_SECONDS, Before::SentinelFailover);
 }
 
+/// A Sentinel group timed by `timing` whose master has learned the timing and counted a lock on
+/// `key` (held by `holder` for 10 minutes); returns the group and the lock's fencing token.
+fn group_with_a_counted_lock(timing: Timing, key: &str) -> (Group, i64) {
+    let history = Arc::new(History::new());
+    let group = Group::with(&history, &[], timing);
+    wait_learned(&group, 0, timing);
+    let token = acquire_counted(&mut group.servers[0].client(), key, "holder", 600_000);
+    (group, token)
+}
+
 /// `SENTINEL SET <name> down-after-milliseconds 30000` — Sentinel's default — on a group that
 /// ran at 5 000, and the master killed for good at once (issue 54 case 4): its members' leases,
 /// 12 s, end long before Sentinel acts (30 s), but the master's last lists promised promotion on
@@ -486,10 +496,7 @@ fn a_master_killed_right_after_its_promotion_leaves_a_promotable_member() {
 #[test]
 fn a_down_after_raised_at_runtime_is_in_the_leases_before_a_failover_can_use_it() {
     let timing = Timing::FIVE_SECONDS;
-    let history = Arc::new(History::new());
-    let mut group = Group::with(&history, &[], timing);
-    wait_learned(&group, 0, timing);
-    let token = acquire_counted(&mut group.servers[0].client(), "order", "holder", 600_000);
+    let (mut group, token) = group_with_a_counted_lock(timing, "order");
     for sentinel in &group.sentinels {
         call(
             &mut sentinel.client(),
@@ -576,10 +583,7 @@ fn at_clusters_default_node_timeout_a_master_paused_60_s_then_killed_is_replaced
 /// member it lost only once a majority had its reply after that), so the retry promotes it,
 /// as without the module, with the lock the master counted.
 fn a_failover_whose_first_election_fails_is_done_at_the_retry(timing: Timing) {
-    let history = Arc::new(History::new());
-    let mut group = Group::with(&history, &[], timing);
-    wait_learned(&group, 0, timing);
-    let token = acquire_counted(&mut group.servers[0].client(), "order", "holder", 600_000);
+    let (mut group, token) = group_with_a_counted_lock(timing, "order");
     for sentinel in &group.sentinels {
         call(
             &mut sentinel.client(),
@@ -762,10 +766,7 @@ fn restarted_with_its_original_replicaof(timing: Timing, before: Before) {
 #[test]
 fn a_successor_outside_a_replication_cycle_names_what_to_run() {
     let timing = Timing::FAST;
-    let history = Arc::new(History::new());
-    let mut group = Group::with(&history, &[], timing);
-    wait_learned(&group, 0, timing);
-    let token = acquire_counted(&mut group.servers[0].client(), "order", "holder", 600_000);
+    let (mut group, token) = group_with_a_counted_lock(timing, "order");
     group.cut_link(1);
     let mut one = group.servers[1].client();
     wait_until("server 1's lease ended", || {
@@ -920,10 +921,7 @@ fn a_replica_kept_from_promotion_names_the_way_out_and_its_cost() {
 /// replica, which has the lock the master counted.
 #[test]
 fn at_sentinels_defaults_a_persons_promotion_after_the_leases_ended_works() {
-    let history = Arc::new(History::new());
-    let mut group = Group::with(&history, &[], Timing::DEFAULT);
-    wait_learned(&group, 0, Timing::DEFAULT);
-    let token = acquire_counted(&mut group.servers[0].client(), "job", "holder", 600_000);
+    let (mut group, token) = group_with_a_counted_lock(Timing::DEFAULT, "job");
     for sentinel in &group.sentinels {
         sentinel.signal("STOP");
     }
