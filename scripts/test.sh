@@ -62,25 +62,14 @@ export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
 # 20 s `make chaos` run (tests/chaos.rs; `make chaos` runs it on every server).
 export LEASEHOLD_REDIS_PY="8.1.0 7.4.1 6.4.0 5.3.1 5.0.0" LEASEHOLD_NODE_CLIENTS=all
 skip=()
-# tests/failover.rs's test of a person's way out at Sentinel's defaults (about 75 s, mostly
-# waiting for a 37 s lease to end, its Sentinels stopped) runs in `make chaos`, on each server:
-# beside the other Sentinel groups at their defaults it slowed their elections past the lease.
-# So does its test of a down-after-milliseconds raised at runtime (about 45 s, a failover at
-# Sentinel's default), which would make this stage the slowest on every server.
-# The same for a Cluster master paused for 60 s at the default node timeout (about 100 s), and
-# for a failover whose first election fails at Sentinel's defaults (its retry comes 6 min on),
-# and FAILOVER taken again a minute after the Sentinels left.
-failover_skip=(--skip at_sentinels_defaults_a_persons_promotion_after_the_leases_ended_works
-               --skip a_down_after_raised_at_runtime_is_in_the_leases_before_a_failover_can_use_it
-               --skip at_clusters_default_node_timeout_a_master_paused_60_s_then_killed_is_replaced
-               --skip at_sentinels_defaults_a_failover_whose_first_election_fails_is_done_at_the_retry
-               --skip failover_is_taken_again_a_minute_after_the_sentinels_left)
+# The tests of tests/failover.rs that take a minute or more at Redis's defaults are marked
+# #[ignore]: `make chaos` runs them (scripts/chaos.sh).
 while read -r name server; do
   echo "=== integration tests on $name: $("$server" --version)"
   export LEASEHOLD_SERVER="$server"
   stage integration_tests "${skip[@]}"
   started=$SECONDS
-  LEASEHOLD_TEST_PORTS=20000-29999 "$failover" "${failover_skip[@]}" > "build/failover-$name.log" 2>&1 &
+  LEASEHOLD_TEST_PORTS=20000-29999 "$failover" > "build/failover-$name.log" 2>&1 &
   failover_pid=$!
   trap 'kill "$failover_pid" 2>/dev/null || true' EXIT
   stage scripts/python-tests.sh
