@@ -1109,7 +1109,19 @@ fn nemesis(
         // Half the time the next fault waits for the group to settle (the Sentinels make an old
         // master a replica some seconds later); the other half it comes while they still
         // reconfigure, as a nemesis in production would.
-        if plan.settle && !group.settle(down_after + SETTLE_MARGIN) {
+        // Each fault on the run's clock, to read beside the servers' logs
+        // (`LEASEHOLD_KEEP_LOGS`); servers are named by their proxied and own ports.
+        eprintln!(
+            "chaos +{:.1}s: {done}, master was server {master} (ports {} and {})",
+            started.elapsed().as_secs_f64(),
+            group.addresses[master],
+            group.servers[master].port
+        );
+        let settled = plan.settle && group.settle(down_after + SETTLE_MARGIN);
+        if settled {
+            eprintln!("chaos +{:.1}s: settled", started.elapsed().as_secs_f64());
+        }
+        if plan.settle && !settled {
             eprintln!(
                 "chaos: not settled {:?} after {done}: {}",
                 down_after + SETTLE_MARGIN,

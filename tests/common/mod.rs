@@ -492,7 +492,20 @@ pub fn wait_replicas(con: &mut Connection, replicas: usize) {
 }
 
 impl Drop for Server {
+    /// Kills the process; prints its log when the test panicked, and with
+    /// `LEASEHOLD_KEEP_LOGS=<dir>` copies it to `<dir>/<kind>-<port>.log` (to trace a run that
+    /// passed, as `make chaos`'s control comparison needs).
     fn drop(&mut self) {
+        if let Some(dir) = std::env::var_os("LEASEHOLD_KEEP_LOGS") {
+            let kind = if matches!(self.kind, Kind::Sentinel) {
+                "sentinel"
+            } else {
+                "server"
+            };
+            let kept = std::path::Path::new(&dir).join(format!("{kind}-{}.log", self.port));
+            let _ =
+                std::fs::create_dir_all(&dir).and_then(|()| std::fs::copy(self.log_path(), kept));
+        }
         if std::thread::panicking() {
             eprintln!(
                 "--- log of the server on port {} ---\n{}",
