@@ -62,3 +62,71 @@ pub fn client_info(id: u64) -> Option<raw::RedisModuleClientInfo> {
     let status = unsafe { info_of(std::ptr::from_mut(&mut info).cast(), id) };
     (status == raw::REDISMODULE_OK as c_int).then_some(info)
 }
+
+/// Where the keys of the command `command` (its name first) are, as positions in `command`
+/// with their key-spec flags (`REDISMODULE_CMD_KEY_*`), as Redis finds them for the command
+/// itself (`RedisModule_GetCommandKeysWithFlags`, Redis 7.0: its key specs or its own lookup);
+/// `None` for a command the server does not know, arguments of the wrong arity, or a server
+/// without the call.
+pub fn command_keys(
+    ctx: &Context,
+    command: &[redis_module::RedisString],
+) -> Option<Vec<(usize, c_int)>> {
+    let (keys_of, free) = unsafe {
+        (
+            raw::RedisModule_GetCommandKeysWithFlags?,
+            raw::RedisModule_Free?,
+        )
+    };
+    let mut argv: Vec<*mut raw::RedisModuleString> = command.iter().map(|arg| arg.inner).collect();
+    let argc = c_int::try_from(argv.len()).ok()?;
+    let (mut count, mut flags): (c_int, *mut c_int) = (0, std::ptr::null_mut());
+    let positions = unsafe {
+        keys_of(
+            ctx.get_raw(),
+            argv.as_mut_ptr(),
+            argc,
+            &mut count,
+            &mut flags,
+        )
+    };
+    if positions.is_null() {
+        return None;
+    }
+    let count = usize::try_from(count).unwrap_or(0);
+    let at = unsafe { std::slice::from_raw_parts(positions, count) };
+    let found = if flags.is_null() {
+        at.iter().map(|&at| (at, 0)).collect::<Vec<_>>()
+    } else {
+        let flags = unsafe { std::slice::from_raw_parts(flags, count) };
+        at.iter().copied().zip(flags.iter().copied()).collect()
+    };
+    unsafe {
+        free(positions.cast());
+        if !flags.is_null() {
+            free(flags.cast());
+        }
+    }
+    Some(
+        found
+            .into_iter()
+            .filter_map(|(at, flags)| Some((usize::try_from(at).ok()?, flags)))
+            .collect(),
+    )
+}
+
+/// Tells Redis, asking where a command's keys are, that argument `position` is a key used as
+/// `flags` say (`RedisModule_KeyAtPosWithFlags`, Redis 7.0; `RedisModule_KeyAtPos` without
+/// flags where it is missing).
+pub fn key_at(ctx: &Context, position: usize, flags: c_int) {
+    let Ok(position) = c_int::try_from(position) else {
+        return;
+    };
+    unsafe {
+        if let Some(with_flags) = raw::RedisModule_KeyAtPosWithFlags {
+            with_flags(ctx.get_raw(), position, flags);
+        } else if let Some(at) = raw::RedisModule_KeyAtPos {
+            at(ctx.get_raw(), position);
+        }
+    }
+}

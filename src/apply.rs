@@ -7,6 +7,7 @@ use leasehold_core::machine;
 use leasehold_core::outcome::KeyLease;
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
+use crate::fences;
 use crate::key::{LockKey, selected_db};
 use crate::observers;
 use crate::replies;
@@ -15,7 +16,8 @@ use crate::state;
 /// `LOCK.APPLY key owner <packed> [VALUE v]`, `LOCK.APPLY key owner token holds [[PXAT]
 /// deadline-ms] [SHARED limit] [VALUE v]` and `LOCK.APPLY key owner DROP`: sets one holding of
 /// a lock as a master decided it (with the value an election's leader proclaims), raises the
-/// fencing counter to at least its token, and tells the lock's observers. Masters send the packed
+/// fencing counter to at least its token, and tells the lock's observers. `LOCK.APPLY fence
+/// FENCE token` raises a fence ([`crate::fences`]) as `LOCK.FENCED` did on the master. Masters send the packed
 /// form ([`leasehold_core::packed`]); AOF rewrites write the integers, as 0.2.0 sent them;
 /// 0.1.0 wrote `PXAT` before the deadline, and no deadline for "keep the lease". All apply.
 ///
@@ -33,6 +35,11 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Err(RedisError::Str(
             "ERR LOCK.APPLY only carries a master's writes to replicas and the AOF; clients cannot call it",
         ));
+    }
+    if let Some((fence, token)) = args::apply_fence(&args) {
+        fences::apply(ctx, fence, token)?;
+        ctx.replicate_verbatim();
+        return Ok(RedisValue::SimpleStringStatic("OK"));
     }
     let parsed = args::apply(&args).map_err(replies::arg_error)?;
     let mut key = LockKey::write(ctx, parsed.key)?;

@@ -31,7 +31,9 @@ mod docs;
 mod effects;
 mod election;
 mod execute;
+mod fences;
 mod filter;
+mod guard;
 mod hello;
 mod horizon;
 mod info;
@@ -60,6 +62,7 @@ use redis_module::{AclCategory, Context, RedisString, Status, redis_module};
 use redis_module_macros::flush_event_handler;
 
 use datatype::LOCK_TYPE;
+use fences::FENCE_TYPE;
 use metadata::{acl_categories as acl, flags, key_range as keys};
 
 /// The Redis allocator inside the server; the system one for unit tests, which run without it.
@@ -131,7 +134,7 @@ redis_module! {
     name: "lock",
     version: 7,
     allocator: (Allocator, Allocator {}),
-    data_types: [LOCK_TYPE],
+    data_types: [LOCK_TYPE, FENCE_TYPE],
     // The `lock` ACL category and the commands' `@read`/`@write`/`@fast` ones (Redis 7.2+ and
     // Valkey; Redis 7.0 has no module ACL categories and only logs a warning).
     acl_categories: ["lock",],
@@ -157,6 +160,8 @@ redis_module! {
         ["lock.leader", election::leader, flags("lock.leader"), keys("lock.leader").0, keys("lock.leader").1, keys("lock.leader").2, "", acl("lock.leader")],
         ["lock.proclaim", election::proclaim, flags("lock.proclaim"), keys("lock.proclaim").0, keys("lock.proclaim").1, keys("lock.proclaim").2, "", acl("lock.proclaim")],
         ["lock.resign", election::resign, flags("lock.resign"), keys("lock.resign").0, keys("lock.resign").1, keys("lock.resign").2, "", acl("lock.resign")],
+        ["lock.guard", guard::guard, flags("lock.guard"), keys("lock.guard").0, keys("lock.guard").1, keys("lock.guard").2, "", acl("lock.guard")],
+        ["lock.fenced", guard::fenced, flags("lock.fenced"), keys("lock.fenced").0, keys("lock.fenced").1, keys("lock.fenced").2, "", acl("lock.fenced")],
         ["lock.observe", election::observe, flags("lock.observe"), keys("lock.observe").0, keys("lock.observe").1, keys("lock.observe").2, "", acl("lock.observe")],
     ],
     event_handlers: [

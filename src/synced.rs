@@ -30,7 +30,9 @@ use std::time::Duration;
 
 use leasehold_core::insync::synced::{Pending, Settled};
 use leasehold_core::outcome::Answer;
-use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue, raw};
+use redis_module::{
+    CallReply, Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue, raw,
+};
 
 use crate::api::subscribe;
 use crate::blocking::{self, Blocked, can_block};
@@ -40,6 +42,7 @@ use crate::effects;
 use crate::insync;
 use crate::key::{select_db, selected_db};
 use crate::replica_check;
+use crate::replies;
 
 /// What a write that did not count leaves to undo.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +63,34 @@ pub enum Undo {
     /// A leader's new value (`LOCK.PROCLAIM`): nothing; the value stays on the master, where a
     /// failover may lose it.
     Proclaim,
+    /// A guarded command's write (`LOCK.GUARD`, `LOCK.FENCED`): nothing; it stays on the
+    /// master, where a failover may lose it.
+    Write,
+}
+
+/// A held write's reply: a value, or a guarded command's reply forwarded as it came
+/// ([`replies::forward`]).
+pub enum Reply {
+    /// A reply the module made.
+    Value(RedisValue),
+    /// A command's reply (`LOCK.GUARD`, `LOCK.FENCED`).
+    Forward(CallReply<'static>),
+}
+
+impl From<RedisValue> for Reply {
+    fn from(value: RedisValue) -> Self {
+        Self::Value(value)
+    }
+}
+
+impl Reply {
+    /// Sends it to the client of `ctx`.
+    fn send(self, ctx: &Context) -> RedisResult {
+        match self {
+            Self::Value(value) => Ok(value),
+            Self::Forward(reply) => replies::forward(ctx, &reply),
+        }
+    }
 }
 
 /// How the grant of a synced command with `WAIT` is made: its holder counts the lease from the
@@ -106,7 +137,7 @@ fn sync_timeout_ms() -> i64 {
 struct Held {
     blocked: Blocked,
     /// Its reply, once it counted.
-    reply: RedisValue,
+    reply: Reply,
     undo: Undo,
 }
 
@@ -162,18 +193,18 @@ pub fn wanted(ctx: &Context, asked: Option<bool>) -> Result<bool, RedisError> {
 /// # Errors
 /// `NOREPLICAS` when the Sentinels name another master, when the set is below its size, or
 /// when the client cannot be blocked.
-pub fn hold(ctx: &Context, reply: RedisValue, undo: Undo) -> RedisResult {
+pub fn hold(ctx: &Context, reply: impl Into<Reply>, undo: Undo) -> RedisResult {
     let members = match insync::gate() {
         Ok(members) => members,
         Err(refusal) => return refused(ctx, refusal, &undo),
     };
     if members == 0 {
         rebase(ctx, &undo);
-        return Ok(reply);
+        return reply.into().send(ctx);
     }
     match blocking::block::<Leaving>(ctx, 0) {
         Ok(blocked) => {
-            held(blocked, reply, undo);
+            held(blocked, reply.into(), undo);
             Ok(RedisValue::NoReply)
         }
         Err(_) => refused(ctx, Settled::NotAcknowledged { timeout_ms: 0 }, &undo),
@@ -207,7 +238,7 @@ fn hand_over(blocked: Blocked, reply: RedisValue, undo: Undo) {
             rebase(ctx, &undo);
             Ok(reply)
         }),
-        Ok(_) => return held(blocked, reply, stretched(undo)),
+        Ok(_) => return held(blocked, reply.into(), stretched(undo)),
     };
     blocking::unblock(blocked, answer);
 }
@@ -257,7 +288,7 @@ fn stretch_held(ctx: &Context) {
     }
 }
 
-fn held(blocked: Blocked, reply: RedisValue, undo: Undo) {
+fn held(blocked: Blocked, reply: Reply, undo: Undo) {
     let now = clock::now_ms();
     let timeout_ms = match &undo {
         // Never held longer than the grant was stretched for (the setting may have changed).
@@ -353,7 +384,7 @@ fn settle(ctx: &Context) {
                 blocked,
                 Box::new(move |ctx| {
                     rebase(ctx, &undo);
-                    Ok(reply)
+                    reply.send(ctx)
                 }),
             );
         } else {
@@ -412,6 +443,7 @@ fn meaning(undo: &Undo) -> &'static str {
         Undo::Release { .. } => "; the grant was released",
         Undo::Renewal => "; the renewal does not count: the lease before it does",
         Undo::Proclaim => "; the value is set here, but a failover may lose it",
+        Undo::Write => "; the command ran here, but a failover may lose its write",
     }
 }
 
@@ -423,13 +455,14 @@ fn demoted_meaning(undo: &Undo) -> &'static str {
         }
         Undo::Renewal => "; the renewal does not count: the lease before it does",
         Undo::Proclaim => "; the value was set on the old master only",
+        Undo::Write => "; the command ran on the old master only",
     }
 }
 
 /// Undoes `undo` on the next timer turn (not in a callback Redis calls while it frees a client,
 /// where the keyspace must not change).
 fn later(ctx: &Context, undo: Undo) {
-    if matches!(undo, Undo::Renewal | Undo::Proclaim) {
+    if matches!(undo, Undo::Renewal | Undo::Proclaim | Undo::Write) {
         return;
     }
     let arm = SYNCED.with_borrow_mut(|synced| {

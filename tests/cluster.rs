@@ -424,3 +424,55 @@ fn a_shard_loading_the_module_replica_first_keeps_failing_over() {
         .expect("a key of the shard");
     acquire_counted(&mut r, &key, "holder", 60_000);
 }
+
+#[test]
+fn a_guarded_command_goes_to_the_node_of_its_keys_and_keys_in_two_slots_are_refused() {
+    let nodes = cluster();
+    let mut con = client(&nodes);
+    let (lock, stock) = ("{order:7}:lock", "{order:7}:stock");
+    call_cluster(&mut con, &["SET", stock, "5"]);
+    let token = redis::cmd("LOCK.ACQUIRE")
+        .arg(&[lock, "holder", "60000"][..])
+        .query::<i64>(&mut con)
+        .expect("granted");
+    let guarded = ["LOCK.GUARD", lock, "holder", "DECRBY", stock, "1"];
+    assert_eq!(call_cluster(&mut con, &guarded), Value::Int(4));
+    let fenced = [
+        "LOCK.FENCED",
+        "{order:7}:fence",
+        &token.to_string(),
+        "SET",
+        stock,
+        "9",
+    ];
+    assert_eq!(call_cluster(&mut con, &fenced), Value::Okay);
+    let other = nodes
+        .iter()
+        .find(|node| !serves(node, lock))
+        .expect("a node without the slot");
+    let moved = error(&mut other.client(), &guarded);
+    assert!(moved.starts_with("MOVED"), "{moved}");
+    let owner = nodes
+        .iter()
+        .find(|node| serves(node, lock))
+        .expect("the slot's node");
+    for crossed in [
+        vec!["LOCK.GUARD", lock, "holder", "SET", "elsewhere", "1"],
+        vec!["LOCK.FENCED", "fence", "5", "SET", stock, "1"],
+    ] {
+        let refused = error(&mut owner.client(), &crossed);
+        assert!(refused.starts_with("CROSSSLOT"), "{crossed:?}: {refused}");
+    }
+    assert_eq!(
+        call(&mut owner.client(), &["GET", stock]),
+        Value::BulkString(b"9".to_vec())
+    );
+}
+
+/// Runs a command through the cluster client, which routes it by its first key.
+fn call_cluster(con: &mut redis::cluster::ClusterConnection, args: &[&str]) -> Value {
+    redis::cmd(args[0])
+        .arg(&args[1..])
+        .query(con)
+        .expect("through the cluster client")
+}

@@ -79,6 +79,9 @@ pub enum ArgError {
     Grace(u64, u64),
     /// `ERR unknown subcommand '<name>'. Try OPEN, ATTACH, USE or CLOSE.`
     UnknownSubcommand(String),
+    /// `ERR no command to run`: `LOCK.GUARD` or `LOCK.FENCED` without a command after its
+    /// options.
+    NoCommand,
 }
 
 impl fmt::Display for ArgError {
@@ -116,6 +119,7 @@ impl fmt::Display for ArgError {
                 f,
                 "ERR unknown subcommand '{name}'. Try OPEN, ATTACH, USE or CLOSE."
             ),
+            Self::NoCommand => write!(f, "ERR no command to run"),
             Self::Grace(min, max) => write!(
                 f,
                 "ERR grace-ms must be {min} to lock.session-max-grace-ms ({max})"
@@ -226,6 +230,24 @@ pub struct Set<'a, A> {
     pub session: Option<session::Id>,
     /// `SYNC` or `NOSYNC` (as [`Acquire::sync`]); `None` for `LOCK.MRELEASE`.
     pub sync: Option<bool>,
+}
+
+/// `LOCK.GUARD key owner [TOKEN token] [SYNC | NOSYNC] command [arg ...]` and `LOCK.FENCED
+/// fence token [SYNC | NOSYNC] command [arg ...]`: a command that runs only while a lock is
+/// held, or only with a token no smaller than a fence's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Guarded<'a, A> {
+    /// The lock's key (`LOCK.GUARD`) or the fence's (`LOCK.FENCED`).
+    pub key: &'a A,
+    /// `LOCK.GUARD`'s owner, who must hold the lock; `None` for `LOCK.FENCED`.
+    pub owner: Option<&'a A>,
+    /// `LOCK.GUARD`'s `TOKEN`: the token the holding must have; `LOCK.FENCED`'s token, at least
+    /// the fence's largest. 1 to 2^63 - 1.
+    pub token: Option<u64>,
+    /// `SYNC` or `NOSYNC` (as [`Acquire::sync`]).
+    pub sync: Option<bool>,
+    /// The command and its arguments, at least the name.
+    pub command: &'a [A],
 }
 
 /// `LOCK.APPLY key owner <effect>`: a master's effect on one holding.
@@ -504,6 +526,82 @@ pub fn fence<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Fence<'_, A>, ArgErr
     })
 }
 
+/// Parses `LOCK.GUARD key owner [TOKEN token] [SYNC | NOSYNC] command [arg ...]`. The options
+/// are the words before the command: a command named `TOKEN`, `SYNC` or `NOSYNC` cannot be
+/// guarded (Redis's `SYNC` is refused anyway, as a replication command).
+///
+/// # Errors
+/// Arity, the owner, a token that is not 1 to 2^63 - 1, no command.
+pub fn guard<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Guarded<'_, A>, ArgError> {
+    let mut args = Args::new(args);
+    let (key, owner) = (args.required()?, args.required()?);
+    let owner = checked_owner(owner)?;
+    guarded(args, key, Some(owner), None)
+}
+
+/// Parses `LOCK.FENCED fence token [SYNC | NOSYNC] command [arg ...]`.
+///
+/// # Errors
+/// Arity, a token that is not 1 to 2^63 - 1, no command.
+pub fn fenced<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Guarded<'_, A>, ArgError> {
+    let mut args = Args::new(args);
+    let (key, token) = (args.required()?, args.required()?);
+    let token = guard_token(token)?;
+    guarded(args, key, None, Some(token))
+}
+
+/// The options before a guarded command — `TOKEN token` for `LOCK.GUARD` (no `token` yet),
+/// `SYNC` or `NOSYNC`, each at most once — and the command.
+fn guarded<'a, A: Deref<Target = [u8]>>(
+    mut args: Args<'a, A>,
+    key: &'a A,
+    owner: Option<&'a A>,
+    mut token: Option<u64>,
+) -> Result<Guarded<'a, A>, ArgError> {
+    let with_token = owner.is_some();
+    let mut sync = None;
+    loop {
+        let Some(word) = args.rest.first() else {
+            return Err(ArgError::NoCommand);
+        };
+        if with_token && token.is_none() && is(word, b"TOKEN") {
+            args.next();
+            token = Some(guard_token(args.value()?)?);
+        } else if let Some(asked) = sync_option(word, sync) {
+            args.next();
+            sync = Some(asked);
+        } else {
+            return Ok(Guarded {
+                key,
+                owner,
+                token,
+                sync,
+                command: args.rest,
+            });
+        }
+    }
+}
+
+/// A guarded command's token: 1 to 2^63 - 1.
+fn guard_token(token: &[u8]) -> Result<u64, ArgError> {
+    unsigned(token)
+        .filter(|token| *token > 0)
+        .ok_or(ArgError::Token)
+}
+
+/// Where the command of `LOCK.GUARD` (`guard`) or `LOCK.FENCED` starts in `args` (counting the
+/// command's own name), for Redis's `getkeys-api` request; `None` when the arguments do not
+/// parse (the command itself then refuses them).
+pub fn guarded_command_at<A: Deref<Target = [u8]>>(args: &[A], guard: bool) -> Option<usize> {
+    let parsed = if guard {
+        self::guard(args)
+    } else {
+        fenced(args)
+    }
+    .ok()?;
+    Some(args.len() - parsed.command.len())
+}
+
 /// Parses `LOCK.INFO key`: the key.
 ///
 /// # Errors
@@ -762,6 +860,17 @@ fn keys_of<'a, A: Deref<Target = [u8]>>(
         ));
     }
     Ok(keys)
+}
+
+/// The fence form of `LOCK.APPLY`, `LOCK.APPLY fence FENCE token` (0.7.0): a fence raised to
+/// `token` by `LOCK.FENCED`, as a master sends it and an AOF rewrite writes it. `None` for the
+/// lock forms ([`apply`]): none of them is four arguments with `FENCE` (upper case, no owner
+/// is taken for it here) before an integer, since a lone decimal token needs a hold count.
+pub fn apply_fence<A: Deref<Target = [u8]>>(args: &[A]) -> Option<(&A, u64)> {
+    match args {
+        [_, key, word, token] if **word == *b"FENCE" => Some((key, guard_token(token).ok()?)),
+        _ => None,
+    }
 }
 
 /// Parses `LOCK.APPLY key owner <packed> [VALUE v]`, `LOCK.APPLY key owner token holds

@@ -13,6 +13,7 @@
 //!   downgrade, release, renewal), with [`holders`] (a shared lock's holders, indexed by
 //!   owner, deadline and token; [`heap`] orders their deadlines) and [`owner`];
 //! - [`fence`]: the fencing-token counter, and why its tokens never go back;
+//! - [`fenced`]: fences, which refuse a write with a token smaller than one that wrote;
 //! - [`queue`]: the waiters of each lock, in arrival order;
 //! - [`packed`]: the binary form of a holding in the effects sent to replicas and the AOF;
 //! - [`saved`]: a lock's form in an RDB file or a `DUMP` payload, and the checks a lock read
@@ -45,6 +46,7 @@ pub mod args;
 pub mod deployment;
 pub mod election;
 pub mod fence;
+pub mod fenced;
 pub mod heap;
 pub mod holders;
 pub mod horizon;

@@ -75,6 +75,26 @@ fuzz_target!(|input: (i64, u8, u64, Vec<&[u8]>)| {
         assert!(fence.owner.is_none_or(|owner| owner_ok(owner)));
     }
     let _ = args::info(&words);
+    // A guarded command's check and command, and a fence's raise in the effects.
+    for guard in [true, false] {
+        let parsed = if guard {
+            args::guard(&words)
+        } else {
+            args::fenced(&words)
+        };
+        if let Ok(parsed) = parsed {
+            assert!(!parsed.command.is_empty());
+            assert!(parsed.owner.is_none_or(|owner| owner_ok(owner)));
+            assert!(parsed.token.is_none_or(|token| token > 0));
+            assert_eq!(
+                args::guarded_command_at(&words, guard),
+                Some(words.len() - parsed.command.len())
+            );
+        }
+    }
+    if let Some((_, token)) = args::apply_fence(&words) {
+        assert!(token > 0 && words.len() == 4);
+    }
     if let Ok(args::Session::Open {
         grace_ms: Some(grace),
     }) = args::session(&words, u64::from(max_keys) * 1_000)

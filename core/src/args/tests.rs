@@ -544,3 +544,70 @@ fn replconf_takes_a_challenge_a_port_and_an_address() {
         assert_eq!(replconf(&words(line)).unwrap_err(), error, "{line}");
     }
 }
+
+#[test]
+fn guarded_commands_take_their_options_then_the_command() {
+    let line = words("LOCK.GUARD k alice TOKEN 42 NOSYNC DECRBY stock 1");
+    let parsed = guard(&line).expect("parses");
+    assert_eq!(
+        (parsed.owner.copied(), parsed.token, parsed.sync),
+        (Some(&b"alice"[..]), Some(42), Some(false))
+    );
+    assert_eq!(parsed.command, &words("DECRBY stock 1")[..]);
+    assert_eq!(guarded_command_at(&line, true), Some(6));
+    let line = words("LOCK.FENCED f 7 SYNC SET x 1");
+    let parsed = fenced(&line).expect("parses");
+    assert_eq!(
+        (parsed.owner, parsed.token, parsed.sync),
+        (None, Some(7), Some(true))
+    );
+    assert_eq!(parsed.command, &words("SET x 1")[..]);
+    assert_eq!(guarded_command_at(&line, false), Some(4));
+    // A second word of a kind is the command: `TOKEN` after `TOKEN`, `SYNC` after `NOSYNC`.
+    let twice = words("LOCK.GUARD k alice TOKEN 1 TOKEN 2");
+    assert_eq!(guard(&twice).map(|parsed| parsed.command.len()), Ok(2));
+    assert_eq!(
+        fenced(&words("LOCK.FENCED f 7 TOKEN")).map(|p| p.command.len()),
+        Ok(1)
+    );
+    for (line, refused) in [
+        ("LOCK.GUARD k alice", ArgError::NoCommand),
+        ("LOCK.GUARD k alice TOKEN 5 SYNC", ArgError::NoCommand),
+        ("LOCK.GUARD k alice TOKEN", ArgError::Syntax),
+        ("LOCK.GUARD k alice TOKEN 0 GET x", ArgError::Token),
+        ("LOCK.GUARD k", ArgError::WrongArity),
+        ("LOCK.FENCED f 0 GET x", ArgError::Token),
+        ("LOCK.FENCED f -3 GET x", ArgError::Token),
+        ("LOCK.FENCED f", ArgError::WrongArity),
+        ("LOCK.FENCED f 3", ArgError::NoCommand),
+    ] {
+        let words = words(line);
+        let parsed = if line.starts_with("LOCK.GUARD") {
+            guard(&words)
+        } else {
+            fenced(&words)
+        };
+        assert_eq!(parsed.err(), Some(refused), "{line}");
+    }
+    assert_eq!(guarded_command_at(&words("LOCK.GUARD k"), true), None);
+}
+
+#[test]
+fn a_fence_effect_is_four_words_with_fence_in_capitals() {
+    assert_eq!(
+        apply_fence(&words("LOCK.APPLY f FENCE 9")).map(|(key, token)| (*key, token)),
+        Some((&b"f"[..], 9))
+    );
+    for line in [
+        "LOCK.APPLY f fence 9",
+        "LOCK.APPLY f FENCE 0",
+        "LOCK.APPLY f FENCE 9 1",
+        "LOCK.APPLY f FENCE DROP",
+    ] {
+        assert_eq!(apply_fence(&words(line)), None, "{line}");
+    }
+    assert!(
+        apply(&words("LOCK.APPLY f FENCE 9 1")).is_ok(),
+        "a lock's owner FENCE"
+    );
+}
