@@ -395,3 +395,72 @@ fn redis_finds_the_keys_of_the_guarded_command() {
         bulk(&["fence", "stock"])
     );
 }
+
+/// docs/fencing-in-redis.md: a holder that paused past its lease writes after another owner
+/// took the lock — the counter goes wrong without the guard, and stays right with it.
+#[test]
+fn a_holder_that_paused_past_its_lease_cannot_write_through_the_guard() {
+    let server = Server::start(&[]);
+    let mut con = server.client();
+    call(&mut con, &["SET", "stock:42", "10"]);
+    let first = acquire(&mut con, "order:42", "worker-1", 200, &[]).expect("granted");
+    thread::sleep(Duration::from_millis(300));
+    acquire(&mut con, "order:42", "worker-2", 5_000, &[]).expect("the lease ended");
+    let sold = [
+        "LOCK.GUARD",
+        "order:42",
+        "worker-2",
+        "DECRBY",
+        "stock:42",
+        "1",
+    ];
+    assert_eq!(call(&mut con, &sold), Value::Int(9));
+    let refused = error(
+        &mut con,
+        &[
+            "LOCK.GUARD",
+            "order:42",
+            "worker-1",
+            "DECRBY",
+            "stock:42",
+            "1",
+        ],
+    );
+    assert!(
+        refused.starts_with("NOTHELD the lock is held by another owner"),
+        "{refused}"
+    );
+    let stale = [
+        "LOCK.FENCED",
+        "fence:stock:42",
+        &first.to_string(),
+        "DECRBY",
+        "stock:42",
+        "1",
+    ];
+    let second = call(&mut con, &["LOCK.FENCE", "order:42", "worker-2"]);
+    let Value::Int(second) = second else {
+        panic!("worker-2's token: {second:?}");
+    };
+    let newer = [
+        "LOCK.FENCED",
+        "fence:stock:42",
+        &second.to_string(),
+        "DECRBY",
+        "stock:42",
+        "1",
+    ];
+    assert_eq!(call(&mut con, &newer), Value::Int(8));
+    let refused = error(&mut con, &stale);
+    assert!(refused.starts_with("STALE"), "{refused}");
+    assert_eq!(
+        call(&mut con, &["GET", "stock:42"]),
+        Value::BulkString(b"8".to_vec())
+    );
+    // Without the guard the paused holder's write goes through: one sale counted twice.
+    call(&mut con, &["DECRBY", "stock:42", "1"]);
+    assert_eq!(
+        call(&mut con, &["GET", "stock:42"]),
+        Value::BulkString(b"7".to_vec())
+    );
+}
