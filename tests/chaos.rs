@@ -12,8 +12,9 @@
 //! locks of its own, so every double grant lies within one class, and the one nemesis hits all
 //! three at once. Each client loops: acquire one of its class's locks, or two of them as a set
 //! (`LOCK.MACQUIRE`) (a new owner each time; exclusive or shared, with or without waiting; the
-//! watchdog on) → an exclusive holder writes `(lock, token)` for each lock to a fenced store
-//! that rejects a token not above the last one it accepted for that lock → sometimes renew
+//! watchdog on) → an exclusive holder writes its token for each lock to a fenced store — a
+//! Redis of its own with the module, where the write is `LOCK.FENCED fence:<lock> token RPUSH
+//! written:<lock> token`, refused below the largest token that wrote → sometimes renew
 //! once → release. The seventh client of each class holds exclusively for 2 to 3 leases each
 //! time while the watchdog renews every third of one, writing each third and stopping as soon
 //! as the holding is reported lost. A holder counts on its lease only as far as the last
@@ -52,7 +53,8 @@
 //! replaced), and the two token regressions that must be 0: a grant by the designated master
 //! whose token is not above every grant of the lock acknowledged before it was requested, and
 //! a server issuing a token not above one it issued before, across its restarts. Plus the
-//! store's rejections and a replay of what it accepted. The run fails on a token regression,
+//! store's rejections and a replay of what it accepted (each list never decreasing). The run
+//! fails on a token regression, on a store history that went down,
 //! on a double grant in the default class, and on a `FAILOVER` the module let through. It
 //! prints what the safe default costs in availability: the default class's grants as a share
 //! of the unsynced class's (over the whole run, the time with three nodes, and the designated
@@ -396,7 +398,8 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
          ({} by designated masters; {} sets of two locks, a grant per lock), faults {faults:?}, \
          {} failovers, {doubles} double grants, {split_brain} split-brain grants, \
          {across} token regressions at designated masters, {own} on a server's own tokens, \
-         {accepted} fenced writes accepted, {rejected} stale writes rejected, replay {}",
+         {accepted} fenced writes accepted (LOCK.FENCED on a store server), {rejected} stale \
+         writes rejected, replay {}",
         timing.down_after_ms,
         run.operations.load(Ordering::SeqCst),
         grants.len(),
@@ -404,7 +407,7 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
         run.sets.load(Ordering::SeqCst),
         switches.len(),
         if replay {
-            "strictly increasing"
+            "never decreasing"
         } else {
             "OUT OF ORDER"
         },
@@ -452,7 +455,7 @@ fn fencing_holds_under_random_crashes_pauses_partitions_and_failovers() {
     }
     assert!(
         replay,
-        "the store accepted a token not above an earlier one"
+        "the fenced store's history accepted a token below an earlier one"
     );
     assert_eq!(
         out_of_order, 0,

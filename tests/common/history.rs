@@ -3,11 +3,15 @@
 //! Sentinel designated (Jepsen's method: record a history, then check it); and the fenced
 //! resource the clients write to.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
+
+use redis::Connection;
+
+use super::Server;
 
 /// One grant of a lock, as the client saw it.
 #[derive(Debug, Clone, Default)]
@@ -167,35 +171,62 @@ pub fn by_designated_masters<'a>(
         .collect()
 }
 
-/// A fenced resource: per lock, a write is accepted only with a token above the last one it
-/// accepted. It keeps what it accepted, to replay.
+/// A fenced resource in Redis: a server of its own with the module (started at the first
+/// write), where each write to a lock's resource is `LOCK.FENCED fence:<lock> token RPUSH
+/// written:<lock> token`, accepted only with a token at least the largest that wrote through the
+/// lock's fence. The lists are the resource's history, replayed at the end.
 #[derive(Default)]
 pub struct FencedStore {
-    accepted: Mutex<HashMap<String, Vec<i64>>>,
+    store: OnceLock<(Server, Mutex<Connection>)>,
+    locks: Mutex<HashSet<String>>,
     rejected: AtomicU64,
 }
 
 impl FencedStore {
-    /// Writes `token` to `lock`; true if accepted.
+    /// Writes `token` to `lock`'s resource through its fence; true if accepted (`STALE`
+    /// otherwise).
     pub fn write(&self, lock: &str, token: i64) -> bool {
-        let mut accepted = self.accepted.lock().expect("store");
-        let writes = accepted.entry(lock.to_owned()).or_default();
-        if writes.last().is_none_or(|last| token > *last) {
-            writes.push(token);
-            true
-        } else {
-            self.rejected.fetch_add(1, Ordering::SeqCst);
-            false
+        let (_, con) = self.store.get_or_init(|| {
+            let server = Server::start(&[]);
+            let con = Mutex::new(server.client());
+            (server, con)
+        });
+        self.locks.lock().expect("locks").insert(lock.to_owned());
+        let written = redis::cmd("LOCK.FENCED")
+            .arg(format!("fence:{lock}"))
+            .arg(token)
+            .arg("RPUSH")
+            .arg(format!("written:{lock}"))
+            .arg(token)
+            .query::<i64>(&mut *con.lock().expect("store"));
+        match written {
+            Ok(_) => true,
+            Err(error) if error.code() == Some("STALE") => {
+                self.rejected.fetch_add(1, Ordering::SeqCst);
+                false
+            }
+            Err(error) => panic!("the fenced store refused a write: {error}"),
         }
     }
 
-    /// Writes accepted, writes rejected, and whether every lock's accepted tokens increase.
+    /// Writes accepted, writes rejected, and whether every resource's history (its list)
+    /// never has a token below one accepted before it.
     pub fn summary(&self) -> (usize, u64, bool) {
-        let accepted = self.accepted.lock().expect("store");
-        let count = accepted.values().map(Vec::len).sum();
-        let increasing = accepted
-            .values()
-            .all(|writes| writes.windows(2).all(|w| w[0] < w[1]));
+        let Some((_, con)) = self.store.get() else {
+            return (0, self.rejected.load(Ordering::SeqCst), true);
+        };
+        let mut con = con.lock().expect("store");
+        let (mut count, mut increasing) = (0, true);
+        for lock in self.locks.lock().expect("locks").iter() {
+            let history: Vec<i64> = redis::cmd("LRANGE")
+                .arg(format!("written:{lock}"))
+                .arg(0)
+                .arg(-1)
+                .query(&mut *con)
+                .expect("the resource's history");
+            count += history.len();
+            increasing &= history.windows(2).all(|pair| pair[0] <= pair[1]);
+        }
         (count, self.rejected.load(Ordering::SeqCst), increasing)
     }
 }
