@@ -122,6 +122,17 @@ class Server:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+# A write only the lock's holder may make, as users script it today (docs/fencing-in-redis.md):
+# LOCK.FENCE, then the write.
+GUARD_SCRIPT = """if redis.call('LOCK.FENCE', KEYS[1], ARGV[1]) then
+return redis.call('SET', KEYS[2], ARGV[2])
+end
+return redis.error_reply('NOTHELD the lock is not held')"""
+GUARD_KEYS = 100_000  # the keys written under the one held lock
+GUARD_LOCK = ["LOCK.ACQUIRE", "g", OWNER, "600000"]
+GUARDED_SET = ["LOCK.GUARD", "g", OWNER, "SET", "k:__rand_int__", "v"]
+
+
 def resp(args):
     return f"*{len(args)}\r\n" + "".join(f"${len(a.encode())}\r\n{a}\r\n" for a in args)
 
@@ -728,6 +739,39 @@ def elections_table(grace, replaced, observed, notified):
     ]
 
 
+def guarded_writes(binary):
+    """A guarded `SET` under one held lock against the script it replaces and a plain `SET`, on
+    `binary` (a lone server: nothing to sync): the Markdown lines of its section."""
+    server = Server(binary)
+    try:
+        sha = server.cli("SCRIPT", "LOAD", GUARD_SCRIPT)
+        cases = [("EVALSHA of the LOCK.FENCE + SET script",
+                  ["EVALSHA", sha, "2", "g", "k:__rand_int__", OWNER, "v"], GUARD_LOCK, 1.3),
+                 ("SET (no check)", ["SET", "k:__rand_int__", "v"], None, 0.8)]
+        rows = []
+        for name, baseline, setup, goal in cases:
+            print(f"  a guarded SET vs {name}", file=sys.stderr)
+            result = compare(server, GUARDED_SET, baseline, GUARD_KEYS, GUARD_LOCK, setup)
+            verdict = f"≥ {goal}× {'met' if result['ratio'] >= goal else 'NOT met'}"
+            rows.append(f"| {name} | `{' '.join(baseline)}` | {result['ours']:,.0f} | "
+                        f"{result['baseline']:,.0f} | {result['ratio']:.2f}× | "
+                        f"{result['cpu_ratio']:.2f}× | {verdict} |")
+    finally:
+        server.stop()
+    return [
+        "## Fenced writes inside Redis: LOCK.GUARD",
+        "",
+        f"`{' '.join(GUARDED_SET)}` (`redis-benchmark` as in the throughput table, {GUARD_KEYS:,} "
+        f"keys written under one lock held for the run) against the Lua script it replaces — "
+        "`LOCK.FENCE`, then the write — and against a plain `SET` with no check, on Redis "
+        f"{server.version} with no replica (nothing to sync). Rounds alternate as above.",
+        "",
+        "| baseline | baseline command | LOCK.GUARD ops/s | baseline ops/s | ratio | CPU ratio | target |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- |",
+        *rows,
+    ]
+
+
 def sessions(binary):
     """Hand-over after `kill -9` of a holder with a 30 s lease: with a session (the server's
     default grace), 10 rounds of 10 holders killed at once; with the lease only, one round of
@@ -958,6 +1002,8 @@ def main():
         probe.stop()
         sections = synced_sections(servers, probe.version)
         return put_in_place(sections, ("## Synced writes", "## The clients: grants synced"), "synced")
+    if sys.argv[1:] == ["--only", "guard"]:
+        return put_in_place(guarded_writes(servers["redis-7.0"]), ("## Fenced writes inside Redis",), "guard")
     if sys.argv[1:] == ["--only", "elections"]:
         return put_in_place(elections_table(*elections(servers["redis-7.0"])), ("## Elections",), "elections")
     server = Server(servers["redis-7.0"])
@@ -1201,6 +1247,8 @@ def main():
         "",
         *synced_sections(servers, server.version),
         *elections_table(*elections(servers["redis-7.0"])),
+        "",
+        *guarded_writes(servers["redis-7.0"]),
         "",
         "## Rerun",
         "",

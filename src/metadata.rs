@@ -260,7 +260,7 @@ mod tests {
         let mrelease = "LOCK.MRELEASE numkeys key [key ...] owner";
         assert_eq!(syntax("LOCK.MRELEASE").as_deref(), Some(mrelease));
         let session =
-            "LOCK.SESSION <OPEN [GRACE grace-ms] | ATTACH id | USE <id | NONE> | CLOSE id>";
+            "LOCK.SESSION <OPEN [GRACE grace-ms] | ATTACH id | USE <id | NONE> | CLOSE id | HELP>";
         assert_eq!(syntax("lock.session").as_deref(), Some(session));
         assert_eq!(key_range("lock.acquire"), (1, 1, 1));
         assert_eq!(key_range("lock.macquire"), (0, 0, 0));

@@ -59,6 +59,9 @@ const SWEEP_MS: u64 = 100;
 pub fn command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let max_grace = config::session_max_grace_ms();
     let parsed = args::session(&args, max_grace).map_err(replies::arg_error)?;
+    if parsed == args::Session::Help {
+        return Ok(help());
+    }
     if ctx.get_flags().contains(ContextFlags::SLAVE) {
         return Err(RedisError::Str(
             "READONLY You can't use sessions against a read only replica.",
@@ -93,7 +96,32 @@ pub fn command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             let released = release(ctx, ties)?;
             Ok(RedisValue::Integer(i64::from(released)))
         }
+        args::Session::Help => Ok(help()),
     }
+}
+
+/// `LOCK.SESSION HELP`: the subcommands, one line each and an indented line on what it does,
+/// as Redis's container commands (`CLIENT HELP`, `OBJECT HELP`) reply.
+fn help() -> RedisValue {
+    const LINES: [&str; 11] = [
+        "LOCK.SESSION <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "OPEN [GRACE <grace-ms>]",
+        "    Open a session on this connection; reply its id and grace (ms).",
+        "ATTACH <id>",
+        "    Attach the session to this connection (also a client's heartbeat); reply its grace.",
+        "USE <id>|NONE",
+        "    Tie what this connection acquires and renews to the session, or to none.",
+        "CLOSE <id>",
+        "    End the session now; reply how many holdings it released.",
+        "HELP",
+        "    Print this help.",
+    ];
+    RedisValue::Array(
+        LINES
+            .iter()
+            .map(|line| RedisValue::SimpleStringStatic(line))
+            .collect(),
+    )
 }
 
 /// The number of the session a command ties its holdings to, checked before the command

@@ -431,12 +431,34 @@ fn ties_whose_holdings_are_gone_are_swept_and_live_ones_kept() {
 }
 
 #[test]
+fn help_lists_every_subcommand() {
+    let server = Server::start(&[]);
+    let help: Vec<String> = redis::cmd("LOCK.SESSION")
+        .arg("HELP")
+        .query(&mut server.client())
+        .expect("HELP");
+    for subcommand in ["OPEN", "ATTACH", "USE", "CLOSE", "HELP"] {
+        assert!(
+            help.iter().any(|line| line.starts_with(subcommand)),
+            "{subcommand} in {help:?}"
+        );
+    }
+}
+
+#[test]
 fn bad_input_is_refused_and_changes_nothing() {
     let server = Server::start(&[]);
     let mut con = server.client();
     for (args, expected) in [
         (&["LOCK.SESSION"][..], "wrong number of arguments"),
-        (&["LOCK.SESSION", "LIST"], "unknown subcommand 'LIST'"),
+        (
+            &["LOCK.SESSION", "LIST"],
+            "unknown subcommand 'LIST'. Try LOCK.SESSION HELP.",
+        ),
+        (
+            &["LOCK.SESSION", "HELP", "OPEN"],
+            "wrong number of arguments",
+        ),
         (
             &["LOCK.SESSION", "OPEN", "GRACE", "99"],
             "grace-ms must be 100 to",

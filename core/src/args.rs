@@ -77,7 +77,7 @@ pub enum ArgError {
     Session(SessionError),
     /// `ERR grace-ms must be <min> to lock.session-max-grace-ms (<max>)`.
     Grace(u64, u64),
-    /// `ERR unknown subcommand '<name>'. Try OPEN, ATTACH, USE or CLOSE.`
+    /// `ERR unknown subcommand '<name>'. Try LOCK.SESSION HELP.`, as Redis words it.
     UnknownSubcommand(String),
     /// `ERR no command to run`: `LOCK.GUARD` or `LOCK.FENCED` without a command after its
     /// options.
@@ -115,10 +115,9 @@ impl fmt::Display for ArgError {
             Self::Replica => write!(f, "ERR invalid replica in LOCK.PROMOTABLE"),
             Self::IpAddress => write!(f, "ERR invalid ip-address in LOCK.REPLCONF"),
             Self::Session(error) => write!(f, "{error}"),
-            Self::UnknownSubcommand(name) => write!(
-                f,
-                "ERR unknown subcommand '{name}'. Try OPEN, ATTACH, USE or CLOSE."
-            ),
+            Self::UnknownSubcommand(name) => {
+                write!(f, "ERR unknown subcommand '{name}'. Try LOCK.SESSION HELP.")
+            }
             Self::NoCommand => write!(f, "ERR no command to run"),
             Self::Grace(min, max) => write!(
                 f,
@@ -712,6 +711,8 @@ pub enum Session {
     Use(Option<session::Id>),
     /// End the session now, releasing its holdings.
     Close(session::Id),
+    /// The subcommands, as Redis's own container commands list them (`CLIENT HELP`).
+    Help,
 }
 
 /// Parses `LOCK.SESSION`'s subcommand and its arguments; a grace must be from
@@ -747,6 +748,8 @@ pub fn session<A: Deref<Target = [u8]>>(
         })
     } else if is(subcommand, b"CLOSE") {
         Session::Close(session_id(args.required()?)?)
+    } else if is(subcommand, b"HELP") {
+        Session::Help
     } else {
         return Err(ArgError::UnknownSubcommand(
             String::from_utf8_lossy(subcommand).into_owned(),
