@@ -3,6 +3,7 @@
 //! `Result`. The raw calls themselves stay in the one file that needs each (keys, blocked
 //! clients, replication, the command filter, command docs).
 
+use std::ffi::CStr;
 use std::os::raw::c_int;
 
 use redis_module::{Context, RedisError, raw};
@@ -130,3 +131,99 @@ pub fn key_at(ctx: &Context, position: usize, flags: c_int) {
         }
     }
 }
+
+/// A command's reply from [`call`], freed when dropped (`RedisModule_FreeCallReply`).
+pub struct Called(std::ptr::NonNull<raw::RedisModuleCallReply>);
+
+impl Called {
+    /// The error's text when the reply is an error (`-ERR ...`, without the dash).
+    #[must_use]
+    pub fn error(&self) -> Option<String> {
+        let (kind_of, text_of) = unsafe {
+            (
+                raw::RedisModule_CallReplyType?,
+                raw::RedisModule_CallReplyStringPtr?,
+            )
+        };
+        if unsafe { kind_of(self.0.as_ptr()) } != raw::REDISMODULE_REPLY_ERROR as c_int {
+            return None;
+        }
+        let mut len = 0;
+        let text = unsafe { text_of(self.0.as_ptr(), &mut len) };
+        if text.is_null() {
+            return Some(String::new());
+        }
+        let bytes = unsafe { std::slice::from_raw_parts(text.cast::<u8>(), len) };
+        Some(String::from_utf8_lossy(bytes).into_owned())
+    }
+
+    /// Sends it to the client of `ctx` as it came (`RedisModule_ReplyWithCallReply`: the same
+    /// types and bytes, in the protocol it was asked in).
+    ///
+    /// # Errors
+    /// A server without the call.
+    pub fn forward(&self, ctx: &Context) -> Result<(), RedisError> {
+        let send = api(unsafe { raw::RedisModule_ReplyWithCallReply })?;
+        unsafe { send(ctx.get_raw(), self.0.as_ptr()) };
+        Ok(())
+    }
+}
+
+impl Drop for Called {
+    fn drop(&mut self) {
+        if let Some(free) = unsafe { raw::RedisModule_FreeCallReply } {
+            unsafe { free(self.0.as_ptr()) };
+        }
+    }
+}
+
+/// Runs `command` (its name first) with `RedisModule_Call` and `format` (`v` first, so that
+/// the arguments are passed as they are, without new strings; then RM_Call's own flags: `!`,
+/// `C`, `E`, ...); `None` when the server lacks the call, the name holds a NUL, or it gave no
+/// reply (`E` in `format` turns those into error replies). Up to [`SHORT`] arguments and
+/// names take no allocation.
+pub fn call(ctx: &Context, command: &[redis_module::RedisString], format: &CStr) -> Option<Called> {
+    let call = unsafe { raw::RedisModule_Call }?;
+    let (name, rest) = command.split_first()?;
+    let name = name.as_slice();
+    if name.contains(&0) {
+        return None;
+    }
+    let mut short_name = [0_u8; SHORT];
+    let long_name;
+    let name_ptr = if let Some(copy) = short_name
+        .get_mut(..name.len())
+        .filter(|_| name.len() < SHORT)
+    {
+        copy.copy_from_slice(name);
+        short_name.as_ptr()
+    } else {
+        long_name = [name, &[0]].concat();
+        long_name.as_ptr()
+    };
+    let mut short_argv = [std::ptr::null_mut(); SHORT];
+    let mut long_argv;
+    let argv: &mut [*mut raw::RedisModuleString] = match short_argv.get_mut(..rest.len()) {
+        Some(argv) => argv,
+        None => {
+            long_argv = vec![std::ptr::null_mut(); rest.len()];
+            &mut long_argv
+        }
+    };
+    for (slot, arg) in argv.iter_mut().zip(rest) {
+        *slot = arg.inner;
+    }
+    let reply = unsafe {
+        call(
+            ctx.get_raw(),
+            name_ptr.cast(),
+            format.as_ptr(),
+            argv.as_mut_ptr(),
+            argv.len(),
+        )
+    };
+    std::ptr::NonNull::new(reply).map(Called)
+}
+
+/// How many arguments, and bytes of a command's name, [`call`] passes without allocating.
+pub const SHORT: usize = 32;

@@ -24,8 +24,8 @@ use std::os::raw::c_int;
 use leasehold_core::args::{self, Guarded};
 use leasehold_core::lock::Lock;
 use redis_module::{
-    CallOptionResp, CallOptionsBuilder, CallReply, CallResult, Context, RedisError, RedisResult,
-    RedisString, RedisValue, raw,
+    CallOptionsBuilder, CallReply, CallResult, Context, RedisError, RedisResult, RedisString,
+    RedisValue, raw,
 };
 
 use crate::api;
@@ -142,14 +142,20 @@ impl Inner {
                 "ERR '{shown}' cannot be guarded: {why}"
             )));
         }
+        // Redis's key lookup only when an argument names the key: most commands do not.
         let own = parsed.key.as_slice();
-        let keys = api::command_keys(ctx, parsed.command).unwrap_or_default();
-        if keys.iter().any(|&(at, _)| {
+        let names_own = |at: usize| {
             parsed
                 .command
                 .get(at)
-                .is_some_and(|key| key.as_slice() == own)
-        }) {
+                .is_some_and(|arg| arg.as_slice() == own)
+        };
+        if (1..parsed.command.len()).any(names_own)
+            && api::command_keys(ctx, parsed.command)
+                .unwrap_or_default()
+                .iter()
+                .any(|&(at, _)| names_own(at))
+        {
             return Err(RedisError::Str(
                 "ERR the command may not touch the lock's or fence's own key",
             ));
@@ -160,44 +166,25 @@ impl Inner {
     }
 
     /// Runs `command`: its reply, or its error.
-    fn run(
-        &self,
-        ctx: &Context,
-        command: &[RedisString],
-    ) -> Result<CallReply<'static>, RedisError> {
-        let options = CallOptionsBuilder::new()
-            .verify_acl()
-            .script_mode()
-            .verify_oom()
-            .errors_as_replies()
-            .replicate()
-            .resp(CallOptionResp::Auto)
-            .build();
-        let (name, rest) = command
-            .split_first()
-            .ok_or(RedisError::Str("ERR no command to run"))?;
-        let name = name
-            .try_as_str()
-            .map_err(|_| RedisError::Str("ERR unknown command"))?;
-        let args: Vec<&RedisString> = rest.iter().collect();
-        let result: CallResult<'static> = ctx.call_ext(name, &options, args.as_slice());
-        result.map_err(|error| {
-            let text = error.to_utf8_string().unwrap_or_default();
+    fn run(&self, ctx: &Context, command: &[RedisString]) -> Result<api::Called, RedisError> {
+        // As the user (`C`), in script mode (`S`), refused over `maxmemory` (`M`), errors as
+        // replies (`E`), replicated (`!`), in the caller's protocol (`0`).
+        let reply = api::call(ctx, command, c"v!CSME0")
+            .ok_or(RedisError::Str("ERR the command could not be run"))?;
+        match reply.error() {
+            None => Ok(reply),
             // Redis 7.0 words a refusal by the caller's ACL as an `ERR`; later versions, and
             // the command itself, as `NOPERM`.
-            if text.starts_with("ERR acl verification failed") {
-                RedisError::Str(
-                    "NOPERM this user has no permissions to run the guarded command on its keys",
-                )
-            } else {
-                RedisError::String(text)
-            }
-        })
+            Some(text) if text.starts_with("ERR acl verification failed") => Err(RedisError::Str(
+                "NOPERM this user has no permissions to run the guarded command on its keys",
+            )),
+            Some(text) => Err(RedisError::String(text)),
+        }
     }
 
     /// Replies with `reply` as it came: at once, or once the in-sync set has the write when
     /// the command writes and `sync`.
-    fn reply(&self, ctx: &Context, sync: bool, reply: CallReply<'static>) -> RedisResult {
+    fn reply(&self, ctx: &Context, sync: bool, reply: api::Called) -> RedisResult {
         if sync && self.writes {
             synced::hold(ctx, synced::Reply::Forward(reply), Undo::Write)
         } else {
@@ -226,10 +213,15 @@ thread_local! {
 /// The flags of the command `name`; `None` for a command this server does not know (not kept,
 /// so unknown names cannot fill memory).
 fn flags_of(ctx: &Context, name: &RedisString) -> Option<Flags> {
-    let lower = name.as_slice().to_ascii_lowercase();
-    if let Some(flags) = FLAGS.with_borrow(|known| known.get(&lower).copied()) {
-        return Some(flags);
+    let mut lower = [0; 32];
+    if let Some(lower) = lower.get_mut(..name.as_slice().len()) {
+        lower.copy_from_slice(name.as_slice());
+        lower.make_ascii_lowercase();
+        if let Some(flags) = FLAGS.with_borrow(|known| known.get(&*lower).copied()) {
+            return Some(flags);
+        }
     }
+    let lower = name.as_slice().to_ascii_lowercase();
     let info: CallResult<'static> = ctx.call_ext(
         "COMMAND",
         &CallOptionsBuilder::new().build(),

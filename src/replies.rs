@@ -5,11 +5,9 @@ use leasehold_core::args::ArgError;
 use leasehold_core::election::Leadership;
 use leasehold_core::fence::{self, Delay};
 use leasehold_core::outcome::Refusal;
-use redis_module::{
-    CallReply, Context, RedisError, RedisResult, RedisValue, raw, redisvalue::RedisValueKey,
-};
+use redis_module::{Context, RedisError, RedisResult, RedisValue, redisvalue::RedisValueKey};
 
-use crate::api::api;
+use crate::api::Called;
 
 /// A fencing token as Redis replies it: an integer, exact below 2^53.
 #[must_use]
@@ -107,16 +105,12 @@ pub fn leadership(now: Leadership, ttl_ms: Option<i64>) -> RedisValue {
     }
 }
 
-/// Sends a command's reply as it came (`RedisModule_ReplyWithCallReply`: the same types and
-/// bytes, in the protocol it was asked in), for `LOCK.GUARD` and `LOCK.FENCED`.
+/// Sends a command's reply as it came (the same types and bytes, in the protocol it was asked
+/// in), for `LOCK.GUARD` and `LOCK.FENCED`.
 ///
 /// # Errors
 /// A server without the call.
-pub fn forward(ctx: &Context, reply: &CallReply<'_>) -> RedisResult {
-    let send = api(unsafe { raw::RedisModule_ReplyWithCallReply })?;
-    let raw_reply = reply
-        .get_raw()
-        .ok_or(RedisError::Str("ERR the command gave no reply"))?;
-    unsafe { send(ctx.get_raw(), raw_reply) };
+pub fn forward(ctx: &Context, reply: &Called) -> RedisResult {
+    reply.forward(ctx)?;
     Ok(RedisValue::NoReply)
 }

@@ -30,11 +30,9 @@ use std::time::Duration;
 
 use leasehold_core::insync::synced::{Pending, Settled};
 use leasehold_core::outcome::Answer;
-use redis_module::{
-    CallReply, Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue, raw,
-};
+use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue, raw};
 
-use crate::api::subscribe;
+use crate::api::{Called, subscribe};
 use crate::blocking::{self, Blocked, can_block};
 use crate::clock;
 use crate::config;
@@ -74,7 +72,7 @@ pub enum Reply {
     /// A reply the module made.
     Value(RedisValue),
     /// A command's reply (`LOCK.GUARD`, `LOCK.FENCED`).
-    Forward(CallReply<'static>),
+    Forward(Called),
 }
 
 impl From<RedisValue> for Reply {
