@@ -288,9 +288,12 @@ fn look_at_set(ctx: &Context, now: u64, timing: Timing) {
     if changed {
         state.note_members();
     }
+    let paused = effects::replication_paused();
+    if state.master.awaits_acknowledgement() && !paused {
+        effects::ask_for_acknowledgements(ctx);
+    }
     let due = changed || now >= state.sent_ms.saturating_add(HEARTBEAT_MS);
     let has_group = state.master.grouped() || !replication.replicas.is_empty();
-    let paused = effects::replication_paused();
     if !paused {
         replica_check::paused_heartbeat(None);
     }

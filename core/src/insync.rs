@@ -447,6 +447,16 @@ impl Master {
         if self.grouped { min_members } else { 0 }
     }
 
+    /// Whether a replica online waits to join: it must acknowledge an offset first, which the
+    /// master then asks for at once rather than at the replica's next acknowledgement, a
+    /// second later ([`Master::observe`]). A master that dies in that second leaves a replica
+    /// that synced everything it counted unpromotable, and Sentinel's next try comes twice
+    /// `failover-timeout` later.
+    #[must_use]
+    pub fn awaits_acknowledgement(&self) -> bool {
+        !self.joining.is_empty()
+    }
+
     /// The members' ids (`ip:port`), in the order they joined.
     pub fn members(&self) -> impl Iterator<Item = &str> {
         self.members.iter().map(|member| member.id.as_str())

@@ -61,12 +61,14 @@ fn a_replica_joins_once_it_caught_up() {
     let mut set = Master::default();
     let behind = replication(100, vec![replica("a:1", true, 50, 0)]);
     assert!(!set.observe(0, &behind, TIMING, unanswered));
+    assert!(set.awaits_acknowledgement(), "asked for it at once");
     assert_eq!(set.status(&behind, 1).required, 0, "not grouped yet");
     let later = replication(200, vec![replica("a:1", true, 100, 0)]);
     assert!(
         set.observe(10, &later, TIMING, unanswered),
         "acknowledged what it had to"
     );
+    assert!(!set.awaits_acknowledgement());
     assert_eq!(set.members().collect::<Vec<_>>(), ["a:1"]);
     let status = set.status(&later, 1);
     assert_eq!((status.acked, status.members, status.required), (100, 1, 1));
