@@ -87,8 +87,7 @@ pub fn acquire_as(ctx: &Context, parsed: &Acquire<'_, RedisString>, command: &st
             let granted = matches!(reply, Reply::Token(_));
             let reply = reply_for(reply, command)?;
             if sync && granted {
-                let undo = synced::release_of(ctx, std::slice::from_ref(name), owner, stretch);
-                synced::hold(ctx, reply, undo)
+                synced::hold_grant(ctx, reply, std::slice::from_ref(name), owner, stretch)
             } else {
                 Ok(reply)
             }

@@ -80,7 +80,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                     .collect(),
             );
             if sync {
-                synced::hold(ctx, tokens, synced::release_of(ctx, names, owner, stretch))
+                synced::hold_grant(ctx, tokens, names, owner, stretch)
             } else {
                 Ok(tokens)
             }

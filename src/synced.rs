@@ -209,6 +209,26 @@ pub fn hold(ctx: &Context, reply: impl Into<Reply>, undo: Undo) -> RedisResult {
     }
 }
 
+/// [`hold`] for a grant of `keys` to `owner` (made longer by `stretch` when it waited), whose
+/// [`Undo`] is made only when it may be needed: a server with no set to wait for replies at
+/// once, with nothing to undo or set back, so an acquire there pays nothing more than it did
+/// before synced writes (issue 55).
+///
+/// # Errors
+/// As [`hold`]'s.
+pub fn hold_grant(
+    ctx: &Context,
+    reply: RedisValue,
+    keys: &[RedisString],
+    owner: &RedisString,
+    stretch: Option<Stretch>,
+) -> RedisResult {
+    if insync::gate() == Ok(0) && stretch.is_none_or(|stretch| stretch.stretch_ms == 0) {
+        return Ok(reply);
+    }
+    hold(ctx, reply, release_of(ctx, keys, owner, stretch))
+}
+
 /// A waiter that asked for a synced grant queued (`LOCK.ACQUIRE ... WAIT`, `LOCK.MACQUIRE ...
 /// WAIT`): a grant to it is held like a command's ([`answer`]), and `undo` releases it.
 pub fn waiting(blocked: Blocked, undo: Undo) {
