@@ -6,7 +6,8 @@
 use std::ffi::CStr;
 use std::os::raw::c_int;
 
-use redis_module::{Context, RedisError, raw};
+use redis_module::redisvalue::RedisValueKey;
+use redis_module::{Context, RedisError, RedisValue, raw};
 
 /// `Ok` for a module API call that returned `REDISMODULE_OK`, else the error reply `error`.
 ///
@@ -166,6 +167,117 @@ impl Called {
         let send = api(unsafe { raw::RedisModule_ReplyWithCallReply })?;
         unsafe { send(ctx.get_raw(), self.0.as_ptr()) };
         Ok(())
+    }
+}
+
+impl Called {
+    /// The reply as a value to send later, outside the command that made it: a held synced
+    /// write's reply. A reply must be freed inside its command (Redis reads the command's
+    /// context when it frees one), so it is copied: strings as simple or bulk as they came,
+    /// integers, nulls, arrays, and RESP3's maps (in key order), sets, booleans, doubles (sent
+    /// back by the same formatting), big numbers and verbatim strings (as bulk ones). An error
+    /// inside the reply, which no command a guard runs gives, becomes a generic one.
+    #[must_use]
+    pub fn to_value(&self) -> RedisValue {
+        value_of(self.0.as_ptr())
+    }
+}
+
+/// The value of the call reply `reply` ([`Called::to_value`]).
+fn value_of(reply: *mut raw::RedisModuleCallReply) -> RedisValue {
+    let kind = unsafe { raw::RedisModule_CallReplyType.map_or(-1, |kind_of| kind_of(reply)) };
+    let bytes = |read: Option<
+        unsafe extern "C" fn(
+            *mut raw::RedisModuleCallReply,
+            *mut usize,
+        ) -> *const std::os::raw::c_char,
+    >| {
+        let mut len = 0;
+        let text = read.map_or(std::ptr::null(), |read| unsafe { read(reply, &mut len) });
+        if text.is_null() {
+            Vec::new()
+        } else {
+            unsafe { std::slice::from_raw_parts(text.cast::<u8>(), len) }.to_vec()
+        }
+    };
+    let length = || unsafe { raw::RedisModule_CallReplyLength.map_or(0, |length| length(reply)) };
+    let element = |at: usize| unsafe {
+        raw::RedisModule_CallReplyArrayElement.map_or(std::ptr::null_mut(), |get| get(reply, at))
+    };
+    match isize::try_from(kind).unwrap_or(-1) {
+        raw::REDISMODULE_REPLY_STRING => {
+            let text = bytes(unsafe { raw::RedisModule_CallReplyStringPtr });
+            let simple = bytes(unsafe { raw::RedisModule_CallReplyProto }).first() == Some(&b'+');
+            match String::from_utf8(text) {
+                Ok(text) if simple => RedisValue::SimpleString(text),
+                Ok(text) => RedisValue::StringBuffer(text.into_bytes()),
+                Err(not_utf8) => RedisValue::StringBuffer(not_utf8.into_bytes()),
+            }
+        }
+        raw::REDISMODULE_REPLY_INTEGER => RedisValue::Integer(unsafe {
+            raw::RedisModule_CallReplyInteger.map_or(0, |integer| integer(reply))
+        }),
+        raw::REDISMODULE_REPLY_ARRAY => {
+            RedisValue::Array((0..length()).map(|at| value_of(element(at))).collect())
+        }
+        raw::REDISMODULE_REPLY_SET => RedisValue::OrderedSet(
+            (0..length())
+                .map(|at| unsafe {
+                    raw::RedisModule_CallReplySetElement
+                        .map_or(std::ptr::null_mut(), |get| get(reply, at))
+                })
+                .map(|member| key_of(value_of(member)))
+                .collect(),
+        ),
+        raw::REDISMODULE_REPLY_MAP => RedisValue::OrderedMap(
+            (0..length())
+                .map(|at| {
+                    let (mut key, mut value) = (std::ptr::null_mut(), std::ptr::null_mut());
+                    if let Some(get) = unsafe { raw::RedisModule_CallReplyMapElement } {
+                        unsafe { get(reply, at, &mut key, &mut value) };
+                    }
+                    (key_of(value_of(key)), value_of(value))
+                })
+                .collect(),
+        ),
+        raw::REDISMODULE_REPLY_BOOL => RedisValue::Bool(unsafe {
+            raw::RedisModule_CallReplyBool.is_some_and(|boolean| boolean(reply) != 0)
+        }),
+        raw::REDISMODULE_REPLY_DOUBLE => RedisValue::Float(unsafe {
+            raw::RedisModule_CallReplyDouble.map_or(0.0, |double| double(reply))
+        }),
+        raw::REDISMODULE_REPLY_BIG_NUMBER => RedisValue::BigNumber(
+            String::from_utf8_lossy(&bytes(unsafe { raw::RedisModule_CallReplyBigNumber }))
+                .into_owned(),
+        ),
+        raw::REDISMODULE_REPLY_VERBATIM_STRING => {
+            let mut len = 0;
+            let mut format = std::ptr::null();
+            let text = unsafe {
+                raw::RedisModule_CallReplyVerbatim
+                    .map_or(std::ptr::null(), |read| read(reply, &mut len, &mut format))
+            };
+            RedisValue::StringBuffer(if text.is_null() {
+                Vec::new()
+            } else {
+                unsafe { std::slice::from_raw_parts(text.cast::<u8>(), len) }.to_vec()
+            })
+        }
+        raw::REDISMODULE_REPLY_ERROR => {
+            RedisValue::StaticError("ERR the command replied an error inside its reply")
+        }
+        _ => RedisValue::Null,
+    }
+}
+
+/// A map key or set member as a value's key.
+fn key_of(value: RedisValue) -> RedisValueKey {
+    match value {
+        RedisValue::Integer(integer) => RedisValueKey::Integer(integer),
+        RedisValue::Bool(boolean) => RedisValueKey::Bool(boolean),
+        RedisValue::SimpleString(text) => RedisValueKey::String(text),
+        RedisValue::StringBuffer(bytes) => RedisValueKey::BulkString(bytes),
+        other => RedisValueKey::BulkString(format!("{other:?}").into_bytes()),
     }
 }
 

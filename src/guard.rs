@@ -186,7 +186,8 @@ impl Inner {
     /// the command writes and `sync`.
     fn reply(&self, ctx: &Context, sync: bool, reply: api::Called) -> RedisResult {
         if sync && self.writes {
-            synced::hold(ctx, synced::Reply::Forward(reply), Undo::Write)
+            // Copied now: a reply must be freed inside the command that made it.
+            synced::hold(ctx, reply.to_value(), Undo::Write)
         } else {
             replies::forward(ctx, &reply)
         }

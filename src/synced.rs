@@ -32,7 +32,7 @@ use leasehold_core::insync::synced::{Pending, Settled};
 use leasehold_core::outcome::Answer;
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue, raw};
 
-use crate::api::{Called, subscribe};
+use crate::api::subscribe;
 use crate::blocking::{self, Blocked, can_block};
 use crate::clock;
 use crate::config;
@@ -40,7 +40,6 @@ use crate::effects;
 use crate::insync;
 use crate::key::{select_db, selected_db};
 use crate::replica_check;
-use crate::replies;
 
 /// What a write that did not count leaves to undo.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,31 +63,6 @@ pub enum Undo {
     /// A guarded command's write (`LOCK.GUARD`, `LOCK.FENCED`): nothing; it stays on the
     /// master, where a failover may lose it.
     Write,
-}
-
-/// A held write's reply: a value, or a guarded command's reply forwarded as it came
-/// ([`replies::forward`]).
-pub enum Reply {
-    /// A reply the module made.
-    Value(RedisValue),
-    /// A command's reply (`LOCK.GUARD`, `LOCK.FENCED`).
-    Forward(Called),
-}
-
-impl From<RedisValue> for Reply {
-    fn from(value: RedisValue) -> Self {
-        Self::Value(value)
-    }
-}
-
-impl Reply {
-    /// Sends it to the client of `ctx`.
-    fn send(self, ctx: &Context) -> RedisResult {
-        match self {
-            Self::Value(value) => Ok(value),
-            Self::Forward(reply) => replies::forward(ctx, &reply),
-        }
-    }
 }
 
 /// How the grant of a synced command with `WAIT` is made: its holder counts the lease from the
@@ -135,7 +109,7 @@ fn sync_timeout_ms() -> i64 {
 struct Held {
     blocked: Blocked,
     /// Its reply, once it counted.
-    reply: Reply,
+    reply: RedisValue,
     undo: Undo,
 }
 
@@ -191,18 +165,18 @@ pub fn wanted(ctx: &Context, asked: Option<bool>) -> Result<bool, RedisError> {
 /// # Errors
 /// `NOREPLICAS` when the Sentinels name another master, when the set is below its size, or
 /// when the client cannot be blocked.
-pub fn hold(ctx: &Context, reply: impl Into<Reply>, undo: Undo) -> RedisResult {
+pub fn hold(ctx: &Context, reply: RedisValue, undo: Undo) -> RedisResult {
     let members = match insync::gate() {
         Ok(members) => members,
         Err(refusal) => return refused(ctx, refusal, &undo),
     };
     if members == 0 {
         rebase(ctx, &undo);
-        return reply.into().send(ctx);
+        return Ok(reply);
     }
     match blocking::block::<Leaving>(ctx, 0) {
         Ok(blocked) => {
-            held(blocked, reply.into(), undo);
+            held(blocked, reply, undo);
             Ok(RedisValue::NoReply)
         }
         Err(_) => refused(ctx, Settled::NotAcknowledged { timeout_ms: 0 }, &undo),
@@ -256,7 +230,7 @@ fn hand_over(blocked: Blocked, reply: RedisValue, undo: Undo) {
             rebase(ctx, &undo);
             Ok(reply)
         }),
-        Ok(_) => return held(blocked, reply.into(), stretched(undo)),
+        Ok(_) => return held(blocked, reply, stretched(undo)),
     };
     blocking::unblock(blocked, answer);
 }
@@ -306,7 +280,7 @@ fn stretch_held(ctx: &Context) {
     }
 }
 
-fn held(blocked: Blocked, reply: Reply, undo: Undo) {
+fn held(blocked: Blocked, reply: RedisValue, undo: Undo) {
     let now = clock::now_ms();
     let timeout_ms = match &undo {
         // Never held longer than the grant was stretched for (the setting may have changed).
@@ -402,7 +376,7 @@ fn settle(ctx: &Context) {
                 blocked,
                 Box::new(move |ctx| {
                     rebase(ctx, &undo);
-                    reply.send(ctx)
+                    Ok(reply)
                 }),
             );
         } else {

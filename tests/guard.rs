@@ -464,3 +464,40 @@ fn a_holder_that_paused_past_its_lease_cannot_write_through_the_guard() {
         Value::BulkString(b"7".to_vec())
     );
 }
+
+/// A guarded write's reply held for the in-sync set goes out later, after its command ended:
+/// copied then, with its types (a simple string, a bulk one with any bytes, an integer, an
+/// array, RESP3's doubles), and the server keeps running.
+#[test]
+fn a_held_reply_goes_out_as_the_command_gave_it() {
+    let master = Server::start(&[]);
+    let replica = Server::start(&[]);
+    replica.replicate(&master);
+    let (mut m, _) = held_stock(&master);
+    wait_replicas(&mut m, 1);
+    common::wait_until("the replica is in the in-sync set", || {
+        common::info_field(&mut m, "lock", "lock_insync_members").is_some_and(|n| n != "0")
+    });
+    fn guard<'a>(command: &[&'a str]) -> Vec<&'a str> {
+        [&["LOCK.GUARD", "order", "alice", "SYNC"][..], command].concat()
+    }
+    call(&mut m, &["SET", "text", "line\r\nbreak"]);
+    assert_eq!(call(&mut m, &guard(&["SET", "flag", "on"])), Value::Okay);
+    assert_eq!(
+        call(&mut m, &guard(&["SET", "text", "new", "GET"])),
+        Value::BulkString(b"line\r\nbreak".to_vec())
+    );
+    assert_eq!(call(&mut m, &guard(&["INCR", "count"])), Value::Int(1));
+    call(&mut m, &["RPUSH", "list", "a", "b"]);
+    assert_eq!(
+        call(&mut m, &guard(&["LPOP", "list", "2"])),
+        Value::Array(vec![
+            Value::BulkString(b"a".to_vec()),
+            Value::BulkString(b"b".to_vec())
+        ])
+    );
+    let mut resp3 = master.resp3();
+    let score = call(&mut resp3, &guard(&["ZINCRBY", "scores", "1.5", "m"]));
+    assert_eq!(score, Value::Double(1.5), "RESP3's double");
+    assert_eq!(call(&mut m, &["PING"]), Value::SimpleString("PONG".into()));
+}
