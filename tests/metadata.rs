@@ -132,6 +132,35 @@ fn command_docs_describe_every_command() {
     }
 }
 
+/// Every command of `commands/` has its docs and key specs on the server: the server refuses
+/// a command's whole info for one bad field (logging it), which no other test would see.
+#[test]
+fn the_server_takes_every_commands_info() {
+    let server = Server::start(&[]);
+    let mut con = server.client();
+    let files =
+        std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/commands")).expect("commands/");
+    for file in files {
+        let path = file.expect("a file").path();
+        let command = path
+            .file_stem()
+            .expect("a name")
+            .to_string_lossy()
+            .into_owned();
+        let docs = pairs(&call(&mut con, &["COMMAND", "DOCS", &command]));
+        let doc = pairs(
+            docs.get(&command)
+                .unwrap_or_else(|| panic!("no docs for {command}")),
+        );
+        assert!(doc.contains_key("summary"), "{command}: {doc:?}");
+    }
+    assert!(
+        !server.log().contains("Invalid command info"),
+        "{}",
+        server.log()
+    );
+}
+
 #[test]
 fn command_docs_describe_shared_and_limit_as_a_block() {
     let server = Server::start(&[]);
