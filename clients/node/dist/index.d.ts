@@ -50,7 +50,7 @@ export { LostReply, PoolClosed, setPoolSizes, setSessionOptions } from './connec
 export type { LeaderState, ObserveOptions } from './election.js';
 export type { SessionOptions } from './session.js';
 export type { SyncOptions } from './sync.js';
-export { NotReplicatedError } from './sync.js';
+export { NotHeldError, NotReplicatedError, StaleTokenError } from './sync.js';
 /** How a lock is taken and kept. */
 export interface LockOptions {
     /** The lease, ms (default 30 000). */
@@ -152,6 +152,32 @@ export interface Holding {
     renew(ttl?: number): Promise<boolean>;
     /** Stops renewing and releases. True if it was still held. */
     release(): Promise<boolean>;
+    /**
+     * Runs one Redis command — `holding.guard('DECRBY', 'stock:42', 1)` — only while this holding
+     * holds the lock, with its fencing token (`LOCK.GUARD key owner TOKEN token SYNC command ...`;
+     * not for a set): the server checks and runs it in one step, so a holder whose lease ended, or
+     * whose lock was lost and taken again (by anyone, its own owner too), changes nothing.
+     * Resolves to the command's reply, as the library gives a module command's. Synced like a
+     * renewal (`sync`): by default on a connection of the sync pool, the reply held by the server
+     * until the in-sync replicas have the write (a command that does not write replies at once).
+     * In Redis Cluster the command's keys must be in the lock's slot (hash tags); ioredis's
+     * `keyPrefix` is not applied to them (name them in full).
+     *
+     * Rejects with {@link NotHeldError} when the server refused it — the lock is free, held by
+     * another owner, or held with another token: the command did not run; with {@link
+     * NotReplicatedError} (`write: 'command'`) when it ran on the master but the replicas did not
+     * have it in time (a failover may lose its write); with the command's own error; with {@link
+     * LostReply} when no reply came.
+     */
+    guard(...command: Array<string | number>): Promise<unknown>;
+    /**
+     * Runs one Redis command through the fence `fence` with this holding's fencing token (a set's
+     * largest), as {@link fenced} does: only when no larger token ran a command through it before,
+     * and the fence then keeps this token. Synced as {@link guard} is. Rejects with {@link
+     * StaleTokenError} when a larger token wrote first (the command did not run), and as {@link
+     * guard} does otherwise.
+     */
+    fenced(fence: string, ...command: Array<string | number>): Promise<unknown>;
     /**
      * One more hold of this holding (`REENTRANT`; not for a set): same owner, token and mode, as
      * a holding of its own whose release gives that hold back — the lock is free once every hold
@@ -264,6 +290,21 @@ export interface Leadership {
      * (another term, or nobody, leads: nothing is changed). */
     resign(): Promise<boolean>;
 }
+/**
+ * Runs one Redis command on `client` only when `token` is at least the largest fencing token
+ * that ran a command through the fence `fence` — a key of the module's own type, made by the
+ * first such command — and raises the fence to `token` (`LOCK.FENCED fence token SYNC command
+ * ...`): check, command and fence in one step. `fenced(client, 'fence:stock:42', token,
+ * 'DECRBY', 'stock:42', 1)` for a token from a lock elsewhere (another server, Redlock); a
+ * holding's own: {@link Holding.fenced}. Resolves to the command's reply. Synced to the master's
+ * in-sync replicas, on a connection of the sync pool (to sync otherwise, fence through a holding
+ * of a lock with the `sync` you want). In Redis Cluster the command's keys must be in the fence's
+ * slot (hash tags). Rejects with {@link StaleTokenError} when a larger token wrote first (the
+ * command did not run), with {@link NotReplicatedError} (`write: 'command'`) when it ran on the
+ * master but the replicas did not have it in time, with the command's own error, and with {@link
+ * LostReply}.
+ */
+export declare function fenced(client: Client, fence: string, token: number, ...command: Array<string | number>): Promise<unknown>;
 /** An exclusive lock named `name`. */
 export declare function createLock(client: Client, name: string, options?: LockOptions): Lock;
 /**

@@ -49,7 +49,7 @@ import { SESSION, countedLease, isNoSuchSession } from './session.js';
 import { NotReplicatedError, isDemoted } from './sync.js';
 import { Writes } from './writes.js';
 export { LostReply, PoolClosed, setPoolSizes, setSessionOptions } from './connection.js';
-export { NotReplicatedError } from './sync.js';
+export { NotHeldError, NotReplicatedError, StaleTokenError } from './sync.js';
 const DEFAULT_TTL = 30_000;
 const DEFAULT_MARGIN = 1_000;
 /** How many times in a row an acquire tries again after `ERR no such session` (each time with
@@ -95,6 +95,31 @@ function acquireCommand(keys, owner, ttl, mode, reentrant) {
  * when it is sent (`binding` in session.ts). */
 function tiedCommand(command, tied) {
     return tied ? [...command, SESSION] : command;
+}
+/**
+ * Runs one Redis command on `client` only when `token` is at least the largest fencing token
+ * that ran a command through the fence `fence` — a key of the module's own type, made by the
+ * first such command — and raises the fence to `token` (`LOCK.FENCED fence token SYNC command
+ * ...`): check, command and fence in one step. `fenced(client, 'fence:stock:42', token,
+ * 'DECRBY', 'stock:42', 1)` for a token from a lock elsewhere (another server, Redlock); a
+ * holding's own: {@link Holding.fenced}. Resolves to the command's reply. Synced to the master's
+ * in-sync replicas, on a connection of the sync pool (to sync otherwise, fence through a holding
+ * of a lock with the `sync` you want). In Redis Cluster the command's keys must be in the fence's
+ * slot (hash tags). Rejects with {@link StaleTokenError} when a larger token wrote first (the
+ * command did not run), with {@link NotReplicatedError} (`write: 'command'`) when it ran on the
+ * master but the replicas did not have it in time, with the command's own error, and with {@link
+ * LostReply}.
+ */
+export function fenced(client, fence, token, ...command) {
+    const connection = new Connection(client);
+    const writes = new Writes(connection, connection.prefix + fence, undefined, DEFAULT_MARGIN);
+    return fencedWith(writes, token, command);
+}
+/** `LOCK.FENCED fence token SYNC|NOSYNC command...` over `writes` (routed by the fence). */
+function fencedWith(writes, token, command) {
+    if (command.length === 0)
+        return Promise.reject(new Error('fenced needs a command to run'));
+    return writes.command(['LOCK.FENCED', writes.key, String(token), writes.flag, ...command.map(String)]);
 }
 /** An exclusive lock named `name`. */
 export function createLock(client, name, options = {}) {
@@ -466,6 +491,18 @@ class Held {
     }
     release() {
         return this.end(this.keys.command('RELEASE', this.owner));
+    }
+    async guard(...command) {
+        if (this.keys.set)
+            throw new Error('guard is not supported on a set of locks: LOCK.GUARD checks one lock');
+        if (command.length === 0)
+            throw new Error('guard needs a command to run');
+        const guarded = ['LOCK.GUARD', this.keys.first, this.owner, 'TOKEN', String(this.token), this.writes.flag];
+        return this.writes.command([...guarded, ...command.map(String)]);
+    }
+    fenced(fence, ...command) {
+        const writes = this.writes.routedBy(this.writes.connection.prefix + fence);
+        return fencedWith(writes, this.token, command);
     }
     /** Stops renewing and ends the holding with `command` (its `LOCK.RELEASE`, or an election's
      * `LOCK.RESIGN`): true if it was still held. */

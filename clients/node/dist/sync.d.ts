@@ -58,7 +58,7 @@ export interface SyncOptions {
 export declare class NotReplicatedError extends Error {
     readonly acked: number;
     readonly wanted: number;
-    readonly write: 'grant' | 'renewal';
+    readonly write: Write;
     readonly reason: string;
     readonly released: boolean;
     name: string;
@@ -66,7 +66,31 @@ export declare class NotReplicatedError extends Error {
      * `WAIT` (a fixed `replicas` count); 0 and 0 when the server refused it (`reason` says what
      * was missing); `write`: what did not count (`'grant'` for an acquire, a re-entry, a
      * downgrade and an upgrade); `reason`: why; `released`: the server released the grant. */
-    constructor(acked: number, wanted: number, write?: 'grant' | 'renewal', reason?: string, released?: boolean);
+    constructor(acked: number, wanted: number, write?: Write, reason?: string, released?: boolean);
+}
+/** What a synced write is: a grant (an acquire, a re-entry, a downgrade, an upgrade), a
+ * renewal, or a guarded or fenced command (`LOCK.GUARD`, `LOCK.FENCED`). */
+export type Write = 'grant' | 'renewal' | 'command';
+/**
+ * A guarded command ({@link Holding.guard}, `LOCK.GUARD`) was refused: the lock is free, held by
+ * another owner, or held by this owner with another fencing token (the holding was lost and
+ * taken again) — the message, the server's, says which. The command did not run.
+ */
+export declare class NotHeldError extends Error {
+    name: string;
+}
+/**
+ * A fenced command ({@link Holding.fenced}, {@link fenced}, `LOCK.FENCED`) was refused: its
+ * token is below the largest that already ran a command through the fence — a newer holder
+ * wrote first. The command did not run.
+ */
+export declare class StaleTokenError extends Error {
+    name: string;
+    /** The token the command came with. */
+    readonly token: number;
+    /** The largest token that ran a command through the fence. */
+    readonly largest: number;
+    constructor(message: string);
 }
 /** The sync timeout by default, ms: the server's `lock.sync-timeout-ms` by default. */
 export declare const DEFAULT_SYNC_TIMEOUT = 1000;
@@ -78,9 +102,11 @@ export declare function isDemoted(error: unknown): boolean;
  * {@link NotReplicatedError} of `write` (`reason`: what was missing; `released` for a grant
  * the server says it released);
  * `ERR syntax error` — a module older than 0.7.0 answers it to `SYNC` and `NOSYNC` — as an
- * error that says this package needs lock module 0.7.0 or later; anything else as it is.
+ * error that says this package needs lock module 0.7.0 or later; anything else as it is. For a
+ * guarded or fenced `command`: `NOTHELD` as a {@link NotHeldError}, `STALE` as a {@link
+ * StaleTokenError}, and the command's own errors as they are.
  */
-export declare function refusalOf(reply: Error, write: 'grant' | 'renewal'): Error;
+export declare function refusalOf(reply: Error, write: Write): Error;
 /** `WAIT n timeout` or `WAITAOF 1 n timeout`, `timeoutMs` at least 1 (0 would be no limit). */
 export declare function waitCommand(sync: SyncOptions, replicas: number, timeoutMs: number): string[];
 /**
@@ -89,4 +115,4 @@ export declare function waitCommand(sync: SyncOptions, replicas: number, timeout
  * reply as it is; a {@link NotReplicatedError} when fewer than `replicas` acknowledged, or
  * (`WAITAOF`) the master did not fsync. `timeoutMs`, the `WAIT`'s timeout, is for the reason.
  */
-export declare function shortfall(sync: SyncOptions, replicas: number, reply: unknown, timeoutMs: number, write: 'grant' | 'renewal'): Error | undefined;
+export declare function shortfall(sync: SyncOptions, replicas: number, reply: unknown, timeoutMs: number, write: Write): Error | undefined;

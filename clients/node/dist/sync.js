@@ -40,12 +40,40 @@ export class NotReplicatedError extends Error {
      * was missing); `write`: what did not count (`'grant'` for an acquire, a re-entry, a
      * downgrade and an upgrade); `reason`: why; `released`: the server released the grant. */
     constructor(acked, wanted, write = 'grant', reason = `${acked} of the ${wanted} replicas wanted acknowledged in time`, released = false) {
-        super(`the ${write} does not count: ${reason}${released ? '; the server released it' : ''}`);
+        super(write === 'command'
+            ? `the command ran on the master, but a failover may lose its write: ${reason}`
+            : `the ${write} does not count: ${reason}${released ? '; the server released it' : ''}`);
         this.acked = acked;
         this.wanted = wanted;
         this.write = write;
         this.reason = reason;
         this.released = released;
+    }
+}
+/**
+ * A guarded command ({@link Holding.guard}, `LOCK.GUARD`) was refused: the lock is free, held by
+ * another owner, or held by this owner with another fencing token (the holding was lost and
+ * taken again) — the message, the server's, says which. The command did not run.
+ */
+export class NotHeldError extends Error {
+    name = 'NotHeldError';
+}
+/**
+ * A fenced command ({@link Holding.fenced}, {@link fenced}, `LOCK.FENCED`) was refused: its
+ * token is below the largest that already ran a command through the fence — a newer holder
+ * wrote first. The command did not run.
+ */
+export class StaleTokenError extends Error {
+    name = 'StaleTokenError';
+    /** The token the command came with. */
+    token;
+    /** The largest token that ran a command through the fence. */
+    largest;
+    constructor(message) {
+        super(message);
+        const found = /^STALE token (\d+) is below (\d+)/.exec(message);
+        this.token = found ? Number(found[1]) : NaN;
+        this.largest = found ? Number(found[2]) : NaN;
     }
 }
 /** The sync timeout by default, ms: the server's `lock.sync-timeout-ms` by default. */
@@ -64,13 +92,23 @@ export function isDemoted(error) {
  * {@link NotReplicatedError} of `write` (`reason`: what was missing; `released` for a grant
  * the server says it released);
  * `ERR syntax error` — a module older than 0.7.0 answers it to `SYNC` and `NOSYNC` — as an
- * error that says this package needs lock module 0.7.0 or later; anything else as it is.
+ * error that says this package needs lock module 0.7.0 or later; anything else as it is. For a
+ * guarded or fenced `command`: `NOTHELD` as a {@link NotHeldError}, `STALE` as a {@link
+ * StaleTokenError}, and the command's own errors as they are.
  */
 export function refusalOf(reply, write) {
     const refused = /^NOREPLICAS ([^;]*)/.exec(reply.message);
     if (refused) {
         const released = write === 'grant' && reply.message.includes('; the grant was released');
         return new NotReplicatedError(0, 0, write, refused[1], released);
+    }
+    if (write === 'command') {
+        // The command's own errors (its `ERR syntax error` too) stay as they are.
+        if (reply.message.startsWith('NOTHELD '))
+            return new NotHeldError(reply.message, { cause: reply });
+        if (reply.message.startsWith('STALE '))
+            return new StaleTokenError(reply.message);
+        return reply;
     }
     if (SYNTAX_ERROR.test(reply.message)) {
         return new Error(`the server answered "${reply.message}" to a lock write with SYNC or NOSYNC: this package needs the lock module 0.7.0 or later`, { cause: reply });

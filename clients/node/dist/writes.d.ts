@@ -42,12 +42,17 @@ export interface Written {
 /** The writes of one lock (or set of locks), routed by `key`. */
 export declare class Writes {
     readonly connection: Connection;
-    private readonly key;
+    /** The key the writes are routed by (in a cluster, to its slot's master). */
+    readonly key: string;
     private readonly margin;
     private readonly sync;
     private readonly how;
     /** `margin`: how long after a reply should have come it is given up on, ms. */
-    constructor(connection: Connection, key: string, sync: SyncOptions | false | undefined, margin: number);
+    constructor(connection: Connection, 
+    /** The key the writes are routed by (in a cluster, to its slot's master). */
+    key: string, sync: SyncOptions | false | undefined, margin: number);
+    /** These writes' settings, routed by `key` instead (a fence's, say). */
+    routedBy(key: string): Writes;
     /** The sync timeout, ms. */
     private get syncMs();
     /**
@@ -70,6 +75,19 @@ export declare class Writes {
      * `WAIT`, or that found no sync connection free within the sync timeout — rejects with {@link
      * NotReplicatedError}. */
     renew(command: string[], applied: (reply: unknown) => boolean): Promise<Written>;
+    /** What the writes say to the server: `SYNC` for the in-sync set, else `NOSYNC`. */
+    get flag(): string;
+    /**
+     * A guarded or fenced command (`LOCK.GUARD ...`, `LOCK.FENCED ...`, saying {@link flag} where
+     * its syntax puts it): its reply. Over the program's own connection with syncing off; else on a
+     * connection of the sync pool — the server may hold the reply until its in-sync set has the
+     * write — with a fixed count's `WAIT` behind it. Rejects with {@link NotHeldError} or {@link
+     * StaleTokenError} when the server refused it (it did not run), with {@link NotReplicatedError}
+     * (`write: 'command'`) when it ran but does not count (or no sync connection came free within
+     * the sync timeout: nothing was sent), with the command's own error, and with {@link LostReply}.
+     * It ties nothing: a pooled connection's session binding stays as it is.
+     */
+    command(command: string[]): Promise<unknown>;
     /** A write that does not wait: over the program's own connection when not synced nor tied,
      * else on a connection of the sync pool. */
     private write;

@@ -36,7 +36,9 @@ export class Writes {
     sync;
     how;
     /** `margin`: how long after a reply should have come it is given up on, ms. */
-    constructor(connection, key, sync, margin) {
+    constructor(connection, 
+    /** The key the writes are routed by (in a cluster, to its slot's master). */
+    key, sync, margin) {
         this.connection = connection;
         this.key = key;
         this.margin = margin;
@@ -45,6 +47,10 @@ export class Writes {
             this.how = 'off';
         else
             this.how = this.sync.replicas === undefined ? 'insync' : 'fixed';
+    }
+    /** These writes' settings, routed by `key` instead (a fence's, say). */
+    routedBy(key) {
+        return new Writes(this.connection, key, this.how === 'off' ? false : this.sync, this.margin);
     }
     /** The sync timeout, ms. */
     get syncMs() {
@@ -76,6 +82,42 @@ export class Writes {
      * NotReplicatedError}. */
     renew(command, applied) {
         return this.write(command, 'renewal', applied);
+    }
+    /** What the writes say to the server: `SYNC` for the in-sync set, else `NOSYNC`. */
+    get flag() {
+        return this.how === 'insync' ? 'SYNC' : 'NOSYNC';
+    }
+    /**
+     * A guarded or fenced command (`LOCK.GUARD ...`, `LOCK.FENCED ...`, saying {@link flag} where
+     * its syntax puts it): its reply. Over the program's own connection with syncing off; else on a
+     * connection of the sync pool — the server may hold the reply until its in-sync set has the
+     * write — with a fixed count's `WAIT` behind it. Rejects with {@link NotHeldError} or {@link
+     * StaleTokenError} when the server refused it (it did not run), with {@link NotReplicatedError}
+     * (`write: 'command'`) when it ran but does not count (or no sync connection came free within
+     * the sync timeout: nothing was sent), with the command's own error, and with {@link LostReply}.
+     * It ties nothing: a pooled connection's session binding stays as it is.
+     */
+    async command(command) {
+        if (this.how === 'off') {
+            try {
+                return await this.connection.send(command, this.key);
+            }
+            catch (error) {
+                throw error instanceof Error ? refusalOf(error, 'command') : error;
+            }
+        }
+        let outcome;
+        try {
+            outcome = await this.exchange('sync', command, 'command', Date.now() + this.syncMs, 0, false);
+        }
+        catch (error) {
+            if (!(error instanceof Exhausted))
+                throw error;
+            throw new NotReplicatedError(0, this.sync.replicas ?? 0, 'command', `no sync connection came free within ${this.syncMs} ms: nothing was sent`);
+        }
+        if (outcome.unsynced)
+            throw outcome.unsynced;
+        return outcome.reply;
     }
     /** A write that does not wait: over the program's own connection when not synced nor tied,
      * else on a connection of the sync pool. */
@@ -137,7 +179,7 @@ export class Writes {
      * and the margin, with {@link Exhausted} when no connection came free before `deadline`, and
      * with why a session could not be opened.
      */
-    exchange(kind, command, write, deadline, waitMs) {
+    exchange(kind, command, write, deadline, waitMs, flag = true) {
         const tied = wantsSession(command);
         return this.connection.lend(kind, this.key, deadline, async (own) => {
             const tail = this.tail();
@@ -145,7 +187,8 @@ export class Writes {
             const holds = Math.max((this.how === 'insync' ? 1 : 0) + tail.length, 1);
             const timeout = waitMs === 0 && kind === 'wait' ? undefined : waitMs + holds * this.syncMs + this.margin;
             const sent = Date.now();
-            const { replies: [reply, ...waited], arrived } = await own.pipeline([this.flagged(command), ...tail], timeout);
+            const request = flag ? this.flagged(command) : command;
+            const { replies: [reply, ...waited], arrived } = await own.pipeline([request, ...tail], timeout);
             const tie = tied ? own.tie : undefined;
             if (tie && isNoSuchSession(reply))
                 tie.keeper.replaced(tie);

@@ -28,7 +28,7 @@
 
 import { Connection, Exhausted, PoolKind } from './connection.js';
 import { SESSION, Session, isNoSuchSession, wantsSession } from './session.js';
-import { DEFAULT_SYNC_TIMEOUT, NotReplicatedError, SyncOptions, refusalOf, shortfall, waitCommand } from './sync.js';
+import { DEFAULT_SYNC_TIMEOUT, NotReplicatedError, SyncOptions, Write, refusalOf, shortfall, waitCommand } from './sync.js';
 
 /** A write's reply (null when busy), when it came, why it does not count (a client-side `WAIT`
  * short of its count), and the session it was tied to, if it asked for one. */
@@ -64,13 +64,19 @@ export class Writes {
   /** `margin`: how long after a reply should have come it is given up on, ms. */
   constructor(
     readonly connection: Connection,
-    private readonly key: string,
+    /** The key the writes are routed by (in a cluster, to its slot's master). */
+    readonly key: string,
     sync: SyncOptions | false | undefined,
     private readonly margin: number,
   ) {
     this.sync = sync || {};
     if (sync === false || this.sync.replicas === 0) this.how = 'off';
     else this.how = this.sync.replicas === undefined ? 'insync' : 'fixed';
+  }
+
+  /** These writes' settings, routed by `key` instead (a fence's, say). */
+  routedBy(key: string): Writes {
+    return new Writes(this.connection, key, this.how === 'off' ? false : this.sync, this.margin);
   }
 
   /** The sync timeout, ms. */
@@ -106,6 +112,40 @@ export class Writes {
    * NotReplicatedError}. */
   renew(command: string[], applied: (reply: unknown) => boolean): Promise<Written> {
     return this.write(command, 'renewal', applied);
+  }
+
+  /** What the writes say to the server: `SYNC` for the in-sync set, else `NOSYNC`. */
+  get flag(): string {
+    return this.how === 'insync' ? 'SYNC' : 'NOSYNC';
+  }
+
+  /**
+   * A guarded or fenced command (`LOCK.GUARD ...`, `LOCK.FENCED ...`, saying {@link flag} where
+   * its syntax puts it): its reply. Over the program's own connection with syncing off; else on a
+   * connection of the sync pool — the server may hold the reply until its in-sync set has the
+   * write — with a fixed count's `WAIT` behind it. Rejects with {@link NotHeldError} or {@link
+   * StaleTokenError} when the server refused it (it did not run), with {@link NotReplicatedError}
+   * (`write: 'command'`) when it ran but does not count (or no sync connection came free within
+   * the sync timeout: nothing was sent), with the command's own error, and with {@link LostReply}.
+   * It ties nothing: a pooled connection's session binding stays as it is.
+   */
+  async command(command: string[]): Promise<unknown> {
+    if (this.how === 'off') {
+      try {
+        return await this.connection.send(command, this.key);
+      } catch (error) {
+        throw error instanceof Error ? refusalOf(error, 'command') : error;
+      }
+    }
+    let outcome;
+    try {
+      outcome = await this.exchange('sync', command, 'command', Date.now() + this.syncMs, 0, false);
+    } catch (error) {
+      if (!(error instanceof Exhausted)) throw error;
+      throw new NotReplicatedError(0, this.sync.replicas ?? 0, 'command', `no sync connection came free within ${this.syncMs} ms: nothing was sent`);
+    }
+    if (outcome.unsynced) throw outcome.unsynced;
+    return outcome.reply;
   }
 
   /** A write that does not wait: over the program's own connection when not synced nor tied,
@@ -165,7 +205,7 @@ export class Writes {
    * and the margin, with {@link Exhausted} when no connection came free before `deadline`, and
    * with why a session could not be opened.
    */
-  private exchange(kind: PoolKind, command: string[], write: 'grant' | 'renewal', deadline: number | undefined, waitMs: number): Promise<Outcome> {
+  private exchange(kind: PoolKind, command: string[], write: Write, deadline: number | undefined, waitMs: number, flag = true): Promise<Outcome> {
     const tied = wantsSession(command);
     return this.connection.lend(kind, this.key, deadline, async (own) => {
       const tail = this.tail();
@@ -173,7 +213,8 @@ export class Writes {
       const holds = Math.max((this.how === 'insync' ? 1 : 0) + tail.length, 1);
       const timeout = waitMs === 0 && kind === 'wait' ? undefined : waitMs + holds * this.syncMs + this.margin;
       const sent = Date.now();
-      const { replies: [reply, ...waited], arrived } = await own.pipeline([this.flagged(command), ...tail], timeout);
+      const request = flag ? this.flagged(command) : command;
+      const { replies: [reply, ...waited], arrived } = await own.pipeline([request, ...tail], timeout);
       const tie = tied ? own.tie : undefined;
       if (tie && isNoSuchSession(reply)) tie.keeper.replaced(tie);
       if (reply instanceof Error) throw refusalOf(reply, write);

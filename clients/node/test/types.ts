@@ -7,7 +7,7 @@ import { Cluster, Redis } from 'ioredis';
 import { Cluster as Cluster5, Redis as Redis5 } from 'ioredis5';
 
 import {
-  Election, NotReplicatedError, createElection, createLock, createMultiLock, createReadWriteLock, createSemaphore, setPoolSizes,
+  Election, NotHeldError, NotReplicatedError, StaleTokenError, createElection, fenced, createLock, createMultiLock, createReadWriteLock, createSemaphore, setPoolSizes,
   setSessionOptions, type ElectionOptions, type Holding, type LeaderState, type Leadership, type PoolSizes, type SessionOptions,
 } from '../dist/index.js';
 
@@ -65,7 +65,17 @@ export async function typed(): Promise<number> {
   const set = await createMultiLock(nodeRedis, ['{order:3}:a', '{order:3}:b']).tryAcquire();
   const tokens: readonly number[] = set?.tokens ?? [];
   const refused = new NotReplicatedError(0, 1);
-  const unsynced: 'grant' | 'renewal' = refused.write;
+  const unsynced: 'grant' | 'renewal' | 'command' = refused.write;
+  if (holding) {
+    const guarded: unknown = await holding.guard('DECRBY', 'stock:3', 1);
+    const written: unknown = await holding.fenced('fence:stock:3', 'SET', 'stock:3', '7');
+    void [guarded, written];
+  }
+  const viaFence: unknown = await fenced(nodeRedis, 'fence:stock:3', 9, 'INCR', 'stock:3');
+  const notHeld: Error = new NotHeldError('NOTHELD the lock is free; the command did not run');
+  const stale = new StaleTokenError('STALE token 1 is below 2, the largest token');
+  const staleTokens: [number, number] = [stale.token, stale.largest];
+  void [viaFence, notHeld, staleTokens];
   const reason: string = refused.reason;
   return reason.length + unsynced.length + refused.acked + tokens.length + token + (holding?.token ?? 0) + (permit?.token ?? 0) + (fixed?.length ?? 0);
 }

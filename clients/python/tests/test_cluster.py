@@ -3,10 +3,12 @@ redis-py's ``RedisCluster`` and ``redis.asyncio.cluster.RedisCluster``: every co
 the master of the lock's slot, a wait on a connection of its own to it, grants synced to its
 replica; ``MOVED`` and ``ASK`` are followed while a slot migrates under a held lock and under a
 waiting client; a ``MultiLock`` of keys in one slot (hash tags) is taken whole on its master and
-one of keys in different slots is refused with ``CROSSSLOT``."""
+one of keys in different slots is refused with ``CROSSSLOT``; a holding's guarded and fenced
+commands go to the master of their slot."""
 
 import asyncio
 import threading
+import time
 
 import pytest
 import redis
@@ -181,3 +183,29 @@ async def test_asyncio_cluster_locks(nodes):
     assert await both.extend(5)
     await both.release()
     await aclose(rc)
+
+
+def test_guarded_and_fenced_commands_go_to_the_master_of_their_slot(nodes):
+    # The in-sync set's SYNC is left out: the server crashes forwarding a guarded reply it held
+    # (test_guard.py). Sync(replicas=1) sends NOSYNC with WAIT 1 behind it, on the same pooled
+    # connection to the slot's master.
+    rc = cluster(nodes)
+    one = leasehold.Sync(replicas=1)
+    names = [f"{{order:{i}}}:lock" for i in range(12)]
+    assert len({rc.get_node_from_key(name).name for name in names}) == 3, "every master"
+    for name in names:
+        stock = name.replace(":lock", ":stock")
+        rc.set(stock, 10)
+        lock = leasehold.Lock(rc, name, timeout=10, sync=one)
+        assert lock.acquire(blocking=False)
+        assert lock.guard("DECRBY", stock, 1) == 9
+        assert lock.fenced(name.replace(":lock", ":fence"), "DECRBY", stock, 1) == 8
+        with pytest.raises(leasehold.StaleTokenError):
+            leasehold.fenced(rc, name.replace(":lock", ":fence"), 1, "DECRBY", stock, 1, sync=one)
+        lock.release()
+    stale = leasehold.Lock(rc, names[0], timeout=0.1, sync=one)
+    assert stale.acquire(blocking=False)
+    time.sleep(0.2)
+    with pytest.raises(leasehold.NotHeldError):
+        stale.guard("DECRBY", names[0].replace(":lock", ":stock"), 1)
+    assert [int(rc.get(name.replace(":lock", ":stock"))) for name in names] == [8] * len(names)

@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use crate::masters::Masters;
 use crate::pool::{Borrowed, ClientOptions, Pools, Purpose, RESPONSE_TIMEOUT};
 use crate::session::{Session, Tying};
-use crate::sync::{Sync, write_error};
+use crate::sync::{Sync, guarded_error, write_error};
 
 /// A connection to one Redis (or Valkey) server, or to one Redis Cluster, with the leasehold
 /// module loaded. Cloning is cheap: clones share the connections.
@@ -207,6 +207,98 @@ impl Client {
             Some(session) => Ok(session.close().await?),
             None => Ok(0),
         }
+    }
+
+    /// Runs `command` only when `token` is at least the largest fencing token that ran a
+    /// command through the fence `fence` — a key of the module's own type, made by the first
+    /// such command — and raises the fence to `token` (`LOCK.FENCED fence token SYNC command
+    /// ...`): check, command and fence in one step. Returns the command's reply. For a token
+    /// from a lock elsewhere (another server, a [`crate::Redlock`]); a holding's own is
+    /// [`crate::Guard::fenced`]. Synced to the master's in-sync replicas ([`Sync::to_replicas`]):
+    /// the reply comes once they have the write, on a sync connection. In Redis Cluster the
+    /// command's keys must be in the fence's slot (hash tags).
+    ///
+    /// ```no_run
+    /// # async fn example(client: leasehold_client::Client, token: u64) -> leasehold_client::Result<()> {
+    /// let left: i64 = client
+    ///     .fenced("fence:stock:42", token, redis::cmd("DECRBY").arg("stock:42").arg(1))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Stale`] when a larger token wrote first (the command did not run);
+    /// [`Error::NotReplicated`] when it ran on the master but the replicas did not acknowledge
+    /// it in time (a failover may lose its write), or no sync connection was free within the
+    /// sync timeout (nothing was sent); the command's own error; no connection, no reply in
+    /// time, or a reply that is not a `T`.
+    pub async fn fenced<T: FromRedisValue>(
+        &self,
+        fence: &str,
+        token: u64,
+        command: &Cmd,
+    ) -> Result<T> {
+        self.fenced_with(fence, token, command, &Sync::default())
+            .await
+    }
+
+    /// [`Client::fenced`], synced as `sync` says ([`Sync::off`]: `NOSYNC`, on the shared
+    /// connection).
+    ///
+    /// # Errors
+    /// As [`Client::fenced`].
+    pub async fn fenced_with<T: FromRedisValue>(
+        &self,
+        fence: &str,
+        token: u64,
+        command: &Cmd,
+        sync: &Sync,
+    ) -> Result<T> {
+        let mut fenced = redis::cmd("LOCK.FENCED");
+        fenced.arg(fence).arg(token).arg(sync.option());
+        self.guarded(fence, &followed_by(fenced, command), sync)
+            .await
+    }
+
+    /// Sends `command`, a `LOCK.GUARD` or `LOCK.FENCED` that says `SYNC` or `NOSYNC` as `sync`
+    /// does, to `key`'s master: with syncing off on the shared connection; otherwise on a sync
+    /// connection — the server may hold the reply until its in-sync set has the write — queued
+    /// for within the sync timeout, with the `WAIT` of a fixed count behind it. The connection's
+    /// session binding stays as it is: these commands tie nothing. No reply within the sync
+    /// timeout plus 5 s, the connection is closed.
+    ///
+    /// # Errors
+    /// [`guarded_error`]'s, [`Error::NotReplicated`] for a fixed count's `WAIT` short of it or
+    /// no sync connection free; no connection, no reply in time, a reply that is not a `T`.
+    pub(crate) async fn guarded<T: FromRedisValue>(
+        &self,
+        key: &str,
+        command: &Cmd,
+        sync: &Sync,
+    ) -> Result<T> {
+        if sync.is_off() {
+            let reply = match self.query::<Value>(command).await {
+                Err(Error::Redis(error)) => return Err(guarded_error(error)),
+                other => other?,
+            };
+            return Ok(from_value(reply)?);
+        }
+        let pools = self.pools(key).await?;
+        let Some(mut connection) = pools.borrow(Purpose::Sync, Some(sync.timeout)).await? else {
+            let timeout = sync.timeout_ms();
+            let reason =
+                format!("no sync connection was free within {timeout} ms; nothing was sent");
+            return Err(Error::not_replicated(reason));
+        };
+        let timeout = RESPONSE_TIMEOUT + sync.timeout;
+        let sent = self
+            .exchange_as_is(&mut connection, command, sync, timeout)
+            .await?;
+        let reply = sent.reply.extract_error().map_err(guarded_error)?;
+        if let Some(reason) = sent.refused {
+            return Err(Error::not_replicated(reason));
+        }
+        Ok(from_value(reply)?)
     }
 
     /// The session an acquire ties its holding to, opened now if none is open; `None` with
@@ -447,6 +539,17 @@ impl Drop for Unfinished<'_> {
             }
         });
     }
+}
+
+/// `head` (`LOCK.GUARD key owner ...`, `LOCK.FENCED fence token ...`) followed by the words of
+/// `command`, the command it runs.
+pub(crate) fn followed_by(mut head: Cmd, command: &Cmd) -> Cmd {
+    for arg in command.args_iter() {
+        if let redis::Arg::Simple(bytes) = arg {
+            head.arg(bytes);
+        }
+    }
+    head
 }
 
 /// The error of a round trip that brought no reply for its write.

@@ -17,7 +17,8 @@ pub enum Error {
     /// allowance (ttl × drift factor + 2 ms).
     #[error("the lease of {0:?} is too short")]
     Lease(std::time::Duration),
-    /// A write did not count ([`crate::Sync`]). The master refused it (`NOREPLICAS`): it has
+    /// A write did not count ([`crate::Sync`]). (For a guarded or fenced command, it ran on the
+    /// master all the same: a failover may lose its write.) The master refused it (`NOREPLICAS`): it has
     /// fewer in-sync replicas than its `lock.min-insync-replicas`, not every in-sync replica
     /// acknowledged it within its `lock.sync-timeout-ms`, or it is no longer a master. Or the
     /// client found it short: a fixed count's `WAIT` counted too few replicas, the master did not
@@ -55,6 +56,27 @@ pub enum Error {
     /// within it.
     #[error("the client's session ran past its deadline before the grant came; it was released")]
     SessionExpired,
+    /// A guarded command ([`crate::Guard::guard`], `LOCK.GUARD`) was refused: the lock is free,
+    /// held by another owner, or held by this owner with another fencing token (the holding
+    /// was lost and taken again) — the server's words say which. The command did not run.
+    #[error("{message}")]
+    NotHeld {
+        /// The server's refusal as it replied it (`NOTHELD the lock is held by another owner;
+        /// the command did not run`).
+        message: String,
+    },
+    /// A fenced command ([`crate::Guard::fenced`], [`crate::Client::fenced`], `LOCK.FENCED`) was
+    /// refused: its token is below the largest that already ran a command through the fence —
+    /// a newer holder wrote first. The command did not run.
+    #[error("{message}")]
+    Stale {
+        /// The token the command came with.
+        token: u64,
+        /// The largest token that ran a command through the fence.
+        largest: u64,
+        /// The server's refusal as it replied it (`STALE token 7 is below 9, ...`).
+        message: String,
+    },
     /// Re-entering, downgrading and upgrading work on a lock of one server, not on a Redlock
     /// holding.
     #[error("{0} is not supported on a Redlock holding")]

@@ -13,10 +13,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis::{Cmd, FromRedisValue};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::client::followed_by;
 use crate::error::{Error, Result};
 use crate::held::{Held, Mode};
 use crate::lease::Lease;
@@ -338,6 +340,62 @@ impl Guard {
             Holding::Node(held) => Ok(held),
             Holding::Quorum(_) => Err(Error::NotOnRedlock(what)),
         }
+    }
+
+    /// Runs `command` only while this holding holds the lock, with its fencing token
+    /// (`LOCK.GUARD name owner TOKEN token SYNC command ...`): the server checks and runs it in
+    /// one step, so a holder whose lease ended, or whose lock was lost and taken again (by
+    /// anyone, its own owner too), changes nothing. Returns the command's reply. Synced like a
+    /// renewal (the lock's [`crate::Sync`]): by default the reply comes once the master's in-sync
+    /// replicas have the write (a command that does not write replies at once). In Redis
+    /// Cluster the command's keys must be in the lock's slot (hash tags: `{order:42}:lock`,
+    /// `{order:42}:stock`).
+    ///
+    /// ```no_run
+    /// # async fn example(guard: leasehold_client::Guard) -> leasehold_client::Result<()> {
+    /// let left: i64 = guard.guard(redis::cmd("DECRBY").arg("stock:42").arg(1)).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the server refused it — the lock is free, held by another owner,
+    /// or held with another token: the command did not run; [`Error::NotReplicated`] when it
+    /// ran on the master but the replicas did not acknowledge it in time (a failover may lose
+    /// its write), or no sync connection was free (nothing was sent); the command's own error;
+    /// a set ([`Error::NotOnSet`]: `LOCK.GUARD` checks one lock) or a Redlock holding
+    /// ([`Error::NotOnRedlock`]); no connection, no reply in time, or a reply that is not a `T`.
+    #[doc(alias = "LOCK.GUARD")]
+    pub async fn guard<T: FromRedisValue>(&self, command: &Cmd) -> Result<T> {
+        let held = self.node("guard")?;
+        let mut guarded = redis::cmd("LOCK.GUARD");
+        guarded
+            .arg(held.name())
+            .arg(held.owner())
+            .arg("TOKEN")
+            .arg(self.token())
+            .arg(held.sync.option());
+        let guarded = followed_by(guarded, command);
+        held.client.guarded(held.name(), &guarded, &held.sync).await
+    }
+
+    /// Runs `command` through the fence `fence` with this holding's fencing token (a set's
+    /// largest), as [`crate::Client::fenced`] does: only when no larger token ran a command
+    /// through it before, and the fence then keeps this token. Synced as [`Guard::guard`] is.
+    /// For a Redlock holding, whose fence is on a server of your choosing, use
+    /// [`crate::Client::fenced`] with [`Guard::token`].
+    ///
+    /// # Errors
+    /// [`Error::Stale`] when a larger token wrote first (the command did not run);
+    /// [`Error::NotReplicated`] as [`Guard::guard`]; the command's own error; a Redlock holding
+    /// ([`Error::NotOnRedlock`]); no connection, no reply in time, or a reply that is not a `T`.
+    #[doc(alias = "LOCK.FENCED")]
+    pub async fn fenced<T: FromRedisValue>(&self, fence: &str, command: &Cmd) -> Result<T> {
+        let Holding::Node(held) = &*self.holding else {
+            return Err(Error::NotOnRedlock("fenced"));
+        };
+        held.client
+            .fenced_with(fence, self.token(), command, &held.sync)
+            .await
     }
 
     /// Completes when the lock is known to be lost (see [`Lost`]).

@@ -282,7 +282,7 @@ impl Held {
     }
 
     /// The key its synced writes are routed by (a set's keys share a slot).
-    fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         self.names.first().map_or("", String::as_str)
     }
 

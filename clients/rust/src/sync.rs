@@ -157,11 +157,17 @@ impl Sync {
     /// in-sync set, `NOSYNC` otherwise.
     pub(crate) fn marked(&self, command: &Cmd) -> Cmd {
         let mut command = command.clone();
-        command.arg(match self.replicas {
+        command.arg(self.option());
+        command
+    }
+
+    /// The option that tells the server whether to sync a write: `SYNC` for the in-sync set,
+    /// `NOSYNC` otherwise.
+    pub(crate) const fn option(&self) -> &'static str {
+        match self.replicas {
             Replicas::InSync => "SYNC",
             Replicas::Exactly(_) => "NOSYNC",
-        });
-        command
+        }
     }
 
     /// What goes behind a write on its connection, in its round trip: `WAIT n timeout` (or
@@ -300,6 +306,33 @@ pub(crate) fn write_error(error: RedisError) -> Error {
                 reply: format!("ERR {}", error.detail().unwrap_or_default()),
             }
         }
+        _ => Error::Redis(error),
+    }
+}
+
+/// The error of a guarded or fenced command (`LOCK.GUARD`, `LOCK.FENCED`) that got `error`:
+/// [`Error::NotHeld`] for `NOTHELD`, [`Error::Stale`] for `STALE`, [`Error::NotReplicated`] for
+/// `NOREPLICAS` (the command ran on the master, but its in-sync set did not acknowledge it);
+/// the error itself otherwise — the command's own error among them.
+pub(crate) fn guarded_error(error: RedisError) -> Error {
+    let message = match error.detail() {
+        Some(detail) => format!("{} {detail}", error.code().unwrap_or_default()),
+        None => error.code().unwrap_or_default().to_owned(),
+    };
+    match error.code() {
+        Some("NOTHELD") => Error::NotHeld { message },
+        Some("STALE") => {
+            // STALE token N is below M, the largest token that ran a command through this fence
+            let mut words = message.split([' ', ',']);
+            let token = words.nth(2).and_then(|n| n.parse().ok()).unwrap_or(0);
+            let largest = words.nth(2).and_then(|n| n.parse().ok()).unwrap_or(0);
+            Error::Stale {
+                token,
+                largest,
+                message,
+            }
+        }
+        Some("NOREPLICAS") => not_replicated(&message),
         _ => Error::Redis(error),
     }
 }

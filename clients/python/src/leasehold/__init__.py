@@ -19,7 +19,11 @@ soon after the client's process dies (:func:`configure_sessions`), an optional w
 ``ReadWriteLock``, ``Semaphore`` and ``MultiLock`` (several locks taken together, all or
 none, without deadlock), and ``Election`` (a leader chosen among candidates, in arrival
 order: a campaign is a lock held by its leader, with an epoch that fences and a ``lost``
-signal, see :mod:`leasehold.election`). ``leasehold.asyncio`` has the same classes for
+signal, see :mod:`leasehold.election`). A holding runs a Redis command only while it holds
+the lock (``lock.guard("DECRBY", "stock:42", 1)``, ``LOCK.GUARD``: :class:`NotHeldError`
+otherwise), and a command through a fence only with a token no smaller than the last that
+wrote (``lock.fenced(fence, ...)``, :func:`fenced`: :class:`StaleTokenError` otherwise).
+``leasehold.asyncio`` has the same classes for
 ``redis.asyncio``. Times are seconds, as in redis-py. Needs the leasehold lock module 0.7.0 or
 later (synced writes: ``SYNC`` / ``NOSYNC``).
 """
@@ -27,9 +31,9 @@ later (synced writes: ``SYNC`` / ``NOSYNC``).
 from redis.exceptions import LockError, LockNotOwnedError
 
 from ._pools import configure_pools, configure_sessions
-from ._protocol import SYNC_OFF, NotReplicatedError, Sync
+from ._protocol import SYNC_OFF, NotHeldError, NotReplicatedError, StaleTokenError, Sync
 from .election import Election, ElectionState, Leadership
-from .lock import Lock, MultiLock, ReadWriteLock, Semaphore, SharedLock, close_pools
+from .lock import Lock, MultiLock, ReadWriteLock, Semaphore, SharedLock, close_pools, fenced
 
 __all__ = [
     "Election",
@@ -45,8 +49,11 @@ __all__ = [
     "configure_pools",
     "configure_sessions",
     "close_pools",
+    "fenced",
     "LockError",
     "LockNotOwnedError",
+    "NotHeldError",
     "NotReplicatedError",
+    "StaleTokenError",
 ]
 __version__ = "0.5.0"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import re
 import threading
 import time
 import uuid
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import (Any, Callable, ContextManager, Iterator, List, NamedTuple, Optional, Sequence,
                     Set, Tuple, Union)
 
-from redis.exceptions import ConnectionError, LockError, ResponseError
+from redis.exceptions import ConnectionError, LockError, LockNotOwnedError, ResponseError
 
 Number = Union[int, float]
 
@@ -203,6 +204,65 @@ class NotReplicatedError(LockError):
         return cls(None, None, what.split("; ", 1)[0], error)
 
 
+class NotHeldError(LockNotOwnedError):
+    """A guarded command (:meth:`leasehold.Lock.guard`, ``LOCK.GUARD``) was refused: the lock
+    is free, held by another owner, or held by this owner with another fencing token (the
+    holding was lost and taken again) — the server's words say which. The command did not run.
+    A ``LockNotOwnedError``, as ``extend`` and ``release`` raise for a lock no longer held."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        # redis-py 5.1 to 6.x's LockError keeps its message without passing it on to Exception.
+        self.args = (message,)
+
+
+class StaleTokenError(LockError):
+    """A fenced command (:meth:`leasehold.Lock.fenced`, :func:`leasehold.fenced`,
+    ``LOCK.FENCED``) was refused: its token is below the largest that already ran a command
+    through the fence — a newer holder wrote first. The command did not run."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.args = (message,)
+        found = re.match(r"STALE token (\d+) is below (\d+)", message)
+        #: The token the command came with.
+        self.token: Optional[int] = int(found.group(1)) if found else None
+        #: The largest token that ran a command through the fence.
+        self.largest: Optional[int] = int(found.group(2)) if found else None
+
+
+def guarded_reply(reply: Any) -> Any:
+    """A guarded or fenced command's reply (``LOCK.GUARD`` / ``LOCK.FENCED``) as the lock takes
+    it: ``NOTHELD ...`` as :class:`NotHeldError`, ``STALE ...`` as :class:`StaleTokenError`,
+    ``NOREPLICAS ...`` as :class:`NotReplicatedError` (the command ran on the master, but the
+    in-sync set did not acknowledge it: a failover may lose its write); the command's own reply,
+    or its own error, as it is."""
+    if not isinstance(reply, ResponseError):
+        return reply
+    error = str(reply)
+    if error.startswith("NOTHELD"):
+        return NotHeldError(error)
+    if error.startswith("STALE"):
+        return StaleTokenError(error)
+    if error.startswith("NOREPLICAS"):
+        return NotReplicatedError.refused(error)
+    return reply
+
+
+def guard_command(name: Any, owner: Any, token: int, sync: Sync, command: Sequence[Any]) -> List[Any]:
+    """``LOCK.GUARD name owner TOKEN token SYNC|NOSYNC command...``."""
+    if not command:
+        raise LockError("guard needs a command to run")
+    return ["LOCK.GUARD", name, owner, "TOKEN", token, sync.option, *command]
+
+
+def fenced_command(fence: Any, token: int, sync: Sync, command: Sequence[Any]) -> List[Any]:
+    """``LOCK.FENCED fence token SYNC|NOSYNC command...``."""
+    if not command:
+        raise LockError("fenced needs a command to run")
+    return ["LOCK.FENCED", fence, int(token), sync.option, *command]
+
+
 def write_reply(reply: Any) -> Any:
     """A grant's or renewal's reply as the lock takes it: ``NOREPLICAS ...`` as
     :class:`NotReplicatedError` (the server undid what it could), ``ERR syntax error`` as a
@@ -326,17 +386,23 @@ class Write:
     why it does not count if it was applied and the client's own ``WAIT`` did not sync it."""
 
     def __init__(
-        self, command: List[Any], applied: Callable[[Any], bool], until: Optional[float] = None
+        self,
+        command: List[Any],
+        applied: Callable[[Any], bool],
+        until: Optional[float] = None,
+        mapped: Callable[[Any], Any] = write_reply,
     ) -> None:
         """``command`` the write; ``applied`` whether its reply means it was made; ``until`` the
         ``time.monotonic()`` by which its replies must have come (a watchdog's renewal: its
-        lease's end), ``None`` for the sync timeout alone."""
+        lease's end), ``None`` for the sync timeout alone; ``mapped`` what its reply becomes
+        (:func:`write_reply`; :func:`guarded_reply` for a guarded or fenced command)."""
         #: The write naming its session: the command, with ``SESSION id`` once tied
         #: (:meth:`tie`). How it goes on a connection not bound to that session (see
         #: :meth:`sent_on`).
         self.command = command
         self.applied = applied
         self.until = until
+        self.mapped = mapped
         #: The session it names (``None``: none).
         self.term: Optional[Term] = None
         self._base = command
@@ -528,7 +594,7 @@ class Pipeline:
         longer meanwhile and its lease set from the moment it counted."""
         for (part, _, _), (reply, answered) in zip(self._sent, replies):
             if part is self.write:
-                self.write.reply = write_reply(reply)
+                self.write.reply = self.write.mapped(reply)
                 if self.waiting:
                     self.write.started = answered
             elif part == "use":
@@ -1077,6 +1143,25 @@ class LockBase:
         this time."""
         lease = self.local.lease
         return None if lease is None else lease.end
+
+    def _guarded(self, command: Sequence[Any]) -> List[Any]:
+        """``LOCK.GUARD`` of ``command`` by the current holding: its owner, and its fencing
+        token, so that a holding lost and taken again by the same owner runs nothing.
+        ``LockError`` when not held, or for a set (``LOCK.GUARD`` checks one lock)."""
+        owner, token = self.local.token, self.local.fencing_token
+        if owner is None or token is None:
+            raise LockError("Cannot guard a command with a lock that's not held")
+        if self.names is not None:
+            raise LockError("a MultiLock cannot guard a command: LOCK.GUARD checks one lock")
+        return guard_command(self.name, owner, token, self.sync, command)
+
+    def _fenced_by_holding(self, fence: Any, command: Sequence[Any]) -> List[Any]:
+        """``LOCK.FENCED`` of ``command`` through ``fence`` with the current holding's fencing
+        token (a set's largest). ``LockError`` when not held."""
+        token = self.local.fencing_token
+        if token is None:
+            raise LockError("Cannot run a fenced command with a lock that's not held")
+        return fenced_command(fence, token, self.sync, command)
 
     def _keys(self) -> List[Any]:
         """The lock's key, or a set's keys."""

@@ -67,6 +67,8 @@ from ._protocol import (
     Write,
     binding_of,
     deadline_of,
+    fenced_command,
+    guarded_reply,
     is_cluster,
     least_lease_ms,
     logger,
@@ -110,7 +112,8 @@ BORROW_ARGS = borrow_args(redis.asyncio.BlockingConnectionPool)
 
 
 __all__ = ["Election", "ElectionState", "Leadership", "Lock", "MultiLock", "ReadWriteLock",
-           "Semaphore", "SharedLock", "close_pools", "configure_pools", "configure_sessions"]
+           "Semaphore", "SharedLock", "close_pools", "configure_pools", "configure_sessions",
+           "fenced"]
 
 
 async def close_pools(redis: Any) -> None:
@@ -123,6 +126,13 @@ async def close_pools(redis: Any) -> None:
         await session.close()
     for pool in pools:
         await pool.disconnect()
+
+
+async def fenced(redis: Any, fence: Any, token: int, *command: Any, sync: Sync = Sync()) -> Any:
+    """As :func:`leasehold.fenced`, for ``redis.asyncio``: ``await
+    leasehold.asyncio.fenced(r, "fence:stock:42", token, "DECRBY", "stock:42", 1)``."""
+    lock = Lock(redis, fence, sync=sync)
+    return await lock._run_synced(fence, fenced_command(fence, token, sync, command))
 
 
 async def borrow(pool: BudgetedPool, deadline: Optional[float]) -> Any:
@@ -559,6 +569,44 @@ class Lock(LockBase):
             raise LockNotOwnedError("Cannot reacquire a lock that's no longer owned")
         return True
 
+    async def guard(self, *command: Any) -> Any:
+        """As :meth:`leasehold.Lock.guard`: ``await lock.guard("DECRBY", "stock:42", 1)`` runs
+        the command only while this holding holds the lock with its fencing token."""
+        return await self._run_synced(self.name, self._guarded(command))
+
+    async def fenced(self, fence: Any, *command: Any) -> Any:
+        """As :meth:`leasehold.Lock.fenced`: the command through ``fence`` with this holding's
+        fencing token."""
+        return await self._run_synced(fence, self._fenced_by_holding(fence, command))
+
+    async def _run_synced(self, key: Any, command: List[Any]) -> Any:
+        """As :meth:`leasehold.Lock._run_synced`: a cancelled call closes its connection."""
+        write = Write(command, lambda reply: True, mapped=guarded_reply)
+        if self.sync.off:
+            try:
+                write.reply = await self.redis.execute_command(*command)
+            except ResponseError as error:
+                write.reply = guarded_reply(error)
+            return write.outcome()
+        deadline = self._sync_deadline(None)
+
+        async def send_to(master: Master, asking: bool, term: Optional[Term]) -> Write:
+            pool = pools_of(self.redis).pool("sync", master, BudgetedPool)
+            async with borrowed(pool, deadline) as connection:
+                pipeline = Pipeline(write, sync=self.sync, asking=asking)
+                pipeline.take(await send(connection, pipeline.commands(), pipeline.within(), None))
+                pipeline.settle()
+            return write
+
+        try:
+            await self._routed(send_to, key=key, sessions=False)
+        except QueuedOut as queued:
+            raise queued.not_replicated() from None
+        reply = write.outcome()
+        if write.problem is not None:
+            raise write.problem
+        return reply
+
     async def locked(self) -> bool:
         """True if anyone holds the lock."""
         return any([await self.redis.execute_command("LOCK.FENCE", key) is not None
@@ -654,15 +702,18 @@ class Lock(LockBase):
             lambda: Pipeline(write, sync=self.sync, asking=asking), write.until)
 
     async def _routed(
-        self, send: Callable[[Master, bool, Optional[Term]], Awaitable[Write]]
+        self,
+        send: Callable[[Master, bool, Optional[Term]], Awaitable[Write]],
+        key: Any = None,
+        sessions: bool = True,
     ) -> Write:
         """As :meth:`leasehold.Lock._routed`."""
         redirect = None
         cancels = CANCELS_BEFORE.set(cancel_requests())
         try:
             for attempt in range(REDIRECTS):
-                master = await self._master(redirect)
-                session = pools_of(self.redis).session(master, Session)
+                master = await self._master(redirect, key)
+                session = pools_of(self.redis).session(master, Session) if sessions else None
                 with writing(session):
                     term = None if session is None else await session.term()
                     write = await send(master, redirect is not None, term)
@@ -695,14 +746,17 @@ class Lock(LockBase):
             await exchange(connection, pipeline, until)
         return pipeline.write
 
-    async def _master(self, redirect: Optional[Tuple[str, int]] = None) -> Master:
-        """The server, or the master of the lock's slot in a ``RedisCluster`` (which learns its
-        slots at its first command), or the one an ``ASK`` named."""
+    async def _master(
+        self, redirect: Optional[Tuple[str, int]] = None, key: Any = None
+    ) -> Master:
+        """The server, or the master of the lock's slot (``key``'s, when given) in a
+        ``RedisCluster`` (which learns its slots at its first command), or the one an ``ASK``
+        named."""
         if not is_cluster(self.redis):
             pool = self.redis.connection_pool
             return Master(None, pool.connection_class, pool.connection_kwargs)
         await self.redis.initialize()
-        node = self.redis.get_node_from_key(self.name)
+        node = self.redis.get_node_from_key(self.name if key is None else key)
         master = Master(node.name, node.connection_class, node.connection_kwargs)
         return master if redirect is None else redirected(master, *redirect)
 

@@ -53,10 +53,13 @@ from ._protocol import (
     SessionSettings,
     SessionState,
     SetOf,
+    Sync,
     Term,
     Write,
     binding_of,
     deadline_of,
+    fenced_command,
+    guarded_reply,
     is_cluster,
     least_lease_ms,
     logger,
@@ -93,6 +96,24 @@ def close_pools(redis: Any) -> None:
         session.close()
     for pool in pools:
         pool.disconnect()
+
+
+def fenced(redis: Any, fence: Any, token: int, *command: Any, sync: Sync = Sync()) -> Any:
+    """Runs one Redis command on ``redis`` only when ``token`` is at least the largest fencing
+    token that ran a command through the fence ``fence`` — a key of the module's own type,
+    made by the first such command — and raises the fence to ``token``
+    (``LOCK.FENCED fence token command...``): check, command and fence in one step. Returns the
+    command's reply. ``leasehold.fenced(r, "fence:stock:42", token, "DECRBY", "stock:42", 1)``
+    for a token from a lock elsewhere (another server, :meth:`Lock.fenced` for a holding's
+    own). In Redis Cluster the command's keys must be in the fence's slot (hash tags).
+
+    Synced as ``sync`` says (:class:`leasehold.Sync`; the in-sync set by default: the reply
+    comes once the master's in-sync replicas have the write, on a connection of the sync pool).
+    Raises :class:`leasehold.StaleTokenError` when a larger token wrote first (the command did
+    not run), :class:`leasehold.NotReplicatedError` when it ran on the master but the replicas
+    did not acknowledge it in time (a failover may lose its write), and the command's own
+    error as redis-py raises it."""
+    return Lock(redis, fence, sync=sync)._run_synced(fence, fenced_command(fence, token, sync, command))
 
 
 def borrow(pool: BudgetedPool, deadline: Optional[float]) -> Any:
@@ -540,6 +561,70 @@ class Lock(LockBase):
             raise LockNotOwnedError("Cannot reacquire a lock that's no longer owned")
         return True
 
+    def guard(self, *command: Any) -> Any:
+        """Runs one Redis command — ``lock.guard("DECRBY", "stock:42", 1)`` — only while this
+        holding holds the lock, with its fencing token (``LOCK.GUARD name owner TOKEN token
+        command...``): the server checks and runs it in one step, so a holder whose lease ended,
+        or whose lock was lost and taken again (by anyone, itself too), changes nothing. Returns
+        the command's reply as the server gave it (raw, as ``execute_command`` returns a module
+        command's reply).
+
+        Synced like a renewal (:attr:`sync`): by default it says ``SYNC``, goes on a connection
+        of the sync pool, and the server replies once its in-sync replicas have the write
+        (a command that does not write replies at once). In Redis Cluster the command's keys must
+        be in the lock's slot (hash tags: ``{order:42}:lock``, ``{order:42}:stock``).
+
+        Raises :class:`leasehold.NotHeldError` (a ``LockNotOwnedError``) when the server refused
+        it — the lock is free, held by another owner, or held with another token: the command did
+        not run; :class:`leasehold.NotReplicatedError` when it ran on the master but the
+        replicas did not acknowledge it in time (a failover may lose its write); the command's
+        own error as redis-py raises it; ``LockError`` when not held, or on a ``MultiLock``."""
+        return self._run_synced(self.name, self._guarded(command))
+
+    def fenced(self, fence: Any, *command: Any) -> Any:
+        """Runs one Redis command through the fence ``fence`` with this holding's fencing token
+        (``LOCK.FENCED fence token command...``, see :func:`leasehold.fenced`): only when no
+        larger token ran a command through it before, and the fence then keeps this token.
+        Returns the command's reply. For writers whose lock is elsewhere (another server,
+        Redlock): the fence refuses every holder older than the newest that wrote.
+
+        Synced as :meth:`guard` is. Raises :class:`leasehold.StaleTokenError` when a larger
+        token wrote first (the command did not run), :class:`leasehold.NotReplicatedError` as
+        :meth:`guard`, the command's own error; ``LockError`` when not held."""
+        return self._run_synced(fence, self._fenced_by_holding(fence, command))
+
+    def _run_synced(self, key: Any, command: List[Any]) -> Any:
+        """A guarded or fenced ``command`` (saying ``SYNC`` or ``NOSYNC``), routed by ``key``:
+        with syncing off on the client's own connection; otherwise on a connection of the sync
+        pool — the server may hold its reply until the in-sync set has the write — queueing for
+        one within the sync timeout, and with the client's own ``WAIT`` behind it for a fixed
+        count. The connection's session binding is left as it is: these commands tie nothing."""
+        write = Write(command, lambda reply: True, mapped=guarded_reply)
+        if self.sync.off:
+            try:
+                write.reply = self.redis.execute_command(*command)
+            except ResponseError as error:
+                write.reply = guarded_reply(error)
+            return write.outcome()
+        deadline = self._sync_deadline(None)
+
+        def send_to(master: Master, asking: bool, term: Optional[Term]) -> Write:
+            pool = pools_of(self.redis).pool("sync", master, BudgetedPool)
+            with borrowed(pool, deadline) as connection:
+                pipeline = Pipeline(write, sync=self.sync, asking=asking)
+                pipeline.take(send(connection, pipeline.commands(), pipeline.within(), None))
+                pipeline.settle()
+            return write
+
+        try:
+            self._routed(send_to, key=key, sessions=False)
+        except QueuedOut as queued:
+            raise queued.not_replicated() from None
+        reply = write.outcome()
+        if write.problem is not None:
+            raise write.problem
+        return reply
+
     def locked(self) -> bool:
         """True if anyone holds the lock (any lock of a set)."""
         return any([self.redis.execute_command("LOCK.FENCE", key) is not None
@@ -650,16 +735,22 @@ class Lock(LockBase):
             "sync", master, deadline,
             lambda: Pipeline(write, sync=self.sync, asking=asking), write.until)
 
-    def _routed(self, send: Callable[[Master, bool, Optional[Term]], Write]) -> Write:
-        """The write ``send(master, asking, term)`` sends to the lock's master naming the
-        client's session there (``term``; ``None`` with sessions off); follows ``MOVED`` (the
-        client relearns the slots) and ``ASK`` (``asking`` then: ``ASKING`` first, on the
-        importing master), and sends it again with a new session when the server had no such
-        session (after a failover or a restart)."""
+    def _routed(
+        self,
+        send: Callable[[Master, bool, Optional[Term]], Write],
+        key: Any = None,
+        sessions: bool = True,
+    ) -> Write:
+        """The write ``send(master, asking, term)`` sends to the lock's master (``key``'s, when
+        given) naming the client's session there (``term``; ``None`` with sessions off, or
+        without ``sessions``: a command that ties nothing); follows ``MOVED`` (the client
+        relearns the slots) and ``ASK`` (``asking`` then: ``ASKING`` first, on the importing
+        master), and sends it again with a new session when the server had no such session
+        (after a failover or a restart)."""
         redirect = None
         for attempt in range(REDIRECTS):
-            master = self._master(redirect)
-            session = pools_of(self.redis).session(master, Session)
+            master = self._master(redirect, key)
+            session = pools_of(self.redis).session(master, Session) if sessions else None
             with writing(session):
                 term = None if session is None else session.term()
                 write = send(master, redirect is not None, term)
@@ -691,13 +782,13 @@ class Lock(LockBase):
             exchange(connection, pipeline, until)
         return pipeline.write
 
-    def _master(self, redirect: Optional[Tuple[str, int]] = None) -> Master:
-        """The server, or the master of the lock's slot in a ``RedisCluster`` (or the one an
-        ``ASK`` named)."""
+    def _master(self, redirect: Optional[Tuple[str, int]] = None, key: Any = None) -> Master:
+        """The server, or the master of the lock's slot (``key``'s, when given) in a
+        ``RedisCluster`` (or the one an ``ASK`` named)."""
         if not is_cluster(self.redis):
             pool = self.redis.connection_pool
             return Master(None, pool.connection_class, pool.connection_kwargs)
-        node = self.redis.get_node_from_key(self.name)
+        node = self.redis.get_node_from_key(self.name if key is None else key)
         pool = node.redis_connection.connection_pool
         master = Master(node.name, pool.connection_class, pool.connection_kwargs)
         return master if redirect is None else redirected(master, *redirect)

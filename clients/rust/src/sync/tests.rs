@@ -168,3 +168,33 @@ fn a_syntax_error_means_a_module_without_synced_writes() {
     let wrong = write_error_of("WRONGTYPE Operation against a key holding the wrong kind of value");
     assert!(matches!(wrong, Error::Redis(_)), "{wrong:?}");
 }
+
+#[test]
+fn a_guarded_commands_refusals_become_the_clients_errors_and_its_own_errors_stay_as_they_are() {
+    let parsed = |text: &str| {
+        let reply = error(text);
+        guarded_error(reply.extract_error().expect_err("an error reply"))
+    };
+    let not_held = "NOTHELD the lock is held by another owner; the command did not run";
+    assert!(matches!(parsed(not_held), Error::NotHeld { message } if message == not_held));
+    let stale = "STALE token 7 is below 9, the largest token that ran a command through this fence";
+    assert!(matches!(
+        parsed(stale),
+        Error::Stale { token: 7, largest: 9, message } if message == stale
+    ));
+    let unsynced = "NOREPLICAS not every in-sync replica acknowledged within 1000 ms; the command \
+                    ran here, but a failover may lose its write";
+    assert!(matches!(
+        parsed(unsynced),
+        Error::NotReplicated { reason, .. }
+            if reason == "not every in-sync replica acknowledged within 1000 ms"
+    ));
+    assert!(
+        matches!(parsed("ERR syntax error"), Error::Redis(_)),
+        "the command's own syntax error is not the module's age"
+    );
+    assert!(matches!(
+        parsed("WRONGTYPE Operation against a key holding the wrong kind of value"),
+        Error::Redis(_)
+    ));
+}
