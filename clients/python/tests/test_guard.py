@@ -129,9 +129,6 @@ def test_syncing_off_sends_nosync_on_the_clients_own_connection(r, name):
     assert number(r.get(stock)) == 5
 
 
-@pytest.mark.skip(reason="the server crashes (SIGSEGV in moduleHandleBlockedClients) when it "
-                         "forwards a guarded command's reply it held for its in-sync set: "
-                         "LOCK.GUARD's held CallReply is freed with the command's context")
 def test_a_guarded_write_is_on_the_replica_when_it_returns_or_refused_when_not(replicated, name):
     master, replica = replicated
     r = redis.Redis(port=master.port)
