@@ -31,6 +31,15 @@ const ROUNDS: usize = 3;
 const TTL: Duration = Duration::from_secs(10);
 const TASKS: usize = 64;
 
+/// The 64-task modes, in the order they take turns.
+const MANY: [Mode; 5] = [
+    Mode::Synced,
+    Mode::SyncedWide,
+    Mode::NotSynced,
+    Mode::PlainSynced,
+    Mode::PlainNotSynced,
+];
+
 /// Who sends the commands, and how they are synced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Mode {
@@ -113,6 +122,14 @@ async fn main() -> leasehold_client::Result<()> {
         plain,
     });
 
+    // `LEASEHOLD_BENCH_MODE=<name>` runs that 64-task mode alone, once, for a profiler to watch.
+    if let Ok(name) = std::env::var("LEASEHOLD_BENCH_MODE") {
+        let mode = MANY.into_iter().find(|mode| mode.name() == name);
+        let mode = mode.expect("LEASEHOLD_BENCH_MODE names a mode");
+        let count = run_tasks(&setup, mode).await?;
+        println!("{} iterations/s", count as f64 / RUN_FOR.as_secs_f64());
+        return Ok(());
+    }
     let one = [
         Mode::Synced,
         Mode::NotSynced,
@@ -141,17 +158,10 @@ async fn main() -> leasehold_client::Result<()> {
         );
     }
 
-    let many = [
-        Mode::Synced,
-        Mode::SyncedWide,
-        Mode::NotSynced,
-        Mode::PlainSynced,
-        Mode::PlainNotSynced,
-    ];
     // Iterations, this process's CPU seconds and the master's, per mode.
     let mut done: BTreeMap<Mode, (usize, f64, f64)> = BTreeMap::new();
     for _ in 0..ROUNDS {
-        for mode in many {
+        for mode in MANY {
             let (client_cpu, server_cpu) =
                 (own_cpu_seconds(), server_cpu_seconds(&mut stats).await?);
             let tasks: Vec<_> = (0..TASKS)
@@ -186,6 +196,28 @@ async fn main() -> leasehold_client::Result<()> {
         );
     }
     connections(&client, &mut stats).await
+}
+
+/// [`TASKS`] tasks looping `mode`, each on a lock of its own, for [`RUN_FOR`]: how many
+/// iterations they made.
+async fn run_tasks(setup: &std::sync::Arc<Setup>, mode: Mode) -> leasehold_client::Result<usize> {
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let setup = std::sync::Arc::clone(setup);
+            tokio::spawn(async move {
+                let key = format!("bench:task:{task}");
+                setup
+                    .loop_for(mode, &key, task)
+                    .await
+                    .map(|done| done.len())
+            })
+        })
+        .collect();
+    let mut count = 0;
+    for task in tasks {
+        count += task.await.expect("a task")?;
+    }
+    Ok(count)
 }
 
 /// Acquire + release of `lock` for [`RUN_FOR`]: the latency of each.
