@@ -973,6 +973,11 @@ class Local(threading.local):
     lease: Optional[Lease] = None
     keeper: Any = None
 
+    def update(self, **fields: Any) -> None:
+        """Sets several fields at once."""
+        for name, value in fields.items():
+            setattr(self, name, value)
+
 
 class Shared:
     """What one holder keeps when ``thread_local=False``: the same fields, for every thread."""
@@ -982,6 +987,11 @@ class Shared:
     fencing_tokens: Optional[List[int]] = None
     lease: Optional[Lease] = None
     keeper: Any = None
+
+    def update(self, **fields: Any) -> None:
+        """Sets several fields at once."""
+        for name, value in fields.items():
+            setattr(self, name, value)
 
 
 class TaskLocal:
@@ -1005,8 +1015,16 @@ class TaskLocal:
     def __setattr__(self, name: str, value: Any) -> None:
         if name not in TaskLocal._FIELDS:
             raise AttributeError(name)
+        self.update(**{name: value})
+
+    def update(self, **fields: Any) -> None:
+        """Sets several fields at once: one new dict (a grant and a release each set four or
+        five, and copying the dict for each was a tenth of an asyncio acquire + release)."""
+        for name in fields:
+            if name not in TaskLocal._FIELDS:
+                raise AttributeError(name)
         # A new dict each time: the one a context holds may be its parent's too.
-        self._state.set({**self._state.get(), name: value})
+        self._state.set({**self._state.get(), **fields})
 
 
 class LockBase:
@@ -1148,10 +1166,7 @@ class LockBase:
         # synced renewal would hold up for the server's sync timeout each.
         lease.renew_command = lambda ms: self._command("RENEW", owner, ms, "NOSYNC")
         lease.renewed = self._whole
-        self.local.token = owner
-        self.local.fencing_token = max(tokens)
-        self.local.fencing_tokens = tokens
-        self.local.lease = lease
+        self.local.update(token=owner, fencing_token=max(tokens), fencing_tokens=tokens, lease=lease)
         if grant.term is not None:
             grant.term.state.tie(lease, grant.term)
 
@@ -1214,11 +1229,7 @@ class LockBase:
         lease = self.local.lease
         if lease is not None and lease.term is not None:
             lease.term.state.untie(lease)
-        self.local.token = None
-        self.local.fencing_token = None
-        self.local.fencing_tokens = None
-        self.local.lease = None
-        self.local.keeper = None
+        self.local.update(token=None, fencing_token=None, fencing_tokens=None, lease=None, keeper=None)
 
     def _released_on_exit(self, error: LockError) -> None:
         """What leaving a ``with`` block does when the release failed: raise, or with
