@@ -122,6 +122,10 @@ class Pools:
         """The client's session on ``master``, made with ``session_class(master, settings)``
         on first use — and again in a child process (``os.fork``): a session's connection and
         threads are its process's; ``None`` when sessions are off."""
+        # Without the lock when it is made (a dict read is atomic): every write asks.
+        session = self._sessions.get(master.node)
+        if session is not None and session.pid == os.getpid() and self.sessions.enabled:
+            return session
         with self._lock:
             if not self.sessions.enabled:
                 return None

@@ -4,10 +4,12 @@ conversion, the sync settings and the round trip that carries a write, and a hol
 from __future__ import annotations
 
 import contextvars
+import itertools
 import logging
+import os
+import secrets
 import threading
 import time
-import uuid
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import (Any, Callable, ContextManager, Iterator, List, NamedTuple, Optional, Sequence,
@@ -592,9 +594,31 @@ def is_cluster(redis: Any) -> bool:
 REDIRECTS = 5
 
 
+class Owners:
+    """New owners, 32 hex digits as redis-py's tokens are: 64 random bits drawn once per process
+    (again in a child after ``os.fork``) and a count. Unique as a random UUID is, without a call
+    for randomness and a ``UUID`` each time (4% of an asyncio acquire + release). An owner is
+    no secret: ``LOCK.INFO`` shows it."""
+
+    def __init__(self) -> None:
+        self.renew()
+
+    def renew(self) -> None:
+        self.prefix = f"{secrets.randbits(64):016x}"
+        self.count = itertools.count()
+
+    def next(self) -> str:
+        return f"{self.prefix}{next(self.count) & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+OWNERS = Owners()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=OWNERS.renew)
+
+
 def new_owner() -> str:
-    """A new owner: a random UUID (v4) in 32 hex digits, as redis-py's tokens are."""
-    return uuid.uuid4().hex
+    """A new owner, unique among every client's (:class:`Owners`)."""
+    return OWNERS.next()
 
 
 def wait_ms(left: Optional[Number]) -> int:
