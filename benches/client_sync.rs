@@ -4,6 +4,8 @@
 //! - one task loops `try_acquire` → `release` (the package), or `LOCK.ACQUIRE` → `LOCK.RELEASE`
 //!   on one connection (the plain client), grants synced (the default: `LOCK.ACQUIRE ... SYNC`,
 //!   the server replying once its in-sync set has the grant) and not (`Sync::off()`, `NOSYNC`);
+//!   and the plain client on a connection bound to a session (`LOCK.SESSION USE`), as the
+//!   package's connections are (`plain synced, tied`);
 //! - 64 tasks, each on a lock of its own, loop the same; the plain client gives each task a
 //!   connection of its own (a synced reply blocks its connection). `synced, 64 sync connections`
 //!   is the package with a sync pool as large as the tasks: what the pool's size costs;
@@ -48,6 +50,7 @@ enum Mode {
     NotSynced,
     PlainSynced,
     PlainNotSynced,
+    PlainTied,
 }
 
 impl Mode {
@@ -58,6 +61,7 @@ impl Mode {
             Self::NotSynced => "not synced",
             Self::PlainSynced => "plain synced",
             Self::PlainNotSynced => "plain not synced",
+            Self::PlainTied => "plain synced, tied",
         }
     }
 }
@@ -67,6 +71,8 @@ struct Setup {
     client: Client,
     wide: Client,
     plain: Vec<MultiplexedConnection>,
+    /// A plain connection bound to a session (`LOCK.SESSION USE`), as the package's are.
+    tied: MultiplexedConnection,
 }
 
 impl Setup {
@@ -91,6 +97,7 @@ impl Setup {
                 };
                 package_loop(&Lock::new(client, key).with_sync(sync)).await
             }
+            Mode::PlainTied => Ok(plain_loop(&mut self.tied.clone(), key, "SYNC").await?),
             Mode::PlainSynced | Mode::PlainNotSynced => {
                 let sync = if mode == Mode::PlainSynced {
                     "SYNC"
@@ -116,10 +123,22 @@ async fn main() -> leasehold_client::Result<()> {
         plain.push(plain_client.get_multiplexed_async_connection().await?);
     }
     let mut stats = plain_client.get_multiplexed_async_connection().await?;
+    // The session lives while `stats`, which opened it, stays connected.
+    let (session, _): (String, u64) = redis::cmd("LOCK.SESSION")
+        .arg("OPEN")
+        .query_async(&mut stats)
+        .await?;
+    let mut tied = plain_client.get_multiplexed_async_connection().await?;
+    redis::cmd("LOCK.SESSION")
+        .arg("USE")
+        .arg(&session)
+        .exec_async(&mut tied)
+        .await?;
     let setup = std::sync::Arc::new(Setup {
         client: client.clone(),
         wide,
         plain,
+        tied,
     });
 
     // `LEASEHOLD_BENCH_MODE=<name>` runs that 64-task mode alone, once, for a profiler to watch.
@@ -135,6 +154,7 @@ async fn main() -> leasehold_client::Result<()> {
         Mode::NotSynced,
         Mode::PlainSynced,
         Mode::PlainNotSynced,
+        Mode::PlainTied,
     ];
     let mut latencies: BTreeMap<Mode, Vec<Duration>> = BTreeMap::new();
     for _ in 0..ROUNDS {

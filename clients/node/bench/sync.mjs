@@ -2,7 +2,8 @@
 // with one replica, grants synced (the default: the grant with SYNC on a pooled connection, its
 // reply held by the server until the replica has it) and not (sync: false: NOSYNC), beside
 // node-redis alone sending the same commands (plain: LOCK.ACQUIRE ... SYNC | NOSYNC, then
-// LOCK.RELEASE, a connection per task), the modes taking turns over ROUNDS rounds. Prints one
+// LOCK.RELEASE, a connection per task; one task also on a connection bound to a session, as the
+// package's are: "plain synced, tied"), the modes taking turns over ROUNDS rounds. Prints one
 // JSON object per line:
 //
 // - {"case": "acquire+release", "mode", "ops_per_s", "p50_ms", "p99_ms"}: one loop of
@@ -33,6 +34,7 @@ const MODES = {
   'not synced': ['package', false],
   'plain synced': ['plain', true],
   'plain not synced': ['plain', false],
+  'plain synced, tied': ['tied', true],
 };
 const client = await createClient({ url: process.argv[2] }).connect();
 // Synced grants count once the replica is in the master's in-sync set, a moment after it is online.
@@ -60,6 +62,12 @@ async function timed(tasks, lockOf) {
 // The plain client: node-redis alone sending the same commands, a connection of its own per
 // task (a synced reply blocks its connection), beside the package in the same run.
 const plain = await Promise.all(Array.from({ length: TASKS }, () => client.duplicate().connect()));
+// node-redis alone on a connection bound to a session (LOCK.SESSION USE), as the package's are;
+// the session lives while `holder`, which opened it, stays connected.
+const holder = await client.duplicate().connect();
+const opened = await holder.sendCommand(['LOCK.SESSION', 'OPEN']);
+const tied = await client.duplicate().connect();
+await tied.sendCommand(['LOCK.SESSION', 'USE', String(opened[0])]);
 // The package with a sync pool as large as the tasks: what the pool's size costs.
 const wide = await createClient({ url: process.argv[2] }).connect();
 setPoolSizes(wide, { sync: TASKS });
@@ -68,8 +76,8 @@ setPoolSizes(wide, { sync: TASKS });
  * client's LOCK.ACQUIRE → LOCK.RELEASE on connection `task`. */
 function lockOf(mode, key, task) {
   const [who, sync] = MODES[mode];
-  if (who === 'plain') {
-    const own = plain[task];
+  if (who === 'plain' || who === 'tied') {
+    const own = who === 'tied' ? tied : plain[task];
     return {
       async tryAcquire() {
         await own.sendCommand(['LOCK.ACQUIRE', key, 'owner', '10000', sync ? 'SYNC' : 'NOSYNC']);
@@ -88,7 +96,7 @@ async function serverCpu() {
 
 const one = {};
 for (let round = 0; round < ROUNDS; round++) {
-  for (const mode of ['synced', 'not synced', 'plain synced', 'plain not synced']) {
+  for (const mode of ['synced', 'not synced', 'plain synced', 'plain not synced', 'plain synced, tied']) {
     const { latencies } = await timed(1, () => lockOf(mode, 'bench:client-sync', 0));
     (one[mode] ??= []).push(...latencies);
   }
@@ -107,7 +115,7 @@ for (const [mode, latencies] of Object.entries(one)) {
 
 const many = {};
 for (let round = 0; round < ROUNDS; round++) {
-  for (const mode of Object.keys(MODES)) {
+  for (const mode of Object.keys(MODES).filter((mode) => MODES[mode][0] !== 'tied')) {
     const [cpu, server] = [process.cpuUsage(), await serverCpu()];
     const { latencies, seconds } = await timed(TASKS, (task) => lockOf(mode, `bench:client-sync:${task}`, task));
     const used = process.cpuUsage(cpu);
@@ -127,7 +135,7 @@ for (const [mode, { done, seconds, client: cpu, server }] of Object.entries(many
     server_cpu_us: Number((server * 1e6 / done).toFixed(1)),
   }));
 }
-await Promise.all(plain.map((own) => own.close()));
+await Promise.all([...plain, tied, holder].map((own) => own.close()));
 await wide.close();
 
 /** The master's total_connections_received. */

@@ -4,7 +4,8 @@ replying once the replica acknowledged it) and not (``SYNC_OFF``: ``NOSYNC``):
 
 - ``acquire+release``: one thread loops ``leasehold.Lock`` ``acquire(blocking=False)`` →
   ``release()`` for 3 s, and redis-py alone sends ``LOCK.ACQUIRE ... SYNC`` (``NOSYNC``) →
-  ``LOCK.RELEASE`` (``plain synced``, ``plain not synced``); the latency of acquire + release;
+  ``LOCK.RELEASE`` (``plain synced``, ``plain not synced``; ``plain synced, tied`` on a
+  connection bound to a session, as the package's are); the latency of acquire + release;
 - ``64 tasks``: 64 asyncio tasks on one ``redis.asyncio`` client (``leasehold.asyncio.Lock``),
   each on a lock of its own, loop acquire + release; with the sync pool as large as the tasks
   (``synced, 64 sync connections``); and redis-py alone with the same commands (``plain``); the
@@ -57,6 +58,13 @@ def acquire_release(url: str, mode: str, sync: Any) -> dict:
     ``"SYNC"`` / ``"NOSYNC"`` for redis-py alone sending ``LOCK.ACQUIRE`` and ``LOCK.RELEASE``."""
     r = redis.Redis.from_url(url)
     key = f"bench:client-sync:{mode}"
+    if mode.endswith("tied"):
+        # One connection bound to a session (as the package's are), which lives while the
+        # connection that opened it (``holder``) stays connected.
+        holder = redis.Redis.from_url(url, single_connection_client=True)
+        session = holder.execute_command("LOCK.SESSION", "OPEN")[0]
+        r = redis.Redis.from_url(url, single_connection_client=True)
+        r.execute_command("LOCK.SESSION", "USE", session)
     if isinstance(sync, str):
         def once() -> None:
             assert r.execute_command("LOCK.ACQUIRE", key, "owner", 10000, sync) is not None
@@ -218,7 +226,8 @@ def connections(url: str) -> list:
 
 
 def main(url: str) -> None:
-    for mode, sync in [*MODES, ("plain synced", "SYNC"), ("plain not synced", "NOSYNC")]:
+    for mode, sync in [*MODES, ("plain synced", "SYNC"), ("plain not synced", "NOSYNC"),
+                       ("plain synced, tied", "SYNC")]:
         print(json.dumps(acquire_release(url, mode, sync)), flush=True)
     for row in asyncio.run(many_tasks(url)):
         print(json.dumps(row), flush=True)
