@@ -108,7 +108,7 @@ class BudgetedPool:
     ``max_connections`` open, each lent to one caller at a time; a caller that finds them all
     lent queues, first come first served, within its own budget (:data:`QUEUE_BUDGET`) and then
     gets redis-py's ``ConnectionError``. A connection comes back closed when its reply was lost
-    (:func:`lent`), and connects again when next lent. Lighter than ``redis.asyncio``'s
+    (:meth:`Lock._alone`), and connects again when next lent. Lighter than ``redis.asyncio``'s
     ``BlockingConnectionPool``, which the sync classes use: with 64 tasks its condition, its
     timeout and its metrics were about a fifth of the package's time per acquire + release."""
 
@@ -776,7 +776,7 @@ class Lock(LockBase):
         """As :meth:`leasehold.Lock._alone`: a cancelled call closes its connection (the server
         releases a grant it still held for it)."""
         pool = pools_of(self.redis).pool(kind, master, BudgetedPool)
-        # As `leasehold.lock.borrowed` (a connection whose reply was lost is closed before it
+        # As in `leasehold.Lock._alone` (a connection whose reply was lost is closed before it
         # goes back), without context managers: they were a tenth of an acquire with 64 tasks.
         connection = await borrow(pool, deadline)
         try:
