@@ -29,7 +29,7 @@ use leasehold_client::{Client, ClientOptions, Lock, Sync};
 use redis::aio::MultiplexedConnection;
 
 const RUN_FOR: Duration = Duration::from_secs(1);
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 const TTL: Duration = Duration::from_secs(10);
 const TASKS: usize = 64;
 

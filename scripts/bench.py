@@ -551,7 +551,7 @@ def clients_section(binary, version):
         f"Each package on Redis {version}, a master with one replica on loopback, beside its own "
         "library alone sending the same commands (the plain client: `LOCK.ACQUIRE key owner ttl "
         "SYNC` then `LOCK.RELEASE`, a connection per task, as `benches/synced.rs`), in one run "
-        "whose modes take turns (3 rounds; this 2-core machine is shared, so read the ratios, "
+        "whose modes take turns (5 rounds of 1 s; this 2-core machine is shared, so read the ratios, "
         "not the rates). Synced: the default, `LOCK.ACQUIRE ... SYNC` on a pooled connection, the "
         "server replying once the master's in-sync set has it; not synced: `NOSYNC`. One task "
         "looping acquire (no wait, a free lock) → release (latency of acquire + release, ms; "

@@ -24,7 +24,7 @@ import { createClient } from 'redis';
 import { createLock, setPoolSizes } from '../dist/index.js';
 
 const RUN_FOR = 1_000;
-const ROUNDS = 3;
+const ROUNDS = 5;
 const TASKS = 64;
 // Who sends the commands (the package; the package with a sync pool of TASKS connections; plain
 // node-redis), and whether synced.
@@ -65,9 +65,9 @@ const plain = await Promise.all(Array.from({ length: TASKS }, () => client.dupli
 // node-redis alone on a connection bound to a session (LOCK.SESSION USE), as the package's are;
 // the session lives while `holder`, which opened it, stays connected.
 const holder = await client.duplicate().connect();
-const opened = await holder.sendCommand(['LOCK.SESSION', 'OPEN']);
+const session = await holder.sendCommand(['LOCK.SESSION', 'OPEN']);
 const tied = await client.duplicate().connect();
-await tied.sendCommand(['LOCK.SESSION', 'USE', String(opened[0])]);
+await tied.sendCommand(['LOCK.SESSION', 'USE', String(session[0])]);
 // The package with a sync pool as large as the tasks: what the pool's size costs.
 const wide = await createClient({ url: process.argv[2] }).connect();
 setPoolSizes(wide, { sync: TASKS });

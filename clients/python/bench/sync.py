@@ -3,9 +3,10 @@ with grants synced (the default: ``LOCK.ACQUIRE ... SYNC`` on a pooled connectio
 replying once the replica acknowledged it) and not (``SYNC_OFF``: ``NOSYNC``):
 
 - ``acquire+release``: one thread loops ``leasehold.Lock`` ``acquire(blocking=False)`` →
-  ``release()`` for 3 s, and redis-py alone sends ``LOCK.ACQUIRE ... SYNC`` (``NOSYNC``) →
+  ``release()``, and redis-py alone sends ``LOCK.ACQUIRE ... SYNC`` (``NOSYNC``) →
   ``LOCK.RELEASE`` (``plain synced``, ``plain not synced``; ``plain synced, tied`` on a
-  connection bound to a session, as the package's are); the latency of acquire + release;
+  connection bound to a session, as the package's are), the modes taking turns over ROUNDS
+  rounds; the latency of acquire + release;
 - ``64 tasks``: 64 asyncio tasks on one ``redis.asyncio`` client (``leasehold.asyncio.Lock``),
   each on a lock of its own, loop acquire + release; with the sync pool as large as the tasks
   (``synced, 64 sync connections``); and redis-py alone with the same commands (``plain``); the
@@ -42,7 +43,7 @@ MODES = [("synced", leasehold.Sync()), ("not synced", leasehold.SYNC_OFF)]
 #: The 64-task modes, taking turns over ROUNDS rounds of ROUND seconds: the package (its sync pool
 #: of the default size, and one as large as the tasks), and redis-py alone sending the same
 #: commands (``redis.asyncio``'s pool gives each concurrent command a connection of its own).
-ROUNDS = 3
+ROUNDS = 5
 ROUND = 1.0
 TASK_MODES = {
     "synced": ("package", leasehold.Sync()),
@@ -53,17 +54,18 @@ TASK_MODES = {
 }
 
 
-def acquire_release(url: str, mode: str, sync: Any) -> dict:
-    """One thread's acquire + release for RUN_FOR; ``sync`` a :class:`leasehold.Sync`, or
-    ``"SYNC"`` / ``"NOSYNC"`` for redis-py alone sending ``LOCK.ACQUIRE`` and ``LOCK.RELEASE``."""
+def acquire_release(url: str, mode: str, sync: Any) -> List[float]:
+    """One thread's acquire + release for ROUND seconds: the latency of each; ``sync`` a
+    :class:`leasehold.Sync`, or ``"SYNC"`` / ``"NOSYNC"`` for redis-py alone sending
+    ``LOCK.ACQUIRE`` and ``LOCK.RELEASE``."""
     r = redis.Redis.from_url(url)
     key = f"bench:client-sync:{mode}"
     if mode.endswith("tied"):
-        # One connection bound to a session (as the package's are), which lives while the
-        # connection that opened it (``holder``) stays connected.
+        # A pool of one connection, bound to a session (as the package's are), which lives
+        # while the connection that opened it (``holder``) stays connected.
         holder = redis.Redis.from_url(url, single_connection_client=True)
         session = holder.execute_command("LOCK.SESSION", "OPEN")[0]
-        r = redis.Redis.from_url(url, single_connection_client=True)
+        r = redis.Redis(connection_pool=redis.ConnectionPool.from_url(url, max_connections=1))
         r.execute_command("LOCK.SESSION", "USE", session)
     if isinstance(sync, str):
         def once() -> None:
@@ -77,20 +79,33 @@ def acquire_release(url: str, mode: str, sync: Any) -> dict:
             lock.release()
     latencies = []
     started = time.perf_counter()
-    while time.perf_counter() - started < RUN_FOR:
+    while time.perf_counter() - started < ROUND:
         sent = time.perf_counter()
         once()
         latencies.append(time.perf_counter() - sent)
-    elapsed = time.perf_counter() - started
-    latencies.sort()
     leasehold.close_pools(r)
-    return {
-        "case": "acquire+release",
-        "mode": mode,
-        "ops_per_s": round(len(latencies) / elapsed),
-        "p50_ms": round(statistics.median(latencies) * 1000, 3),
-        "p99_ms": round(latencies[round((len(latencies) - 1) * 0.99)] * 1000, 3),
-    }
+    return latencies
+
+
+def one_task(url: str) -> List[dict]:
+    """:func:`acquire_release` of each mode in turn, ROUNDS times: the latencies' quantiles."""
+    modes = [*MODES, ("plain synced", "SYNC"), ("plain not synced", "NOSYNC"),
+             ("plain synced, tied", "SYNC")]
+    found: dict = {mode: [] for mode, _ in modes}
+    for _ in range(ROUNDS):
+        for mode, sync in modes:
+            found[mode] += acquire_release(url, mode, sync)
+    rows = []
+    for mode, latencies in found.items():
+        latencies.sort()
+        rows.append({
+            "case": "acquire+release",
+            "mode": mode,
+            "ops_per_s": round(len(latencies) / (ROUNDS * ROUND)),
+            "p50_ms": round(statistics.median(latencies) * 1000, 3),
+            "p99_ms": round(latencies[round((len(latencies) - 1) * 0.99)] * 1000, 3),
+        })
+    return rows
 
 
 async def many_tasks(url: str) -> List[dict]:
@@ -226,9 +241,8 @@ def connections(url: str) -> list:
 
 
 def main(url: str) -> None:
-    for mode, sync in [*MODES, ("plain synced", "SYNC"), ("plain not synced", "NOSYNC"),
-                       ("plain synced, tied", "SYNC")]:
-        print(json.dumps(acquire_release(url, mode, sync)), flush=True)
+    for row in one_task(url):
+        print(json.dumps(row), flush=True)
     for row in asyncio.run(many_tasks(url)):
         print(json.dumps(row), flush=True)
     for mode, sync in MODES:
