@@ -115,7 +115,10 @@ class BudgetedPool:
     def __init__(self, max_connections: int, connection_class: Any, **connection_kwargs: Any) -> None:
         self.max_connections = max_connections
         self.connection_class = connection_class
-        self.connection_kwargs = connection_kwargs
+        # No socket timeout: each round trip, its write included, is bounded by its caller
+        # (:func:`send`), and redis-py wraps every write in a task under one (``wait_for``),
+        # which was a twentieth of an acquire with 64 tasks.
+        self.connection_kwargs = {**connection_kwargs, "socket_timeout": None}
         #: Connections lent or idle, to close on :meth:`disconnect`.
         self._open: Set[Any] = set()
         #: Idle connections with when each came back, the last one first to go out again.
@@ -274,9 +277,11 @@ async def send(
 ) -> List[Tuple[Any, float]]:
     """As :func:`leasehold.lock.send`; the connection's socket timeout does not apply."""
     deadline = on_loop_clock(deadline_of(within, until))
-    await send_packed(connection, connection.pack_commands(commands))
+    packed = connection.pack_commands(commands)
     try:
+        # The write too: a pool's connections have no socket timeout of their own.
         async with timeout_at(deadline):
+            await send_packed(connection, packed)
             return [await read(connection) for _ in commands]
     except asyncio.TimeoutError:
         raise TimeoutError("no reply in time; the connection is closed") from None
