@@ -170,9 +170,11 @@ class BudgetedPool:
                 waiter.cancel()
 
     async def release(self, connection: Any) -> None:
-        """Takes back a lent connection: to the first caller queued, or idle."""
+        """Takes back a lent connection: to the first caller queued, or idle. One lent before
+        :meth:`disconnect` is closed, and a caller still queued gets a new one in its place."""
         if connection not in self._open:
             await connection.disconnect()
+            self._serve_queue()
             return
         self._give_back(connection)
 
