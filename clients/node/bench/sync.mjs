@@ -1,12 +1,17 @@
 // What syncing grants to the replicas costs the Node package, with node-redis, on a master
 // with one replica, grants synced (the default: the grant with SYNC on a pooled connection, its
-// reply held by the server until the replica has it) and not (sync: false: NOSYNC). Prints one
+// reply held by the server until the replica has it) and not (sync: false: NOSYNC), beside
+// node-redis alone sending the same commands (plain: LOCK.ACQUIRE ... SYNC | NOSYNC, then
+// LOCK.RELEASE, a connection per task; one task also on a connection bound to a session, as the
+// package's are: "plain synced, tied"), the modes taking turns over ROUNDS rounds. Prints one
 // JSON object per line:
 //
 // - {"case": "acquire+release", "mode", "ops_per_s", "p50_ms", "p99_ms"}: one loop of
-//   tryAcquire() → release() for 3 s; the latency of acquire + release.
-// - {"case": "64 tasks", "mode", "ops_per_s"}: 64 concurrent promises, each on its own lock,
-//   looping tryAcquire() → release() for 3 s.
+//   tryAcquire() → release(); the latency of acquire + release.
+// - {"case": "64 tasks", "mode", "ops_per_s", "client_cpu_us", "server_cpu_us"}: 64 concurrent
+//   promises, each on its own lock, looping tryAcquire() → release(), with this process's and
+//   the master's CPU time per iteration. "synced, 64 sync connections": the package with a sync
+//   pool as large as the tasks.
 // - {"case": "connections", "what": "1000 synced grants" | "1000 waits", "opened"}: the master's
 //   total_connections_received grown over 1000 synced acquire + release after warm-up, and
 //   over 1000 acquires that wait in the server (8 workers contending for 2 locks with
@@ -16,10 +21,21 @@
 
 import { createClient } from 'redis';
 
-import { createLock } from '../dist/index.js';
+import { createLock, setPoolSizes } from '../dist/index.js';
 
-const RUN_FOR = 3_000;
-const MODES = [['synced', undefined], ['not synced', false]];
+const RUN_FOR = 1_000;
+const ROUNDS = 5;
+const TASKS = 64;
+// Who sends the commands (the package; the package with a sync pool of TASKS connections; plain
+// node-redis), and whether synced.
+const MODES = {
+  synced: ['package', true],
+  'synced, 64 sync connections': ['wide', true],
+  'not synced': ['package', false],
+  'plain synced': ['plain', true],
+  'plain not synced': ['plain', false],
+  'plain synced, tied': ['tied', true],
+};
 const client = await createClient({ url: process.argv[2] }).connect();
 // Synced grants count once the replica is in the master's in-sync set, a moment after it is online.
 while (!/^lock_insync_replicas:[1-9]/m.test(String(await client.sendCommand(['INFO', 'lock'])))) {
@@ -43,23 +59,84 @@ async function timed(tasks, lockOf) {
   return { latencies, seconds: (performance.now() - started) / 1_000 };
 }
 
-for (const [mode, sync] of MODES) {
-  const { latencies, seconds } = await timed(1, () => createLock(client, 'bench:client-sync', { ttl: 10_000, sync }));
+// The plain client: node-redis alone sending the same commands, a connection of its own per
+// task (a synced reply blocks its connection), beside the package in the same run.
+const plain = await Promise.all(Array.from({ length: TASKS }, () => client.duplicate().connect()));
+// node-redis alone on a connection bound to a session (LOCK.SESSION USE), as the package's are;
+// the session lives while `holder`, which opened it, stays connected.
+const holder = await client.duplicate().connect();
+const session = await holder.sendCommand(['LOCK.SESSION', 'OPEN']);
+const tied = await client.duplicate().connect();
+await tied.sendCommand(['LOCK.SESSION', 'USE', String(session[0])]);
+// The package with a sync pool as large as the tasks: what the pool's size costs.
+const wide = await createClient({ url: process.argv[2] }).connect();
+setPoolSizes(wide, { sync: TASKS });
+
+/** A lock-like loop body for each mode: the package's tryAcquire() → release(), or the plain
+ * client's LOCK.ACQUIRE → LOCK.RELEASE on connection `task`. */
+function lockOf(mode, key, task) {
+  const [who, sync] = MODES[mode];
+  if (who === 'plain' || who === 'tied') {
+    const own = who === 'tied' ? tied : plain[task];
+    return {
+      async tryAcquire() {
+        await own.sendCommand(['LOCK.ACQUIRE', key, 'owner', '10000', sync ? 'SYNC' : 'NOSYNC']);
+        return { release: () => own.sendCommand(['LOCK.RELEASE', key, 'owner']) };
+      },
+    };
+  }
+  return createLock(who === 'wide' ? wide : client, key, { ttl: 10_000, sync: sync ? undefined : false });
+}
+
+/** The master's CPU seconds so far (used_cpu_user + used_cpu_sys). */
+async function serverCpu() {
+  const info = String(await client.sendCommand(['INFO', 'cpu']));
+  return ['user', 'sys'].reduce((sum, what) => sum + Number(new RegExp(`used_cpu_${what}:([\\d.]+)`).exec(info)[1]), 0);
+}
+
+const one = {};
+for (let round = 0; round < ROUNDS; round++) {
+  for (const mode of ['synced', 'not synced', 'plain synced', 'plain not synced', 'plain synced, tied']) {
+    const { latencies } = await timed(1, () => lockOf(mode, 'bench:client-sync', 0));
+    (one[mode] ??= []).push(...latencies);
+  }
+}
+for (const [mode, latencies] of Object.entries(one)) {
   latencies.sort((a, b) => a - b);
   const at = (q) => latencies[Math.round((latencies.length - 1) * q)];
   console.log(JSON.stringify({
     case: 'acquire+release',
     mode,
-    ops_per_s: Math.round(latencies.length / seconds),
+    ops_per_s: Math.round(latencies.length / (ROUNDS * RUN_FOR / 1_000)),
     p50_ms: Number(at(0.5).toFixed(3)),
     p99_ms: Number(at(0.99).toFixed(3)),
   }));
 }
 
-for (const [mode, sync] of MODES) {
-  const { latencies, seconds } = await timed(64, (task) => createLock(client, `bench:client-sync:${task}`, { ttl: 10_000, sync }));
-  console.log(JSON.stringify({ case: '64 tasks', mode, ops_per_s: Math.round(latencies.length / seconds) }));
+const many = {};
+for (let round = 0; round < ROUNDS; round++) {
+  for (const mode of Object.keys(MODES).filter((mode) => MODES[mode][0] !== 'tied')) {
+    const [cpu, server] = [process.cpuUsage(), await serverCpu()];
+    const { latencies, seconds } = await timed(TASKS, (task) => lockOf(mode, `bench:client-sync:${task}`, task));
+    const used = process.cpuUsage(cpu);
+    const total = (many[mode] ??= { done: 0, seconds: 0, client: 0, server: 0 });
+    total.done += latencies.length;
+    total.seconds += seconds;
+    total.client += (used.user + used.system) / 1e6;
+    total.server += (await serverCpu()) - server;
+  }
 }
+for (const [mode, { done, seconds, client: cpu, server }] of Object.entries(many)) {
+  console.log(JSON.stringify({
+    case: '64 tasks',
+    mode,
+    ops_per_s: Math.round(done / seconds),
+    client_cpu_us: Number((cpu * 1e6 / done).toFixed(1)),
+    server_cpu_us: Number((server * 1e6 / done).toFixed(1)),
+  }));
+}
+await Promise.all([...plain, tied, holder].map((own) => own.close()));
+await wide.close();
 
 /** The master's total_connections_received. */
 async function received() {

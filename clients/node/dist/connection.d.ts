@@ -28,9 +28,11 @@ export interface NodeRedisClient {
     sendCommand(args: string[]): Promise<unknown>;
     duplicate(overrides?: {
         socket?: object;
+        commandOptions?: object;
     }): NodeRedisDuplicate;
     readonly options?: {
         socket?: object;
+        commandOptions?: object;
     };
     on(event: 'end', listener: () => void): unknown;
 }

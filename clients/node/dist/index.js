@@ -427,7 +427,11 @@ class Held {
     mode;
     watched;
     tied;
-    lost = new AbortController();
+    /** Aborts when the holding is lost; made when its signal is first asked for (most holdings
+     * are released without anyone asking), aborted at once if the loss came first. */
+    lost;
+    /** Why it was lost, once it was. */
+    lostWhy;
     /** The session it is tied to, as far as this client knows. */
     tie;
     /** Lost with its session: never renewed (nor re-entered, nor changed) again. */
@@ -458,6 +462,11 @@ class Held {
             this.schedule();
     }
     get signal() {
+        if (!this.lost) {
+            this.lost = new AbortController();
+            if (this.lostWhy)
+                this.lost.abort(this.lostWhy);
+        }
         return this.lost.signal;
     }
     get token() {
@@ -585,7 +594,7 @@ class Held {
      * go of it then (a renewal ties it again). */
     leaseEndsAt(until) {
         this.leaseEnd = until;
-        if (!(this.watched || this.tied) || this.released || this.lost.signal.aborted)
+        if (!(this.watched || this.tied) || this.released || this.lostWhy)
             return;
         clearTimeout(this.expiry);
         this.expiry = setTimeout(() => (this.watched ? this.lose() : this.untie()), until - Date.now());
@@ -618,7 +627,7 @@ class Held {
             next = error instanceof LostReply && !this.retriedAtOnce ? 0 : Math.min(RENEW_RETRY_MS, this.ttl / 3);
         }
         this.retriedAtOnce = next === 0;
-        if (!this.released && !this.lost.signal.aborted)
+        if (!this.released && !this.lostWhy)
             this.schedule(next);
     }
     /**
@@ -653,7 +662,7 @@ class Held {
      * the new one — tried again until it counts, is refused (lost), no lease is left, or `from`'s
      * deadline passes (lost with it). */
     async retie(from) {
-        while (this.tie === from && !from.expired && !this.released && !this.lost.signal.aborted) {
+        while (this.tie === from && !from.expired && !this.released && !this.lostWhy) {
             try {
                 await this.renewLeft();
                 return;
@@ -682,8 +691,10 @@ class Held {
     lose(why = 'the lock lease was lost') {
         this.stop();
         this.untie();
-        if (!this.lost.signal.aborted)
-            this.lost.abort(new Error(why));
+        if (this.lostWhy)
+            return;
+        this.lostWhy = new Error(why);
+        this.lost?.abort(this.lostWhy);
     }
 }
 /** A term of an election: a held lock (its holding renews it, and is lost first) whose token

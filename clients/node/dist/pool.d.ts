@@ -47,6 +47,12 @@ export declare class Pool<T> {
     /** Connections open or being opened, idle or lent. */
     private count;
     private closed;
+    /** One timer for the whole queue, armed for the earliest deadline in it at the most: a
+     * timer per queued caller cost a tenth of a synced grant's time when 64 tasks shared 16
+     * connections. */
+    private timer;
+    /** When {@link timer} fires, ms since the epoch. */
+    private timerAt;
     /** `size`: at most this many connections open at once. */
     constructor(factory: Factory<T>, size: number);
     /**
@@ -56,6 +62,13 @@ export declare class Pool<T> {
      * pool closes first, or the connect error.
      */
     borrow(deadline?: number): Promise<T>;
+    /** Sets the queue's timer to fire at `at` (ms since the epoch). */
+    private arm;
+    /** Stops the queue's timer once nobody queues. */
+    private disarmIfIdle;
+    /** Rejects the queued callers whose deadline came with {@link Exhausted}, and sets the timer
+     * for the earliest deadline left. */
+    private expire;
     /** Takes back a connection every reply of which was read: to the first queued caller, or
      * idle. */
     giveBack(connection: T): void;

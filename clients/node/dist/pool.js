@@ -26,6 +26,12 @@ export class Pool {
     /** Connections open or being opened, idle or lent. */
     count = 0;
     closed = false;
+    /** One timer for the whole queue, armed for the earliest deadline in it at the most: a
+     * timer per queued caller cost a tenth of a synced grant's time when 64 tasks shared 16
+     * connections. */
+    timer;
+    /** When {@link timer} fires, ms since the epoch. */
+    timerAt = Infinity;
     /** `size`: at most this many connections open at once. */
     constructor(factory, size) {
         this.factory = factory;
@@ -48,15 +54,48 @@ export class Pool {
         if (this.count < this.size)
             return this.open();
         return new Promise((resolve, reject) => {
-            const queued = { resolve, reject, timer: undefined };
-            if (deadline !== undefined) {
-                queued.timer = setTimeout(() => {
-                    this.queue.splice(this.queue.indexOf(queued), 1);
-                    reject(new Exhausted('no connection came free in time'));
-                }, Math.max(deadline - Date.now(), 0));
-            }
-            this.queue.push(queued);
+            this.queue.push({ resolve, reject, deadline });
+            if (deadline !== undefined && deadline < this.timerAt)
+                this.arm(deadline);
         });
+    }
+    /** Sets the queue's timer to fire at `at` (ms since the epoch). */
+    arm(at) {
+        clearTimeout(this.timer);
+        this.timerAt = at;
+        this.timer = setTimeout(() => this.expire(), Math.max(at - Date.now(), 0));
+        // A queued caller waits for a connection in use, whose socket keeps the process up.
+        this.timer.unref?.();
+    }
+    /** Stops the queue's timer once nobody queues. */
+    disarmIfIdle() {
+        if (this.queue.length > 0 || this.timer === undefined)
+            return;
+        clearTimeout(this.timer);
+        this.timer = undefined;
+        this.timerAt = Infinity;
+    }
+    /** Rejects the queued callers whose deadline came with {@link Exhausted}, and sets the timer
+     * for the earliest deadline left. */
+    expire() {
+        this.timer = undefined;
+        this.timerAt = Infinity;
+        const now = Date.now();
+        let next = Infinity;
+        for (let at = 0; at < this.queue.length; at++) {
+            const { deadline, reject } = this.queue[at];
+            if (deadline === undefined)
+                continue;
+            if (deadline <= now) {
+                this.queue.splice(at--, 1);
+                reject(new Exhausted('no connection came free in time'));
+            }
+            else {
+                next = Math.min(next, deadline);
+            }
+        }
+        if (next !== Infinity)
+            this.arm(next);
     }
     /** Takes back a connection every reply of which was read: to the first queued caller, or
      * idle. */
@@ -70,7 +109,7 @@ export class Pool {
             this.idle.push(connection);
             return;
         }
-        clearTimeout(queued.timer);
+        this.disarmIfIdle();
         queued.resolve(connection);
     }
     /** Closes a connection whose reply was lost (or that failed); a queued caller gets a new
@@ -85,10 +124,11 @@ export class Pool {
         this.closed = true;
         for (const connection of this.idle.splice(0))
             this.forget(connection);
-        for (const queued of this.queue.splice(0)) {
-            clearTimeout(queued.timer);
+        clearTimeout(this.timer);
+        this.timer = undefined;
+        this.timerAt = Infinity;
+        for (const queued of this.queue.splice(0))
             queued.reject(new PoolClosed('the client was closed'));
-        }
     }
     async open() {
         this.count++;
@@ -109,8 +149,8 @@ export class Pool {
     serveQueue() {
         while (!this.closed && this.queue.length > 0 && this.count < this.size) {
             const queued = this.queue.shift();
-            clearTimeout(queued.timer);
             this.open().then(queued.resolve, queued.reject);
         }
+        this.disarmIfIdle();
     }
 }

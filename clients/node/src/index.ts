@@ -704,7 +704,11 @@ class LeaseholdLock implements Lock {
 }
 
 class Held implements Holding, Tied {
-  private readonly lost = new AbortController();
+  /** Aborts when the holding is lost; made when its signal is first asked for (most holdings
+   * are released without anyone asking), aborted at once if the loss came first. */
+  private lost: AbortController | undefined;
+  /** Why it was lost, once it was. */
+  private lostWhy: Error | undefined;
   /** The session it is tied to, as far as this client knows. */
   private tie: Session | undefined;
   /** Lost with its session: never renewed (nor re-entered, nor changed) again. */
@@ -737,6 +741,10 @@ class Held implements Holding, Tied {
   }
 
   get signal(): AbortSignal {
+    if (!this.lost) {
+      this.lost = new AbortController();
+      if (this.lostWhy) this.lost.abort(this.lostWhy);
+    }
     return this.lost.signal;
   }
 
@@ -862,7 +870,7 @@ class Held implements Holding, Tied {
    * go of it then (a renewal ties it again). */
   private leaseEndsAt(until: number): void {
     this.leaseEnd = until;
-    if (!(this.watched || this.tied) || this.released || this.lost.signal.aborted) return;
+    if (!(this.watched || this.tied) || this.released || this.lostWhy) return;
     clearTimeout(this.expiry);
     this.expiry = setTimeout(() => (this.watched ? this.lose() : this.untie()), until - Date.now());
     this.expiry.unref?.();
@@ -893,7 +901,7 @@ class Held implements Holding, Tied {
       next = error instanceof LostReply && !this.retriedAtOnce ? 0 : Math.min(RENEW_RETRY_MS, this.ttl / 3);
     }
     this.retriedAtOnce = next === 0;
-    if (!this.released && !this.lost.signal.aborted) this.schedule(next);
+    if (!this.released && !this.lostWhy) this.schedule(next);
   }
 
   /**
@@ -927,7 +935,7 @@ class Held implements Holding, Tied {
    * the new one — tried again until it counts, is refused (lost), no lease is left, or `from`'s
    * deadline passes (lost with it). */
   async retie(from: Session): Promise<void> {
-    while (this.tie === from && !from.expired && !this.released && !this.lost.signal.aborted) {
+    while (this.tie === from && !from.expired && !this.released && !this.lostWhy) {
       try {
         await this.renewLeft();
         return;
@@ -959,7 +967,9 @@ class Held implements Holding, Tied {
   lose(why = 'the lock lease was lost'): void {
     this.stop();
     this.untie();
-    if (!this.lost.signal.aborted) this.lost.abort(new Error(why));
+    if (this.lostWhy) return;
+    this.lostWhy = new Error(why);
+    this.lost?.abort(this.lostWhy);
   }
 }
 

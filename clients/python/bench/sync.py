@@ -3,9 +3,15 @@ with grants synced (the default: ``LOCK.ACQUIRE ... SYNC`` on a pooled connectio
 replying once the replica acknowledged it) and not (``SYNC_OFF``: ``NOSYNC``):
 
 - ``acquire+release``: one thread loops ``leasehold.Lock`` ``acquire(blocking=False)`` →
-  ``release()`` for 3 s; the latency of acquire + release;
+  ``release()``, and redis-py alone sends ``LOCK.ACQUIRE ... SYNC`` (``NOSYNC``) →
+  ``LOCK.RELEASE`` (``plain synced``, ``plain not synced``; ``plain synced, tied`` on a
+  connection bound to a session, as the package's are), the modes taking turns over ROUNDS
+  rounds; the latency of acquire + release;
 - ``64 tasks``: 64 asyncio tasks on one ``redis.asyncio`` client (``leasehold.asyncio.Lock``),
-  each on a lock of its own, loop acquire + release for 3 s; their throughput together;
+  each on a lock of its own, loop acquire + release; with the sync pool as large as the tasks
+  (``synced, 64 sync connections``); and redis-py alone with the same commands (``plain``); the
+  modes take turns over ROUNDS rounds; their throughput together, and this process's and the
+  master's CPU time per iteration;
 - ``64 threads``: the same with 64 threads on one ``redis.Redis`` (``leasehold.Lock``);
 - ``connections``: the master's ``total_connections_received`` over 1000 synced acquire +
   release (sync client), and over 1000 acquires that wait in the server (8 asyncio tasks
@@ -13,7 +19,7 @@ replying once the replica acknowledged it) and not (``SYNC_OFF``: ``NOSYNC``):
 
 Run by ``make bench`` with the master's URL as the argument; prints one JSON object per line:
 ``{"case": "acquire+release", "mode", "ops_per_s", "p50_ms", "p99_ms"}``,
-``{"case": "64 tasks", "mode", "ops_per_s", "client": "asyncio"}``,
+``{"case": "64 tasks", "mode", "ops_per_s", "client_cpu_us", "server_cpu_us", "client": "asyncio"}``,
 ``{"case": "64 threads", "mode", "ops_per_s", "client": "sync"}`` and
 ``{"case": "connections", "what", "opened"}``."""
 
@@ -23,6 +29,7 @@ import statistics
 import sys
 import threading
 import time
+from typing import Any, List
 
 import redis
 import redis.asyncio
@@ -33,49 +40,125 @@ import leasehold.asyncio
 RUN_FOR = 3.0
 TASKS = 64
 MODES = [("synced", leasehold.Sync()), ("not synced", leasehold.SYNC_OFF)]
+#: The 64-task modes, taking turns over ROUNDS rounds of ROUND seconds: the package (its sync pool
+#: of the default size, and one as large as the tasks), and redis-py alone sending the same
+#: commands (``redis.asyncio``'s pool gives each concurrent command a connection of its own).
+ROUNDS = 5
+ROUND = 1.0
+TASK_MODES = {
+    "synced": ("package", leasehold.Sync()),
+    "synced, 64 sync connections": ("wide", leasehold.Sync()),
+    "not synced": ("package", leasehold.SYNC_OFF),
+    "plain synced": ("plain", "SYNC"),
+    "plain not synced": ("plain", "NOSYNC"),
+}
 
 
-def acquire_release(url: str, mode: str, sync: leasehold.Sync) -> dict:
+def acquire_release(url: str, mode: str, sync: Any) -> List[float]:
+    """One thread's acquire + release for ROUND seconds: the latency of each; ``sync`` a
+    :class:`leasehold.Sync`, or ``"SYNC"`` / ``"NOSYNC"`` for redis-py alone sending
+    ``LOCK.ACQUIRE`` and ``LOCK.RELEASE``."""
     r = redis.Redis.from_url(url)
-    lock = leasehold.Lock(r, f"bench:client-sync:{mode}", timeout=10, sync=sync)
+    key = f"bench:client-sync:{mode}"
+    if mode.endswith("tied"):
+        # A pool of one connection, bound to a session (as the package's are), which lives
+        # while the connection that opened it (``holder``) stays connected.
+        holder = redis.Redis.from_url(url, single_connection_client=True)
+        session = holder.execute_command("LOCK.SESSION", "OPEN")[0]
+        r = redis.Redis(connection_pool=redis.ConnectionPool.from_url(url, max_connections=1))
+        r.execute_command("LOCK.SESSION", "USE", session)
+    if isinstance(sync, str):
+        def once() -> None:
+            assert r.execute_command("LOCK.ACQUIRE", key, "owner", 10000, sync) is not None
+            r.execute_command("LOCK.RELEASE", key, "owner")
+    else:
+        lock = leasehold.Lock(r, key, timeout=10, sync=sync)
+
+        def once() -> None:
+            assert lock.acquire(blocking=False)
+            lock.release()
     latencies = []
     started = time.perf_counter()
-    while time.perf_counter() - started < RUN_FOR:
+    while time.perf_counter() - started < ROUND:
         sent = time.perf_counter()
-        assert lock.acquire(blocking=False)
-        lock.release()
+        once()
         latencies.append(time.perf_counter() - sent)
-    elapsed = time.perf_counter() - started
-    latencies.sort()
     leasehold.close_pools(r)
-    return {
-        "case": "acquire+release",
-        "mode": mode,
-        "ops_per_s": round(len(latencies) / elapsed),
-        "p50_ms": round(statistics.median(latencies) * 1000, 3),
-        "p99_ms": round(latencies[round((len(latencies) - 1) * 0.99)] * 1000, 3),
-    }
+    return latencies
 
 
-async def many_tasks(url: str, mode: str, sync: leasehold.Sync) -> dict:
-    r = redis.asyncio.Redis.from_url(url)
-    done = [0]
-    stop = time.perf_counter() + RUN_FOR
+def one_task(url: str) -> List[dict]:
+    """:func:`acquire_release` of each mode in turn, ROUNDS times: the latencies' quantiles."""
+    modes = [*MODES, ("plain synced", "SYNC"), ("plain not synced", "NOSYNC"),
+             ("plain synced, tied", "SYNC")]
+    found: dict = {mode: [] for mode, _ in modes}
+    for _ in range(ROUNDS):
+        for mode, sync in modes:
+            found[mode] += acquire_release(url, mode, sync)
+    rows = []
+    for mode, latencies in found.items():
+        latencies.sort()
+        rows.append({
+            "case": "acquire+release",
+            "mode": mode,
+            "ops_per_s": round(len(latencies) / (ROUNDS * ROUND)),
+            "p50_ms": round(statistics.median(latencies) * 1000, 3),
+            "p99_ms": round(latencies[round((len(latencies) - 1) * 0.99)] * 1000, 3),
+        })
+    return rows
 
-    async def loop(n: int) -> None:
-        lock = leasehold.asyncio.Lock(r, f"bench:tasks:{mode}:{n}", timeout=10, sync=sync)
+
+async def many_tasks(url: str) -> List[dict]:
+    """64 asyncio tasks, each on a lock of its own, looping acquire + release, each mode of
+    TASK_MODES in turn for ROUND seconds over ROUNDS rounds: their throughput together, and this
+    process's and the master's CPU time per iteration (µs)."""
+    admin = redis.asyncio.Redis.from_url(url)
+    clients = {"package": redis.asyncio.Redis.from_url(url), "wide": redis.asyncio.Redis.from_url(url),
+               "plain": redis.asyncio.Redis.from_url(url)}
+    leasehold.asyncio.configure_pools(clients["wide"], sync=TASKS)
+    totals = {mode: [0, 0.0, 0.0, 0.0] for mode in TASK_MODES}
+
+    async def loop(mode: str, n: int, stop: float, done: List[int]) -> None:
+        who, sync = TASK_MODES[mode]
+        r = clients[who]
+        key = f"bench:tasks:{mode}:{n}"
+        if who == "plain":
+            while time.perf_counter() < stop:
+                assert await r.execute_command("LOCK.ACQUIRE", key, "owner", 10000, sync) is not None
+                await r.execute_command("LOCK.RELEASE", key, "owner")
+                done[0] += 1
+            return
+        lock = leasehold.asyncio.Lock(r, key, timeout=10, sync=sync)
         while time.perf_counter() < stop:
             assert await lock.acquire(blocking=False)
             await lock.release()
             done[0] += 1
 
-    started = time.perf_counter()
-    await asyncio.gather(*(loop(n) for n in range(TASKS)))
-    elapsed = time.perf_counter() - started
-    await leasehold.asyncio.close_pools(r)
-    await r.aclose() if hasattr(r, "aclose") else await r.close()
-    return {"case": f"{TASKS} tasks", "mode": mode, "ops_per_s": round(done[0] / elapsed),
-            "client": "asyncio"}
+    for _ in range(ROUNDS):
+        for mode in TASK_MODES:
+            done = [0]
+            cpu, server = time.process_time(), await server_cpu(admin)
+            started = time.perf_counter()
+            await asyncio.gather(*(loop(mode, n, started + ROUND, done) for n in range(TASKS)))
+            total = totals[mode]
+            total[0] += done[0]
+            total[1] += time.perf_counter() - started
+            total[2] += time.process_time() - cpu
+            total[3] += await server_cpu(admin) - server
+    for r in clients.values():
+        await leasehold.asyncio.close_pools(r)
+        await r.aclose() if hasattr(r, "aclose") else await r.close()
+    await admin.aclose() if hasattr(admin, "aclose") else await admin.close()
+    return [{"case": f"{TASKS} tasks", "mode": mode, "ops_per_s": round(done / seconds),
+             "client_cpu_us": round(cpu * 1e6 / done, 1), "server_cpu_us": round(server * 1e6 / done, 1),
+             "client": "asyncio"}
+            for mode, (done, seconds, cpu, server) in totals.items()]
+
+
+async def server_cpu(admin: Any) -> float:
+    """The master's CPU seconds so far (``used_cpu_user`` + ``used_cpu_sys``)."""
+    info = await admin.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def many_threads(url: str, mode: str, sync: leasehold.Sync) -> dict:
@@ -158,10 +241,10 @@ def connections(url: str) -> list:
 
 
 def main(url: str) -> None:
-    for mode, sync in MODES:
-        print(json.dumps(acquire_release(url, mode, sync)), flush=True)
-    for mode, sync in MODES:
-        print(json.dumps(asyncio.run(many_tasks(url, mode, sync))), flush=True)
+    for row in one_task(url):
+        print(json.dumps(row), flush=True)
+    for row in asyncio.run(many_tasks(url)):
+        print(json.dumps(row), flush=True)
     for mode, sync in MODES:
         print(json.dumps(many_threads(url, mode, sync)), flush=True)
     for row in connections(url):

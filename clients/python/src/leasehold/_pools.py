@@ -2,8 +2,9 @@
 a bounded **wait pool** (blocking acquires, which hold a connection while they wait in the
 server) and a bounded **sync pool** (grants and renewals, each holding a connection until the
 server synced it) — two, so that waiters can never starve a holder's renewal. Both are
-redis-py's ``BlockingConnectionPool`` (``redis.asyncio``'s for the asyncio classes), made from
-the user's own connection settings; kept beside them is the client's session on each master,
+redis-py's ``BlockingConnectionPool`` for the sync classes, and a lighter pool of
+``redis.asyncio`` connections for the asyncio ones (``leasehold.asyncio.BudgetedPool``), made
+from the user's own connection settings; kept beside them is the client's session on each master,
 with a connection of its own (:func:`configure_sessions`)."""
 
 from __future__ import annotations
@@ -121,6 +122,10 @@ class Pools:
         """The client's session on ``master``, made with ``session_class(master, settings)``
         on first use — and again in a child process (``os.fork``): a session's connection and
         threads are its process's; ``None`` when sessions are off."""
+        # Without the lock when it is made (a dict read is atomic): every write asks.
+        session = self._sessions.get(master.node)
+        if session is not None and session.pid == os.getpid() and self.sessions.enabled:
+            return session
         with self._lock:
             if not self.sessions.enabled:
                 return None
@@ -141,7 +146,8 @@ class Pools:
 
     def pool(self, kind: str, master: Master, pool_class: Callable[..., Any]) -> Any:
         """The ``kind`` (``"wait"`` or ``"sync"``) pool of ``master``, made with
-        ``pool_class`` (a :class:`Budgeted` ``BlockingConnectionPool``) on first use."""
+        ``pool_class`` (taking ``max_connections``, ``connection_class`` and the connections'
+        arguments) on first use."""
         with self._lock:
             pool = self._pools.get((kind, master.node))
             if pool is None:

@@ -11,9 +11,8 @@ import os
 import threading
 import time
 import weakref
-from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, Callable, Iterator, List, Optional, Tuple, Type
+from typing import Any, Callable, List, Optional, Tuple, Type
 
 import redis
 from redis.exceptions import (
@@ -129,26 +128,6 @@ def borrow(pool: BudgetedPool, deadline: Optional[float]) -> Any:
         raise
     finally:
         QUEUE_BUDGET.reset(token)
-
-
-@contextmanager
-def lent(pool: BudgetedPool, connection: Any) -> Iterator[Any]:
-    """``connection``, given back to ``pool`` after the block; closed first if the block
-    raised, since a reply it was sent may then be unread."""
-    try:
-        yield connection
-    except BaseException:
-        connection.disconnect()
-        raise
-    finally:
-        pool.release(connection)
-
-
-@contextmanager
-def borrowed(pool: BudgetedPool, deadline: Optional[float]) -> Iterator[Any]:
-    """A connection of ``pool`` (see :func:`borrow`), lent for the block (see :func:`lent`)."""
-    with lent(pool, borrow(pool, deadline)) as connection:
-        yield connection
 
 
 def exchange(connection: Any, pipeline: Pipeline, until: Optional[float]) -> None:
@@ -777,9 +756,17 @@ class Lock(LockBase):
         ``kind`` pool (``"wait"`` or ``"sync"``), queueing for one until ``deadline``
         (:class:`QueuedOut` after), every reply by ``until``."""
         pool = pools_of(self.redis).pool(kind, master, BudgetedPool)
-        with borrowed(pool, deadline) as connection:
+        # Lent for the exchange only: closed first if it raised, since a reply it was sent may
+        # then be unread (the server releases a grant it held for it), then given back.
+        connection = borrow(pool, deadline)
+        try:
             pipeline = build()
             exchange(connection, pipeline, until)
+        except BaseException:
+            connection.disconnect()
+            raise
+        finally:
+            pool.release(connection)
         return pipeline.write
 
     def _master(self, redirect: Optional[Tuple[str, int]] = None, key: Any = None) -> Master:
