@@ -6,8 +6,8 @@ from __future__ import annotations
 import contextvars
 import itertools
 import logging
-import re
 import os
+import re
 import secrets
 import threading
 import time
