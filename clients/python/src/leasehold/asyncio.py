@@ -685,10 +685,17 @@ class Lock(LockBase):
 
         async def send_to(master: Master, asking: bool, term: Optional[Term]) -> Write:
             pool = pools_of(self.redis).pool("sync", master, BudgetedPool)
-            async with borrowed(pool, deadline) as connection:
+            # As in `leasehold.Lock._run_synced`.
+            connection = await borrow(pool, deadline)
+            try:
                 pipeline = Pipeline(write, sync=self.sync, asking=asking)
                 pipeline.take(await send(connection, pipeline.commands(), pipeline.within(), None))
                 pipeline.settle()
+            except BaseException:
+                await connection.disconnect()
+                raise
+            finally:
+                await pool.release(connection)
             return write
 
         try:

@@ -589,10 +589,18 @@ class Lock(LockBase):
 
         def send_to(master: Master, asking: bool, term: Optional[Term]) -> Write:
             pool = pools_of(self.redis).pool("sync", master, BudgetedPool)
-            with borrowed(pool, deadline) as connection:
+            # Lent as in `_alone`, closed first if it raised, but without `exchange`: these
+            # commands tie nothing, so the connection's session binding is left as it is.
+            connection = borrow(pool, deadline)
+            try:
                 pipeline = Pipeline(write, sync=self.sync, asking=asking)
                 pipeline.take(send(connection, pipeline.commands(), pipeline.within(), None))
                 pipeline.settle()
+            except BaseException:
+                connection.disconnect()
+                raise
+            finally:
+                pool.release(connection)
             return write
 
         try:
