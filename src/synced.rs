@@ -30,7 +30,10 @@ use std::time::Duration;
 
 use leasehold_core::insync::synced::{Pending, Settled};
 use leasehold_core::outcome::Answer;
-use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue, raw};
+use redis_module::{
+    CallOptionsBuilder, CallResult, Context, ContextFlags, RedisError, RedisResult, RedisString,
+    RedisValue, raw,
+};
 
 use crate::api::subscribe;
 use crate::blocking::{self, Blocked, can_block};
@@ -540,7 +543,12 @@ fn call_as_owner(ctx: &Context, undo: &Undo, commands: [&str; 2], extra: &[&[u8]
         };
         args.push(owner);
         args.extend_from_slice(extra);
-        if let Err(error) = ctx.call(command, args.as_slice()) {
+        // Replicated (`!`): called outside a command (before the event loop sleeps, or as a
+        // blocked client is answered), the renewal's or release's effects reach the replicas and
+        // the AOF only so.
+        let options = CallOptionsBuilder::new().replicate().build();
+        let called: CallResult<'static> = ctx.call_ext(command, &options, args.as_slice());
+        if let Err(error) = called {
             ctx.log_warning(&format!(
                 "lock: a synced grant could not be {done}: {error}"
             ));
