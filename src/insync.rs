@@ -290,7 +290,9 @@ fn look_at_set(ctx: &Context, now: u64, timing: Timing) {
     }
     let paused = effects::replication_paused();
     if state.master.awaits_acknowledgement() && !paused {
-        effects::ask_for_acknowledgements(ctx);
+        // In a timer turn of its own: beside this turn's heartbeat, Redis would wrap the two
+        // in a MULTI, which reaches the AOF empty (the request goes to replicas only).
+        ctx.create_timer(Duration::ZERO, ask_for_acknowledgements, ());
     }
     let due = changed || now >= state.sent_ms.saturating_add(HEARTBEAT_MS);
     let has_group = state.master.grouped() || !replication.replicas.is_empty();
@@ -316,6 +318,12 @@ fn look_at_set(ctx: &Context, now: u64, timing: Timing) {
     } else {
         effects::replicate_heartbeat(ctx, &message);
     }
+}
+
+/// Asks the replicas for their acknowledgement ([`effects::ask_for_acknowledgements`]), from a
+/// timer turn of its own.
+fn ask_for_acknowledgements(ctx: &Context, (): ()) {
+    effects::ask_for_acknowledgements(ctx);
 }
 
 /// What tells, of a Sentinel's answer, that it names this server: its address
