@@ -303,6 +303,8 @@ fn the_lock_acl_category_covers_every_command_where_supported() {
             "lock.apply",
             "lock.campaign",
             "lock.fence",
+            "lock.fenced",
+            "lock.guard",
             "lock.info",
             "lock.insync",
             "lock.leader",
