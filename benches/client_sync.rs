@@ -184,22 +184,7 @@ async fn main() -> leasehold_client::Result<()> {
         for mode in MANY {
             let (client_cpu, server_cpu) =
                 (own_cpu_seconds(), server_cpu_seconds(&mut stats).await?);
-            let tasks: Vec<_> = (0..TASKS)
-                .map(|task| {
-                    let setup = std::sync::Arc::clone(&setup);
-                    tokio::spawn(async move {
-                        let key = format!("bench:task:{task}");
-                        setup
-                            .loop_for(mode, &key, task)
-                            .await
-                            .map(|done| done.len())
-                    })
-                })
-                .collect();
-            let mut count = 0;
-            for task in tasks {
-                count += task.await.expect("a task")?;
-            }
+            let count = run_tasks(&setup, mode).await?;
             let entry = done.entry(mode).or_default();
             entry.0 += count;
             entry.1 += own_cpu_seconds() - client_cpu;
