@@ -833,6 +833,13 @@ def guarded_writes(binary):
         "| baseline | baseline command | LOCK.GUARD ops/s | baseline ops/s | ratio | CPU ratio | target |",
         "| --- | --- | ---: | ---: | ---: | ---: | --- |",
         *rows,
+        "",
+        "What bounds it (callgrind, 50 000 guarded `SET`s): about 9 400 instructions a command in the "
+        "module, of which `RedisModule_Call` takes 5 200 (the `SET` itself 2 400; the rest is the "
+        "call's argument vector, temporary client, ACL check and reply) and opening the lock's key "
+        "900, against about 2 400 for a plain `SET`'s handler. The script pays the same `SET` plus "
+        "the Lua call and `LOCK.FENCE` through `redis.call`. A plain `SET`'s 0.8× would need each "
+        "command's effect written without `RedisModule_Call`, which is not a general guard.",
     ]
 
 
