@@ -54,8 +54,12 @@ pub static FENCE_TYPE: RedisType = RedisType::new(
 /// # Errors
 /// `WRONGTYPE` when the key holds anything but a fence.
 pub fn fence_at(key: &RedisKeyWritable) -> Result<Option<Fence>, RedisError> {
+    value(key).map(|fence| fence.copied())
+}
+
+/// The fence value at the open key `key`, to change in place; `None` when the key is empty.
+fn value<'a>(key: &RedisKeyWritable) -> Result<Option<&'a mut Fence>, RedisError> {
     key.get_value::<Fence>(&FENCE_TYPE)
-        .map(|fence| fence.copied())
         .map_err(|_| RedisError::WrongType)
 }
 
@@ -88,10 +92,7 @@ pub fn apply(ctx: &Context, name: &RedisString, token: u64) -> Result<(), RedisE
 
 /// The fence at `key` admits `token`; an empty key becomes a fence that admitted it.
 fn admit(key: &RedisKeyWritable, token: u64) -> Result<(), RedisError> {
-    let fence = key
-        .get_value::<Fence>(&FENCE_TYPE)
-        .map_err(|_| RedisError::WrongType)?;
-    match fence {
+    match value(key)? {
         Some(fence) => fence.admit(token),
         None => {
             let fence = Fence::new(token).ok_or(RedisError::Str("ERR token out of range"))?;

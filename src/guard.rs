@@ -87,6 +87,7 @@ pub fn fenced(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         })?;
     }
     let reply = inner.run(ctx, parsed.command)?;
+    // Opened again: the command may have emptied the database (`FLUSHALL`) under an open key.
     fences::raise(ctx, &ctx.open_key_writable(parsed.key), parsed.key, token)?;
     inner.reply(ctx, sync, reply)
 }
@@ -189,7 +190,8 @@ impl Inner {
             // Copied now: a reply must be freed inside the command that made it.
             synced::hold(ctx, reply.to_value(), Undo::Write)
         } else {
-            replies::forward(ctx, &reply)
+            reply.forward(ctx)?;
+            Ok(RedisValue::NoReply)
         }
     }
 }

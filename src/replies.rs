@@ -5,9 +5,7 @@ use leasehold_core::args::ArgError;
 use leasehold_core::election::Leadership;
 use leasehold_core::fence::{self, Delay};
 use leasehold_core::outcome::Refusal;
-use redis_module::{Context, RedisError, RedisResult, RedisValue, redisvalue::RedisValueKey};
-
-use crate::api::Called;
+use redis_module::{RedisError, RedisValue, redisvalue::RedisValueKey};
 
 /// A fencing token as Redis replies it: an integer, exact below 2^53.
 #[must_use]
@@ -103,14 +101,4 @@ pub fn leadership(now: Leadership, ttl_ms: Option<i64>) -> RedisValue {
             ("ttl", RedisValue::Integer(ttl_ms.unwrap_or(-1))),
         ]),
     }
-}
-
-/// Sends a command's reply as it came (the same types and bytes, in the protocol it was asked
-/// in), for `LOCK.GUARD` and `LOCK.FENCED`.
-///
-/// # Errors
-/// A server without the call.
-pub fn forward(ctx: &Context, reply: &Called) -> RedisResult {
-    reply.forward(ctx)?;
-    Ok(RedisValue::NoReply)
 }

@@ -475,9 +475,7 @@ fn a_held_reply_goes_out_as_the_command_gave_it() {
     replica.replicate(&master);
     let (mut m, _) = held_stock(&master);
     wait_replicas(&mut m, 1);
-    common::wait_until("the replica is in the in-sync set", || {
-        common::info_field(&mut m, "lock", "lock_insync_members").is_some_and(|n| !n.is_empty())
-    });
+    common::wait_for_member(&mut m);
     fn guard<'a>(command: &[&'a str]) -> Vec<&'a str> {
         [&["LOCK.GUARD", "order", "alice", "SYNC"][..], command].concat()
     }

@@ -414,9 +414,7 @@ fn a_set_reaches_replicas_and_the_aof_as_one_transaction() {
     replica.replicate(&master);
     let mut con = master.client();
     common::wait_replicas(&mut con, 1);
-    common::wait_until("the replica is in the in-sync set", || {
-        common::info_field(&mut con, "lock", "lock_insync_members").is_some_and(|n| !n.is_empty())
-    });
+    common::wait_for_member(&mut con);
     let tokens = macquire(&mut con, &["a", "b"], "o", 60_000, &[]).expect("free");
     acquire(&mut con, "c", "holder", 300, &[]).expect("free");
     // Handed over by the lease timer: the set is granted outside any command.

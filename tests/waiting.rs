@@ -344,9 +344,7 @@ fn a_hand_over_replicates_like_an_acquisition() {
     let mut r = replica.client();
     // A member of the in-sync set: each waiter's grant is held for it, made longer meanwhile,
     // and set to its lease once the replica had it (synced::Stretch), all replicated.
-    common::wait_until("the replica is in the in-sync set", || {
-        common::info_field(&mut m, "lock", "lock_insync_members").is_some_and(|n| !n.is_empty())
-    });
+    common::wait_for_member(&mut m);
     // On release (inside the releasing command) and on expiry (from a timer).
     acquire(&mut m, "released", "holder", 60_000, &[]).expect("granted");
     acquire(&mut m, "expiring", "holder", 200, &[]).expect("granted");

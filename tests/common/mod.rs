@@ -945,6 +945,12 @@ pub fn insync(con: &mut Connection) -> InSync {
         .into()
 }
 
+/// Waits until the master of `con` has a member in its in-sync set: from then on its synced
+/// writes, hand-overs included, are held for that replica.
+pub fn wait_for_member(con: &mut Connection) {
+    wait_until("a replica in the in-sync set", || insync(con).members > 0);
+}
+
 /// Takes the free lock `key` for `owner` with a `ttl_ms` lease and counts it as the clients
 /// do (`LOCK.INSYNC`, `WAIT` for the set's members, `LOCK.INSYNC`): panics unless every member
 /// of the master's in-sync set has it within 5 s, and the set is as large as the master
