@@ -259,16 +259,20 @@ async def borrow(pool: BudgetedPool, deadline: Optional[float]) -> Any:
         QUEUE_BUDGET.reset(token)
 
 
-async def exchange(connection: Any, pipeline: Pipeline, until: Optional[float]) -> None:
+async def exchange(
+    connection: Any, pipeline: Pipeline, until: Optional[float], keep_binding: bool = False
+) -> None:
     """As :func:`leasehold.lock.exchange`: bound to the current session with ``LOCK.SESSION
     USE`` in the same round trip, closed first when bound and a write is tied to none."""
-    binding = binding_of(connection, socket_of(connection))
-    if binding.id is not None and pipeline.untied():
-        await connection.disconnect()
-        binding = Binding(None)
-    pipeline.on(binding)
+    if not keep_binding:
+        binding = binding_of(connection, socket_of(connection))
+        if binding.id is not None and pipeline.untied():
+            await connection.disconnect()
+            binding = Binding(None)
+        pipeline.on(binding)
     pipeline.take(await send(connection, pipeline.commands(), pipeline.within(), until))
-    record_binding(connection, pipeline.binding_after(binding, socket_of(connection)))
+    if not keep_binding:
+        record_binding(connection, pipeline.binding_after(binding, socket_of(connection)))
     pipeline.settle()
 
 
@@ -684,19 +688,9 @@ class Lock(LockBase):
         deadline = self._sync_deadline(None)
 
         async def send_to(master: Master, asking: bool, term: Optional[Term]) -> Write:
-            pool = pools_of(self.redis).pool("sync", master, BudgetedPool)
-            # As in `leasehold.Lock._run_synced`.
-            connection = await borrow(pool, deadline)
-            try:
-                pipeline = Pipeline(write, sync=self.sync, asking=asking)
-                pipeline.take(await send(connection, pipeline.commands(), pipeline.within(), None))
-                pipeline.settle()
-            except BaseException:
-                await connection.disconnect()
-                raise
-            finally:
-                await pool.release(connection)
-            return write
+            return await self._alone(
+                "sync", master, deadline, lambda: Pipeline(write, sync=self.sync, asking=asking),
+                keep_binding=True)
 
         try:
             await self._routed(send_to, key=key, sessions=False)
@@ -837,6 +831,7 @@ class Lock(LockBase):
         deadline: Optional[float],
         build: Callable[[], Pipeline],
         until: Optional[float] = None,
+        keep_binding: bool = False,
     ) -> Write:
         """As :meth:`leasehold.Lock._alone`: a cancelled call closes its connection (the server
         releases a grant it still held for it)."""
@@ -846,7 +841,7 @@ class Lock(LockBase):
         connection = await borrow(pool, deadline)
         try:
             pipeline = build()
-            await exchange(connection, pipeline, until)
+            await exchange(connection, pipeline, until, keep_binding)
         except BaseException:
             await connection.disconnect()
             raise

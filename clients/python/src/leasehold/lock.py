@@ -130,7 +130,9 @@ def borrow(pool: BudgetedPool, deadline: Optional[float]) -> Any:
         QUEUE_BUDGET.reset(token)
 
 
-def exchange(connection: Any, pipeline: Pipeline, until: Optional[float]) -> None:
+def exchange(
+    connection: Any, pipeline: Pipeline, until: Optional[float], keep_binding: bool = False
+) -> None:
     """Sends ``pipeline`` on ``connection`` and reads every reply, then tells its write whether
     the client's own ``WAIT`` (if any) synced it. Replies later than their time (or than
     ``until``) raise ``TimeoutError``, a dropped connection ``ConnectionError`` — the caller
@@ -143,14 +145,17 @@ def exchange(connection: Any, pipeline: Pipeline, until: Optional[float]) -> Non
     (:class:`leasehold._protocol.Binding`). A connection bound to a session is closed first
     when a write is tied to none: it goes on a new server connection, bound to none. (redis-py
     reconnects only a connection with no socket, before sending: the socket seen here is the
-    one the round trip goes on, or it raises.)"""
-    binding = binding_of(connection, socket_of(connection))
-    if binding.id is not None and pipeline.untied():
-        connection.disconnect()
-        binding = Binding(None)
-    pipeline.on(binding)
+    one the round trip goes on, or it raises.) With ``keep_binding`` — a command that ties
+    nothing, a guarded one — the binding is left as it is."""
+    if not keep_binding:
+        binding = binding_of(connection, socket_of(connection))
+        if binding.id is not None and pipeline.untied():
+            connection.disconnect()
+            binding = Binding(None)
+        pipeline.on(binding)
     pipeline.take(send(connection, pipeline.commands(), pipeline.within(), until))
-    record_binding(connection, pipeline.binding_after(binding, socket_of(connection)))
+    if not keep_binding:
+        record_binding(connection, pipeline.binding_after(binding, socket_of(connection)))
     pipeline.settle()
 
 
@@ -588,20 +593,10 @@ class Lock(LockBase):
         deadline = self._sync_deadline(None)
 
         def send_to(master: Master, asking: bool, term: Optional[Term]) -> Write:
-            pool = pools_of(self.redis).pool("sync", master, BudgetedPool)
-            # Lent as in `_alone`, closed first if it raised, but without `exchange`: these
-            # commands tie nothing, so the connection's session binding is left as it is.
-            connection = borrow(pool, deadline)
-            try:
-                pipeline = Pipeline(write, sync=self.sync, asking=asking)
-                pipeline.take(send(connection, pipeline.commands(), pipeline.within(), None))
-                pipeline.settle()
-            except BaseException:
-                connection.disconnect()
-                raise
-            finally:
-                pool.release(connection)
-            return write
+            # These commands tie nothing: the connection's session binding is left as it is.
+            return self._alone(
+                "sync", master, deadline, lambda: Pipeline(write, sync=self.sync, asking=asking),
+                keep_binding=True)
 
         try:
             self._routed(send_to, key=key, sessions=False)
@@ -759,17 +754,19 @@ class Lock(LockBase):
         deadline: Optional[float],
         build: Callable[[], Pipeline],
         until: Optional[float] = None,
+        keep_binding: bool = False,
     ) -> Write:
         """The write of the pipeline ``build()`` makes, sent on a connection of ``master``'s
         ``kind`` pool (``"wait"`` or ``"sync"``), queueing for one until ``deadline``
-        (:class:`QueuedOut` after), every reply by ``until``."""
+        (:class:`QueuedOut` after), every reply by ``until``; with ``keep_binding``, leaving the
+        connection's session binding as it is (see :func:`exchange`)."""
         pool = pools_of(self.redis).pool(kind, master, BudgetedPool)
         # Lent for the exchange only: closed first if it raised, since a reply it was sent may
         # then be unread (the server releases a grant it held for it), then given back.
         connection = borrow(pool, deadline)
         try:
             pipeline = build()
-            exchange(connection, pipeline, until)
+            exchange(connection, pipeline, until, keep_binding)
         except BaseException:
             connection.disconnect()
             raise
