@@ -151,6 +151,7 @@ redis_module! {
         ["lock.mrelease", multi::release, flags("lock.mrelease"), keys("lock.mrelease").0, keys("lock.mrelease").1, keys("lock.mrelease").2, "", acl("lock.mrelease")],
         ["lock.mrenew", multi::renew, flags("lock.mrenew"), keys("lock.mrenew").0, keys("lock.mrenew").1, keys("lock.mrenew").2, "", acl("lock.mrenew")],
         ["lock.insync", insync::command, flags("lock.insync"), keys("lock.insync").0, keys("lock.insync").1, keys("lock.insync").2, "", acl("lock.insync")],
+        ["lock.sync", synced::command, flags("lock.sync"), keys("lock.sync").0, keys("lock.sync").1, keys("lock.sync").2, "", acl("lock.sync")],
         ["lock.promotable", insync::promotable, flags("lock.promotable"), keys("lock.promotable").0, keys("lock.promotable").1, keys("lock.promotable").2, "", acl("lock.promotable")],
         ["lock.refused", filter::refused, flags("lock.refused"), keys("lock.refused").0, keys("lock.refused").1, keys("lock.refused").2, "", acl("lock.refused")],
         ["lock.replconf", replica_check::replconf, flags("lock.replconf"), keys("lock.replconf").0, keys("lock.replconf").1, keys("lock.replconf").2, "", acl("lock.replconf")],

@@ -115,7 +115,7 @@ pub struct Argument {
 }
 
 /// The files, embedded in the module when it is built.
-const FILES: [&str; 22] = [
+const FILES: [&str; 23] = [
     include_str!("../commands/lock.acquire.json"),
     include_str!("../commands/lock.release.json"),
     include_str!("../commands/lock.renew.json"),
@@ -138,6 +138,7 @@ const FILES: [&str; 22] = [
     include_str!("../commands/lock.observe.json"),
     include_str!("../commands/lock.guard.json"),
     include_str!("../commands/lock.fenced.json"),
+    include_str!("../commands/lock.sync.json"),
 ];
 
 /// Every command, read from [`FILES`] once. A file that does not parse is left out, and its

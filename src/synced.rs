@@ -66,6 +66,9 @@ pub enum Undo {
     /// A guarded command's write (`LOCK.GUARD`, `LOCK.FENCED`): nothing; it stays on the
     /// master, where a failover may lose it.
     Write,
+    /// `LOCK.SYNC`, which stands for the writes its client sent before it: nothing here; its
+    /// client releases the grants they made.
+    Sync,
 }
 
 /// How the grant of a synced command with `WAIT` is made: its holder counts the lease from the
@@ -184,6 +187,36 @@ pub fn hold(ctx: &Context, reply: RedisValue, undo: Undo) -> RedisResult {
         }
         Err(_) => refused(ctx, Settled::NotAcknowledged { timeout_ms: 0 }, &undo),
     }
+}
+
+/// `LOCK.SYNC`: replies `OK` once the master's in-sync set has every write made before it —
+/// its client's `NOSYNC` writes among them — as a write with `SYNC` waits
+/// ([`hold`]); `WAIT`'s counterpart for the in-sync set. A client that pipelines several
+/// `NOSYNC` grants and renewals with one `LOCK.SYNC` behind them has them all synced in one held
+/// reply, where a `SYNC` on each would hold its connection once per write (issue 55).
+///
+/// Unlike a write with `SYNC`, nothing is undone here when the set does not acknowledge in time
+/// or the client leaves: the writes before it are its client's to release.
+///
+/// # Errors
+/// Arity; `ERR` inside `MULTI`, scripts and functions (a client there cannot block) and on a
+/// replica; `NOREPLICAS` as a held write gets it, ending in what it means for the writes before
+/// it.
+pub fn command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() != 1 {
+        return Err(RedisError::WrongArity);
+    }
+    if !can_block(ctx) {
+        return Err(RedisError::Str(
+            "ERR LOCK.SYNC cannot be used inside MULTI, scripts or functions",
+        ));
+    }
+    if !ctx.get_flags().contains(ContextFlags::MASTER) {
+        return Err(RedisError::Str(
+            "ERR LOCK.SYNC is answered by the master; this server is a replica",
+        ));
+    }
+    hold(ctx, RedisValue::SimpleStringStatic("OK"), Undo::Sync)
 }
 
 /// [`hold`] for a grant of `keys` to `owner` (made longer by `stretch` when it waited), whose
@@ -439,6 +472,7 @@ fn meaning(undo: &Undo) -> &'static str {
         Undo::Renewal => "; the renewal does not count: the lease before it does",
         Undo::Proclaim => "; the value is set here, but a failover may lose it",
         Undo::Write => "; the command ran here, but a failover may lose its write",
+        Undo::Sync => "; the writes before it do not count: release the grants they made",
     }
 }
 
@@ -451,13 +485,20 @@ fn demoted_meaning(undo: &Undo) -> &'static str {
         Undo::Renewal => "; the renewal does not count: the lease before it does",
         Undo::Proclaim => "; the value was set on the old master only",
         Undo::Write => "; the command ran on the old master only",
+        Undo::Sync => {
+            "; the writes before it do not count: the new master may have their grants, \
+             release them there"
+        }
     }
 }
 
 /// Undoes `undo` on the next timer turn (not in a callback Redis calls while it frees a client,
 /// where the keyspace must not change).
 fn later(ctx: &Context, undo: Undo) {
-    if matches!(undo, Undo::Renewal | Undo::Proclaim | Undo::Write) {
+    if matches!(
+        undo,
+        Undo::Renewal | Undo::Proclaim | Undo::Write | Undo::Sync
+    ) {
         return;
     }
     let arm = SYNCED.with_borrow_mut(|synced| {

@@ -320,7 +320,8 @@ fn the_lock_acl_category_covers_every_command_where_supported() {
             "lock.renew",
             "lock.replconf",
             "lock.resign",
-            "lock.session"
+            "lock.session",
+            "lock.sync"
         ]
     );
     call(

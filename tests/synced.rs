@@ -12,6 +12,9 @@
 //!   is below its size is refused as a grant without `WAIT` is.
 //! - `lock.sync-writes no` makes only `SYNC` wait; `NOSYNC` never waits; inside `MULTI`,
 //!   `SYNC` is refused and the default does not apply.
+//! - `LOCK.SYNC` behind pipelined `NOSYNC` writes replies once the replica has them all; with the
+//!   replica stopped it is refused and undoes nothing (the writes are its client's); refused
+//!   inside `MULTI`, scripts and on a replica.
 
 mod common;
 
@@ -260,6 +263,62 @@ fn a_lone_server_replies_at_once() {
     let mut con = server.client();
     let token = call(&mut con, &["LOCK.ACQUIRE", "k", "me", "1000", "SYNC"]);
     assert!(matches!(token, Value::Int(_)), "{token:?}");
+    assert_eq!(call(&mut con, &["LOCK.SYNC"]), Value::Okay);
+}
+
+#[test]
+fn lock_sync_answers_for_the_nosync_writes_pipelined_before_it() {
+    let (master, replica) = pair(&[]);
+    let mut m = master.client();
+    let (a, b, renewed, synced): (i64, i64, i64, String) = redis::pipe()
+        .cmd("LOCK.ACQUIRE")
+        .arg("a")
+        .arg("alice")
+        .arg(60_000)
+        .arg("NOSYNC")
+        .cmd("LOCK.ACQUIRE")
+        .arg("b")
+        .arg("bob")
+        .arg(60_000)
+        .arg("NOSYNC")
+        .cmd("LOCK.RENEW")
+        .arg("a")
+        .arg("alice")
+        .arg(90_000)
+        .arg("NOSYNC")
+        .cmd("LOCK.SYNC")
+        .query(&mut m)
+        .expect("granted and synced");
+    assert_eq!((renewed, synced.as_str()), (1, "OK"));
+    // No wait after the reply: the replica had both grants and the renewal before it.
+    let mut r = replica.client();
+    assert_eq!(call(&mut r, &["LOCK.FENCE", "a"]), Value::Int(a));
+    assert_eq!(call(&mut r, &["LOCK.FENCE", "b"]), Value::Int(b));
+    assert!(pttl(&mut r, "a") > 60_000, "the renewal is there too");
+
+    replica.signal("STOP");
+    let token = call(&mut m, &["LOCK.ACQUIRE", "c", "carol", "60000", "NOSYNC"]);
+    assert!(matches!(token, Value::Int(_)), "{token:?}");
+    assert_eq!(
+        error(&mut m, &["LOCK.SYNC"]),
+        "NOREPLICAS not every in-sync replica acknowledged within 1000 ms; the writes before it \
+         do not count: release the grants they made"
+    );
+    assert!(exists(&mut m, "c"), "the grant is its client's to release");
+    replica.signal("CONT");
+
+    let script = "return redis.call('LOCK.SYNC')";
+    let refused = error(&mut m, &["EVAL", script, "0"]);
+    assert!(
+        refused.contains("cannot be used inside MULTI, scripts") || refused.contains("not allowed"),
+        "{refused}"
+    );
+    call(&mut m, &["MULTI"]);
+    call(&mut m, &["LOCK.SYNC"]);
+    let refused = error(&mut m, &["EXEC"]);
+    assert!(refused.contains("cannot be used inside MULTI"), "{refused}");
+    assert!(error(&mut r, &["LOCK.SYNC"]).starts_with("ERR LOCK.SYNC is answered by the master"));
+    assert!(error(&mut m, &["LOCK.SYNC", "now"]).starts_with("ERR wrong number of arguments"));
 }
 
 /// The lease left on `key` (`PTTL`), ms.
