@@ -2,9 +2,10 @@
 //! quick commands, and pools of dedicated connections ([`crate::pool`]) for waits and synced
 //! writes.
 //!
-//! A synced write is one command on a sync connection, carrying `SYNC`: the server replies once
-//! its in-sync set has the write, or refuses it with `NOREPLICAS` ([`crate::sync`]) — a grant it
-//! refuses it has released, so the client releases nothing. With a fixed count (or AOF) the
+//! Synced writes to the in-sync set go out in batches ([`crate::batch`]): the writes waiting for
+//! a sync connection when one comes free, each with `NOSYNC`, then `LOCK.SYNC`, which the server
+//! answers once its in-sync set has them all, or refuses with `NOREPLICAS` — then the client
+//! releases each grant as the server releases a refused one. With a fixed count (or AOF) the
 //! write carries `NOSYNC` and a `WAIT` (`WAITAOF`) goes behind it in the same round trip, as a
 //! second request in the same write to the socket, so the client sees when the write's reply
 //! came (a wait's lease begins then), not only when the `WAIT`'s did. A wait in the server is
@@ -23,6 +24,7 @@ use redis::{Cmd, FromRedisValue, IntoConnectionInfo, RedisError, Value};
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
+use crate::batch::{self, Given, Queued, Undo};
 use crate::binding::{Bound, Head, Write, named};
 use crate::error::{Error, Result};
 use crate::masters::Masters;
@@ -323,25 +325,28 @@ impl Client {
 
     /// Sends `write`, which counts only once synced as `sync` says, tied to its session: with
     /// syncing off on the shared connection (`NOSYNC`, naming its session: `SESSION id`);
-    /// otherwise on a sync connection of its master, bound to its session
-    /// ([`crate::binding`]), carrying `SYNC` (the server replies once its in-sync set has it)
-    /// or, with a fixed count, `NOSYNC` and the `WAIT` behind it ([`crate::sync`]). The reply
-    /// may take the sync timeout plus 5 s; no reply by then, the connection is closed. If the
-    /// caller drops this future while the write is in flight, its connection is closed too: the
-    /// server releases a grant it was holding for it, and `undo` (a release as the write's
-    /// owner) is sent in the background, for a grant whose reply had already come.
+    /// to the in-sync set in a batch ([`crate::batch`]) on a sync connection of its master,
+    /// bound to its session ([`crate::binding`]): `NOSYNC`, then `LOCK.SYNC` behind the batch;
+    /// with a fixed count, alone on a sync connection, `NOSYNC` and the `WAIT` behind it
+    /// ([`crate::sync`]). The reply may take the sync timeout plus 5 s; no reply by then, the
+    /// connection is closed. A write the client cannot count is given back as `undo` says: a
+    /// grant refused by `LOCK.SYNC` is released before its error comes; a new holding whose reply
+    /// was lost, or whose caller dropped this future, is released in the background.
     ///
     /// # Errors
-    /// [`Error::NotReplicated`]: the server refused it (`NOREPLICAS`: a grant was released by the
-    /// server), or no sync connection was free within the sync timeout (nothing was sent);
+    /// [`Error::NotReplicated`]: the in-sync set did not have it in time (`NOREPLICAS`: a grant
+    /// was released), or no sync connection was free within the sync timeout (nothing was sent);
     /// [`Error::ModuleTooOld`]; the server's error (`ERR no such session` when its session has
     /// ended: nothing was done); no connection, or no reply in time.
     pub(crate) async fn synced<T: FromRedisValue>(
         &self,
         write: Write<'_>,
         sync: &Sync,
-        undo: Option<Cmd>,
+        undo: Undo,
     ) -> Result<Synced<T>> {
+        if sync.batches() {
+            return Synced::of(self.batched(write, sync, undo).await?);
+        }
         let command = sync.marked(write.command);
         let write = Write {
             command: &command,
@@ -362,15 +367,173 @@ impl Client {
         let pools = self.pools(write.key).await?;
         let budget = Some(sync.timeout);
         let Some(mut connection) = pools.borrow(Purpose::Sync, budget).await? else {
-            let timeout = sync.timeout_ms();
-            let reason = format!("no sync connection was free within {timeout} ms");
-            return Err(Error::not_replicated(reason));
+            return Err(no_sync_connection(sync));
         };
-        let mut in_flight = Unfinished { client: self, undo };
+        let mut in_flight = Unfinished {
+            client: self,
+            undo: undo.when_lost(),
+        };
         let timeout = Some(RESPONSE_TIMEOUT + sync.timeout);
         let sent = self.exchange(&mut connection, sync, write, timeout).await;
         in_flight.undo = None;
         Synced::of(sent?)
+    }
+
+    /// Queues `write` for a batch of its master's ([`crate::batch`]) and, until a batch took
+    /// it, for a sync connection (within the sync timeout): the one that comes first carries
+    /// every write queued by then. A caller that drops this future takes its write back if no
+    /// batch took it; one that did still goes, and a new holding it made is released.
+    async fn batched(&self, write: Write<'_>, sync: &Sync, undo: Undo) -> Result<Sent> {
+        let pools = self.pools(write.key).await?;
+        let queue = pools.queue();
+        let timeout = RESPONSE_TIMEOUT + sync.timeout;
+        let command = Sync::off().marked(write.command);
+        let session = write.session.map(str::to_owned);
+        let (id, mut outcome) = queue.push(write.key, command, session, undo, timeout);
+        let _queued = Withdrawn { queue, id };
+        let borrowed = pools.borrow(Purpose::Sync, Some(sync.timeout));
+        tokio::select! {
+            biased;
+            outcome = &mut outcome => return answered(outcome),
+            borrowed = borrowed => match borrowed {
+                Ok(Some(connection)) => self.send_batch(connection, queue.take()),
+                Ok(None) if queue.withdraw(id) => return Err(no_sync_connection(sync)),
+                Err(error) if queue.withdraw(id) => return Err(error.into()),
+                Ok(None) | Err(_) => {}
+            },
+        }
+        answered(outcome.await)
+    }
+
+    /// Sends `writes` on `connection` in the background, so that no caller leaving stops the
+    /// batch the others wait on.
+    fn send_batch(&self, connection: Borrowed, writes: Vec<Queued>) {
+        if writes.is_empty() {
+            return;
+        }
+        let client = self.clone();
+        tokio::spawn(async move { client.sync_batch(connection, writes).await });
+    }
+
+    /// One round trip of a batch: the writes, bound to their sessions ([`Head`]), then
+    /// `LOCK.SYNC`; hands each caller its outcome.
+    async fn sync_batch(&self, mut connection: Borrowed, mut writes: Vec<Queued>) {
+        let list: Vec<Write<'_>> = writes.iter().map(Queued::write).collect();
+        let head = Head::new(&connection.bound(), &list);
+        if head.binds() {
+            connection.set_bound(Bound::Unknown);
+        }
+        let mut tail = redis::pipe();
+        tail.ignore_errors().cmd("LOCK.SYNC");
+        let timeout = writes.iter().map(|write| write.timeout).max();
+        let exchange = connection.exchange(head.pipeline(), &tail, timeout);
+        let exchanged = tokio::select! {
+            exchanged = exchange => exchanged,
+            // Every caller left: the connection is closed, as a lone write's was.
+            () = batch::all_left(&mut writes) => Err(batch::left()),
+        };
+        let (replies, answered, tail) = match exchanged {
+            Ok(exchanged) => exchanged,
+            Err(error) => {
+                self.heard(&error);
+                for write in writes {
+                    let release = write.undo.when_lost();
+                    write.answer(Err(Error::Redis(error.clone())));
+                    self.release_in_background(release);
+                }
+                return;
+            }
+        };
+        let (replies, bound) = head.read(replies);
+        connection.set_bound(bound);
+        let refusal = match tail.into_iter().next() {
+            Some(Value::Okay) => None,
+            Some(Value::ServerError(error)) => Some(RedisError::from(error)),
+            other => Some(RedisError::from(std::io::Error::other(format!(
+                "LOCK.SYNC answered {other:?}"
+            )))),
+        };
+        let mut replies = replies.into_iter();
+        let mut refused = Vec::new();
+        for write in writes {
+            let reply = replies.next().ok_or_else(no_reply);
+            if let Ok(Value::ServerError(error)) = &reply {
+                self.heard(&RedisError::from(error.clone()));
+            }
+            match (reply, &refusal) {
+                (Ok(reply), Some(refusal)) if batch::made(&reply) => {
+                    refused.push((write, refusal.clone()));
+                }
+                (reply, _) => {
+                    let outcome = reply.map(|reply| (reply, answered));
+                    self.answer(write, outcome.map_err(Error::Redis));
+                }
+            }
+        }
+        self.give_back(&mut connection, refused).await;
+    }
+
+    /// Gives back the writes of a batch whose `LOCK.SYNC` was refused, as the server gives back
+    /// a refused `SYNC` write — each grant released by its owner on `connection` (in the
+    /// background if that fails), a renewal not counted — then tells their callers.
+    async fn give_back(&self, connection: &mut Borrowed, refused: Vec<(Queued, RedisError)>) {
+        if refused.is_empty() {
+            return;
+        }
+        let mut releases = redis::pipe();
+        releases.ignore_errors();
+        for (write, _) in &refused {
+            if let Some(release) = &write.undo.release {
+                releases.add_command(release.clone());
+            }
+        }
+        let timeout = Some(RESPONSE_TIMEOUT);
+        let released = connection
+            .exchange(&releases, &redis::pipe(), timeout)
+            .await;
+        let mut released = released
+            .map(|(replies, ..)| replies)
+            .unwrap_or_default()
+            .into_iter();
+        for (write, refusal) in refused {
+            let given = match &write.undo.release {
+                None => Given::Kept(write.undo.kept),
+                Some(release) => match released.next() {
+                    Some(reply) if !matches!(reply, Value::ServerError(_)) => Given::Released,
+                    _ => {
+                        self.release_in_background(Some(release.clone()));
+                        Given::Releasing
+                    }
+                },
+            };
+            self.answer(write, Err(batch::refused(&refusal, given)));
+        }
+    }
+
+    /// Hands `write`'s caller its outcome; a new holding a caller that left was granted is
+    /// released in the background.
+    fn answer(&self, write: Queued, outcome: Result<(Value, Instant)>) {
+        self.release_in_background(write.answer(outcome));
+    }
+
+    /// Sends `release`, a release as a write's owner, in the background until the server
+    /// answers it (20 tries, backing off).
+    fn release_in_background(&self, release: Option<Cmd>) {
+        let Some(release) = release else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let client = self.clone();
+        runtime.spawn(async move {
+            for attempt in 0..20 {
+                if client.query::<Value>(&release).await.is_ok() {
+                    return;
+                }
+                tokio::time::sleep(Backoff::default().delay(attempt)).await;
+            }
+        });
     }
 
     /// Borrows a wait connection to `key`'s master, queueing up to `budget` (`None`: as long as
@@ -523,22 +686,42 @@ struct Unfinished<'a> {
 
 impl Drop for Unfinished<'_> {
     fn drop(&mut self) {
-        let Some(release) = self.undo.take() else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let client = self.client.clone();
-        runtime.spawn(async move {
-            for attempt in 0..20 {
-                if client.query::<Value>(&release).await.is_ok() {
-                    return;
-                }
-                tokio::time::sleep(Backoff::default().delay(attempt)).await;
-            }
-        });
+        self.client.release_in_background(self.undo.take());
     }
+}
+
+/// A write queued for a batch ([`Client::batched`]): taken back from the queue when its caller
+/// leaves before a batch took it.
+struct Withdrawn<'a> {
+    queue: &'a batch::Queue,
+    id: u64,
+}
+
+impl Drop for Withdrawn<'_> {
+    fn drop(&mut self) {
+        self.queue.withdraw(self.id);
+    }
+}
+
+/// What a batched write's caller got: its reply and when it came, as [`Sent`].
+///
+/// # Errors
+/// The batch's failure, or the batch was dropped unanswered.
+fn answered(
+    outcome: std::result::Result<batch::Outcome, tokio::sync::oneshot::error::RecvError>,
+) -> Result<Sent> {
+    let (reply, answered) = outcome.map_err(|_| Error::Redis(no_reply()))??;
+    Ok(Sent {
+        reply,
+        refused: None,
+        answered,
+    })
+}
+
+/// The error of a synced write that found no sync connection free within its sync timeout.
+fn no_sync_connection(sync: &Sync) -> Error {
+    let timeout = sync.timeout_ms();
+    Error::not_replicated(format!("no sync connection was free within {timeout} ms"))
 }
 
 /// `head` (`LOCK.GUARD key owner ...`, `LOCK.FENCED fence token ...`) followed by the words of

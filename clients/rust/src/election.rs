@@ -13,6 +13,7 @@ use futures_util::stream::BoxStream;
 use redis::{FromRedisValue, ParsingError, Value};
 use tokio::time::Instant;
 
+use crate::batch::Undo;
 use crate::binding::Write;
 use crate::client::Client;
 use crate::error::{Error, Result};
@@ -298,7 +299,10 @@ impl Leadership {
             command: &command,
             session: None,
         };
-        let synced = self.client.synced::<i64>(write, &self.sync, None).await?;
+        let synced = self
+            .client
+            .synced::<i64>(write, &self.sync, Undo::proclaim())
+            .await?;
         if synced.reply != 1 {
             self.guard.lose();
             return Ok(false);

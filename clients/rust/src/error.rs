@@ -24,8 +24,8 @@ pub enum Error {
     /// client found it short: a fixed count's `WAIT` counted too few replicas, the master did not
     /// fsync its AOF, no sync connection was free within the timeout (nothing was sent), or the
     /// replicas acknowledged a grant only after its lease ended. For a grant, nothing is left
-    /// behind — the server released it before it replied `NOREPLICAS`, the client released it
-    /// (owner-checked) otherwise — distinct from "busy": the lock was free, the replicas were
+    /// behind — released before the error came, by the client (owner-checked) or, for a
+    /// wait's hand-over, by the server — distinct from "busy": the lock was free, the replicas were
     /// not there. For a renewal, it does not count: the holder's lease ends as the last synced
     /// one did ([`crate::Guard::lease_end`]).
     #[error("not synced to the replicas: {message}")]

@@ -296,9 +296,9 @@ impl Guard {
     /// grant.
     ///
     /// # Errors
-    /// [`Error::NotReplicated`]: refused by the server (`NOREPLICAS`), which gave the changed
-    /// holding back as it does a grant that did not count (it released one hold of this
-    /// owner's: the lock, unless it was re-entered) — the guard is then lost
+    /// [`Error::NotReplicated`]: refused by the server (`NOREPLICAS`), the changed holding given
+    /// back as a grant that did not count is (one hold of this owner's released: the lock,
+    /// unless it was re-entered) — the guard is then lost
     /// ([`Guard::lost`]); found short by the client (a fixed count's `WAIT`), the master made
     /// the change and the guard keeps its mode and token: release it. Or no connection, a
     /// Redlock holding ([`Error::NotOnRedlock`]) or a set ([`Error::NotOnSet`]).

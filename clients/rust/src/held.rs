@@ -8,6 +8,7 @@ use futures_util::future::BoxFuture;
 use redis::{Cmd, FromRedisValue, ParsingError, RedisError, Value};
 
 use crate::backoff::Backoff;
+use crate::batch::Undo;
 use crate::binding::Write;
 use crate::client::{Client, Synced};
 use crate::error::{Error, Result};
@@ -142,13 +143,14 @@ impl Held {
 
     /// `LOCK.ACQUIRE` as this holding's owner in `mode`, one more hold with `reentrant`,
     /// synced: the token, or `None` when the owner no longer holds what it takes (or another
-    /// holds it). A new hold the replicas did not acknowledge is given back: by the server when
-    /// it refused it (`NOREPLICAS`), by the client when its own `WAIT` counted too few.
+    /// holds it). A new hold the replicas did not acknowledge is given back by the client: when
+    /// the server refused its batch (`NOREPLICAS` to `LOCK.SYNC`), or when its own `WAIT`
+    /// counted too few.
     ///
     /// # Errors
     /// [`Error::NotReplicated`] when the replicas did not acknowledge it. A mode change the
-    /// server refused was given back as a grant is — the server released one hold of this
-    /// owner's ([`crate::sync::released_by_server`]); one the client found short stays made on
+    /// server refused was given back as a grant is — one hold of this owner's released
+    /// ([`crate::sync::released_by_server`]); one the client found short stays made on
     /// the master (it may be lost in a failover).
     pub(crate) async fn acquire(
         &self,
@@ -162,11 +164,12 @@ impl Held {
         }
         // Tied to no session (on an unbound connection) the server would untie the holding.
         let naming = self.naming();
-        // Nothing is released when the caller drops this future: the server gives back a
-        // re-entry it was holding when the connection closes, and a release sent for one it
-        // may not have made would give back a hold the holder counts on.
+        // Released when the in-sync set did not have it, as the server releases a refused
+        // grant; not when the caller drops this future or the reply is lost: a release sent for
+        // a hold the server may not have made would give back one the holder counts on.
+        let undo = Undo::grant(self.release_command(), false);
         let write = self.write(&command, naming.as_deref());
-        let synced = self.client.synced::<Option<u64>>(write, &self.sync, None);
+        let synced = self.client.synced::<Option<u64>>(write, &self.sync, undo);
         let synced = synced.await;
         self.named(naming.as_deref(), &synced, |synced| synced.reply.is_some())
             .await;
@@ -197,7 +200,9 @@ impl Held {
         command.arg(&self.owner).arg(millis(ttl)?);
         let naming = self.naming();
         let write = self.write(&command, naming.as_deref());
-        let synced = self.client.synced::<i64>(write, &self.sync, None);
+        let synced = self
+            .client
+            .synced::<i64>(write, &self.sync, Undo::renewal());
         let synced = synced.await;
         let count = self.count();
         self.named(naming.as_deref(), &synced, |synced| synced.reply == count)

@@ -47,6 +47,7 @@
 //! ```
 
 mod backoff;
+mod batch;
 mod binding;
 mod client;
 mod election;

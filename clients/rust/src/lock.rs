@@ -8,6 +8,7 @@ use redis::Cmd;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
+use crate::batch::Undo;
 use crate::binding::Write;
 use crate::client::{Client, Synced};
 use crate::error::{Error, Result};
@@ -283,8 +284,8 @@ impl Lock {
             let sync = &self.settings.sync;
             // A grant nobody received (the caller dropped this future with the write in flight)
             // is released, as one whose reply was lost is ([`Lock::try_acquire`]).
-            let undo = self.held(owner).release_command();
-            let synced = self.client.synced(write, sync, Some(undo));
+            let undo = Undo::grant(self.held(owner).release_command(), true);
+            let synced = self.client.synced(write, sync, undo);
             let synced = match (synced.await, &tying) {
                 (Err(Error::Redis(error)), _) if is_try_again(&error) => return Ok(None),
                 // The server has no such session (a failover, a restart): nothing was done.
@@ -310,8 +311,8 @@ impl Lock {
     /// The tokens of a grant once it counts (`None`: nothing was granted). When the client
     /// found it does not (a fixed count's `WAIT`, the AOF), or its reply came only after the
     /// lease it `began` with (for `ttl`) had ended, releases it (owner-checked) and fails with
-    /// [`Error::NotReplicated`]. (A grant the server refused, `NOREPLICAS`, came as that error:
-    /// the server released it.)
+    /// [`Error::NotReplicated`]. (A grant whose batch the server refused, `NOREPLICAS`, came as
+    /// that error, already released.)
     async fn acknowledged(
         &self,
         owner: &str,

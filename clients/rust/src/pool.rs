@@ -1,6 +1,6 @@
 //! The dedicated connections of one server (or one cluster master): a bounded pool for waits in
 //! the server and one for synced writes, each connection lent to one caller (a waiter, or the
-//! sender of one synced write) at a time (deadpool).
+//! sender of a batch of synced writes) at a time (deadpool).
 //!
 //! A blocked command stalls the connection it was sent on: a wait (`LOCK.ACQUIRE ... WAIT`), a
 //! synced write whose reply the server holds until its in-sync set has it (`SYNC`,
@@ -14,6 +14,7 @@
 //! the session it is bound to (`LOCK.SESSION USE`, [`crate::binding`]), which ends with it.
 
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool::Runtime;
@@ -25,6 +26,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Pipeline, RedisError, Value};
 use tokio::time::Instant;
 
+use crate::batch::Queue;
 use crate::binding::Bound;
 
 /// How long opening a connection may take.
@@ -137,12 +139,13 @@ impl ClientOptions {
     }
 
     /// At most `connections` (at least 1) for synced writes — a grant made without waiting, a
-    /// renewal, a re-entry, a mode change — each carrying one write at a time (the server holds
-    /// its reply until the in-sync set has it, stalling the connection meanwhile; with a fixed
-    /// count, its `WAIT` follows it): the most synced writes to one server in flight at once.
-    /// The server asks its replicas for their acknowledgement once per turn of its event loop
-    /// for all the writes it holds, so concurrent writes on several connections sync together.
-    /// A write that finds every connection taken queues for one up to its sync timeout
+    /// renewal, a re-entry, a mode change — each carrying one batch at a time: the writes that
+    /// waited for it, then `LOCK.SYNC`, whose reply the server holds until the in-sync set has
+    /// them, stalling the connection meanwhile (with a fixed count, one write
+    /// and its `WAIT`): the most batches to one server in flight at once. The server asks its
+    /// replicas for their acknowledgement once per turn of its event loop for all it holds, so
+    /// batches on several connections sync together. A write that finds every connection
+    /// taken queues for one up to its sync timeout
     /// ([`crate::Sync::timeout`]), then fails with [`crate::Error::NotReplicated`], unsent.
     #[must_use]
     pub const fn sync_connections(mut self, connections: usize) -> Self {
@@ -208,11 +211,13 @@ impl managed::Manager for Dialer {
     }
 }
 
-/// The wait pool and the sync pool of one server. Cloning is cheap: clones share them.
+/// The wait pool and the sync pool of one server, and the synced writes waiting for a batch
+/// ([`crate::batch`]). Cloning is cheap: clones share them.
 #[derive(Clone)]
 pub(crate) struct Pools {
     wait: Pool<Dialer>,
     sync: Pool<Dialer>,
+    queue: Arc<Queue>,
 }
 
 impl Pools {
@@ -233,7 +238,13 @@ impl Pools {
         Self {
             wait: pool(options.wait),
             sync: pool(options.sync),
+            queue: Arc::default(),
         }
+    }
+
+    /// The synced writes waiting for a batch.
+    pub(crate) fn queue(&self) -> &Queue {
+        &self.queue
     }
 
     /// Borrows a connection for `purpose`, queueing up to `budget` (`None`: as long as it

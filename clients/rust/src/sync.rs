@@ -4,27 +4,30 @@
 //! holder believes).
 //!
 //! By default ([`Sync::to_replicas`]) a write counts once every replica in the master's in-sync
-//! set has it, and the master syncs it itself (lock module 0.7.0 or later): the write carries
-//! `SYNC` (`LOCK.ACQUIRE ... SYNC`, `LOCK.RENEW ... SYNC`, `LOCK.MACQUIRE`, `LOCK.MRENEW`), and
-//! the server holds its reply until every member of its in-sync set acknowledged it and the set
-//! has at least `lock.min-insync-replicas` members — one command per step, no `WAIT`. Within
-//! `lock.sync-timeout-ms` (1 s by default) otherwise, it replies `NOREPLICAS` with what was
-//! missing, which the client reports as [`crate::Error::NotReplicated`]:
+//! set has it, and the master syncs it itself (lock module 0.7.0 or later): the writes
+//! (`LOCK.ACQUIRE`, `LOCK.RENEW`, `LOCK.MACQUIRE`, `LOCK.MRENEW` without waiting) go out in
+//! batches with `NOSYNC` and one `LOCK.SYNC` behind each batch, which the
+//! server answers once every member of its in-sync set acknowledged them and the set has at least
+//! `lock.min-insync-replicas` members — no `WAIT`. Within `lock.sync-timeout-ms` (1 s by
+//! default) otherwise, it replies `NOREPLICAS` with what was missing, which the client reports
+//! as [`crate::Error::NotReplicated`]:
 //!
-//! - for a grant (a wait's hand-over too, and a re-entry or mode change), the server has
-//!   already released it — the client sends no release;
+//! - for a grant (a re-entry and a mode change too), the client has released it, one hold as
+//!   its owner, as the server releases a refused `SYNC` grant — a wait's hand-over carries
+//!   `SYNC` itself, and the server released it;
 //! - for a renewal, it does not count: the holder keeps counting on the lease before it
 //!   ([`crate::Guard::lease_end`]).
 //!
-//! A synced write blocks its connection in the server until it is answered, so it goes over a
-//! dedicated connection of the client's sync pool (a wait: its wait connection), never over the
-//! shared one ([`crate::ClientOptions::sync_connections`]). The client waits for the reply up to
-//! [`Sync::timeout`] plus 5 s; a reply that does not come by then (or a caller that drops its
-//! future) closes the connection, and the server releases a grant it held for it once it sees
-//! the client gone. A server without replicas replies at once; a master whose set has fewer
-//! members than it requires refuses at once. A server that is no longer a master (a failover
-//! while the write waited) refuses every write it held (`NOREPLICAS this server is no longer a
-//! master`, or Redis's own `UNBLOCKED` as it turns replica: reported the same way).
+//! A held reply blocks its connection in the server until it is answered, so a batch goes over
+//! a dedicated connection of the client's sync pool (a wait: its wait connection), never over
+//! the shared one ([`crate::ClientOptions::sync_connections`]). The client waits for the reply up
+//! to [`Sync::timeout`] plus 5 s; a reply that does not come by then (or a batch whose callers
+//! all dropped their futures) closes the connection, and the client releases in the background
+//! every new holding the batch may have made. A server without replicas replies at once; a master
+//! whose set has fewer members than it requires refuses at once. A server that is no longer a
+//! master (a failover while the write waited) refuses every write it held (`NOREPLICAS this
+//! server is no longer a master`, or Redis's own `UNBLOCKED` as it turns replica: reported the
+//! same way).
 //!
 //! [`Sync::exactly`] and [`Sync::with_aof`] still wait on the client's side: the write carries
 //! `NOSYNC` (replied at once), and `WAIT n timeout` (or `WAITAOF 1 n timeout`) goes behind it on
@@ -141,6 +144,12 @@ impl Sync {
     pub const fn with_aof(mut self, aof: bool) -> Self {
         self.aof = aof;
         self
+    }
+
+    /// True when writes go out in batches, `NOSYNC` each with one `LOCK.SYNC` behind them
+    /// ([`crate::batch`]): to the in-sync set, without AOF.
+    pub(crate) fn batches(&self) -> bool {
+        self.replicas == Replicas::InSync && !self.aof
     }
 
     /// True when nothing is synced ([`Sync::off`]).
@@ -339,7 +348,7 @@ pub(crate) fn guarded_error(error: RedisError) -> Error {
 
 /// [`Error::NotReplicated`] for the server's `NOREPLICAS` reply `message`: the reason is its
 /// text up to `; ` (what was missing), the message all of it (what it means for the write).
-fn not_replicated(message: &str) -> Error {
+pub(crate) fn not_replicated(message: &str) -> Error {
     let text = message.strip_prefix("NOREPLICAS").unwrap_or(message).trim();
     let reason = text.split("; ").next().unwrap_or(text).to_owned();
     Error::NotReplicated {

@@ -1,8 +1,9 @@
 //! The client's dedicated connections, counted on real servers: waits and synced writes reuse
 //! them, a connection whose reply was lost is closed and never lent again, and an exhausted
 //! pool makes callers queue within their own budget without holding up a holder's renewal and
-//! release; concurrent synced writes each go as one command, the server syncing them, and a
-//! caller that drops its future loses only its own write, whose grant the server releases.
+//! release; concurrent synced writes go in batches, one command each and one `LOCK.SYNC`
+//! behind each batch, the server syncing them, and a caller that drops its future loses only
+//! its own write, whose grant the client releases.
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
@@ -209,7 +210,7 @@ async fn an_exhausted_pool_makes_callers_queue_within_their_budget_and_never_hol
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn concurrent_synced_grants_go_one_command_each_over_the_sync_pool() {
+async fn concurrent_synced_grants_go_in_batches_over_the_sync_pool() {
     let (master, replica) = pair();
     let mut con = master.client();
     let options = ClientOptions::new().sync_connections(8);
@@ -218,10 +219,12 @@ async fn concurrent_synced_grants_go_one_command_each_over_the_sync_pool() {
     let first = first.expect("synced").expect("free");
     assert!(first.release().await.expect("release"));
     let (acquires, waits) = (calls(&master, "lock.acquire"), calls(&master, "wait"));
+    let syncs = calls(&master, "lock.sync");
     let before = accepted(&mut con);
 
-    // 64 tasks, each on a lock of its own, acquire and release 20 times: the server holds
-    // each grant's reply until the replica has it, over at most 8 connections.
+    // 64 tasks, each on a lock of its own, acquire and release 20 times: the grants waiting for
+    // a connection go together, and the server holds each batch's `LOCK.SYNC` until the
+    // replica has it, over at most 8 connections.
     let tasks: Vec<_> = (0..64)
         .map(|n| {
             let lock = Lock::new(&client, &format!("k{n}"));
@@ -243,6 +246,11 @@ async fn concurrent_synced_grants_go_one_command_each_over_the_sync_pool() {
     assert!(opened <= 8, "{opened} connections opened");
     let grants = calls(&master, "lock.acquire") - acquires;
     assert_eq!(grants, 64 * 21, "one command per grant");
+    let syncs = calls(&master, "lock.sync") - syncs;
+    assert!(
+        syncs < grants,
+        "{syncs} LOCK.SYNC for {grants} grants: batched"
+    );
     assert_eq!(calls(&master, "wait") - waits, 0, "no WAIT");
     assert_eq!(calls(&master, "lock.insync"), 0, "no LOCK.INSYNC");
     let mut on_replica = replica.client();
@@ -257,8 +265,8 @@ async fn concurrent_synced_grants_go_one_command_each_over_the_sync_pool() {
 async fn a_caller_that_drops_its_future_loses_only_its_own_write_and_its_grant_is_released() {
     let (master, replica) = pair();
     let mut con = master.client();
-    // The server would hold a grant 10 s for a stopped replica: a release sooner is the one it
-    // makes when the grant's connection closes.
+    // The server would hold a grant's LOCK.SYNC 10 s for a stopped replica: a release sooner is
+    // the one the client makes when the grant's caller left.
     let set = ["CONFIG", "SET", "lock.sync-timeout-ms", "10000"];
     assert_eq!(call(&mut con, &set), redis::Value::Okay);
     let client = client(&master, ClientOptions::new().sync_connections(1)).await;
@@ -275,8 +283,8 @@ async fn a_caller_that_drops_its_future_loses_only_its_own_write_and_its_grant_i
     };
     let acquires = granted(&mut con);
 
-    // The only sync connection carries a's grant, which waits for a stopped replica; b and d
-    // queue for the connection.
+    // The only sync connection carries a's grant, whose LOCK.SYNC waits for a stopped replica;
+    // b and d queue for the connection.
     replica.signal("STOP");
     let try_acquire = |name: &str| {
         let lock = Lock::new(&client, name).with_sync(long);
@@ -292,7 +300,8 @@ async fn a_caller_that_drops_its_future_loses_only_its_own_write_and_its_grant_i
     d.abort();
     assert!(d.await.expect_err("aborted").is_cancelled());
 
-    // Dropped with its grant held: the connection closes, and the server releases the grant.
+    // Dropped with its grant held: its batch's only caller left, so the connection closes and
+    // the client releases the grant.
     a.abort();
     let dropped = Instant::now();
     assert!(a.await.expect_err("aborted").is_cancelled());

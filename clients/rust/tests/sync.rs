@@ -1,7 +1,8 @@
 //! Grants and renewals synced to replicas before they count (`Sync`): on a real master and
 //! replicas, with a replica running, stopped (`SIGSTOP`), the master turned replica, and a
-//! replica killed for good. The server syncs the writes itself (`SYNC`, module 0.7.0+): the
-//! client sends one command per write, no `LOCK.INSYNC` and no `WAIT`, and reports the server's
+//! replica killed for good. The server syncs the writes itself (module 0.7.0+): the client
+//! sends each write with `NOSYNC` and one `LOCK.SYNC` behind a batch of them, no `LOCK.INSYNC`
+//! and no `WAIT`, releases the grants of a batch the server refused and reports its
 //! `NOREPLICAS` as `NotReplicated`; a fixed count still waits with `WAIT` behind `NOSYNC`.
 
 #[path = "../../../tests/common/mod.rs"]
@@ -160,6 +161,46 @@ async fn a_grant_the_replica_does_not_get_is_released_and_reported() {
             .is_ok(),
         "sync off"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_the_replica_does_not_get_has_every_grant_released_and_reported() {
+    let (master, replica) = pair();
+    quick(&master);
+    let options = leasehold_client::ClientOptions::new().sync_connections(1);
+    let client = Client::open_with(&master.url(), options)
+        .await
+        .expect("connect");
+    synced_once(&client).await;
+    replica.signal("STOP");
+    let syncs = calls(&master, "lock.sync");
+    let tasks: Vec<_> = (0..8)
+        .map(|n| {
+            // Queued up to 2 s for the one connection: the server refuses each batch at 200 ms.
+            let sync = Sync::to_replicas().timeout(Duration::from_secs(2));
+            let lock = Lock::new(&client, &format!("k{n}")).with_sync(sync);
+            tokio::spawn(async move { lock.try_acquire(TTL).await })
+        })
+        .collect();
+    for task in tasks {
+        let tried = task.await.expect("task");
+        assert!(refused(&tried, UNACKNOWLEDGED), "{}", outcome(&tried));
+        assert!(
+            outcome(&tried).contains("the grant was released"),
+            "{}",
+            outcome(&tried)
+        );
+    }
+    let mut con = master.client();
+    for n in 0..8 {
+        assert_eq!(holder(&mut con, &format!("k{n}")), None, "k{n} released");
+    }
+    let syncs = calls(&master, "lock.sync") - syncs;
+    assert!(
+        syncs < 8,
+        "{syncs} LOCK.SYNC for 8 grants over one connection: batched"
+    );
+    replica.signal("CONT");
 }
 
 #[tokio::test(flavor = "multi_thread")]
