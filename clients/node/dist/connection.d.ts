@@ -8,7 +8,8 @@
  * dedicated connections — duplicates of the program's client, without the client's command
  * timeout or retries — kept in two bounded pools per client (per master in a cluster, {@link
  * PoolSizes}): one for waits, one for synced writes, so that waiters never starve a holder's
- * renewal. A connection is given back once every reply sent on it came, and closed when one
+ * renewal. The synced acquires and renewals queued for a master at the same time share one
+ * connection of the sync pool, behind one `LOCK.SYNC` ({@link Connection.batched}, batch.ts). A connection is given back once every reply sent on it came, and closed when one
  * did not come `margin` ms after it should have (ioredis's `commandTimeout` would otherwise
  * report a failure while the server still grants the lock; closing it makes the server release
  * a grant it still held for it) or the connection failed. Closing the program's client closes
@@ -21,6 +22,7 @@
  * session was replaced; one bound that carries untied writes is unbound first (`USE NONE`):
  * {@link binding}.
  */
+import { Committed } from './batch.js';
 import { Session, SessionOptions } from './session.js';
 export { Exhausted, PoolClosed } from './pool.js';
 /** What the locks use of a node-redis client (`createClient()`, v4 and later). */
@@ -153,7 +155,18 @@ export declare class Connection {
      * opened.
      */
     lend<T>(kind: PoolKind, key: string, deadline: number | undefined, use: (own: Own) => Promise<T>, tied?: boolean): Promise<T>;
+    /**
+     * Sends `command` (a grant or a renewal flagged `NOSYNC`) to the master serving `key` in the
+     * next batch of the writes queued for it ({@link Batcher}: together on one connection of the
+     * sync pool, `LOCK.SYNC` behind them), queued until `deadline` (ms since the epoch), the
+     * batch's replies waited for up to `timeoutMs`: its reply and `LOCK.SYNC`'s. One ending in
+     * `SESSION` is tied to the client's session on that master. In a cluster it follows `MOVED`
+     * (relearning the slots) and `ASK` (alone, to the importing master). Rejects as {@link lend}.
+     */
+    batched(key: string, command: string[], deadline: number, timeoutMs: number): Promise<Committed>;
     private lendOnce;
+    /** {@link lendOnce} on the master of `place` (`asking`: after `ASK`). */
+    private lendFrom;
     /** The pools to the master at `address`, made on first use (and again when the cluster
      * client replaced its client for that node: the session stays, reconnecting through the new
      * one); closed, with the session, when that client closes. */

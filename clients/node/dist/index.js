@@ -11,7 +11,8 @@
  *   caller never holds a lock it was told it did not get, and the connection is closed.
  * - Grants (a holder's re-entry, downgrade and upgrade too) and renewals count only once every
  *   replica of the master's in-sync set has them (`sync`): the server holds the reply until
- *   then (`SYNC`, lock module 0.7.0 and later), or refuses the write with `NOREPLICAS`.
+ *   then (`SYNC`, or `LOCK.SYNC` behind a batch of the acquires and renewals sent at the same
+ *   time; lock module 0.7.0 and later), or refuses the writes with `NOREPLICAS`.
  * - Every holding has a fencing token, a JS `number` (tokens stay below 2^53).
  * - `using(routine)` renews the lease every third of it — a renewal that did not count tried
  *   again within a second, until one does — and hands the routine an `AbortSignal` that fires
@@ -279,7 +280,7 @@ class LeaseholdLock {
         for (let retries = 0;; retries++) {
             const began = Date.now();
             try {
-                const grant = await grantTokens(this.writes, this.command(owner), this.release(owner));
+                const grant = await grantTokens(this.writes, this.command(owner), this.release(owner), true);
                 return await this.held(owner, grant, watchdog, began);
             }
             catch (error) {
@@ -747,11 +748,11 @@ function tokensOf(reply) {
     return Array.isArray(reply) ? reply.map(Number) : [Number(reply)];
 }
 /** A grant without waiting, synced ({@link Writes.grant}; `release` gives it back when a fixed
- * count's `WAIT` falls short): the tokens, or null when busy (or when the server cannot issue a token
- * yet: `TRYAGAIN`), and its session. */
-async function grantTokens(writes, command, release) {
+ * count's `WAIT` falls short, or a batch's `LOCK.SYNC` was refused: `batched`): the tokens, or
+ * null when busy (or when the server cannot issue a token yet: `TRYAGAIN`), and its session. */
+async function grantTokens(writes, command, release, batched = false) {
     try {
-        const { reply, tie } = await writes.grant(command, release);
+        const { reply, tie } = await writes.grant(command, release, batched);
         return { tokens: tokensOf(reply), tie };
     }
     catch (error) {

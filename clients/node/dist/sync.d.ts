@@ -10,7 +10,10 @@
  * members `lock.min-insync-replicas` requires. Otherwise, within `lock.sync-timeout-ms`, it
  * answers `NOREPLICAS <what was missing>; <what that means>`: a grant was released by the
  * server, a renewal does not count (the lease before it does) — {@link refusalOf}. `NOSYNC`
- * replies at once. A fixed replica count, and the master's AOF, are the client's to wait for:
+ * replies at once; `LOCK.SYNC` waits as `SYNC` does for every write before it, and the package
+ * sends its acquires and renewals so, several tasks' in one batch on one connection (batch.ts),
+ * its refusal meaning the same for each of them ({@link unsyncedBy}) — but the client gives
+ * back the grants. A fixed replica count, and the master's AOF, are the client's to wait for:
  * `WAIT` / `WAITAOF` behind the write on its connection ({@link waitCommand}, {@link shortfall}).
  */
 /** How grants and renewals reach the replicas before they count. */
@@ -48,8 +51,9 @@ export interface SyncOptions {
  * sync timeout (nothing was sent). Not "busy": the lock was free, the replicas were not there.
  *
  * A grant the server refused is not held (`released`): the server gave it back as the owner's
- * `LOCK.RELEASE` would — an acquire's grant, a re-entry's new hold, and a downgrade's or
- * upgrade's holding — except on a server that is no longer a master, which could not: the new
+ * `LOCK.RELEASE` would — an acquire's grant (synced in a batch behind `LOCK.SYNC`, which undoes
+ * nothing: given back by the client, before it rejects), a re-entry's new hold, and a
+ * downgrade's or upgrade's holding — except on a server that is no longer a master, which could not: the new
  * master may have the grant ({@link isDemoted}; an acquire's is released there in the
  * background, owner-checked). One that missed a client-side `WAIT` is released by the client
  * (a downgrade or upgrade stays made on the master). A renewal that does not count leaves the
@@ -65,7 +69,8 @@ export declare class NotReplicatedError extends Error {
     /** `acked`, `wanted`: how many replicas acknowledged, how many had to — for a client-side
      * `WAIT` (a fixed `replicas` count); 0 and 0 when the server refused it (`reason` says what
      * was missing); `write`: what did not count (`'grant'` for an acquire, a re-entry, a
-     * downgrade and an upgrade); `reason`: why; `released`: the server released the grant. */
+     * downgrade and an upgrade); `reason`: why; `released`: the grant was released (by the
+     * server, or for an acquire synced in a batch by the client, before it rejected). */
     constructor(acked: number, wanted: number, write?: Write, reason?: string, released?: boolean);
 }
 /** What a synced write is: a grant (an acquire, a re-entry, a downgrade, an upgrade), a
@@ -107,6 +112,16 @@ export declare function isDemoted(error: unknown): boolean;
  * StaleTokenError}, and the command's own errors as they are.
  */
 export declare function refusalOf(reply: Error, write: Write): Error;
+/**
+ * Why the writes sent with `NOSYNC` before a `LOCK.SYNC` do not count, from its `reply`
+ * (batch.ts); undefined when it is `OK`. `NOREPLICAS <missing>; <meaning>` is the {@link
+ * NotReplicatedError} a `SYNC` write of `write` refused for the same reason gets — `released`
+ * for a grant, which the client gives back ({@link Writes}), unless the server is no longer a
+ * master (`reason` then the same as a `SYNC` write's, {@link isDemoted}); so is Redis's
+ * `UNBLOCKED` (the master turned replica while it held the reply); `ERR unknown command` says the
+ * module is older than 0.7.0; any other error reply is as it is.
+ */
+export declare function unsyncedBy(reply: unknown, write: Write): Error | undefined;
 /** `WAIT n timeout` or `WAITAOF 1 n timeout`, `timeoutMs` at least 1 (0 would be no limit). */
 export declare function waitCommand(sync: SyncOptions, replicas: number, timeoutMs: number): string[];
 /**

@@ -10,7 +10,10 @@
  * members `lock.min-insync-replicas` requires. Otherwise, within `lock.sync-timeout-ms`, it
  * answers `NOREPLICAS <what was missing>; <what that means>`: a grant was released by the
  * server, a renewal does not count (the lease before it does) — {@link refusalOf}. `NOSYNC`
- * replies at once. A fixed replica count, and the master's AOF, are the client's to wait for:
+ * replies at once; `LOCK.SYNC` waits as `SYNC` does for every write before it, and the package
+ * sends its acquires and renewals so, several tasks' in one batch on one connection (batch.ts),
+ * its refusal meaning the same for each of them ({@link unsyncedBy}) — but the client gives
+ * back the grants. A fixed replica count, and the master's AOF, are the client's to wait for:
  * `WAIT` / `WAITAOF` behind the write on its connection ({@link waitCommand}, {@link shortfall}).
  */
 /**
@@ -21,8 +24,9 @@
  * sync timeout (nothing was sent). Not "busy": the lock was free, the replicas were not there.
  *
  * A grant the server refused is not held (`released`): the server gave it back as the owner's
- * `LOCK.RELEASE` would — an acquire's grant, a re-entry's new hold, and a downgrade's or
- * upgrade's holding — except on a server that is no longer a master, which could not: the new
+ * `LOCK.RELEASE` would — an acquire's grant (synced in a batch behind `LOCK.SYNC`, which undoes
+ * nothing: given back by the client, before it rejects), a re-entry's new hold, and a
+ * downgrade's or upgrade's holding — except on a server that is no longer a master, which could not: the new
  * master may have the grant ({@link isDemoted}; an acquire's is released there in the
  * background, owner-checked). One that missed a client-side `WAIT` is released by the client
  * (a downgrade or upgrade stays made on the master). A renewal that does not count leaves the
@@ -38,7 +42,8 @@ export class NotReplicatedError extends Error {
     /** `acked`, `wanted`: how many replicas acknowledged, how many had to — for a client-side
      * `WAIT` (a fixed `replicas` count); 0 and 0 when the server refused it (`reason` says what
      * was missing); `write`: what did not count (`'grant'` for an acquire, a re-entry, a
-     * downgrade and an upgrade); `reason`: why; `released`: the server released the grant. */
+     * downgrade and an upgrade); `reason`: why; `released`: the grant was released (by the
+     * server, or for an acquire synced in a batch by the client, before it rejected). */
     constructor(acked, wanted, write = 'grant', reason = `${acked} of the ${wanted} replicas wanted acknowledged in time`, released = false) {
         super(write === 'command'
             ? `the command ran on the master, but a failover may lose its write: ${reason}`
@@ -110,9 +115,39 @@ export function refusalOf(reply, write) {
             return new StaleTokenError(reply.message);
         return reply;
     }
-    if (SYNTAX_ERROR.test(reply.message)) {
-        return new Error(`the server answered "${reply.message}" to a lock write with SYNC or NOSYNC: this package needs the lock module 0.7.0 or later`, { cause: reply });
-    }
+    if (SYNTAX_ERROR.test(reply.message))
+        return tooOld(reply, 'a lock write with SYNC or NOSYNC');
+    return reply;
+}
+/** What a module older than 0.7.0 answers to `LOCK.SYNC` (Redis: `'LOCK.SYNC'`, Valkey: a
+ * backquote or the same). */
+const UNKNOWN_SYNC = /^ERR unknown command [`']lock\.sync/i;
+/** An error that says this package needs lock module 0.7.0 or later, the server's `reply` to
+ * `what` its cause. */
+function tooOld(reply, what) {
+    return new Error(`the server answered "${reply.message}" to ${what}: this package needs the lock module 0.7.0 or later`, { cause: reply });
+}
+/**
+ * Why the writes sent with `NOSYNC` before a `LOCK.SYNC` do not count, from its `reply`
+ * (batch.ts); undefined when it is `OK`. `NOREPLICAS <missing>; <meaning>` is the {@link
+ * NotReplicatedError} a `SYNC` write of `write` refused for the same reason gets — `released`
+ * for a grant, which the client gives back ({@link Writes}), unless the server is no longer a
+ * master (`reason` then the same as a `SYNC` write's, {@link isDemoted}); so is Redis's
+ * `UNBLOCKED` (the master turned replica while it held the reply); `ERR unknown command` says the
+ * module is older than 0.7.0; any other error reply is as it is.
+ */
+export function unsyncedBy(reply, write) {
+    if (reply === 'OK')
+        return undefined;
+    if (!(reply instanceof Error))
+        return new Error(`LOCK.SYNC replied ${String(reply)}, not OK`);
+    const refused = /^NOREPLICAS ([^;]*)/.exec(reply.message);
+    if (refused)
+        return new NotReplicatedError(0, 0, write, refused[1], write === 'grant' && refused[1] !== DEMOTED);
+    if (reply.message.startsWith('UNBLOCKED'))
+        return new NotReplicatedError(0, 0, write, DEMOTED);
+    if (UNKNOWN_SYNC.test(reply.message))
+        return tooOld(reply, 'LOCK.SYNC');
     return reply;
 }
 /** `WAIT n timeout` or `WAITAOF 1 n timeout`, `timeoutMs` at least 1 (0 would be no limit). */

@@ -3,11 +3,19 @@
  * counts. Each write is one command with `SYNC` or `NOSYNC` (lock module 0.7.0 and later:
  * {@link refusalOf} names the module an older one needs):
  *
- * - The in-sync set (the default): `SYNC` — the server replies once every member of the
- *   master's in-sync set has the write, or refuses it with `NOREPLICAS` within its
- *   `lock.sync-timeout-ms` (a refused grant it released itself: never released here). The
- *   server holds the reply meanwhile, so the write goes on a connection of the sync pool; with
- *   `aof`, `WAITAOF 1 0 t` goes behind it in the same pipeline.
+ * - The in-sync set (the default), for an acquire that does not wait and a renewal: `NOSYNC`,
+ *   in a batch with the others queued for the same master at the same time, on one connection
+ *   of the sync pool, `LOCK.SYNC` behind them (batch.ts): the server replies `OK` once every
+ *   member of the master's in-sync set has them all, or refuses with `NOREPLICAS` within its
+ *   `lock.sync-timeout-ms` — and undoes nothing: each grant of the batch is released here
+ *   before its caller hears ({@link counted}), a renewal does not count. A batch whose reply
+ *   was lost leaves its acquires to their callers, which release them in the background.
+ * - The in-sync set, for a re-entry, a downgrade, an upgrade (which only the server can undo
+ *   exactly), a guarded or fenced command, or with `aof`: `SYNC` — the server replies once
+ *   every member of the set has the write, or refuses it with `NOREPLICAS` (a refused grant it
+ *   released itself: never released here); it holds the reply meanwhile, so the write goes
+ *   alone on a connection of the sync pool; with `aof`, `WAITAOF 1 0 t` goes behind it in the
+ *   same pipeline.
  * - A fixed replica count (`sync.replicas`): `NOSYNC`, with `WAIT n t` (`WAITAOF 1 n t`) behind
  *   it in one pipeline on a connection of the sync pool; a grant too few replicas acknowledged
  *   is released here.
@@ -27,7 +35,7 @@
  */
 import { Exhausted } from './connection.js';
 import { SESSION, isNoSuchSession, wantsSession } from './session.js';
-import { DEFAULT_SYNC_TIMEOUT, NotReplicatedError, refusalOf, shortfall, waitCommand } from './sync.js';
+import { DEFAULT_SYNC_TIMEOUT, NotReplicatedError, refusalOf, shortfall, unsyncedBy, waitCommand } from './sync.js';
 /** The writes of one lock (or set of locks), routed by `key`. */
 export class Writes {
     connection;
@@ -62,9 +70,15 @@ export class Writes {
      * the server (which released it), short of a fixed count's `WAIT` (then given back with
      * `release`, if given, else it stays made on the master), or no sync connection came free
      * within the sync timeout (nothing was sent).
+     *
+     * `batched` (an acquire, whose `release` gives back exactly its grant, and which a lost reply
+     * has released by its caller): synced to the in-sync set in a batch (batch.ts) rather than
+     * alone with `SYNC`; a `LOCK.SYNC` refused, the grant is given back with `release` before it
+     * rejects. A re-entry or a change of mode goes alone: the server undoes one the set lacks, or
+     * whose reply was lost (the client could not tell what to undo).
      */
-    grant(command, release) {
-        return this.write(command, 'grant', (reply) => reply !== null, release);
+    grant(command, release, batched = false) {
+        return this.write(command, 'grant', (reply) => reply !== null, release, batched);
     }
     /**
      * An acquire that waits in the server up to `waitMs` (0: no limit), on a connection of the
@@ -81,7 +95,7 @@ export class Writes {
      * `WAIT`, or that found no sync connection free within the sync timeout — rejects with {@link
      * NotReplicatedError}. */
     renew(command, applied) {
-        return this.write(command, 'renewal', applied);
+        return this.write(command, 'renewal', applied, undefined, true);
     }
     /** What the writes say to the server: `SYNC` for the in-sync set, else `NOSYNC`. */
     get flag() {
@@ -119,14 +133,18 @@ export class Writes {
             throw outcome.unsynced;
         return outcome.reply;
     }
-    /** A write that does not wait: over the program's own connection when not synced nor tied,
-     * else on a connection of the sync pool. */
-    async write(command, write, applied, release) {
+    /** A write that does not wait: over the program's own connection when not synced nor tied;
+     * synced to the in-sync set (without `aof`), in a batch when it may be ({@link batch}); else
+     * alone on a connection of the sync pool. */
+    async write(command, write, applied, release, batched) {
         if (this.how === 'off' && !wantsSession(command))
             return this.sent(command, write);
         let outcome;
         try {
-            outcome = await this.exchange('sync', command, write, Date.now() + this.syncMs, 0);
+            const deadline = Date.now() + this.syncMs;
+            outcome = batched && this.how === 'insync' && !this.sync.aof
+                ? await this.batch(command, write, deadline)
+                : await this.exchange('sync', command, write, deadline, 0);
         }
         catch (error) {
             if (!(error instanceof Exhausted))
@@ -146,19 +164,34 @@ export class Writes {
         }
     }
     /** The write that counts (or was not `applied`); otherwise the grant given back with
-     * `release` (if any) and the rejection. */
+     * `release` (if any; a failed release leaves it to its lease) and the rejection. */
     async counted(outcome, applied, release) {
         const { reply, unsynced, tie } = outcome;
         if (!applied || !unsynced)
             return { reply, began: outcome.began, tie };
         if (release)
-            await this.connection.send(release, this.key);
+            await this.connection.send(release, this.key).catch(() => { });
         throw unsynced;
     }
-    /** `command` with `SYNC` or `NOSYNC` (before the {@link SESSION} marker that ends it). */
-    flagged(command) {
-        const flag = this.how === 'insync' ? 'SYNC' : 'NOSYNC';
+    /** `command` with `flag` (before the {@link SESSION} marker that ends it). */
+    flagged(command, flag = this.flag) {
         return wantsSession(command) ? [...command.slice(0, -1), flag, SESSION] : [...command, flag];
+    }
+    /**
+     * `command` with `NOSYNC`, synced to the in-sync set in a batch with the other writes queued
+     * for its master (batch.ts: `LOCK.SYNC` behind them), queued until `deadline`: its outcome —
+     * `unsynced` when `LOCK.SYNC` was refused ({@link unsyncedBy}; the server undid nothing:
+     * {@link counted} gives a grant back). Its own error reply rejects ({@link refusalOf}; `ERR no
+     * such session` replaces the session it was tied to), a lost reply with {@link LostReply}, a
+     * queue that lasted until `deadline` with {@link Exhausted}.
+     */
+    async batch(command, write, deadline) {
+        const { reply, synced, sent, tie } = await this.connection.batched(this.key, this.flagged(command, 'NOSYNC'), deadline, this.syncMs + this.margin);
+        if (tie && isNoSuchSession(reply))
+            tie.keeper.replaced(tie);
+        if (reply instanceof Error)
+            throw refusalOf(reply, write);
+        return { reply, began: sent, unsynced: unsyncedBy(synced, write), tie };
     }
     /** What the client waits for behind the write: `WAIT n` / `WAITAOF 1 n` for a fixed count,
      * `WAITAOF 1 0` for the AOF of a write synced to the in-sync set; nothing else. */

@@ -8,7 +8,8 @@
  * dedicated connections — duplicates of the program's client, without the client's command
  * timeout or retries — kept in two bounded pools per client (per master in a cluster, {@link
  * PoolSizes}): one for waits, one for synced writes, so that waiters never starve a holder's
- * renewal. A connection is given back once every reply sent on it came, and closed when one
+ * renewal. The synced acquires and renewals queued for a master at the same time share one
+ * connection of the sync pool, behind one `LOCK.SYNC` ({@link Connection.batched}, batch.ts). A connection is given back once every reply sent on it came, and closed when one
  * did not come `margin` ms after it should have (ioredis's `commandTimeout` would otherwise
  * report a failure while the server still grants the lock; closing it makes the server release
  * a grant it still held for it) or the connection failed. Closing the program's client closes
@@ -24,8 +25,9 @@
 
 import keySlot from 'cluster-key-slot';
 
+import { Batcher, Committed, commit } from './batch.js';
 import { Dedicated, Exhausted, Factory, Pool, Replied } from './pool.js';
-import { Session, SessionKeeper, SessionOptions, binding, tiedByUse } from './session.js';
+import { Session, SessionKeeper, SessionOptions, binding, tiedByUse, wantsSession } from './session.js';
 
 export { Exhausted, PoolClosed } from './pool.js';
 
@@ -143,6 +145,9 @@ type Origin = NodeRedisClient | IORedisClient;
 interface Place {
   origin: Origin;
   pools: Record<PoolKind, Pool<Dedicated>>;
+  /** The synced writes queued for the sync pool ({@link Connection.batched}): tied to the
+   * session, and not. */
+  batches: { tied: Batcher; untied: Batcher };
   /** The client's session on this master, once a lock asked for it. */
   session?: SessionKeeper;
 }
@@ -199,6 +204,32 @@ export class Connection {
     }
   }
 
+  /**
+   * Sends `command` (a grant or a renewal flagged `NOSYNC`) to the master serving `key` in the
+   * next batch of the writes queued for it ({@link Batcher}: together on one connection of the
+   * sync pool, `LOCK.SYNC` behind them), queued until `deadline` (ms since the epoch), the
+   * batch's replies waited for up to `timeoutMs`: its reply and `LOCK.SYNC`'s. One ending in
+   * `SESSION` is tied to the client's session on that master. In a cluster it follows `MOVED`
+   * (relearning the slots) and `ASK` (alone, to the importing master). Rejects as {@link lend}.
+   */
+  async batched(key: string, command: string[], deadline: number, timeoutMs: number): Promise<Committed> {
+    const tied = wantsSession(command);
+    let asking: string | undefined;
+    for (let redirects = 0; ; redirects++) {
+      let committed: Committed;
+      if (asking === undefined) {
+        const place = this.place(this.masterAddress(key), await this.origin(key));
+        committed = await place.batches[tied ? 'tied' : 'untied'].add(command, deadline, timeoutMs);
+      } else {
+        committed = await this.lendOnce('sync', key, deadline, asking, async (own) => (await commit(own, [command], timeoutMs))[0], tied);
+      }
+      const redirect = /^(MOVED|ASK) \d+ (\S+)/.exec(committed.reply instanceof Error ? committed.reply.message : '');
+      if (!redirect || redirects >= REDIRECTS) return committed;
+      asking = redirect[1] === 'ASK' ? redirect[2] : undefined;
+      if (!asking) await this.relearnSlots(key);
+    }
+  }
+
   private async lendOnce<T>(
     kind: PoolKind,
     key: string,
@@ -209,12 +240,24 @@ export class Connection {
   ): Promise<T> {
     const address = asking ?? this.masterAddress(key);
     const place = this.place(address, await this.origin(key, asking));
+    return this.lendFrom(place, kind, deadline, asking !== undefined, use, tied);
+  }
+
+  /** {@link lendOnce} on the master of `place` (`asking`: after `ASK`). */
+  private async lendFrom<T>(
+    place: Place,
+    kind: PoolKind,
+    deadline: number | undefined,
+    asking: boolean,
+    use: (own: Own) => Promise<T>,
+    tied: boolean,
+  ): Promise<T> {
     // The session first: one that cannot be opened (a replica: READONLY) costs no pooled
     // connection.
     const tie = tied && this.sessions ? await this.keeper(place).current() : undefined;
     const pool = place.pools[kind];
     const dedicated = await pool.borrow(deadline);
-    const lent = new Lent(dedicated, asking !== undefined, tie);
+    const lent = new Lent(dedicated, asking, tie);
     try {
       return await use(lent);
     } finally {
@@ -232,7 +275,9 @@ export class Connection {
     if (known?.origin === origin) return known;
     const sizes = { ...DEFAULT_POOL_SIZES, ...SIZES.get(this.client) };
     const factory = dedicatedFactory(origin);
-    const place: Place = { origin, pools: { wait: new Pool(factory, sizes.wait), sync: new Pool(factory, sizes.sync) } };
+    const pools = { wait: new Pool(factory, sizes.wait), sync: new Pool(factory, sizes.sync) };
+    const batcher = (tied: boolean): Batcher => new Batcher((deadline, use) => this.lendFrom(place, 'sync', deadline, false, use, tied));
+    const place: Place = { origin, pools, batches: { tied: batcher(true), untied: batcher(false) } };
     known?.pools.wait.close();
     known?.pools.sync.close();
     if (known?.session) {

@@ -11,7 +11,8 @@
  *   caller never holds a lock it was told it did not get, and the connection is closed.
  * - Grants (a holder's re-entry, downgrade and upgrade too) and renewals count only once every
  *   replica of the master's in-sync set has them (`sync`): the server holds the reply until
- *   then (`SYNC`, lock module 0.7.0 and later), or refuses the write with `NOREPLICAS`.
+ *   then (`SYNC`, or `LOCK.SYNC` behind a batch of the acquires and renewals sent at the same
+ *   time; lock module 0.7.0 and later), or refuses the writes with `NOREPLICAS`.
  * - Every holding has a fencing token, a JS `number` (tokens stay below 2^53).
  * - `using(routine)` renews the lease every third of it — a renewal that did not count tried
  *   again within a second, until one does — and hands the routine an `AbortSignal` that fires
@@ -98,14 +99,16 @@ export interface LockOptions {
   timeoutMargin?: number;
   /**
    * How grants and renewals reach the master's replicas before they count (default: every
-   * replica of the master's in-sync set — the write goes with `SYNC`, and the server replies
-   * once they all acknowledged it, within its `lock.sync-timeout-ms`; `false`: not at all,
+   * replica of the master's in-sync set — the write goes with `SYNC` (an acquire without
+   * waiting and a renewal: with `NOSYNC`, in a batch with those sent at the same time, then
+   * `LOCK.SYNC`), and the server replies once they all acknowledged it, within its
+   * `lock.sync-timeout-ms`; `false`: not at all,
    * `NOSYNC`). Needs lock module 0.7.0 or later (an older one answers `ERR syntax error`: the
    * write rejects with an error that says so). When one does not count — not every member
    * acknowledged in time, the set has fewer than `lock.min-insync-replicas` members, or the
    * server is no longer a master — the server answers `NOREPLICAS` and the write rejects with
-   * {@link NotReplicatedError} (its `reason` says which). A grant the server refused it also
-   * released (`released`): an acquire rejects with it (or with a `wait` budget left, tries
+   * {@link NotReplicatedError} (its `reason` says which). A grant refused is also released
+   * (`released`; by the server, or by the client for an acquire synced in a batch): an acquire rejects with it (or with a `wait` budget left, tries
    * again within it); a holding's `reenter` rejects, the new hold given back and the holding
    * left as it was; a `downgrade` or `upgrade` rejects and the holding is lost. A master that
    * became a replica meanwhile released nothing — the new master may have the grant: an
@@ -576,7 +579,7 @@ class LeaseholdLock implements Lock {
     for (let retries = 0; ; retries++) {
       const began = Date.now();
       try {
-        const grant = await grantTokens(this.writes, this.command(owner), this.release(owner));
+        const grant = await grantTokens(this.writes, this.command(owner), this.release(owner), true);
         return await this.held(owner, grant, watchdog, began);
       } catch (error) {
         // The server did not know the session (a failover): a new one replaces it.
@@ -1030,11 +1033,11 @@ interface Grant {
 }
 
 /** A grant without waiting, synced ({@link Writes.grant}; `release` gives it back when a fixed
- * count's `WAIT` falls short): the tokens, or null when busy (or when the server cannot issue a token
- * yet: `TRYAGAIN`), and its session. */
-async function grantTokens(writes: Writes, command: string[], release?: string[]): Promise<Grant> {
+ * count's `WAIT` falls short, or a batch's `LOCK.SYNC` was refused: `batched`): the tokens, or
+ * null when busy (or when the server cannot issue a token yet: `TRYAGAIN`), and its session. */
+async function grantTokens(writes: Writes, command: string[], release?: string[], batched = false): Promise<Grant> {
   try {
-    const { reply, tie } = await writes.grant(command, release);
+    const { reply, tie } = await writes.grant(command, release, batched);
     return { tokens: tokensOf(reply), tie };
   } catch (error) {
     if (isTryAgain(error)) return { tokens: null };

@@ -1,9 +1,11 @@
 // Each write as the client sends it, against a scripted stand-in for ioredis (no server
-// needed): one command with SYNC (the server syncs it to the in-sync set), NOSYNC with sync off
-// or a fixed count — whose WAIT, and WAITAOF for the AOF, go behind it; a NOREPLICAS refusal
-// reported and never released by the client; a module without SYNC named; a held reply waited
-// for up to the sync timeout and the margin, then given up on with its connection closed; a
-// grant refused by a master that became a replica released in the background.
+// needed): an acquire without waiting and a renewal with NOSYNC and LOCK.SYNC behind it (the
+// server syncs them to the in-sync set), those of one tick in one batch; a wait with SYNC;
+// NOSYNC with sync off or a fixed count — whose WAIT, and WAITAOF for the AOF, go behind it; a
+// LOCK.SYNC refused with NOREPLICAS: a batched grant released by the client before it rejects,
+// a SYNC one never (the server did); a module without SYNC or LOCK.SYNC named; a held reply
+// waited for up to the sync timeout and the margin, then given up on with its connection
+// closed; a grant refused by a master that became a replica released in the background.
 // Sessions are off here (the stand-in does not answer LOCK.SESSION; session.test.mjs has them
 // on a server).
 
@@ -17,7 +19,7 @@ import { LostReply, NotReplicatedError, createLock, setSessionOptions } from '..
  * `closed` counts the duplicates closed. */
 function scripted(answer) {
   const sent = [];
-  const counts = { closed: 0 };
+  const counts = { closed: 0, opened: 0 };
   const make = () => ({
     options: {},
     status: 'ready',
@@ -27,7 +29,7 @@ function scripted(answer) {
       if (reply instanceof Error) throw reply;
       return reply;
     },
-    duplicate: () => make(),
+    duplicate: () => { counts.opened++; return make(); },
     connect: async () => {},
     disconnect: () => { counts.closed++; },
     on: () => {},
@@ -50,6 +52,8 @@ function master({ acked = 2, local = 1 } = {}) {
         return acked;
       case 'WAITAOF':
         return [local, acked];
+      case 'LOCK.SYNC':
+        return 'OK';
       default:
         return new Error(`ERR unknown command '${args[0]}'`);
     }
@@ -58,45 +62,78 @@ function master({ acked = 2, local = 1 } = {}) {
 
 /** Each command sent: its name, and its last argument for a lock write (SYNC or NOSYNC) or its
  * count for a WAIT. */
-const names = (sent) => sent.map((args) => (args[0].startsWith('WAIT') ? `${args[0]} ${args.at(-2)}` : `${args[0]} ${args.at(-1)}`));
+const names = (sent) => sent.map((args) => {
+  if (args.length === 1) return args[0];
+  return args[0].startsWith('WAIT') ? `${args[0]} ${args.at(-2)}` : `${args[0]} ${args.at(-1)}`;
+});
 
-it('sends each grant and renewal alone with SYNC: the server syncs it', async () => {
+/** What the master answers to LOCK.SYNC when the in-sync set did not acknowledge. */
+const SYNC_REFUSED = 'NOREPLICAS the master has 1 in-sync replicas, fewer than lock.min-insync-replicas (2); the writes before it do not count: release the grants they made';
+
+it('sends a grant and a renewal with NOSYNC and LOCK.SYNC behind it: the server syncs them', async () => {
   const { client, sent } = scripted(master());
   const holding = await createLock(client, 'k', { ttl: 10_000 }).tryAcquire();
   assert.ok(holding);
   assert.equal(await holding.renew(), true);
-  assert.deepEqual(names(sent), ['LOCK.ACQUIRE SYNC', 'LOCK.RENEW SYNC']);
-  assert.deepEqual(sent[0], ['LOCK.ACQUIRE', 'k', holding.owner, '10000', 'SYNC']);
+  assert.deepEqual(names(sent), ['LOCK.ACQUIRE NOSYNC', 'LOCK.SYNC', 'LOCK.RENEW NOSYNC', 'LOCK.SYNC']);
+  assert.deepEqual(sent[0], ['LOCK.ACQUIRE', 'k', holding.owner, '10000', 'NOSYNC']);
 });
 
-it('sends a wait in the server with SYNC, and writes of one tick each alone', async () => {
-  const { client, sent } = scripted(master());
+it('sends a wait in the server with SYNC, and the writes of one tick together behind one LOCK.SYNC', async () => {
+  const { client, sent, counts } = scripted(master());
   assert.ok(await createLock(client, 'k').acquire({ wait: 1_000 }));
   assert.deepEqual(sent[0].slice(-3), ['WAIT', '1000', 'SYNC']);
   sent.length = 0;
+  const opened = counts.opened;
   const granted = await Promise.all(['a', 'b', 'c'].map((name) => createLock(client, name).tryAcquire()));
   assert.ok(granted.every(Boolean));
-  assert.deepEqual(names(sent), ['LOCK.ACQUIRE SYNC', 'LOCK.ACQUIRE SYNC', 'LOCK.ACQUIRE SYNC']);
+  assert.deepEqual(names(sent), ['LOCK.ACQUIRE NOSYNC', 'LOCK.ACQUIRE NOSYNC', 'LOCK.ACQUIRE NOSYNC', 'LOCK.SYNC']);
+  assert.equal(counts.opened - opened, 1, 'on one connection of the sync pool');
 });
 
-it("rejects a grant the server refused with NOREPLICAS, and never releases it: the server did", async () => {
+it('releases each grant of a batch whose LOCK.SYNC was refused, before it rejects; a busy one is told busy', async () => {
+  const { client, sent } = scripted((args) => {
+    if (args[0] === 'LOCK.SYNC') return new Error(SYNC_REFUSED);
+    if (args[0] === 'LOCK.ACQUIRE' && args[1] === 'busy') return null;
+    return master()(args);
+  });
+  const outcomes = await Promise.allSettled(['a', 'b', 'busy'].map((name) => createLock(client, name).tryAcquire().finally(() => {
+    if (name !== 'busy') assert.ok(sent.some(([command, key]) => command === 'LOCK.RELEASE' && key === name), `${name} released first`);
+  })));
+  for (const { status, reason } of outcomes.slice(0, 2)) {
+    assert.equal(status, 'rejected');
+    assert.ok(reason instanceof NotReplicatedError && reason.write === 'grant' && reason.released &&
+      reason.reason === 'the master has 1 in-sync replicas, fewer than lock.min-insync-replicas (2)', String(reason));
+  }
+  assert.deepEqual(outcomes[2], { status: 'fulfilled', value: null });
+  const releases = sent.filter(([command]) => command === 'LOCK.RELEASE');
+  assert.deepEqual(releases.map(([, key, owner]) => [key, owner]), ['a', 'b'].map((name) => [name, sent.find(([command, key]) => command === 'LOCK.ACQUIRE' && key === name)[2]]),
+    'as their owners, and nothing else');
+});
+
+it("never releases a grant the server refused (SYNC, a wait's): the server did", async () => {
   const refusal = 'NOREPLICAS the master has 1 in-sync replicas, fewer than lock.min-insync-replicas (2); the grant was released';
-  const { client, sent } = scripted((args) => (args[0] === 'LOCK.ACQUIRE' ? new Error(refusal) : master()(args)));
-  await assert.rejects(createLock(client, 'k').tryAcquire(), (error) =>
-    error instanceof NotReplicatedError && error.write === 'grant' && error.released &&
-    error.reason === 'the master has 1 in-sync replicas, fewer than lock.min-insync-replicas (2)');
-  await assert.rejects(createLock(client, 'k').acquire({ wait: 100 }), NotReplicatedError);
-  assert.ok(sent.every(([command]) => command === 'LOCK.ACQUIRE'), 'no LOCK.RELEASE');
+  // Waits refused; the last try without waiting, at the wait's end, finds the lock busy.
+  const { client, sent } = scripted((args) => {
+    if (args[0] === 'LOCK.ACQUIRE') return args.at(-1) === 'SYNC' ? new Error(refusal) : null;
+    return master()(args);
+  });
+  let refused;
+  const holding = await createLock(client, 'k').acquire({ wait: 100 }).catch((error) => { refused = error; });
+  assert.ok(holding === null || (refused instanceof NotReplicatedError && refused.released &&
+    refused.reason === 'the master has 1 in-sync replicas, fewer than lock.min-insync-replicas (2)'), String(refused));
+  assert.ok(sent.some((args) => args.at(-1) === 'SYNC'), 'refused waits');
+  assert.ok(sent.every(([command]) => command !== 'LOCK.RELEASE'), 'no LOCK.RELEASE');
 });
 
-it('rejects a renewal the server refused, which leaves the holding as it was', async () => {
-  const refusal = 'NOREPLICAS not every in-sync replica acknowledged within 1000 ms; the renewal does not count: the lease before it does';
-  const { client, sent } = scripted((args) => (args[0] === 'LOCK.RENEW' ? new Error(refusal) : master()(args)));
+it('rejects a renewal whose LOCK.SYNC was refused, which leaves the holding as it was', async () => {
+  let syncs = 0;
+  const { client, sent } = scripted((args) => (args[0] === 'LOCK.SYNC' && syncs++ > 0 ? new Error(SYNC_REFUSED) : master()(args)));
   const holding = await createLock(client, 'k', { ttl: 10_000 }).tryAcquire();
   await assert.rejects(holding.renew(), (error) =>
     error instanceof NotReplicatedError && error.write === 'renewal' && !error.released);
   assert.equal(holding.signal.aborted, false);
-  assert.deepEqual(names(sent), ['LOCK.ACQUIRE SYNC', 'LOCK.RENEW SYNC']);
+  assert.deepEqual(names(sent), ['LOCK.ACQUIRE NOSYNC', 'LOCK.SYNC', 'LOCK.RENEW NOSYNC', 'LOCK.SYNC']);
 });
 
 it('names the module needed when the server does not know SYNC (before 0.7.0), with sync on or off', async () => {
@@ -104,6 +141,13 @@ it('names the module needed when the server does not know SYNC (before 0.7.0), w
   const { client } = scripted(old);
   await assert.rejects(createLock(client, 'k').tryAcquire(), /needs the lock module 0\.7\.0 or later/);
   await assert.rejects(createLock(client, 'k', { sync: false }).tryAcquire(), /needs the lock module 0\.7\.0 or later/);
+});
+
+it('names the module needed when the server does not know LOCK.SYNC, and releases the grant', async () => {
+  const { client, sent } = scripted((args) => (args[0] === 'LOCK.SYNC' ? new Error("ERR unknown command 'LOCK.SYNC', with args beginning with: ") : master()(args)));
+  await assert.rejects(createLock(client, 'k').tryAcquire(), /"ERR unknown command 'LOCK.SYNC'.*needs the lock module 0\.7\.0 or later/);
+  assert.deepEqual(names(sent).slice(0, 2), ['LOCK.ACQUIRE NOSYNC', 'LOCK.SYNC']);
+  assert.equal(sent[2][0], 'LOCK.RELEASE');
 });
 
 it('waits for a held reply up to the sync timeout and the margin, then closes its connection', async () => {
@@ -143,9 +187,12 @@ it('with aof waits for the AOF behind a SYNC write; with sync off sends the writ
 
 it('releases in the background a grant refused by a master that became a replica, and tries again as a new owner', async () => {
   const demoted = 'NOREPLICAS this server is no longer a master; the grant was not released here: the new master may have it, release it there';
+  const demotedSync = 'NOREPLICAS this server is no longer a master; the writes before it do not count: the new master may have their grants, release them there';
   let refusals = 1;
+  // A batch's LOCK.SYNC refused (tryAcquire), or a wait's SYNC grant (acquire).
+  const refused = (args) => args[0] === 'LOCK.SYNC' || (args[0] === 'LOCK.ACQUIRE' && args.at(-1) === 'SYNC');
   const { client, sent } = scripted((args) =>
-    (args[0] === 'LOCK.ACQUIRE' && refusals-- > 0 ? new Error(demoted) : master()(args)));
+    (refused(args) && refusals-- > 0 ? new Error(args[0] === 'LOCK.SYNC' ? demotedSync : demoted) : master()(args)));
   await assert.rejects(createLock(client, 'k').tryAcquire(), (error) =>
     error instanceof NotReplicatedError && !error.released && error.reason === 'this server is no longer a master');
   await until(() => sent.at(-1)[0] === 'LOCK.RELEASE');
