@@ -379,45 +379,60 @@ impl Client {
         Synced::of(sent?)
     }
 
-    /// Queues `write` for a batch of its master's ([`crate::batch`]) and, until a batch took
-    /// it, for a sync connection (within the sync timeout): the one that comes first carries
-    /// every write queued by then. A caller that drops this future takes its write back if no
-    /// batch took it; one that did still goes, and a new holding it made is released.
+    /// Queues `write` for a batch of its master's ([`crate::batch`]), starting a sender when
+    /// none waits for a sync connection, and waits for its outcome; a write no batch took within
+    /// the sync timeout is taken back (nothing was sent). A caller that drops this future takes
+    /// its write back if no batch took it; one that did still goes, and a new holding it made is
+    /// released.
     async fn batched(&self, write: Write<'_>, sync: &Sync, undo: Undo) -> Result<Sent> {
         let pools = self.pools(write.key).await?;
         let queue = pools.queue();
         let timeout = RESPONSE_TIMEOUT + sync.timeout;
         let command = Sync::off().marked(write.command);
         let session = write.session.map(str::to_owned);
-        let (id, mut outcome) = queue.push(write.key, command, session, undo, timeout);
+        let (id, mut outcome, start) = queue.push(write.key, command, session, undo, timeout);
         let _queued = Withdrawn { queue, id };
-        let borrowed = pools.borrow(Purpose::Sync, Some(sync.timeout));
-        tokio::select! {
-            biased;
-            outcome = &mut outcome => return answered(outcome),
-            borrowed = borrowed => match borrowed {
-                Ok(Some(connection)) => self.send_batch(connection, queue.take()),
-                Ok(None) if queue.withdraw(id) => return Err(no_sync_connection(sync)),
-                Err(error) if queue.withdraw(id) => return Err(error.into()),
-                Ok(None) | Err(_) => {}
-            },
+        if start {
+            self.start_sender(pools.clone());
         }
-        answered(outcome.await)
+        match tokio::time::timeout(sync.timeout, &mut outcome).await {
+            Ok(outcome) => answered(outcome),
+            Err(_) if queue.withdraw(id) => Err(no_sync_connection(sync)),
+            Err(_) => answered(outcome.await),
+        }
     }
 
-    /// Sends `writes` on `connection` in the background, so that no caller leaving stops the
-    /// batch the others wait on.
-    fn send_batch(&self, connection: Borrowed, writes: Vec<Queued>) {
-        if writes.is_empty() {
-            return;
-        }
+    /// Starts a sender of `pools`' batches in the background ([`batch::Queue`]): so that no
+    /// caller leaving stops the batch the others wait on.
+    fn start_sender(&self, pools: Pools) {
         let client = self.clone();
-        tokio::spawn(async move { client.sync_batch(connection, writes).await });
+        tokio::spawn(async move {
+            let queue = pools.queue();
+            let mut kept: Option<Borrowed> = None;
+            loop {
+                // A connection whose reply was lost was closed: the next batch gets another.
+                let connection = match kept.take().filter(|connection| !connection.is_lost()) {
+                    Some(connection) => Ok(Some(connection)),
+                    None => pools.borrow(Purpose::Sync, None).await,
+                };
+                let mut connection = match connection {
+                    Ok(Some(connection)) => connection,
+                    Ok(None) => return, // no budget was set: never
+                    Err(error) => return fail(queue, &error),
+                };
+                let writes = queue.take();
+                if writes.is_empty() {
+                    return;
+                }
+                client.sync_batch(&mut connection, writes).await;
+                kept = Some(connection);
+            }
+        });
     }
 
     /// One round trip of a batch: the writes, bound to their sessions ([`Head`]), then
     /// `LOCK.SYNC`; hands each caller its outcome.
-    async fn sync_batch(&self, mut connection: Borrowed, mut writes: Vec<Queued>) {
+    async fn sync_batch(&self, connection: &mut Borrowed, mut writes: Vec<Queued>) {
         let list: Vec<Write<'_>> = writes.iter().map(Queued::write).collect();
         let head = Head::new(&connection.bound(), &list);
         if head.binds() {
@@ -470,7 +485,7 @@ impl Client {
                 }
             }
         }
-        self.give_back(&mut connection, refused).await;
+        self.give_back(connection, refused).await;
     }
 
     /// Gives back the writes of a batch whose `LOCK.SYNC` was refused, as the server gives back
@@ -716,6 +731,20 @@ fn answered(
         refused: None,
         answered,
     })
+}
+
+/// Answers every write of `queue` with `error`, which kept its sender from a connection, and
+/// stops the sender.
+fn fail(queue: &batch::Queue, error: &RedisError) {
+    loop {
+        let writes = queue.take();
+        if writes.is_empty() {
+            return;
+        }
+        for write in writes {
+            write.answer(Err(Error::Redis(error.clone())));
+        }
+    }
 }
 
 /// The error of a synced write that found no sync connection free within its sync timeout.

@@ -141,11 +141,10 @@ impl ClientOptions {
     /// At most `connections` (at least 1) for synced writes — a grant made without waiting, a
     /// renewal, a re-entry, a mode change — each carrying one batch at a time: the writes that
     /// waited for it, then `LOCK.SYNC`, whose reply the server holds until the in-sync set has
-    /// them, stalling the connection meanwhile (with a fixed count, one write
-    /// and its `WAIT`): the most batches to one server in flight at once. The server asks its
-    /// replicas for their acknowledgement once per turn of its event loop for all it holds, so
-    /// batches on several connections sync together. A write that finds every connection
-    /// taken queues for one up to its sync timeout
+    /// them, stalling the connection meanwhile (with a fixed count, one write and its `WAIT`;
+    /// a guarded command alone). Batches to the in-sync set use at most two of them at once, so
+    /// that under load the writes wait behind a batch in flight and go together. A write that
+    /// finds no batch to go with queues for one up to its sync timeout
     /// ([`crate::Sync::timeout`]), then fails with [`crate::Error::NotReplicated`], unsent.
     #[must_use]
     pub const fn sync_connections(mut self, connections: usize) -> Self {
@@ -285,6 +284,11 @@ impl Borrowed {
         self.0
             .as_ref()
             .map_or(Bound::Unknown, |pooled| pooled.bound.clone())
+    }
+
+    /// Whether it was closed after a lost reply.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.0.is_none()
     }
 
     /// Records the session it is bound to (no effect once it was closed).

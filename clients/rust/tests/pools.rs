@@ -40,8 +40,8 @@ async fn synced_grants_and_waits_reuse_at_most_a_pools_worth_of_connections() {
     let options = ClientOptions::new().wait_connections(4).sync_connections(2);
     let client = client(&master, options).await;
     let lock = Lock::new(&client, "k");
-    let before = accepted(&mut con);
     let waits = calls(&master, "wait");
+    let before = accepted(&mut con);
     for _ in 0..200 {
         let guard = lock.try_acquire(TTL).await.expect("acquire").expect("free");
         assert!(guard.release().await.expect("release"));

@@ -67,7 +67,7 @@ fn error_value() -> redis::ServerError {
 }
 
 #[test]
-fn the_queue_hands_out_the_longest_waiting_first_and_takes_back_a_withdrawn_write() {
+fn at_most_two_senders_take_the_longest_waiting_first_until_none_waits() {
     let queue = Queue::default();
     let write = |key: &str| {
         let mut command = redis::cmd("LOCK.ACQUIRE");
@@ -75,16 +75,34 @@ fn the_queue_hands_out_the_longest_waiting_first_and_takes_back_a_withdrawn_writ
         command
     };
     let timeout = Duration::from_secs(1);
-    let (a, _ra) = queue.push("a", write("a"), None, Undo::renewal(), timeout);
-    let (b, _rb) = queue.push("b", write("b"), None, Undo::renewal(), timeout);
-    assert_ne!(a, b);
+    let push = |key: &str| queue.push(key, write(key), None, Undo::renewal(), timeout);
+    let (a, _ra, start) = push("a");
+    assert!(start, "the first write starts a sender");
+    let (_, _rb, start) = push("b");
+    assert!(start, "and the second a second one");
+    let (c, _rc, start) = push("c");
+    assert!(!start, "two run already");
     assert!(queue.withdraw(a));
     assert!(!queue.withdraw(a), "once");
     let taken = queue.take();
-    assert_eq!(taken.len(), 1);
-    assert_eq!(taken[0].write().key, "b");
-    assert!(queue.take().is_empty());
-    assert!(!queue.withdraw(b), "a batch took it");
+    let keys: Vec<&str> = taken.iter().map(|write| write.write().key).collect();
+    assert_eq!(keys, ["b", "c"]);
+    assert!(!queue.withdraw(c), "a batch took it");
+    for n in 0..=MOST {
+        queue.push("d", write(&n.to_string()), None, Undo::renewal(), timeout);
+    }
+    assert_eq!(queue.take().len(), MOST, "a batch's most");
+    assert_eq!(queue.take().len(), 1);
+    assert!(queue.take().is_empty(), "none waits: this sender stops");
+    let (_, _rd, start) = queue.push("e", write("e"), None, Undo::renewal(), timeout);
+    assert!(start, "one runs: room for another");
+    assert_eq!(queue.take().len(), 1);
+    assert!(
+        queue.take().is_empty() && queue.take().is_empty(),
+        "both stop"
+    );
+    let (_, _re, start) = queue.push("f", write("f"), None, Undo::renewal(), timeout);
+    assert!(start, "none runs: a new one");
 }
 
 #[test]
@@ -93,7 +111,7 @@ fn a_caller_that_left_has_its_new_holding_released() {
     let mut release = redis::cmd("LOCK.RELEASE");
     release.arg("a").arg("owner");
     let undo = Undo::grant(release, true);
-    let (_, receiver) = queue.push("a", redis::cmd("LOCK.ACQUIRE"), None, undo, Duration::ZERO);
+    let (_, receiver, _) = queue.push("a", redis::cmd("LOCK.ACQUIRE"), None, undo, Duration::ZERO);
     drop(receiver);
     let write = queue.take().pop().expect("queued");
     assert!(write.answer(Ok((Value::Int(9), Instant::now()))).is_some());
