@@ -3,8 +3,9 @@
 //! each write with `NOSYNC`, then one `LOCK.SYNC`, which the server answers once its in-sync set
 //! has every write before it (lock module 0.7.0). A held reply blocks its connection, so one
 //! `SYNC` per write costs the master a read, a block and a reply per connection per write;
-//! a batch costs one of each for all its writes (issue 55). A write alone goes alone, with
-//! `LOCK.SYNC` behind it in the same round trip.
+//! a batch costs one of each for all its writes (issue 55). A write alone goes alone, carrying
+//! `SYNC` itself: one command, as before batches, which the server undoes itself when it does
+//! not count.
 //!
 //! What the server does for a write with `SYNC` that did not count, the client does for a
 //! batch: when `LOCK.SYNC` is refused (`NOREPLICAS`, or `UNBLOCKED` as the master turns
@@ -93,7 +94,7 @@ pub(crate) struct Queued {
     id: u64,
     /// The key it is routed by.
     key: String,
-    /// The write, with `NOSYNC`; it names no session.
+    /// The write, without `SYNC` or `NOSYNC` (the batch adds it); it names no session.
     pub(crate) command: Cmd,
     /// The session it is to be tied to (`None`: to none).
     pub(crate) session: Option<String>,
@@ -104,6 +105,11 @@ pub(crate) struct Queued {
 }
 
 impl Queued {
+    /// Its id ([`Queue::push`]).
+    pub(crate) const fn id(&self) -> u64 {
+        self.id
+    }
+
     /// The write, as a round trip's head carries it ([`crate::binding::Head`]).
     pub(crate) fn write(&self) -> Write<'_> {
         Write {

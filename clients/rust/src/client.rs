@@ -379,36 +379,80 @@ impl Client {
         Synced::of(sent?)
     }
 
-    /// Queues `write` for a batch of its master's ([`crate::batch`]), starting a sender when
-    /// none waits for a sync connection, and waits for its outcome; a write no batch took within
-    /// the sync timeout is taken back (nothing was sent). A caller that drops this future takes
-    /// its write back if no batch took it; one that did still goes, and a new holding it made is
-    /// released.
+    /// Queues `write` for a batch of its master's ([`crate::batch`]) and waits for its outcome;
+    /// a write no batch took within the sync timeout is taken back (nothing was sent). A caller
+    /// that finds no batch being sent ([`Client::lead`]) sends its own. A caller that drops
+    /// this future takes its write back if no batch took it; one that did still goes, and a new
+    /// holding it made is released.
     async fn batched(&self, write: Write<'_>, sync: &Sync, undo: Undo) -> Result<Sent> {
         let pools = self.pools(write.key).await?;
         let queue = pools.queue();
+        let deadline = Instant::now() + sync.timeout;
         let timeout = RESPONSE_TIMEOUT + sync.timeout;
-        let command = Sync::off().marked(write.command);
         let session = write.session.map(str::to_owned);
+        let if_lost = undo.when_lost();
+        let command = write.command.clone();
         let (id, mut outcome, start) = queue.push(write.key, command, session, undo, timeout);
         let _queued = Withdrawn { queue, id };
         if start {
-            self.start_sender(pools.clone());
+            self.lead(&pools, (id, if_lost), deadline).await;
         }
-        match tokio::time::timeout(sync.timeout, &mut outcome).await {
+        match tokio::time::timeout_at(deadline, &mut outcome).await {
             Ok(outcome) => answered(outcome),
             Err(_) if queue.withdraw(id) => Err(no_sync_connection(sync)),
             Err(_) => answered(outcome.await),
         }
     }
 
-    /// Starts a sender of `pools`' batches in the background ([`batch::Queue`]): so that no
-    /// caller leaving stops the batch the others wait on.
-    fn start_sender(&self, pools: Pools) {
+    /// The caller whose write `id` started a sender ([`batch::Queue::push`]): it borrows a sync
+    /// connection by `deadline` and, when its write goes alone, sends it itself (no task between
+    /// it and its reply); when others joined, or once its own is answered, a sender in the
+    /// background carries on — so that no caller leaving stops a batch others wait on. A caller
+    /// dropped with its write in flight closes the connection, and a new holding it may have
+    /// been granted (`if_lost`) is released in the background.
+    async fn lead(&self, pools: &Pools, (id, if_lost): (u64, Option<Cmd>), deadline: Instant) {
+        let mut role = Sender {
+            client: self,
+            pools,
+            connection: None,
+            armed: true,
+        };
+        let budget = deadline.saturating_duration_since(Instant::now());
+        let Ok(Some(connection)) = pools.borrow(Purpose::Sync, Some(budget)).await else {
+            // The role goes to a sender in the background, which waits as long as it takes.
+            return;
+        };
+        let writes = pools.queue().take();
+        if writes.is_empty() {
+            // The other sender took them all: this role ended there.
+            role.armed = false;
+            return;
+        }
+        if !matches!(&writes[..], [own] if own.id() == id) {
+            return role.hand_over(connection, writes);
+        }
+        let connection = role.connection.insert(connection);
+        let mut in_flight = Unfinished {
+            client: self,
+            undo: if_lost,
+        };
+        self.sync_batch(connection, writes).await;
+        in_flight.undo = None;
+        let more = pools.queue().take();
+        match role.connection.take() {
+            Some(connection) if !more.is_empty() => role.hand_over(connection, more),
+            // None waits: the role ended there (the connection goes back to its pool).
+            _ => role.armed = false,
+        }
+    }
+
+    /// A sender of `pools`' batches in the background ([`batch::Queue`]): on `kept` (or a
+    /// connection it borrows, as long as that takes), `writes` first, then the writes waiting
+    /// each time a batch is answered, until none waits.
+    fn send_batches(&self, pools: Pools, mut kept: Option<Borrowed>, mut writes: Vec<Queued>) {
         let client = self.clone();
         tokio::spawn(async move {
             let queue = pools.queue();
-            let mut kept: Option<Borrowed> = None;
             loop {
                 // A connection whose reply was lost was closed: the next batch gets another.
                 let connection = match kept.take().filter(|connection| !connection.is_lost()) {
@@ -418,13 +462,17 @@ impl Client {
                 let mut connection = match connection {
                     Ok(Some(connection)) => connection,
                     Ok(None) => return, // no budget was set: never
-                    Err(error) => return fail(queue, &error),
+                    Err(error) => return fail(queue, writes, &error),
                 };
-                let writes = queue.take();
                 if writes.is_empty() {
-                    return;
+                    writes = queue.take();
+                    if writes.is_empty() {
+                        return;
+                    }
                 }
-                client.sync_batch(&mut connection, writes).await;
+                client
+                    .sync_batch(&mut connection, std::mem::take(&mut writes))
+                    .await;
                 kept = Some(connection);
             }
         });
@@ -433,13 +481,34 @@ impl Client {
     /// One round trip of a batch: the writes, bound to their sessions ([`Head`]), then
     /// `LOCK.SYNC`; hands each caller its outcome.
     async fn sync_batch(&self, connection: &mut Borrowed, mut writes: Vec<Queued>) {
-        let list: Vec<Write<'_>> = writes.iter().map(Queued::write).collect();
+        // A write alone carries `SYNC` itself: one command, which the server undoes when it
+        // does not count, as before batches.
+        let alone = writes.len() == 1;
+        let option = if alone {
+            Sync::to_replicas()
+        } else {
+            Sync::off()
+        };
+        let commands: Vec<Cmd> = writes
+            .iter()
+            .map(|write| option.marked(&write.command))
+            .collect();
+        let list: Vec<Write<'_>> = writes
+            .iter()
+            .zip(&commands)
+            .map(|(write, command)| Write {
+                command,
+                ..write.write()
+            })
+            .collect();
         let head = Head::new(&connection.bound(), &list);
         if head.binds() {
             connection.set_bound(Bound::Unknown);
         }
         let mut tail = redis::pipe();
-        tail.ignore_errors().cmd("LOCK.SYNC");
+        if !alone {
+            tail.ignore_errors().cmd("LOCK.SYNC");
+        }
         let timeout = writes.iter().map(|write| write.timeout).max();
         let exchange = connection.exchange(head.pipeline(), &tail, timeout);
         let exchanged = tokio::select! {
@@ -462,6 +531,7 @@ impl Client {
         let (replies, bound) = head.read(replies);
         connection.set_bound(bound);
         let refusal = match tail.into_iter().next() {
+            None if alone => None,
             Some(Value::Okay) => None,
             Some(Value::ServerError(error)) => Some(RedisError::from(error)),
             other => Some(RedisError::from(std::io::Error::other(format!(
@@ -733,16 +803,45 @@ fn answered(
     })
 }
 
-/// Answers every write of `queue` with `error`, which kept its sender from a connection, and
-/// stops the sender.
-fn fail(queue: &batch::Queue, error: &RedisError) {
-    loop {
-        let writes = queue.take();
-        if writes.is_empty() {
-            return;
-        }
+/// Answers `writes`, then every write of `queue`, with `error`, which kept their sender from a
+/// connection, and stops the sender.
+fn fail(queue: &batch::Queue, mut writes: Vec<Queued>, error: &RedisError) {
+    while !writes.is_empty() {
         for write in writes {
             write.answer(Err(Error::Redis(error.clone())));
+        }
+        writes = queue.take();
+    }
+}
+
+/// The role of the caller that started a sender ([`Client::lead`]): handed to a sender in the
+/// background ([`Sender::hand_over`]) unless it ended (`armed` false: the queue was found empty,
+/// [`batch::Queue::take`]); dropped armed, as when its caller leaves, it goes to a new sender,
+/// with the connection if it is still open.
+struct Sender<'a> {
+    client: &'a Client,
+    pools: &'a Pools,
+    /// The connection its caller's own write went on.
+    connection: Option<Borrowed>,
+    armed: bool,
+}
+
+impl Sender<'_> {
+    /// Hands the role, `connection` and the first batch, `writes`, to a sender in the
+    /// background.
+    fn hand_over(mut self, connection: Borrowed, writes: Vec<Queued>) {
+        self.armed = false;
+        let pools = self.pools.clone();
+        self.client.send_batches(pools, Some(connection), writes);
+    }
+}
+
+impl Drop for Sender<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let connection = self.connection.take();
+            let pools = self.pools.clone();
+            self.client.send_batches(pools, connection, Vec::new());
         }
     }
 }
