@@ -6,7 +6,7 @@
 //! By default ([`Sync::to_replicas`]) a write counts once every replica in the master's in-sync
 //! set has it, and the master syncs it itself (lock module 0.7.0 or later): the writes
 //! (`LOCK.ACQUIRE`, `LOCK.RENEW`, `LOCK.MACQUIRE`, `LOCK.MRENEW` without waiting) go out in
-//! batches with `NOSYNC` and one `LOCK.SYNC` behind each batch, which the
+//! batches with `NOSYNC` and one `LOCK.SYNC` behind each batch (a write alone with `SYNC`), which the
 //! server answers once every member of its in-sync set acknowledged them and the set has at least
 //! `lock.min-insync-replicas` members — no `WAIT`. Within `lock.sync-timeout-ms` (1 s by
 //! default) otherwise, it replies `NOREPLICAS` with what was missing, which the client reports
