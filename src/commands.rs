@@ -19,6 +19,7 @@ use leasehold_core::session::Tie;
 use crate::blocking;
 use crate::clock;
 use crate::config;
+use crate::insync;
 use crate::key::{LockKey, selected_db};
 use crate::looks::{self, Leaving};
 use crate::replies::{self, map};
@@ -55,7 +56,12 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// # Errors
 /// As [`acquire`]'s, after the arguments.
 pub fn acquire_as(ctx: &Context, parsed: &Acquire<'_, RedisString>, command: &str) -> RedisResult {
-    let sync = synced::wanted(ctx, parsed.sync)?;
+    // Whether a grant waits for the in-sync set is asked at once only where it matters before
+    // the decision (`SYNC`'s error where the client cannot block, a `WAIT`'s longer lease);
+    // otherwise after a grant, and only on a server with a set to wait for: a lone server's
+    // acquire does not read the context's flags (issue 55).
+    let early = parsed.sync == Some(true) || parsed.wait_ms.is_some();
+    let sync = early && synced::wanted(ctx, parsed.sync)?;
     let session = session::of_command(ctx, parsed.session)?;
     let now = clock::now_ms();
     let stretch = Stretch::of(sync, parsed.wait_ms.is_some(), parsed.ttl_ms);
@@ -86,6 +92,11 @@ pub fn acquire_as(ctx: &Context, parsed: &Acquire<'_, RedisString>, command: &st
             drop(key);
             let granted = matches!(reply, Reply::Token(_));
             let reply = reply_for(reply, command)?;
+            let sync = if early {
+                sync
+            } else {
+                granted && !insync::lone() && synced::wanted(ctx, parsed.sync)?
+            };
             if sync && granted {
                 synced::hold_grant(ctx, reply, std::slice::from_ref(name), owner, stretch)
             } else {
