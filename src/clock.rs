@@ -9,6 +9,10 @@ pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| {
-            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+            // In u64, not `as_millis`'s u128: the same value (saturated past u64::MAX ms).
+            elapsed
+                .as_secs()
+                .saturating_mul(1000)
+                .saturating_add(u64::from(elapsed.subsec_millis()))
         })
 }

@@ -68,11 +68,13 @@ pub fn acquire_as(ctx: &Context, parsed: &Acquire<'_, RedisString>, command: &st
     let lease_ms = Stretch::lease_ms(stretch, parsed.ttl_ms);
     let deadline_ms = lease_deadline(now, lease_ms, command)?;
     let (name, owner) = (parsed.key, parsed.owner);
+    // Their bytes, found once: each look asks the server (`RedisModule_StringPtrLen`).
+    let (name_bytes, owner_bytes) = (name.as_slice(), owner.as_slice());
     let mut key = LockKey::write(ctx, name)?;
-    let was = session::tied_to(&key, owner);
-    let tie = session::log(ctx, session, name, deadline_ms);
+    let was = session::tied_to(&key, owner_bytes);
+    let tie = session::log(ctx, session, name_bytes, deadline_ms);
     let request = Request {
-        owner,
+        owner: owner_bytes,
         mode: parsed.mode,
         reentrant: parsed.reentrant,
         deadline_ms,
@@ -88,7 +90,7 @@ pub fn acquire_as(ctx: &Context, parsed: &Acquire<'_, RedisString>, command: &st
             wait(ctx, &key, parsed, tie, timeout, sync)
         }
         _ => {
-            session::settle(ctx, &key, name, owner, was, tie);
+            session::settle(ctx, &key, name_bytes, owner_bytes, was, tie);
             drop(key);
             let granted = matches!(reply, Reply::Token(_));
             let reply = reply_for(reply, command)?;
