@@ -45,8 +45,8 @@ use crate::synced::{self, Stretch};
 /// Arity, owner, TTL, timeout, limit, syntax, `WRONGTYPE`, a different `LIMIT` than the lock's,
 /// no fencing token to issue, a session id that is invalid or unknown; `SYNC` where a client
 /// cannot block; `NOREPLICAS` for a grant the in-sync set did not get (released then).
-pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let parsed = args::acquire(&args, &config::limits()).map_err(replies::arg_error)?;
+pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    let parsed = args::acquire(args, &config::limits()).map_err(replies::arg_error)?;
     acquire_as(ctx, &parsed, "lock.acquire")
 }
 
