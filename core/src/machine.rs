@@ -274,13 +274,21 @@ impl<'a, H: Copy + Eq + Hash> Run<'a, H> {
     }
 
     fn waiting(&self) -> bool {
-        self.waiters.count(self.db, self.key) > 0
+        self.waiters.total() > 0 && self.waiters.count(self.db, self.key) > 0
     }
 
     /// Grants the first waiters while they can be granted. A set waiter is granted only with
     /// all its keys ([`Set::look`]): the hand-over stops at it, and reports it ready when this
-    /// lock is free for it.
+    /// lock is free for it. Where no client waits for any lock, one load and no call.
+    #[inline]
     fn hand_over(&mut self) {
+        if self.waiters.total() > 0 {
+            self.hand_over_waiters();
+        }
+    }
+
+    /// [`Self::hand_over`] where clients wait.
+    fn hand_over_waiters(&mut self) {
         let now_ms = self.deciding.now_ms;
         while let Some(first) = self.waiters.first(self.db, self.key) {
             if first.set {
