@@ -142,6 +142,7 @@ pub fn of_command(ctx: &Context, named: Option<Id>) -> Result<Option<Number>, Re
 /// to tie it: the tie the holding is to keep ([`Lock::tie`] keeps the one it has for the same
 /// session), with the lease end asked for (unix ms). [`settle`] frees it after the command
 /// when the holding did not take it.
+#[inline]
 pub fn log(ctx: &Context, session: Option<Number>, key: &[u8], lease_end_ms: i64) -> Option<Tie> {
     let number = session?;
     sessions().log(number, selected_db(ctx), key, lease_end_ms)
@@ -151,7 +152,9 @@ pub fn log(ctx: &Context, session: Option<Number>, key: &[u8], lease_end_ms: i64
 /// of the tie the holding kept before (`was`) and of the one [`log`]ged for the command
 /// (`logged`), each unless the holding keeps it now — so a release, an untying or a renewal
 /// leaves no entry behind. No lock taken when there is nothing to free: a holding that was not
-/// tied and a command tied to no session, or a holding that keeps what was logged for it.
+/// tied and a command tied to no session (inline: no call either), or a holding that keeps
+/// what was logged for it.
+#[inline]
 pub fn settle(
     ctx: &Context,
     key: &LockKey,
@@ -160,9 +163,20 @@ pub fn settle(
     was: Option<Tie>,
     logged: Option<Tie>,
 ) {
-    if was.is_none() && logged.is_none() {
-        return;
+    if was.is_some() || logged.is_some() {
+        free_untaken(ctx, key, name, owner, was, logged);
     }
+}
+
+/// [`settle`] where the holding was tied or the command logged a tie.
+fn free_untaken(
+    ctx: &Context,
+    key: &LockKey,
+    name: &[u8],
+    owner: &[u8],
+    was: Option<Tie>,
+    logged: Option<Tie>,
+) {
     let now = tied_to(key, owner);
     let mut gone = [was, logged]
         .into_iter()

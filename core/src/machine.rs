@@ -107,7 +107,15 @@ impl<H> Deciding<'_, H> {
     }
 
     /// Ends the shared holdings whose lease ended; the lock is free after the last.
+    #[inline]
     fn expire_shared(&mut self) {
+        if matches!(self.lock, Some(Lock::Shared(_))) {
+            self.expire_shared_holders();
+        }
+    }
+
+    /// [`Self::expire_shared`] on a lock held shared.
+    fn expire_shared_holders(&mut self) {
         let now = self.now();
         let Some(Lock::Shared(shared)) = self.lock.as_mut() else {
             return;
