@@ -14,6 +14,7 @@
 //! being a master forgets them (the new master has the holdings' leases).
 
 use std::os::raw::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use leasehold_core::args;
@@ -86,6 +87,9 @@ pub fn command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             ))
         }
         args::Session::Use(id) => {
+            if id.is_some() {
+                USED.store(true, Ordering::Relaxed);
+            }
             sessions()
                 .use_session(client_id(ctx)?, id)
                 .map_err(session_error)?;
@@ -124,6 +128,11 @@ fn help() -> RedisValue {
     )
 }
 
+/// Some connection has said `LOCK.SESSION USE <id>` since the module loaded (never reset): until
+/// then no connection uses a session, and a command that names none is tied to nothing without
+/// taking the sessions' lock (issue 55).
+static USED: AtomicBool = AtomicBool::new(false);
+
 /// The number of the session a command ties its holdings to, checked before the command
 /// changes anything: the one it names (`named`, its `SESSION id`), else the one its connection
 /// uses (`LOCK.SESSION USE`), else none.
@@ -131,6 +140,9 @@ fn help() -> RedisValue {
 /// # Errors
 /// No such session: the one named or used has ended (or never was).
 pub fn of_command(ctx: &Context, named: Option<Id>) -> Result<Option<Number>, RedisError> {
+    if named.is_none() && !USED.load(Ordering::Relaxed) {
+        return Ok(None);
+    }
     let sessions = sessions();
     named
         .or_else(|| sessions.used_by(|| client_id(ctx).ok()))
