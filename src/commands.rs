@@ -19,6 +19,7 @@ use leasehold_core::session::Tie;
 use crate::blocking;
 use crate::clock;
 use crate::config;
+use crate::insync;
 use crate::key::{LockKey, selected_db};
 use crate::looks::{self, Leaving};
 use crate::replies::{self, map};
@@ -44,8 +45,8 @@ use crate::synced::{self, Stretch};
 /// Arity, owner, TTL, timeout, limit, syntax, `WRONGTYPE`, a different `LIMIT` than the lock's,
 /// no fencing token to issue, a session id that is invalid or unknown; `SYNC` where a client
 /// cannot block; `NOREPLICAS` for a grant the in-sync set did not get (released then).
-pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let parsed = args::acquire(&args, &config::limits()).map_err(replies::arg_error)?;
+pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    let parsed = args::acquire(args, &config::limits()).map_err(replies::arg_error)?;
     acquire_as(ctx, &parsed, "lock.acquire")
 }
 
@@ -55,18 +56,25 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// # Errors
 /// As [`acquire`]'s, after the arguments.
 pub fn acquire_as(ctx: &Context, parsed: &Acquire<'_, RedisString>, command: &str) -> RedisResult {
-    let sync = synced::wanted(ctx, parsed.sync)?;
+    // Whether a grant waits for the in-sync set is asked at once only where it matters before
+    // the decision (`SYNC`'s error where the client cannot block, a `WAIT`'s longer lease);
+    // otherwise after a grant, and only on a server with a set to wait for: a lone server's
+    // acquire does not read the context's flags (issue 55).
+    let early = parsed.sync == Some(true) || parsed.wait_ms.is_some();
+    let sync = early && synced::wanted(ctx, parsed.sync)?;
     let session = session::of_command(ctx, parsed.session)?;
     let now = clock::now_ms();
     let stretch = Stretch::of(sync, parsed.wait_ms.is_some(), parsed.ttl_ms);
     let lease_ms = Stretch::lease_ms(stretch, parsed.ttl_ms);
     let deadline_ms = lease_deadline(now, lease_ms, command)?;
     let (name, owner) = (parsed.key, parsed.owner);
+    // Their bytes, found once: each look asks the server (`RedisModule_StringPtrLen`).
+    let (name_bytes, owner_bytes) = (name.as_slice(), owner.as_slice());
     let mut key = LockKey::write(ctx, name)?;
-    let was = session::tied_to(&key, owner);
-    let tie = session::log(ctx, session, name, deadline_ms);
+    let was = session::tied_to(&key, owner_bytes);
+    let tie = session::log(ctx, session, name_bytes, deadline_ms);
     let request = Request {
-        owner,
+        owner: owner_bytes,
         mode: parsed.mode,
         reentrant: parsed.reentrant,
         deadline_ms,
@@ -82,10 +90,15 @@ pub fn acquire_as(ctx: &Context, parsed: &Acquire<'_, RedisString>, command: &st
             wait(ctx, &key, parsed, tie, timeout, sync)
         }
         _ => {
-            session::settle(ctx, &key, name, owner, was, tie);
+            session::settle(ctx, &key, name_bytes, owner_bytes, was, tie);
             drop(key);
             let granted = matches!(reply, Reply::Token(_));
             let reply = reply_for(reply, command)?;
+            let sync = if early {
+                sync
+            } else {
+                granted && !insync::lone() && synced::wanted(ctx, parsed.sync)?
+            };
             if sync && granted {
                 synced::hold_grant(ctx, reply, std::slice::from_ref(name), owner, stretch)
             } else {

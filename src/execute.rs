@@ -53,7 +53,7 @@ pub fn carry_out(
                     token: *token,
                     holds: *holds,
                     lease: *lease,
-                    value: proclaimed(key.lock(), owner.as_slice(), *lease),
+                    value: proclaimed(key.lock(), owner, *lease),
                 };
                 replicate_holding(ctx, name, owner, held);
             }
@@ -72,13 +72,13 @@ pub fn carry_out(
 }
 
 /// The value `owner` proclaims as the leader of `lock` (after the event) when its holding is
-/// the exclusive one an effect with `lease` carries; empty otherwise.
-fn proclaimed<'a>(lock: Option<&'a Lock>, owner: &[u8], lease: Lease) -> &'a [u8] {
-    let leader = lock.and_then(Lock::leader);
-    match leader {
-        Some(leader) if *leader.owner == *owner && !matches!(lease, Lease::Shared { .. }) => {
-            leader.owner.value()
-        }
-        _ => &[],
-    }
+/// the exclusive one an effect with `lease` carries; empty otherwise. The owner's bytes are
+/// looked at only when the leader proclaims a value (an election's), not for a lock's holder.
+fn proclaimed<'a>(lock: Option<&'a Lock>, owner: &RedisString, lease: Lease) -> &'a [u8] {
+    let value = lock.and_then(Lock::leader).and_then(|leader| {
+        let value = leader.owner.value();
+        let carried = !value.is_empty() && !matches!(lease, Lease::Shared { .. });
+        (carried && *leader.owner == *owner.as_slice()).then_some(value)
+    });
+    value.unwrap_or_default()
 }

@@ -30,6 +30,7 @@ mod deployment;
 mod docs;
 mod effects;
 mod election;
+mod entry;
 mod execute;
 mod fences;
 mod filter;
@@ -77,13 +78,18 @@ fn on_flush(ctx: &Context, event: FlushSubevent) {
     looks::on_flush(ctx, event);
 }
 
-/// After the commands and configuration exist: refuses bad configuration values, delays new
+/// After the commands and configuration exist: creates `LOCK.ACQUIRE` ([`entry`]), refuses
+/// bad configuration values, delays new
 /// holdings by `lock.restart-delay-ms`, starts
 /// watching for promotions that change no role (without which tokens could go back, so the
 /// module refuses to load), then sets the commands' docs and key specs and the module options
 /// (read errors handled by the data type; the replication command lookup skipped where the
 /// server allows it), and notes whether it runs in cluster mode.
 fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
+    if let Err(error) = entry::register(ctx) {
+        ctx.log_warning(&format!("LOCK.ACQUIRE cannot be created: {error:?}"));
+        return Status::Err;
+    }
     if let Err(error) = config::check_loaded() {
         ctx.log_warning(&error);
         return Status::Err;
@@ -140,8 +146,8 @@ redis_module! {
     acl_categories: ["lock",],
     init: on_load,
     // Flags, key positions and ACL categories come from commands/*.json (crate::metadata).
+    // LOCK.ACQUIRE is created by on_load (crate::entry), without the crate's argument copies.
     commands: [
-        ["lock.acquire", commands::acquire, flags("lock.acquire"), keys("lock.acquire").0, keys("lock.acquire").1, keys("lock.acquire").2, "", acl("lock.acquire")],
         ["lock.release", commands::release, flags("lock.release"), keys("lock.release").0, keys("lock.release").1, keys("lock.release").2, "", acl("lock.release")],
         ["lock.renew", commands::renew, flags("lock.renew"), keys("lock.renew").0, keys("lock.renew").1, keys("lock.renew").2, "", acl("lock.renew")],
         ["lock.fence", commands::fence, flags("lock.fence"), keys("lock.fence").0, keys("lock.fence").1, keys("lock.fence").2, "", acl("lock.fence")],

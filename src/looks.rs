@@ -159,8 +159,17 @@ fn finish(
     Ok(())
 }
 
-/// Arms a look at the open lock `key` (`name` of `db`) for `next`.
+/// Arms a look at the open lock `key` (`name` of `db`) for `next`; for [`Next::Never`] (a
+/// lock nobody waits for) inline, without a call.
+#[inline]
 pub fn look_again(ctx: &Context, key: &LockKey, db: i32, name: &[u8], next: Next) {
+    if next != Next::Never {
+        arm(ctx, key, db, name, next);
+    }
+}
+
+/// [`look_again`] for a look that is due.
+fn arm(ctx: &Context, key: &LockKey, db: i32, name: &[u8], next: Next) {
     let at = match next {
         Next::Never => return,
         Next::At(at) => u64::try_from(at).unwrap_or(0),

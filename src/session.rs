@@ -14,6 +14,7 @@
 //! being a master forgets them (the new master has the holdings' leases).
 
 use std::os::raw::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use leasehold_core::args;
@@ -86,6 +87,9 @@ pub fn command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             ))
         }
         args::Session::Use(id) => {
+            if id.is_some() {
+                USED.store(true, Ordering::Relaxed);
+            }
             sessions()
                 .use_session(client_id(ctx)?, id)
                 .map_err(session_error)?;
@@ -124,6 +128,11 @@ fn help() -> RedisValue {
     )
 }
 
+/// Some connection has said `LOCK.SESSION USE <id>` since the module loaded (never reset): until
+/// then no connection uses a session, and a command that names none is tied to nothing without
+/// taking the sessions' lock (issue 55).
+static USED: AtomicBool = AtomicBool::new(false);
+
 /// The number of the session a command ties its holdings to, checked before the command
 /// changes anything: the one it names (`named`, its `SESSION id`), else the one its connection
 /// uses (`LOCK.SESSION USE`), else none.
@@ -131,6 +140,9 @@ fn help() -> RedisValue {
 /// # Errors
 /// No such session: the one named or used has ended (or never was).
 pub fn of_command(ctx: &Context, named: Option<Id>) -> Result<Option<Number>, RedisError> {
+    if named.is_none() && !USED.load(Ordering::Relaxed) {
+        return Ok(None);
+    }
     let sessions = sessions();
     named
         .or_else(|| sessions.used_by(|| client_id(ctx).ok()))
@@ -142,6 +154,7 @@ pub fn of_command(ctx: &Context, named: Option<Id>) -> Result<Option<Number>, Re
 /// to tie it: the tie the holding is to keep ([`Lock::tie`] keeps the one it has for the same
 /// session), with the lease end asked for (unix ms). [`settle`] frees it after the command
 /// when the holding did not take it.
+#[inline]
 pub fn log(ctx: &Context, session: Option<Number>, key: &[u8], lease_end_ms: i64) -> Option<Tie> {
     let number = session?;
     sessions().log(number, selected_db(ctx), key, lease_end_ms)
@@ -151,7 +164,9 @@ pub fn log(ctx: &Context, session: Option<Number>, key: &[u8], lease_end_ms: i64
 /// of the tie the holding kept before (`was`) and of the one [`log`]ged for the command
 /// (`logged`), each unless the holding keeps it now — so a release, an untying or a renewal
 /// leaves no entry behind. No lock taken when there is nothing to free: a holding that was not
-/// tied and a command tied to no session, or a holding that keeps what was logged for it.
+/// tied and a command tied to no session (inline: no call either), or a holding that keeps
+/// what was logged for it.
+#[inline]
 pub fn settle(
     ctx: &Context,
     key: &LockKey,
@@ -160,9 +175,20 @@ pub fn settle(
     was: Option<Tie>,
     logged: Option<Tie>,
 ) {
-    if was.is_none() && logged.is_none() {
-        return;
+    if was.is_some() || logged.is_some() {
+        free_untaken(ctx, key, name, owner, was, logged);
     }
+}
+
+/// [`settle`] where the holding was tied or the command logged a tie.
+fn free_untaken(
+    ctx: &Context,
+    key: &LockKey,
+    name: &[u8],
+    owner: &[u8],
+    was: Option<Tie>,
+    logged: Option<Tie>,
+) {
     let now = tied_to(key, owner);
     let mut gone = [was, logged]
         .into_iter()

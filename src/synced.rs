@@ -93,10 +93,9 @@ impl Stretch {
     /// `sync`ed: by `lock.sync-timeout-ms`, or 0 on a server with no set to wait for; `None` for
     /// any other command.
     pub fn of(sync: bool, waits: bool, ttl_ms: i64) -> Option<Self> {
-        let lone = insync::lone();
         (sync && waits).then(|| Self {
             ttl_ms,
-            stretch_ms: if lone { 0 } else { sync_timeout_ms() },
+            stretch_ms: if insync::lone() { 0 } else { sync_timeout_ms() },
         })
     }
 

@@ -160,6 +160,7 @@ impl<H: Copy + Eq + Hash> Waiters<H> {
 
     /// How many clients wait, for any lock.
     #[must_use]
+    #[inline]
     pub fn total(&self) -> usize {
         self.places.len()
     }
