@@ -1,6 +1,7 @@
 // What syncing grants to the replicas costs the Node package, with node-redis, on a master
-// with one replica, grants synced (the default: the grant with SYNC on a pooled connection, its
-// reply held by the server until the replica has it) and not (sync: false: NOSYNC), beside
+// with one replica, grants synced (the default: the grants of all tasks queued at once with
+// NOSYNC in one pipeline on a pooled connection, LOCK.SYNC behind them, its reply held by the
+// server until the replica has them) and not (sync: false: NOSYNC, alone), beside
 // node-redis alone sending the same commands (plain: LOCK.ACQUIRE ... SYNC | NOSYNC, then
 // LOCK.RELEASE, a connection per task; one task also on a connection bound to a session, as the
 // package's are: "plain synced, tied"), the modes taking turns over ROUNDS rounds. Prints one

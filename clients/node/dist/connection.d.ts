@@ -156,7 +156,7 @@ export declare class Connection {
      */
     lend<T>(kind: PoolKind, key: string, deadline: number | undefined, use: (own: Own) => Promise<T>, tied?: boolean): Promise<T>;
     /**
-     * Sends `command` (a grant or a renewal flagged `NOSYNC`) to the master serving `key` in the
+     * Sends `command` (a grant or a renewal, without its flag) to the master serving `key` in the
      * next batch of the writes queued for it ({@link Batcher}: together on one connection of the
      * sync pool, `LOCK.SYNC` behind them), queued until `deadline` (ms since the epoch), the
      * batch's replies waited for up to `timeoutMs`: its reply and `LOCK.SYNC`'s. One ending in

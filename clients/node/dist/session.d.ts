@@ -42,6 +42,9 @@ export interface SessionOptions {
 export declare const SESSION = "SESSION";
 /** Whether `command` asks to be tied to the session ({@link SESSION}). */
 export declare function wantsSession(command: readonly string[]): boolean;
+/** A lock write with `flag` (`SYNC`, `NOSYNC`) last, before the {@link SESSION} marker if it
+ * ends in one. */
+export declare function flagged(command: readonly string[], flag: string): string[];
 /** Whether a connection's binding ties `command` (an acquire, a campaign or a renewal) to its
  * session. */
 export declare function tiedByUse(command: readonly string[]): boolean;

@@ -32,6 +32,11 @@ export const SESSION = 'SESSION';
 export function wantsSession(command) {
     return command[command.length - 1] === SESSION;
 }
+/** A lock write with `flag` (`SYNC`, `NOSYNC`) last, before the {@link SESSION} marker if it
+ * ends in one. */
+export function flagged(command, flag) {
+    return wantsSession(command) ? [...command.slice(0, -1), flag, SESSION] : [...command, flag];
+}
 /** The commands a connection's binding (`LOCK.SESSION USE`) ties to its session when they name
  * none (a campaign is an acquire with a value). */
 const TIED_BY_USE = new Set(['LOCK.ACQUIRE', 'LOCK.RENEW', 'LOCK.MACQUIRE', 'LOCK.MRENEW', 'LOCK.CAMPAIGN']);

@@ -9,7 +9,8 @@
  *   member of the master's in-sync set has them all, or refuses with `NOREPLICAS` within its
  *   `lock.sync-timeout-ms` — and undoes nothing: each grant of the batch is released here
  *   before its caller hears ({@link counted}), a renewal does not count. A batch whose reply
- *   was lost leaves its acquires to their callers, which release them in the background.
+ *   was lost leaves its acquires to their callers, which release them in the background. A
+ *   lone write goes with `SYNC`, as below.
  * - The in-sync set, for a re-entry, a downgrade, an upgrade (which only the server can undo
  *   exactly), a guarded or fenced command, or with `aof`: `SYNC` — the server replies once
  *   every member of the set has the write, or refuses it with `NOREPLICAS` (a refused grant it
@@ -111,15 +112,14 @@ export declare class Writes {
     /** The write that counts (or was not `applied`); otherwise the grant given back with
      * `release` (if any; a failed release leaves it to its lease) and the rejection. */
     private counted;
-    /** `command` with `flag` (before the {@link SESSION} marker that ends it). */
-    private flagged;
     /**
      * `command` with `NOSYNC`, synced to the in-sync set in a batch with the other writes queued
-     * for its master (batch.ts: `LOCK.SYNC` behind them), queued until `deadline`: its outcome —
-     * `unsynced` when `LOCK.SYNC` was refused ({@link unsyncedBy}; the server undid nothing:
-     * {@link counted} gives a grant back). Its own error reply rejects ({@link refusalOf}; `ERR no
-     * such session` replaces the session it was tied to), a lost reply with {@link LostReply}, a
-     * queue that lasted until `deadline` with {@link Exhausted}.
+     * for its master (batch.ts: `LOCK.SYNC` behind them; alone, with `SYNC`), queued until
+     * `deadline`: its outcome — `unsynced` when `LOCK.SYNC` was refused ({@link unsyncedBy}; the
+     * server undid nothing: {@link counted} gives a grant back). Its own error reply rejects
+     * ({@link refusalOf}: a lone write's `NOREPLICAS` too; `ERR no such session` replaces the
+     * session it was tied to), a lost reply with {@link LostReply}, a queue that lasted until
+     * `deadline` with {@link Exhausted}.
      */
     private batch;
     /** What the client waits for behind the write: `WAIT n` / `WAITAOF 1 n` for a fixed count,

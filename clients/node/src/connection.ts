@@ -205,7 +205,7 @@ export class Connection {
   }
 
   /**
-   * Sends `command` (a grant or a renewal flagged `NOSYNC`) to the master serving `key` in the
+   * Sends `command` (a grant or a renewal, without its flag) to the master serving `key` in the
    * next batch of the writes queued for it ({@link Batcher}: together on one connection of the
    * sync pool, `LOCK.SYNC` behind them), queued until `deadline` (ms since the epoch), the
    * batch's replies waited for up to `timeoutMs`: its reply and `LOCK.SYNC`'s. One ending in

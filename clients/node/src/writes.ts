@@ -9,7 +9,8 @@
  *   member of the master's in-sync set has them all, or refuses with `NOREPLICAS` within its
  *   `lock.sync-timeout-ms` — and undoes nothing: each grant of the batch is released here
  *   before its caller hears ({@link counted}), a renewal does not count. A batch whose reply
- *   was lost leaves its acquires to their callers, which release them in the background.
+ *   was lost leaves its acquires to their callers, which release them in the background. A
+ *   lone write goes with `SYNC`, as below.
  * - The in-sync set, for a re-entry, a downgrade, an upgrade (which only the server can undo
  *   exactly), a guarded or fenced command, or with `aof`: `SYNC` — the server replies once
  *   every member of the set has the write, or refuses it with `NOREPLICAS` (a refused grant it
@@ -35,7 +36,7 @@
  */
 
 import { Connection, Exhausted, PoolKind } from './connection.js';
-import { SESSION, Session, isNoSuchSession, wantsSession } from './session.js';
+import { Session, flagged, isNoSuchSession, wantsSession } from './session.js';
 import { DEFAULT_SYNC_TIMEOUT, NotReplicatedError, SyncOptions, Write, refusalOf, shortfall, unsyncedBy, waitCommand } from './sync.js';
 
 /** A write's reply (null when busy), when it came, why it does not count (a client-side `WAIT`
@@ -190,7 +191,7 @@ export class Writes {
   private async sent(command: string[], write: 'grant' | 'renewal'): Promise<Written> {
     const began = Date.now();
     try {
-      return { reply: await this.connection.send(this.flagged(command), this.key), began };
+      return { reply: await this.connection.send(flagged(command, this.flag), this.key), began };
     } catch (error) {
       throw error instanceof Error ? refusalOf(error, write) : error;
     }
@@ -205,21 +206,17 @@ export class Writes {
     throw unsynced;
   }
 
-  /** `command` with `flag` (before the {@link SESSION} marker that ends it). */
-  private flagged(command: string[], flag = this.flag): string[] {
-    return wantsSession(command) ? [...command.slice(0, -1), flag, SESSION] : [...command, flag];
-  }
-
   /**
    * `command` with `NOSYNC`, synced to the in-sync set in a batch with the other writes queued
-   * for its master (batch.ts: `LOCK.SYNC` behind them), queued until `deadline`: its outcome —
-   * `unsynced` when `LOCK.SYNC` was refused ({@link unsyncedBy}; the server undid nothing:
-   * {@link counted} gives a grant back). Its own error reply rejects ({@link refusalOf}; `ERR no
-   * such session` replaces the session it was tied to), a lost reply with {@link LostReply}, a
-   * queue that lasted until `deadline` with {@link Exhausted}.
+   * for its master (batch.ts: `LOCK.SYNC` behind them; alone, with `SYNC`), queued until
+   * `deadline`: its outcome — `unsynced` when `LOCK.SYNC` was refused ({@link unsyncedBy}; the
+   * server undid nothing: {@link counted} gives a grant back). Its own error reply rejects
+   * ({@link refusalOf}: a lone write's `NOREPLICAS` too; `ERR no such session` replaces the
+   * session it was tied to), a lost reply with {@link LostReply}, a queue that lasted until
+   * `deadline` with {@link Exhausted}.
    */
   private async batch(command: string[], write: Write, deadline: number): Promise<Outcome> {
-    const { reply, synced, sent, tie } = await this.connection.batched(this.key, this.flagged(command, 'NOSYNC'), deadline, this.syncMs + this.margin);
+    const { reply, synced, sent, tie } = await this.connection.batched(this.key, command, deadline, this.syncMs + this.margin);
     if (tie && isNoSuchSession(reply)) tie.keeper.replaced(tie);
     if (reply instanceof Error) throw refusalOf(reply, write);
     return { reply, began: sent, unsynced: unsyncedBy(synced, write), tie };
@@ -251,7 +248,7 @@ export class Writes {
       const holds = Math.max((this.how === 'insync' ? 1 : 0) + tail.length, 1);
       const timeout = waitMs === 0 && kind === 'wait' ? undefined : waitMs + holds * this.syncMs + this.margin;
       const sent = Date.now();
-      const request = flag ? this.flagged(command) : command;
+      const request = flag ? flagged(command, this.flag) : command;
       const { replies: [reply, ...waited], arrived } = await own.pipeline([request, ...tail], timeout);
       const tie = tied ? own.tie : undefined;
       if (tie && isNoSuchSession(reply)) tie.keeper.replaced(tie);

@@ -1,6 +1,7 @@
 // Each write as the client sends it, against a scripted stand-in for ioredis (no server
-// needed): an acquire without waiting and a renewal with NOSYNC and LOCK.SYNC behind it (the
-// server syncs them to the in-sync set), those of one tick in one batch; a wait with SYNC;
+// needed): an acquire without waiting and a renewal alone with SYNC (the server syncs it to the
+// in-sync set), those of one tick in one batch with NOSYNC and LOCK.SYNC behind them; a wait
+// with SYNC;
 // NOSYNC with sync off or a fixed count — whose WAIT, and WAITAOF for the AOF, go behind it; a
 // LOCK.SYNC refused with NOREPLICAS: a batched grant released by the client before it rejects,
 // a SYNC one never (the server did); a module without SYNC or LOCK.SYNC named; a held reply
@@ -70,13 +71,13 @@ const names = (sent) => sent.map((args) => {
 /** What the master answers to LOCK.SYNC when the in-sync set did not acknowledge. */
 const SYNC_REFUSED = 'NOREPLICAS the master has 1 in-sync replicas, fewer than lock.min-insync-replicas (2); the writes before it do not count: release the grants they made';
 
-it('sends a grant and a renewal with NOSYNC and LOCK.SYNC behind it: the server syncs them', async () => {
+it('sends a lone grant and a lone renewal with SYNC: the server syncs it', async () => {
   const { client, sent } = scripted(master());
   const holding = await createLock(client, 'k', { ttl: 10_000 }).tryAcquire();
   assert.ok(holding);
   assert.equal(await holding.renew(), true);
-  assert.deepEqual(names(sent), ['LOCK.ACQUIRE NOSYNC', 'LOCK.SYNC', 'LOCK.RENEW NOSYNC', 'LOCK.SYNC']);
-  assert.deepEqual(sent[0], ['LOCK.ACQUIRE', 'k', holding.owner, '10000', 'NOSYNC']);
+  assert.deepEqual(names(sent), ['LOCK.ACQUIRE SYNC', 'LOCK.RENEW SYNC']);
+  assert.deepEqual(sent[0], ['LOCK.ACQUIRE', 'k', holding.owner, '10000', 'SYNC']);
 });
 
 it('sends a wait in the server with SYNC, and the writes of one tick together behind one LOCK.SYNC', async () => {
@@ -111,13 +112,14 @@ it('releases each grant of a batch whose LOCK.SYNC was refused, before it reject
     'as their owners, and nothing else');
 });
 
-it("never releases a grant the server refused (SYNC, a wait's): the server did", async () => {
+it("never releases a grant the server refused (SYNC, a lone one's or a wait's): the server did", async () => {
   const refusal = 'NOREPLICAS the master has 1 in-sync replicas, fewer than lock.min-insync-replicas (2); the grant was released';
   // Waits refused; the last try without waiting, at the wait's end, finds the lock busy.
   const { client, sent } = scripted((args) => {
     if (args[0] === 'LOCK.ACQUIRE') return args.at(-1) === 'SYNC' ? new Error(refusal) : null;
     return master()(args);
   });
+  await assert.rejects(createLock(client, 'k').tryAcquire(), (error) => error instanceof NotReplicatedError && error.released);
   let refused;
   const holding = await createLock(client, 'k').acquire({ wait: 100 }).catch((error) => { refused = error; });
   assert.ok(holding === null || (refused instanceof NotReplicatedError && refused.released &&
@@ -126,14 +128,20 @@ it("never releases a grant the server refused (SYNC, a wait's): the server did",
   assert.ok(sent.every(([command]) => command !== 'LOCK.RELEASE'), 'no LOCK.RELEASE');
 });
 
-it('rejects a renewal whose LOCK.SYNC was refused, which leaves the holding as it was', async () => {
-  let syncs = 0;
-  const { client, sent } = scripted((args) => (args[0] === 'LOCK.SYNC' && syncs++ > 0 ? new Error(SYNC_REFUSED) : master()(args)));
-  const holding = await createLock(client, 'k', { ttl: 10_000 }).tryAcquire();
-  await assert.rejects(holding.renew(), (error) =>
-    error instanceof NotReplicatedError && error.write === 'renewal' && !error.released);
-  assert.equal(holding.signal.aborted, false);
-  assert.deepEqual(names(sent), ['LOCK.ACQUIRE NOSYNC', 'LOCK.SYNC', 'LOCK.RENEW NOSYNC', 'LOCK.SYNC']);
+it('rejects renewals the server refused, alone or in a batch, which leaves the holdings as they were', async () => {
+  const refusal = 'NOREPLICAS not every in-sync replica acknowledged within 1000 ms; the renewal does not count: the lease before it does';
+  const { client, sent } = scripted((args) => {
+    if (args[0] === 'LOCK.SYNC') return new Error(SYNC_REFUSED);
+    return args[0] === 'LOCK.RENEW' && args.at(-1) === 'SYNC' ? new Error(refusal) : master()(args);
+  });
+  const holdings = [];
+  for (const name of ['a', 'b']) holdings.push(await createLock(client, name, { ttl: 10_000 }).tryAcquire());
+  const notCounted = (error) => error instanceof NotReplicatedError && error.write === 'renewal' && !error.released;
+  sent.length = 0;
+  await assert.rejects(holdings[0].renew(), notCounted);
+  await Promise.all(holdings.map((holding) => assert.rejects(holding.renew(), notCounted)));
+  for (const holding of holdings) assert.equal(holding.signal.aborted, false);
+  assert.deepEqual(names(sent), ['LOCK.RENEW SYNC', 'LOCK.RENEW NOSYNC', 'LOCK.RENEW NOSYNC', 'LOCK.SYNC']);
 });
 
 it('names the module needed when the server does not know SYNC (before 0.7.0), with sync on or off', async () => {
@@ -143,11 +151,12 @@ it('names the module needed when the server does not know SYNC (before 0.7.0), w
   await assert.rejects(createLock(client, 'k', { sync: false }).tryAcquire(), /needs the lock module 0\.7\.0 or later/);
 });
 
-it('names the module needed when the server does not know LOCK.SYNC, and releases the grant', async () => {
+it('names the module needed when the server does not know LOCK.SYNC, and releases the grants', async () => {
   const { client, sent } = scripted((args) => (args[0] === 'LOCK.SYNC' ? new Error("ERR unknown command 'LOCK.SYNC', with args beginning with: ") : master()(args)));
-  await assert.rejects(createLock(client, 'k').tryAcquire(), /"ERR unknown command 'LOCK.SYNC'.*needs the lock module 0\.7\.0 or later/);
-  assert.deepEqual(names(sent).slice(0, 2), ['LOCK.ACQUIRE NOSYNC', 'LOCK.SYNC']);
-  assert.equal(sent[2][0], 'LOCK.RELEASE');
+  await Promise.all(['a', 'b'].map((name) =>
+    assert.rejects(createLock(client, name).tryAcquire(), /"ERR unknown command 'LOCK.SYNC'.*needs the lock module 0\.7\.0 or later/)));
+  assert.deepEqual(names(sent).slice(0, 3), ['LOCK.ACQUIRE NOSYNC', 'LOCK.ACQUIRE NOSYNC', 'LOCK.SYNC']);
+  assert.deepEqual(sent.slice(3).map(([command, key]) => `${command} ${key}`).sort(), ['LOCK.RELEASE a', 'LOCK.RELEASE b']);
 });
 
 it('waits for a held reply up to the sync timeout and the margin, then closes its connection', async () => {
@@ -187,12 +196,9 @@ it('with aof waits for the AOF behind a SYNC write; with sync off sends the writ
 
 it('releases in the background a grant refused by a master that became a replica, and tries again as a new owner', async () => {
   const demoted = 'NOREPLICAS this server is no longer a master; the grant was not released here: the new master may have it, release it there';
-  const demotedSync = 'NOREPLICAS this server is no longer a master; the writes before it do not count: the new master may have their grants, release them there';
   let refusals = 1;
-  // A batch's LOCK.SYNC refused (tryAcquire), or a wait's SYNC grant (acquire).
-  const refused = (args) => args[0] === 'LOCK.SYNC' || (args[0] === 'LOCK.ACQUIRE' && args.at(-1) === 'SYNC');
   const { client, sent } = scripted((args) =>
-    (refused(args) && refusals-- > 0 ? new Error(args[0] === 'LOCK.SYNC' ? demotedSync : demoted) : master()(args)));
+    (args[0] === 'LOCK.ACQUIRE' && refusals-- > 0 ? new Error(demoted) : master()(args)));
   await assert.rejects(createLock(client, 'k').tryAcquire(), (error) =>
     error instanceof NotReplicatedError && !error.released && error.reason === 'this server is no longer a master');
   await until(() => sent.at(-1)[0] === 'LOCK.RELEASE');
