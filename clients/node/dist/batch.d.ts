@@ -57,10 +57,11 @@ export declare class Batcher {
     private waiting;
     private scheduled;
     constructor(lend: Lend);
-    /** Sends `command` (a lock write without its flag) in the next batch, queued until `deadline`, its batch's
-     * replies waited for up to `timeoutMs`. Rejects with {@link Exhausted} when no connection
-     * came free before `deadline` (nothing was sent), with the batch's `LostReply`, and with why
-     * no connection could be had (a connect error, the session's, the pool closed). */
+    /** Sends `command` (a lock write without its flag) in the next batch, queued until
+     * `deadline`, its batch's replies waited for up to `timeoutMs`. Rejects with {@link
+     * Exhausted} when no connection came free before `deadline` (nothing was sent), with the
+     * batch's `LostReply`, and with why no connection could be had (a connect error, the
+     * session's, the pool closed). */
     add(command: string[], deadline: number, timeoutMs: number): Promise<Committed>;
     /** Senders for the writes queued beyond what those waiting for a connection will take. */
     private start;

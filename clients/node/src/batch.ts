@@ -83,10 +83,11 @@ export class Batcher {
 
   constructor(private readonly lend: Lend) {}
 
-  /** Sends `command` (a lock write without its flag) in the next batch, queued until `deadline`, its batch's
-   * replies waited for up to `timeoutMs`. Rejects with {@link Exhausted} when no connection
-   * came free before `deadline` (nothing was sent), with the batch's `LostReply`, and with why
-   * no connection could be had (a connect error, the session's, the pool closed). */
+  /** Sends `command` (a lock write without its flag) in the next batch, queued until
+   * `deadline`, its batch's replies waited for up to `timeoutMs`. Rejects with {@link
+   * Exhausted} when no connection came free before `deadline` (nothing was sent), with the
+   * batch's `LostReply`, and with why no connection could be had (a connect error, the
+   * session's, the pool closed). */
   add(command: string[], deadline: number, timeoutMs: number): Promise<Committed> {
     return new Promise((resolve, reject) => {
       this.queue.push({ command, deadline, timeout: timeoutMs, resolve, reject });
