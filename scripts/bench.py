@@ -291,9 +291,12 @@ def instructions(binary, command, functions=PROFILED, module=MODULE, load=None):
     PROFILE_OPS of `command` from redis-benchmark, or what `load(port)` sends."""
     port = free_port()
     out = tempfile.mktemp(prefix="leasehold-callgrind-")
+    # A directory of its own: the lease-horizon record an earlier server left in a shared one
+    # would hold its grants back (`TRYAGAIN`) until the leases it may have granted end.
+    workdir = tempfile.mkdtemp(prefix="leasehold-callgrind-")
     process = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", binary, "--port", str(port),
-         "--save", "", "--loadmodule", str(module)],
+         "--dir", workdir, "--save", "", "--loadmodule", str(module)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cli = ["redis-cli", "-p", str(port)]
     deadline = time.time() + 60
@@ -311,6 +314,7 @@ def instructions(binary, command, functions=PROFILED, module=MODULE, load=None):
         load(port)
     subprocess.run([*cli, "SHUTDOWN", "NOSAVE"], capture_output=True)
     process.wait()
+    shutil.rmtree(workdir, ignore_errors=True)
     report = subprocess.run(["callgrind_annotate", "--inclusive=yes", out],
                             capture_output=True, text=True).stdout
     os.unlink(out)
