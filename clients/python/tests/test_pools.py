@@ -16,7 +16,7 @@ import redis.asyncio
 
 import leasehold
 import leasehold.asyncio
-from conftest import aclose, wait_until, waiters
+from conftest import aclose, fence, wait_until, waiters
 
 #: About 25 s of tests: started first (conftest.py).
 pytestmark = pytest.mark.long
@@ -30,6 +30,12 @@ def connections_received(admin) -> int:
 def handed_over(admin) -> int:
     """Locks the server handed to a client waiting for them."""
     return int(admin.info("lock")["lock_handovers"])
+
+
+def calls(admin, *commands: str) -> tuple:
+    """How many times the server ran each of ``commands`` so far (``INFO commandstats``)."""
+    stats = admin.info("commandstats")
+    return tuple(int(stats.get(f"cmdstat_{command}", {}).get("calls", 0)) for command in commands)
 
 
 def blocked_clients(admin) -> int:
@@ -238,4 +244,81 @@ def test_a_full_sync_pool_makes_a_grant_queue_within_the_sync_timeout(replicated
     thread.join(30)
     assert len(errors) == 1 and errors[0].reason.startswith("not every in-sync replica acknowledged")
     replica.signal(signal.SIGCONT)
+    leasehold.close_pools(r)
+
+
+def test_concurrent_synced_grants_go_in_batches_over_the_sync_pool(replicated, name):
+    master, replica = replicated
+    admin = redis.Redis(port=master.port)
+    r = redis.asyncio.Redis(port=master.port)
+    leasehold.asyncio.configure_pools(r, sync=8)
+
+    async def run() -> list:
+        first = leasehold.asyncio.Lock(r, name, timeout=10)
+        assert await first.acquire(blocking=False)  # warm-up: the client's own connections
+        await first.release()
+        before = connections_received(admin)
+        acquires, syncs, waits = calls(admin, "lock.acquire", "lock.sync", "wait")
+
+        # 64 tasks, each on a lock of its own, acquire and release 20 times: the grants waiting
+        # for a connection go together, and the server holds each batch's LOCK.SYNC until the
+        # replica has it, over at most 8 connections.
+        async def task(n: int):
+            lock = leasehold.asyncio.Lock(r, f"{name}:{n}", timeout=10, thread_local=False)
+            for _ in range(20):
+                assert await lock.acquire(blocking=False)
+                await lock.release()
+            assert await lock.acquire(blocking=False)
+            return lock
+
+        locks = await asyncio.gather(*(task(n) for n in range(64)))
+        # The user's own pool opens one connection per concurrent release; the sync pool's are
+        # what is bounded.
+        opened = connections_received(admin) - before
+        assert opened <= 8 + 64, f"{opened} connections opened"
+        grants = calls(admin, "lock.acquire")[0] - acquires
+        assert grants == 64 * 21, "one command per grant"
+        batches = calls(admin, "lock.sync")[0] - syncs
+        assert 0 < batches < grants / 2, f"{batches} LOCK.SYNC for {grants} grants: batched"
+        assert calls(admin, "wait")[0] == waits, "no WAIT"
+        return locks
+
+    locks = asyncio.run(run())
+    for lock in locks:
+        assert fence(replica, lock.name) == lock.fencing_token, f"{lock.name} on the replica"
+    sync_pool = [c for c in admin.client_list() if "lock.sync" in c.get("cmd", "")
+                 or "lock.acquire" in c.get("cmd", "")]
+    assert len(sync_pool) <= 8 + 1, "the sync pool's connections (and the session's)"
+
+
+def test_concurrent_synced_grants_from_threads_go_in_batches_too(replicated, name):
+    master, replica = replicated
+    admin = redis.Redis(port=master.port)
+    r = redis.Redis(port=master.port, max_connections=64)
+    leasehold.configure_pools(r, sync=4)
+    first = leasehold.Lock(r, name, timeout=10)
+    assert first.acquire(blocking=False)
+    first.release()
+    acquires, syncs = calls(admin, "lock.acquire", "lock.sync")
+    held = []
+
+    def worker(n: int) -> None:
+        lock = leasehold.Lock(r, f"{name}:{n}", timeout=10, thread_local=False)
+        for _ in range(20):
+            assert lock.acquire(blocking=False)
+            lock.release()
+        assert lock.acquire(blocking=False)
+        held.append(lock)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(held) == 16
+    grants = calls(admin, "lock.acquire")[0] - acquires
+    assert grants == 16 * 21
+    assert calls(admin, "lock.sync")[0] - syncs > 0, "some went together"
+    for lock in held:
+        assert fence(replica, lock.name) == lock.fencing_token
     leasehold.close_pools(r)

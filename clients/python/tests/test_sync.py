@@ -25,6 +25,10 @@ pytestmark = pytest.mark.long
 LONG_GRACE = 60
 
 
+def blocked_clients(admin) -> int:
+    return int(admin.info("clients")["blocked_clients"])
+
+
 def calls(admin, *commands: str) -> tuple:
     """How many times the server ran each of ``commands`` so far (``INFO commandstats``)."""
     stats = admin.info("commandstats")
@@ -229,4 +233,128 @@ async def test_asyncio_grants_and_renewals_are_synced_too(replicated, name):
     await asyncio.wait_for(watched.lost.wait(), 10)
     assert time.monotonic() >= last_synced_end
     await watched.release()
+    await aclose(r)
+
+
+async def test_a_batch_the_replica_does_not_get_has_every_grant_released_and_reported(replicated, name):
+    master, replica = replicated
+    admin = redis.Redis(port=master.port)
+    r = redis.asyncio.Redis(port=master.port)
+    leasehold.asyncio.configure_pools(r, sync=1)
+    leasehold.asyncio.configure_sessions(r, grace=LONG_GRACE)
+    # Queued up to 2 s for the one connection: the server refuses each batch at 200 ms.
+    slow = leasehold.Sync(timeout=2)
+    holders = [leasehold.asyncio.Lock(r, f"{name}:held:{n}", timeout=10, sync=slow) for n in range(4)]
+    for holder in holders:
+        assert await holder.acquire(blocking=False)
+    synced_ends = [holder.lease_end for holder in holders]
+    syncs, releases = calls(admin, "lock.sync", "lock.release")
+    replica.signal(signal.SIGSTOP)
+    locks = [leasehold.asyncio.Lock(r, f"{name}:{n}", timeout=10, sync=slow) for n in range(8)]
+    outcomes = await asyncio.gather(*(lock.acquire(blocking=False) for lock in locks),
+                                    *(holder.extend(20) for holder in holders),
+                                    return_exceptions=True)
+    for outcome in outcomes[:8]:
+        assert isinstance(outcome, leasehold.NotReplicatedError), outcome
+        assert outcome.reason == ACKED_LATE
+        assert str(outcome) == f"NOREPLICAS {ACKED_LATE}; the grant was released"
+    for outcome in outcomes[8:]:
+        assert isinstance(outcome, leasehold.NotReplicatedError), outcome
+        assert str(outcome).endswith("the renewal does not count: the lease before it does")
+    assert admin.exists(*(lock.name for lock in locks)) == 0, "every grant released"
+    assert [holder.lease_end for holder in holders] == synced_ends, "the leases before count"
+    assert all(lock.fencing_token is None for lock in locks)
+    batches, released = (n - m for n, m in zip(calls(admin, "lock.sync", "lock.release"),
+                                               (syncs, releases)))
+    assert 0 < batches < 12, f"{batches} LOCK.SYNC for 12 writes over one connection: batched"
+    assert released >= 1, "released by the client: LOCK.SYNC undoes nothing"
+    replica.signal(signal.SIGCONT)
+    for holder in holders:
+        assert await holder.owned(), "a renewal refused leaves the holding"
+        await holder.release()
+    await leasehold.asyncio.close_pools(r)
+    await aclose(r)
+
+
+def test_a_batch_of_threads_the_replica_does_not_get_is_released_and_reported(replicated, name):
+    master, replica = replicated
+    admin = redis.Redis(port=master.port)
+    r = redis.Redis(port=master.port, max_connections=16)
+    leasehold.configure_pools(r, sync=1)
+    slow = leasehold.Sync(timeout=2)
+    first = leasehold.Lock(r, name, timeout=10, sync=slow)
+    assert first.acquire(blocking=False)
+    first.release()
+    replica.signal(signal.SIGSTOP)
+    locks = [leasehold.Lock(r, f"{name}:{n}", timeout=10, sync=slow, thread_local=False)
+             for n in range(8)]
+    errors = []
+
+    def grant(lock) -> None:
+        try:
+            lock.acquire(blocking=False)
+        except leasehold.NotReplicatedError as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=grant, args=(lock,)) for lock in locks]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(errors) == 8
+    assert all(str(error) == f"NOREPLICAS {ACKED_LATE}; the grant was released" for error in errors)
+    assert admin.exists(*(lock.name for lock in locks)) == 0, "every grant released"
+    replica.signal(signal.SIGCONT)
+    leasehold.close_pools(r)
+
+
+async def test_a_caller_that_leaves_a_batch_has_its_grant_released(replicated, name):
+    master, replica = replicated
+    admin = redis.Redis(port=master.port)
+    admin.config_set("lock.sync-timeout-ms", 10_000)
+    r = redis.asyncio.Redis(port=master.port)
+    leasehold.asyncio.configure_pools(r, sync=2)
+    long = leasehold.Sync(timeout=15)
+
+    def lock(suffix: str):
+        return leasehold.asyncio.Lock(r, f"{name}:{suffix}", timeout=30, sync=long,
+                                      thread_local=False)
+
+    replica.signal(signal.SIGSTOP)
+    # Two go alone (SYNC, each held by the server on a connection of its own: the two
+    # senders); the next two queue behind them, and go together once a connection is free.
+    alone = []
+    for n in range(2):
+        alone.append(asyncio.ensure_future(lock(f"alone:{n}").acquire(blocking=False)))
+        for _ in range(100):
+            if blocked_clients(admin) == n + 1:
+                break
+            await asyncio.sleep(0.02)
+        assert blocked_clients(admin) == n + 1
+    staying, leaving = lock("staying"), lock("leaving")
+    stays = asyncio.ensure_future(staying.acquire(blocking=False))
+    leaves = asyncio.ensure_future(leaving.acquire(blocking=False))
+    await asyncio.sleep(0.1)
+    for client in admin.client_list():
+        if client["cmd"] == "lock.acquire":
+            admin.client_unblock(client["id"], error=True)  # refused: undone by the server
+    await asyncio.gather(*alone, return_exceptions=True)
+    for _ in range(100):  # the batch's LOCK.SYNC is held
+        if any(client["cmd"] == "lock.sync" for client in admin.client_list()):
+            break
+        await asyncio.sleep(0.02)
+    leaves.cancel()
+    replica.signal(signal.SIGCONT)
+    assert await stays
+    with pytest.raises(asyncio.CancelledError):
+        await leaves
+    assert fence(replica, staying.name) == staying.fencing_token, "the batch went on"
+    for _ in range(100):  # released in the background once the batch was answered
+        if admin.exists(leaving.name) == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert admin.exists(leaving.name) == 0, "the grant of the caller that left is released"
+    assert admin.info("commandstats")["cmdstat_lock.sync"]["calls"] >= 1
+    admin.config_set("lock.sync-timeout-ms", SYNC_TIMEOUT_MS)
+    await leasehold.asyncio.close_pools(r)
     await aclose(r)

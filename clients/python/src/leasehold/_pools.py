@@ -20,7 +20,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import LockError
 from redis.retry import Retry
 
-from ._protocol import Number, SessionSettings, is_cluster, to_ms
+from ._protocol import Batches, Number, SessionSettings, is_cluster, to_ms
 
 #: Connections in a client's wait pool, per master, unless :func:`configure_pools` says
 #: otherwise: how many blocking acquires wait in the server at once; more queue for one.
@@ -109,6 +109,7 @@ class Pools:
         self.sessions = SessionSettings()
         self._pools: Dict[Tuple[str, Optional[str]], Any] = {}
         self._sessions: Dict[Optional[str], Any] = {}
+        self._batches: Dict[Tuple[Optional[str], bool], Batches] = {}
         self._lock = threading.Lock()
 
     def configure_sessions(self, settings: SessionSettings) -> None:
@@ -148,6 +149,9 @@ class Pools:
         """The ``kind`` (``"wait"`` or ``"sync"``) pool of ``master``, made with
         ``pool_class`` (taking ``max_connections``, ``connection_class`` and the connections'
         arguments) on first use."""
+        pool = self._pools.get((kind, master.node))  # a dict read is atomic: made under the lock
+        if pool is not None:
+            return pool
         with self._lock:
             pool = self._pools.get((kind, master.node))
             if pool is None:
@@ -157,6 +161,17 @@ class Pools:
                 self._pools[(kind, master.node)] = pool
             return pool
 
+    def batches(self, master: Master, untied: bool) -> Batches:
+        """The synced writes of ``master`` waiting to go in a batch (see
+        :class:`leasehold._protocol.Batches`): those tied to a session, or (``untied``) those tied
+        to none, which go only on a connection bound to none."""
+        key = (master.node, untied)
+        batches = self._batches.get(key)  # a dict read is atomic: made once, under the lock
+        if batches is None:
+            with self._lock:
+                batches = self._batches.setdefault(key, Batches())
+        return batches
+
     def drain(self) -> Tuple[List[Any], List[Any]]:
         """Forgets the pools and sessions made so far (the next lock makes new ones) and
         returns the pools, to be disconnected, and the sessions, to be closed."""
@@ -165,6 +180,7 @@ class Pools:
             sessions = list(self._sessions.values())
             self._pools.clear()
             self._sessions.clear()
+            self._batches.clear()
             return pools, sessions
 
 

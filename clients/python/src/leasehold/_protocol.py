@@ -3,6 +3,7 @@ conversion, the sync settings and the round trip that carries a write, and a hol
 
 from __future__ import annotations
 
+import collections
 import contextvars
 import itertools
 import logging
@@ -119,6 +120,12 @@ class Sync:
     def off(self) -> bool:
         """Whether syncing is off (``replicas=0``)."""
         return self.replicas == 0
+
+    @property
+    def batches(self) -> bool:
+        """Whether grants and renewals sent at the same time go together (the in-sync set, no
+        AOF: see :class:`Batch`)."""
+        return self.replicas is None and not self.aof
 
     @property
     def option(self) -> str:
@@ -418,6 +425,9 @@ class Write:
         #: Why an applied write does not count by the client's own ``WAIT`` (see
         #: :meth:`Pipeline.not_synced`), once settled.
         self.problem: Optional[Exception] = None
+        #: What the client gives back of it when it was made in a batch whose ``LOCK.SYNC`` was
+        #: refused (:class:`Undo`); ``None`` for a write that never goes in a batch.
+        self.undo: Optional[Undo] = None
 
     def tie(self, term: Optional["Term"]) -> None:
         """Names ``term``'s session in the write (``SESSION id``), or none for ``None``."""
@@ -432,6 +442,16 @@ class Write:
         no session goes only on a connection bound to none (see :meth:`Pipeline.untied`)."""
         term = self.term
         return self._base if term is not None and term.id == bound else self.command
+
+    def in_batch(self, named: bool, bound: Optional[str]) -> List[Any]:
+        """The write as a batch sends it: ``NOSYNC`` in place of ``SYNC`` (the batch's
+        ``LOCK.SYNC`` syncs it), naming its session when ``named`` (a ``USE`` goes ahead of it)
+        or the connection is bound to another one (``bound``) — see :meth:`sent_on`."""
+        base = [*self._base[:-1], "NOSYNC"]
+        term = self.term
+        if term is None or (not named and term.id == bound):
+            return base
+        return [*base, "SESSION", term.id]
 
     def outcome(self) -> Any:
         """The reply if the write was applied, else ``None``; raises the error reply it got
@@ -474,6 +494,17 @@ def binding_of(connection: Any, socket: Any) -> Binding:
 def record_binding(connection: Any, binding: Binding) -> None:
     """Keeps ``binding`` (its socket the one the round trip went on) on ``connection``."""
     setattr(connection, BINDING, binding)
+
+
+def bound_after(use: Optional[str], used: Any, binding: Binding, socket: Any) -> Binding:
+    """What a connection bound as ``binding`` is bound to after a round trip on ``socket``
+    that sent ``LOCK.SESSION USE use`` first (``None``: none), ``used`` its reply (see
+    :meth:`Pipeline.binding_after`)."""
+    if use is None or no_such_session(used):
+        return binding._replace(socket=socket)
+    if isinstance(used, Exception):
+        return binding._replace(socket=socket, refused=True)
+    return Binding(socket, use)
 
 
 #: A command of a :class:`Pipeline` with what it is for (a name, or its :class:`Write`) and how
@@ -560,11 +591,7 @@ class Pipeline:
         session ``USE`` bound it to when that replied ``OK``; as before when there was no
         ``USE`` or it got ``no such session`` (the server leaves the binding then); as before,
         refusing further ``USE`` on this socket, for any other error."""
-        if self.use is None or no_such_session(self.used):
-            return binding._replace(socket=socket)
-        if isinstance(self.used, Exception):
-            return binding._replace(socket=socket, refused=True)
-        return Binding(socket, self.use)
+        return bound_after(self.use, self.used, binding, socket)
 
     def commands(self) -> List[List[Any]]:
         """What to send, in order."""
@@ -627,6 +654,231 @@ class Pipeline:
                 None if wanted is None else self.waited, wanted,
                 f"the master did not fsync its AOF within {ms} ms")
         return None
+
+
+class Undo(NamedTuple):
+    """What the client gives back of a write made in a batch whose ``LOCK.SYNC`` was refused,
+    as the server gives back a refused ``SYNC`` write (:class:`Batch`)."""
+
+    #: The release of a grant as its owner (``LOCK.RELEASE`` / ``LOCK.MRELEASE``: one hold, as
+    #: the server releases), also sent in the background when the batch's replies were lost;
+    #: ``None`` for a write that stays made and does not count (a renewal).
+    release: Optional[List[Any]]
+    #: What a write with no release means when it does not count, as the server words it.
+    kept: str = ""
+
+
+#: A renewal's :class:`Undo`: nothing to give back, the lease before it counts.
+RENEWAL_UNDO = Undo(None, "the renewal does not count: the lease before it does")
+
+#: The most writes one batch carries.
+BATCH_MOST = 128
+
+#: The most senders of batches to one master at once (:class:`Batches`). Two keep a write from
+#: waiting a whole round trip behind a batch in flight when the other is free, and make
+#: batches large under load (the Rust package measured one to sixteen: issue 55).
+SENDERS = 2
+
+
+class Queued:
+    """A write waiting for a batch (:class:`Batches`): its sync settings, and where its caller
+    waits for it (an ``asyncio.Future``, or a ``threading.Event`` with :attr:`error`)."""
+
+    __slots__ = ("write", "sync", "waiter", "error")
+
+    def __init__(self, write: Write, sync: Sync, waiter: Any) -> None:
+        self.write = write
+        self.sync = sync
+        self.waiter = waiter
+        #: Why it failed, for a sync caller (``None``: its reply is the write's).
+        self.error: Optional[BaseException] = None
+
+    @property
+    def release(self) -> Optional[List[Any]]:
+        """The release of the grant it may make (:attr:`Undo.release`): sent in the background
+        when the batch's replies were lost, or when its caller left and it was granted."""
+        undo = self.write.undo
+        return None if undo is None else undo.release
+
+    def unclaimed(self, error: Optional[BaseException]) -> Optional[List[Any]]:
+        """What to release for a caller that left before its outcome (``error``, or ``None``
+        for the write's reply) came: a grant it was made."""
+        return self.release if error is None and made(self.write.reply) else None
+
+
+class Batches:
+    """The writes to one master waiting to go in a batch, and its senders: each borrows a sync
+    connection and sends the writes waiting then as one :class:`Batch`, then the writes that
+    queued meanwhile as soon as that one is answered, until none waits. At most
+    :data:`SENDERS` run at once, so that under load writes queue behind a batch in flight and
+    go together rather than each on a connection of its own. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._writes: "collections.deque[Queued]" = collections.deque()
+        self._senders = 0
+
+    def push(self, queued: Queued) -> bool:
+        """Queues a write; whether its caller is to start a sender (fewer than
+        :data:`SENDERS` run)."""
+        with self._lock:
+            self._writes.append(queued)
+            start = self._senders < SENDERS
+            self._senders += start
+            return start
+
+    def take(self) -> List[Queued]:
+        """For a sender: up to :data:`BATCH_MOST` writes, the longest waiting first; none when
+        none waits, and then the sender stops."""
+        with self._lock:
+            writes = self._writes
+            if not writes:
+                self._senders -= 1
+                return []
+            if len(writes) <= BATCH_MOST:
+                taken = list(writes)
+                writes.clear()
+                return taken
+            return [writes.popleft() for _ in range(BATCH_MOST)]
+
+    def withdraw(self, queued: Queued) -> bool:
+        """Takes back a write no batch took; ``False`` when one did."""
+        with self._lock:
+            try:
+                self._writes.remove(queued)
+            except ValueError:
+                return False
+            return True
+
+
+def made(reply: Any) -> bool:
+    """Whether a write's reply says it made something: not null, not an error, not 0 (a
+    renewal of nothing)."""
+    return reply is not None and not isinstance(reply, Exception) and reply != 0
+
+
+def batch_refused(refusal: Any, meaning: str) -> NotReplicatedError:
+    """The error of a made write of a batch whose ``LOCK.SYNC`` got ``refusal``, worded as the
+    server words a refused ``SYNC`` write: ``NOREPLICAS <what was missing>; <meaning>`` (the
+    grant was released, or the renewal does not count)."""
+    error = str(refusal)
+    if error.startswith("UNBLOCKED") or "no longer a master" in error:
+        missing = "this server is no longer a master"
+    else:
+        missing = error[len("NOREPLICAS "):] if error.startswith("NOREPLICAS ") else error
+        missing = missing.split("; the writes before it", 1)[0]
+    return NotReplicatedError.refused(f"NOREPLICAS {missing}; {meaning}")
+
+
+class Batch:
+    """Several synced writes — grants without waiting and renewals, each tied to the client's
+    session or each to none — to one master as one round trip on a connection of its sync pool,
+    with ``NOSYNC`` each and one ``LOCK.SYNC`` behind them, which the server answers once its
+    in-sync set has every write before it::
+
+        [LOCK.SESSION USE id]; write NOSYNC; write NOSYNC; ...; LOCK.SYNC
+
+    (A write alone goes as a :class:`Pipeline`, saying ``SYNC``: one command, which the server
+    undoes when it does not count.) The same interface as :class:`Pipeline` for the round trip
+    (the I/O is the lock's). The server undoes nothing after ``LOCK.SYNC``: when it is refused
+    (``NOREPLICAS``, or ``UNBLOCKED`` as the master turns replica), each write that made
+    something is given back by the client as the server gives back a refused ``SYNC`` write
+    (:attr:`Write.undo`, :meth:`refused`); the others get their own replies."""
+
+    def __init__(self, queued: Sequence[Queued]) -> None:
+        self.queued = list(queued)
+        self.bound: Optional[str] = None
+        self.use: Optional[str] = None
+        self.used: Any = None
+        #: ``LOCK.SYNC``'s error reply (``None``: ``OK``, or not read yet).
+        self.refusal: Optional[Exception] = None
+
+    def untied(self) -> bool:
+        """Whether its writes are tied to no session (a batch's are all tied, or all not)."""
+        return self.queued[0].write.term is None
+
+    def on(self, binding: Binding) -> None:
+        """As :meth:`Pipeline.on`, for every write: one ``USE`` ahead of them when one is tied
+        to the client's current session and the connection is not bound to it."""
+        if binding.id is not None and self.untied():
+            raise ValueError("writes tied to no session on a connection bound to one")
+        self.bound = binding.id
+        self.use = None
+        if not binding.refused:
+            for queued in self.queued:
+                term = queued.write.term
+                if term is not None and term.current and term.id != binding.id:
+                    self.use = term.id
+                    break
+
+    def commands(self) -> List[List[Any]]:
+        """What to send, in order."""
+        named = self.use is not None
+        use = [["LOCK.SESSION", "USE", self.use]] if named else []
+        writes = [queued.write.in_batch(named, self.bound) for queued in self.queued]
+        return [*use, *writes, ["LOCK.SYNC"]]
+
+    def within(self) -> float:
+        """How long the replies may take, in seconds: the longest sync any write's settings
+        allow, and :data:`WAIT_MARGIN` (twice with a ``USE``)."""
+        held = max(queued.sync.held() for queued in self.queued)
+        return held + WAIT_MARGIN * (2 if self.use is not None else 1)
+
+    def until(self) -> Optional[float]:
+        """By when every reply must have come: the latest of the writes' ``until``, ``None``
+        when one has none."""
+        untils = [queued.write.until for queued in self.queued]
+        return None if None in untils else max(untils)  # type: ignore[type-var]
+
+    def take(self, replies: Sequence[Tuple[Any, float]]) -> None:
+        """Takes the replies: each write's as :func:`write_reply` makes it, the ``USE``'s, and
+        ``LOCK.SYNC``'s."""
+        replies = list(replies)
+        if self.use is not None:
+            self.used = replies.pop(0)[0]
+        for queued, (reply, _) in zip(self.queued, replies):
+            queued.write.reply = queued.write.mapped(reply)
+        synced = replies[-1][0]
+        self.refusal = synced if isinstance(synced, Exception) else None
+
+    def binding_after(self, binding: Binding, socket: Any) -> Binding:
+        """As :meth:`Pipeline.binding_after`."""
+        return bound_after(self.use, self.used, binding, socket)
+
+    def settle(self) -> None:
+        """Nothing to settle: the batch's writes are synced by the server or refused."""
+
+    def refused(self) -> List[Queued]:
+        """The writes that made something while ``LOCK.SYNC`` was refused: the client gives
+        them back (:meth:`releases`) before their callers get :meth:`given_back`."""
+        if self.refusal is None:
+            return []
+        return [queued for queued in self.queued if made(queued.write.reply)]
+
+    def releases(self) -> List[List[Any]]:
+        """The releases of the grants among :meth:`refused`, in order, sent in one round trip
+        on the batch's connection."""
+        return [queued.release for queued in self.refused() if queued.release is not None]
+
+    def given_back(
+        self, replies: Sequence[Any]
+    ) -> List[Tuple[Queued, NotReplicatedError, Optional[List[Any]]]]:
+        """Each of :meth:`refused` with its error (:func:`batch_refused`) and the release still
+        to send in the background (its own failed: ``replies``, those of :meth:`releases`, an
+        error or missing), ``None`` for none."""
+        released = iter(replies)
+        given = []
+        for queued in self.refused():
+            release = queued.release
+            later = None
+            if release is None:
+                meaning = queued.write.undo.kept  # type: ignore[union-attr]
+            elif isinstance(next(released, None), (type(None), Exception)):
+                meaning, later = "the grant is being released by the client", release
+            else:
+                meaning = "the grant was released"
+            given.append((queued, batch_refused(self.refusal, meaning), later))
+        return given
 
 
 def sync_timeout(sync: Sync, write: Write) -> float:
@@ -1239,8 +1491,11 @@ class LockBase:
         return reply is not None and not isinstance(reply, Exception)
 
     def _grant_write(self, owner: Any) -> Write:
-        """A grant without waiting, synced as :attr:`sync` says."""
-        return Write(self._acquire_command(owner), self._granted)
+        """A grant without waiting, synced as :attr:`sync` says; in a batch whose sync was
+        refused, released by its owner (one hold, as the server releases a refused grant)."""
+        write = Write(self._acquire_command(owner), self._granted)
+        write.undo = Undo(self._command("RELEASE", owner))
+        return write
 
     def _wait_pipeline(
         self, owner: Any, asking: bool, deadline: Optional[float], term: Optional[Term]
@@ -1256,7 +1511,9 @@ class LockBase:
     def _renew_write(self, owner: Any, lease_ms: int, until: Optional[float]) -> Write:
         """A renewal to ``lease_ms`` (``LOCK.RENEW name owner lease-ms SYNC|NOSYNC``, a set's
         ``LOCK.MRENEW``), synced as :attr:`sync` says; its replies must come by ``until``."""
-        return Write(self._command("RENEW", owner, lease_ms, self.sync.option), self._whole, until)
+        write = Write(self._command("RENEW", owner, lease_ms, self.sync.option), self._whole, until)
+        write.undo = RENEWAL_UNDO
+        return write
 
     def _sync_deadline(self, until: Optional[float]) -> float:
         """Until when a synced write may queue for a connection: the sync timeout, and no later

@@ -44,6 +44,9 @@ from ._pools import (
 )
 from ._protocol import (
     DEFAULT_LEASE,
+    Batch,
+    Batches,
+    Queued,
     REDIRECTS,
     WAIT_MARGIN,
     TRY_AGAIN_DELAY,
@@ -334,6 +337,200 @@ async def read(connection: Any) -> Tuple[Any, float]:
     except ResponseError as error:
         reply = error
     return reply, time.monotonic()
+
+
+#: The batch senders and background releases running (a running task needs a reference kept).
+_BACKGROUND: Set["asyncio.Task[None]"] = set()
+
+
+def in_background(coroutine: Any) -> None:
+    """Runs ``coroutine`` as a task of the running loop, kept until it ends."""
+    task = asyncio.ensure_future(coroutine)
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
+
+
+async def release_eventually(redis: Any, release: List[Any]) -> None:
+    """Sends ``release`` (a release as a holding's owner) on ``redis`` until the server answers
+    it: 20 tries, backing off."""
+    for attempt in range(20):
+        try:
+            await redis.execute_command(*release)
+            return
+        except RedisError:
+            await asyncio.sleep(min(0.01 * 2**attempt, 1.0))
+
+
+async def batched(redis: Any, master: Master, write: Write, sync: Sync, deadline: float) -> Write:
+    """As :func:`leasehold.lock.batched`, for ``redis.asyncio``: the caller that starts a
+    sender sends its write itself when it goes alone; a cancelled caller takes its write back
+    if no batch took it, and a grant a batch made for it is released."""
+    pools = pools_of(redis)
+    queue = pools.batches(master, write.term is None)
+    loop = asyncio.get_running_loop()
+    queued = Queued(write, sync, loop.create_future())
+    try:
+        if queue.push(queued) and await lead(redis, pools.pool("sync", master, BudgetedPool),
+                                             queue, queued, deadline):
+            return write
+        # A timer rather than a timeout around the await (see BudgetedPool._queued).
+        expiry = loop.call_at(on_loop_clock(deadline), withdrawn, queue, queued)
+        try:
+            await queued.waiter
+        finally:
+            expiry.cancel()
+    except BaseException:
+        queue.withdraw(queued)
+        raise
+    return write
+
+
+def withdrawn(queue: Batches, queued: Queued) -> None:
+    """A write's sync timeout ran out: taken back, if no batch took it, with :class:`QueuedOut`
+    (nothing was sent)."""
+    if queue.withdraw(queued) and not queued.waiter.done():
+        queued.waiter.set_exception(QueuedOut())
+
+
+async def lead(redis: Any, pool: BudgetedPool, queue: Batches, queued: Queued,
+               deadline: float) -> bool:
+    """The caller whose write started a sender: borrows a sync connection by ``deadline``;
+    ``True`` once it sent its own write alone (``SYNC``, no task between it and its reply: a
+    cancelled or failed round trip closes the connection, and the server releases a grant it
+    still held); when others joined, a sender in the background sends them all (``False``:
+    the caller waits for its outcome), and carries on with the writes that queued meanwhile."""
+    try:
+        connection = await borrow(pool, deadline)
+    except (QueuedOut, ConnectionError):
+        # The role goes to a sender in the background, which waits as long as it takes (or
+        # hands the writes the error); the caller takes its own write back, unless the other
+        # sender took it meanwhile.
+        taken_back = queue.withdraw(queued)
+        in_background(send_batches(redis, pool, queue, None, []))
+        if taken_back:
+            raise
+        return False
+    except BaseException:
+        in_background(send_batches(redis, pool, queue, None, []))
+        raise
+    writes = queue.take()
+    if not writes:  # the other sender took them all: this role ended there
+        await pool.release(connection)
+        return False
+    if len(writes) > 1 or writes[0] is not queued:
+        in_background(send_batches(redis, pool, queue, connection, writes))
+        return False
+    try:
+        await exchange(connection, Pipeline(queued.write, sync=queued.sync), queued.write.until)
+    except BaseException:
+        await connection.disconnect()
+        raise
+    finally:
+        more = queue.take()
+        if more:
+            in_background(send_batches(redis, pool, queue, connection, more))
+        else:
+            await pool.release(connection)
+    return True
+
+
+async def send_batches(redis: Any, pool: BudgetedPool, queue: Batches, connection: Any,
+                       writes: List[Queued]) -> None:
+    """A sender in the background (a task): on ``connection`` (or one it borrows first, as
+    long as that takes), ``writes`` first, then the writes waiting each time a batch is
+    answered, until none waits. No connection to be had: the writes waiting get the error."""
+    try:
+        while True:
+            if connection is None:
+                try:
+                    connection = await borrow(pool, None)
+                except Exception as error:
+                    # No connection to be had: every write waiting gets the error, the role ends.
+                    for taken in [writes, *iter(queue.take, [])]:
+                        for one in taken:
+                            answer(redis, one, error)
+                    return
+            if not writes:
+                writes = queue.take()
+                if not writes:
+                    return
+            sent, writes = writes, []
+            if not await sync_batch(redis, connection, sent):
+                await pool.release(connection)  # closed: the pool dials anew
+                connection = None
+    except BaseException:
+        # Cancelled (the event loop ends): the callers waiting go too, and the role ends.
+        for taken in [writes, *iter(queue.take, [])]:
+            for one in taken:
+                one.waiter.cancel()
+        raise
+    finally:
+        if connection is not None:
+            await pool.release(connection)
+
+
+async def sync_batch(redis: Any, connection: Any, writes: List[Queued]) -> bool:
+    """One round trip of a sender: a write alone as a :class:`Pipeline` (``SYNC``), several as
+    a :class:`Batch` (``NOSYNC`` each, ``LOCK.SYNC``); gives back what a refused batch made,
+    and hands each caller its outcome. ``False`` when the connection was closed: the replies
+    were lost — each caller gets the error, and a grant it may have made is released in the
+    background."""
+    round_trip: Any = Batch(writes) if len(writes) > 1 else Pipeline(writes[0].write,
+                                                                     sync=writes[0].sync)
+    until = round_trip.until() if len(writes) > 1 else writes[0].write.until
+    try:
+        await exchange(connection, round_trip, until)
+    except BaseException as error:
+        await connection.disconnect()
+        for one in writes:
+            if one.release is not None:
+                in_background(release_eventually(redis, one.release))
+            if isinstance(error, Exception):
+                answer(redis, one, error)
+            else:
+                one.waiter.cancel()
+        if not isinstance(error, Exception):
+            raise
+        return False
+    refused = round_trip.refused() if len(writes) > 1 else []
+    for one in writes:
+        if one not in refused:
+            answer(redis, one)
+    return not refused or await give_back(redis, connection, round_trip)
+
+
+async def give_back(redis: Any, connection: Any, batch: Batch) -> bool:
+    """Gives back what ``batch`` made before its refused ``LOCK.SYNC``, as the server gives
+    back a refused ``SYNC`` write — each grant released by its owner on ``connection`` (in the
+    background when that fails), a renewal not counted — then tells their callers
+    (:meth:`Batch.given_back`). ``False`` when the connection was closed."""
+    releases, replies, usable = batch.releases(), [], True
+    if releases:
+        try:
+            replies = [reply for reply, _ in await send(connection, releases, WAIT_MARGIN, None)]
+        except Exception:
+            await connection.disconnect()
+            usable = False
+    for queued, error, later in batch.given_back(replies):
+        if later is not None:
+            in_background(release_eventually(redis, later))
+        answer(redis, queued, error)
+    return usable
+
+
+def answer(redis: Any, queued: Queued, error: Optional[BaseException] = None) -> None:
+    """Hands a write's caller its outcome (its reply is the write's), or ``error``. A caller
+    that left (cancelled) does not take it: a grant made for it is released in the background
+    (:meth:`Queued.unclaimed`)."""
+    waiter = queued.waiter
+    if waiter.done():
+        release = queued.unclaimed(error)
+        if release is not None:
+            in_background(release_eventually(redis, release))
+    elif error is None:
+        waiter.set_result(None)
+    else:
+        waiter.set_exception(error)
 
 
 class Line:
@@ -791,6 +988,8 @@ class Lock(LockBase):
     ) -> Write:
         """As :meth:`leasehold.Lock._synced_to`."""
         write.tie(term)
+        if not asking and write.undo is not None and self.sync.batches:
+            return await batched(self.redis, master, write, self.sync, deadline)
         return await self._alone(
             "sync", master, deadline,
             lambda: Pipeline(write, sync=self.sync, asking=asking), write.until)
@@ -871,12 +1070,7 @@ class Lock(LockBase):
             raise
 
     async def _release_eventually(self, owner: Any) -> None:
-        for attempt in range(20):
-            try:
-                await self.redis.execute_command(*self._command("RELEASE", owner))
-                return
-            except RedisError:
-                await asyncio.sleep(min(0.01 * 2**attempt, 1.0))
+        await release_eventually(self.redis, self._command("RELEASE", owner))
 
     async def _renew(
         self, owner: Any, lease_ms: int, lease: Lease, until: Optional[float] = None

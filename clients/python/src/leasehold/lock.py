@@ -39,6 +39,10 @@ from ._pools import (
 )
 from ._protocol import (
     REDIRECTS,
+    WAIT_MARGIN,
+    Batch,
+    Batches,
+    Queued,
     TRY_AGAIN_DELAY,
     Binding,
     Grant,
@@ -187,6 +191,166 @@ def read(connection: Any, deadline: Optional[float]) -> Tuple[Any, float]:
     except ResponseError as error:
         reply = error
     return reply, time.monotonic()
+
+
+def in_background(target: Callable[..., None], *args: Any) -> None:
+    """Runs ``target(*args)`` in a daemon thread."""
+    threading.Thread(target=target, args=args, daemon=True).start()
+
+
+def release_eventually(redis: Any, release: List[Any]) -> None:
+    """Sends ``release`` (a release as a holding's owner) on ``redis`` until the server answers
+    it: 20 tries, backing off."""
+    for attempt in range(20):
+        try:
+            redis.execute_command(*release)
+            return
+        except RedisError:
+            time.sleep(min(0.01 * 2**attempt, 1.0))
+
+
+def batched(redis: Any, master: Master, write: Write, sync: Sync, deadline: float) -> Write:
+    """``write`` (a grant without waiting or a renewal, synced to the in-sync set) queued for a
+    batch of ``master``'s (:class:`leasehold._protocol.Batches`), its reply taken. A caller that
+    finds fewer than two senders running starts one (:func:`lead`); the others wait for their
+    outcome, and take their write back when no batch took it by ``deadline`` (:class:`QueuedOut`:
+    nothing was sent)."""
+    pools = pools_of(redis)
+    queue = pools.batches(master, write.term is None)
+    queued = Queued(write, sync, threading.Event())
+    try:
+        if queue.push(queued) and lead(redis, pools.pool("sync", master, BudgetedPool), queue,
+                                       queued, deadline):
+            return write
+        if not queued.waiter.wait(time_left(deadline)) and queue.withdraw(queued):
+            raise QueuedOut()
+        queued.waiter.wait()
+    except BaseException:
+        queue.withdraw(queued)
+        raise
+    if queued.error is not None:
+        raise queued.error
+    return write
+
+
+def lead(redis: Any, pool: BudgetedPool, queue: Batches, queued: Queued, deadline: float) -> bool:
+    """The caller whose write started a sender: borrows a sync connection by ``deadline``;
+    ``True`` once it sent its own write alone (``SYNC``: one command, which the server undoes
+    when it does not count — one task's latency as before batches); when others joined, a
+    sender in the background sends them all (``False``: the caller waits for its outcome), and
+    carries on with the writes that queued meanwhile until none waits."""
+    try:
+        connection = borrow(pool, deadline)
+    except (QueuedOut, ConnectionError):
+        # The role goes to a sender in the background, which waits as long as it takes (or
+        # hands the writes the error); the caller takes its own write back, unless the other
+        # sender took it meanwhile.
+        taken_back = queue.withdraw(queued)
+        in_background(send_batches, redis, pool, queue, None, [])
+        if taken_back:
+            raise
+        return False
+    except BaseException:
+        in_background(send_batches, redis, pool, queue, None, [])
+        raise
+    writes = queue.take()
+    if not writes:  # the other sender took them all: this role ended there
+        pool.release(connection)
+        return False
+    if len(writes) > 1 or writes[0] is not queued:
+        in_background(send_batches, redis, pool, queue, connection, writes)
+        return False
+    try:
+        exchange(connection, Pipeline(queued.write, sync=queued.sync), queued.write.until)
+    except BaseException:
+        connection.disconnect()
+        raise
+    finally:
+        more = queue.take()
+        if more:
+            in_background(send_batches, redis, pool, queue, connection, more)
+        else:
+            pool.release(connection)
+    return True
+
+
+def send_batches(redis: Any, pool: BudgetedPool, queue: Batches, connection: Any,
+                 writes: List[Queued]) -> None:
+    """A sender in the background (a thread): on ``connection`` (or one it borrows first, as
+    long as that takes), ``writes`` first, then the writes waiting each time a batch is
+    answered, until none waits. No connection to be had: the writes waiting get the error."""
+    try:
+        while True:
+            if connection is None:
+                try:
+                    connection = borrow(pool, None)
+                except Exception as error:
+                    # No connection to be had: every write waiting gets the error, the role ends.
+                    for taken in [writes, *iter(queue.take, [])]:
+                        for one in taken:
+                            answer(one, error)
+                    return
+            if not writes:
+                writes = queue.take()
+                if not writes:
+                    return
+            sent, writes = writes, []
+            if not sync_batch(redis, connection, sent):
+                pool.release(connection)  # closed: the pool dials anew
+                connection = None
+    finally:
+        if connection is not None:
+            pool.release(connection)
+
+
+def sync_batch(redis: Any, connection: Any, writes: List[Queued]) -> bool:
+    """One round trip of a sender: a write alone as a :class:`Pipeline` (``SYNC``), several as
+    a :class:`leasehold._protocol.Batch` (``NOSYNC`` each, then ``LOCK.SYNC``); gives back what
+    a refused batch made, and hands each caller its outcome. ``False`` when the connection was
+    closed: the replies were lost — each caller gets the error, and a grant it may have made is
+    released in the background."""
+    round_trip: Any = Batch(writes) if len(writes) > 1 else Pipeline(writes[0].write,
+                                                                     sync=writes[0].sync)
+    until = round_trip.until() if len(writes) > 1 else writes[0].write.until
+    try:
+        exchange(connection, round_trip, until)
+    except Exception as error:
+        connection.disconnect()
+        for one in writes:
+            if one.release is not None:
+                in_background(release_eventually, redis, one.release)
+            answer(one, error)
+        return False
+    refused = round_trip.refused() if len(writes) > 1 else []
+    for one in writes:
+        if one not in refused:
+            answer(one)
+    return not refused or give_back(redis, connection, round_trip)
+
+
+def give_back(redis: Any, connection: Any, batch: Batch) -> bool:
+    """Gives back what ``batch`` made before its refused ``LOCK.SYNC``, as the server gives
+    back a refused ``SYNC`` write — each grant released by its owner on ``connection`` (in the
+    background when that fails), a renewal not counted — then tells their callers
+    (:meth:`leasehold._protocol.Batch.given_back`). ``False`` when the connection was closed."""
+    releases, replies, usable = batch.releases(), [], True
+    if releases:
+        try:
+            replies = [reply for reply, _ in send(connection, releases, WAIT_MARGIN, None)]
+        except Exception:
+            connection.disconnect()
+            usable = False
+    for queued, error, later in batch.given_back(replies):
+        if later is not None:
+            in_background(release_eventually, redis, later)
+        answer(queued, error)
+    return usable
+
+
+def answer(queued: Queued, error: Optional[BaseException] = None) -> None:
+    """Hands a write's caller its outcome: its reply is the write's, or ``error``."""
+    queued.error = error
+    queued.waiter.set()
 
 
 class Line:
@@ -713,6 +877,8 @@ class Lock(LockBase):
         """``write`` sent to ``master`` (see :meth:`_synced`) naming ``term``'s session,
         queueing for a connection until ``deadline``."""
         write.tie(term)
+        if not asking and write.undo is not None and self.sync.batches:
+            return batched(self.redis, master, write, self.sync, deadline)
         return self._alone(
             "sync", master, deadline,
             lambda: Pipeline(write, sync=self.sync, asking=asking), write.until)
@@ -795,12 +961,7 @@ class Lock(LockBase):
             raise
 
     def _release_eventually(self, owner: Any) -> None:
-        for attempt in range(20):
-            try:
-                self.redis.execute_command(*self._command("RELEASE", owner))
-                return
-            except RedisError:
-                time.sleep(min(0.01 * 2**attempt, 1.0))
+        release_eventually(self.redis, self._command("RELEASE", owner))
 
     def _renew(self, owner: Any, lease_ms: int, lease: Lease, until: Optional[float] = None) -> bool:
         """Renews to ``lease_ms``; ``True`` once the renewal counts (synced), ``False`` when
