@@ -682,7 +682,8 @@ SENDERS = 2
 
 class Queued:
     """A write waiting for a batch (:class:`Batches`): its sync settings, and where its caller
-    waits for it (an ``asyncio.Future``, or a ``threading.Event`` with :attr:`error`)."""
+    waits for it (an ``asyncio.Future``, or a ``threading.Lock`` it holds until the sender
+    releases it, with :attr:`error`)."""
 
     __slots__ = ("write", "sync", "waiter", "error")
 

@@ -217,14 +217,19 @@ def batched(redis: Any, master: Master, write: Write, sync: Sync, deadline: floa
     nothing was sent)."""
     pools = pools_of(redis)
     queue = pools.batches(master, write.term is None)
-    queued = Queued(write, sync, threading.Event())
+    # The caller waits to acquire a lock the sender releases once it answered (lighter than an
+    # Event, which is a condition and a lock).
+    waiter = threading.Lock()
+    waiter.acquire()
+    queued = Queued(write, sync, waiter)
     try:
         if queue.push(queued) and lead(redis, pools.pool("sync", master, BudgetedPool), queue,
                                        queued, deadline):
             return write
-        if not queued.waiter.wait(time_left(deadline)) and queue.withdraw(queued):
-            raise QueuedOut()
-        queued.waiter.wait()
+        if not waiter.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
+            if queue.withdraw(queued):
+                raise QueuedOut()
+            waiter.acquire()
     except BaseException:
         queue.withdraw(queued)
         raise
@@ -350,7 +355,7 @@ def give_back(redis: Any, connection: Any, batch: Batch) -> bool:
 def answer(queued: Queued, error: Optional[BaseException] = None) -> None:
     """Hands a write's caller its outcome: its reply is the write's, or ``error``."""
     queued.error = error
-    queued.waiter.set()
+    queued.waiter.release()
 
 
 class Line:
