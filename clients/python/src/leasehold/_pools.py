@@ -1,7 +1,7 @@
 """The dedicated connections of the sync and asyncio lock classes: per user client, per master,
 a bounded **wait pool** (blocking acquires, which hold a connection while they wait in the
-server) and a bounded **sync pool** (grants and renewals, each holding a connection until the
-server synced it) — two, so that waiters can never starve a holder's renewal. Both are
+server) and a bounded **sync pool** (grants and renewals, sent in batches, each holding a
+connection until the server synced it, see :class:`leasehold._protocol.Batch`) — two, so that waiters can never starve a holder's renewal. Both are
 redis-py's ``BlockingConnectionPool`` for the sync classes, and a lighter pool of
 ``redis.asyncio`` connections for the asyncio ones (``leasehold.asyncio.BudgetedPool``), made
 from the user's own connection settings; kept beside them is the client's session on each master,
@@ -9,7 +9,6 @@ with a connection of its own (:func:`configure_sessions`)."""
 
 from __future__ import annotations
 
-import inspect
 import os
 import threading
 import weakref
@@ -27,8 +26,9 @@ from ._protocol import Batches, Number, SessionSettings, is_cluster, to_ms
 WAIT_POOL_SIZE = 32
 
 #: Connections in a client's sync pool, per master, unless :func:`configure_pools` says
-#: otherwise: how many synced grants and renewals are in flight at once (each holds its
-#: connection until the server replied, up to its sync timeout); more queue for one.
+#: otherwise: how many synced round trips are in flight at once (each holds its connection
+#: until the server replied, up to its sync timeout) — the batches of grants and renewals
+#: (two at most, :data:`leasehold._protocol.SENDERS`) and guarded commands; more queue for one.
 SYNC_POOL_SIZE = 16
 
 #: How long, in seconds, the caller now borrowing may queue for a connection of a full pool
@@ -40,28 +40,9 @@ QUEUE_BUDGET: ContextVar[Optional[float]] = ContextVar("leasehold_queue_budget",
 QUEUE_SLACK = 0.001
 
 
-class Budgeted:
-    """Mixed into a redis-py ``BlockingConnectionPool``: a caller finding every connection
-    borrowed queues for one for at most its own budget (:data:`QUEUE_BUDGET`, set around the
-    borrowing) rather than the pool-wide ``timeout``, which redis-py reads at each borrowing
-    and does not take per call. Running out raises redis-py's ``ConnectionError``."""
-
-    @property
-    def timeout(self) -> Optional[float]:
-        """The borrowing caller's budget in seconds (``None``: until a connection is free)."""
-        return QUEUE_BUDGET.get()
-
-    @timeout.setter
-    def timeout(self, _: Optional[float]) -> None:
-        """The pool-wide timeout redis-py's constructor sets gives way to each caller's."""
-
-
-def borrow_args(pool_class: type) -> Tuple[str, ...]:
-    """What ``get_connection`` takes on this redis-py: a command name before 5.3 (required
-    then, deprecated since), nothing after."""
-    parameter = inspect.signature(pool_class.get_connection).parameters.get("command_name")
-    required = parameter is not None and parameter.default is inspect.Parameter.empty
-    return ("LOCK.ACQUIRE",) if required else ()
+#: A connection lent again after lying idle this long, in seconds, is first checked for a close
+#: the server (its ``timeout``), a proxy or a firewall made meanwhile; one in steady use is not.
+IDLE_CHECK = 30.0
 
 
 def pooled_connection_kwargs(connection_kwargs: dict) -> dict:
@@ -209,13 +190,17 @@ def configure_pools(redis: Any, *, wait: int = WAIT_POOL_SIZE, sync: int = SYNC_
     ``redis.Redis``, ``redis.asyncio.Redis`` or either ``RedisCluster``; clients made on one
     ``ConnectionPool`` share them): ``wait`` connections for blocking acquires that wait in
     the server (default 32) and ``sync`` connections for grants and renewals synced to the
-    replicas (default 16), each per master. A synced grant or renewal holds its connection
-    until the server replied — once the in-sync replicas acknowledged it, or after
-    ``lock.sync-timeout-ms`` (1 s by default) with ``NOREPLICAS`` — so ``sync`` is how many can
-    be in flight at once. When a pool is full, a caller queues for a connection within its own
-    budget: a blocking acquire within its ``blocking_timeout`` (then it returns ``False``), a
-    synced grant or renewal within the sync timeout (``Sync.timeout``; then it raises
-    :class:`leasehold.NotReplicatedError`, nothing sent).
+    replicas (default 16), each per master. A synced write holds its connection until the
+    server replied — once the in-sync replicas acknowledged it, or after
+    ``lock.sync-timeout-ms`` (1 s by default) with ``NOREPLICAS``. With the in-sync set and no
+    AOF (the default ``Sync()``), the grants and renewals sent at the same time go together on
+    one connection (``NOSYNC`` each, then one ``LOCK.SYNC``), at most two such senders per
+    master at once, so they take two of its connections; a guarded or fenced command, and a
+    write with ``Sync(replicas=n)`` or ``aof``, takes one of its own. When a pool is full, a
+    caller queues for a connection within its own budget: a blocking acquire within its
+    ``blocking_timeout`` (then it returns ``False``), a synced grant or renewal within the sync
+    timeout (``Sync.timeout``; then it raises :class:`leasehold.NotReplicatedError`, nothing
+    sent).
 
     Call it before the first lock on ``redis`` is used (or after ``close_pools``):
     ``LockError`` while its pools exist, or for a size below 1."""

@@ -65,10 +65,13 @@ class Sync:
     to it only once every member of its in-sync set — the replicas that have every write the
     master counted; the others make themselves unpromotable — acknowledged it and the set has
     at least ``lock.min-insync-replicas`` members (default 1; none on a server never part of a
-    replication group). One command, one reply: a grant made without waiting, or a renewal,
-    goes on a connection of the client's sync pool, a blocking acquire on one of its wait pool
-    (the server holds a grant handed over after the wait the same way; see
-    :func:`leasehold.configure_pools`). When the master cannot count it within its
+    replication group). A grant made without waiting, or a renewal, goes on a connection of
+    the client's sync pool, a blocking acquire on one of its wait pool (the server holds a grant
+    handed over after the wait the same way; see :func:`leasehold.configure_pools`). Grants
+    and renewals sent at the same time go together: ``NOSYNC`` each, then one ``LOCK.SYNC``,
+    which the server holds the same way, the client undoing what the server would for a
+    refused batch (:class:`Batch`); a write alone says ``SYNC`` itself, one command, one
+    reply. When the master cannot count it within its
     ``lock.sync-timeout-ms`` (default 1000 ms) it replies ``NOREPLICAS`` — the set too small, a
     member did not acknowledge, it is no longer a master — having released the grant itself
     (a renewal stays applied on the master, and the lease before it is the one that counts),

@@ -32,6 +32,7 @@ from redis.exceptions import (
 )
 
 from ._pools import (
+    IDLE_CHECK,
     QUEUE_BUDGET,
     QUEUE_SLACK,
     Master,
@@ -103,19 +104,15 @@ else:  # what redis-py itself uses there (its dependency)
     from async_timeout import timeout_at
 
 
-#: A connection lent again after lying idle this long is first checked for a close the server
-#: (its ``timeout``), a proxy or a firewall made meanwhile; one in steady use is not.
-IDLE_CHECK = 30.0
-
-
 class BudgetedPool:
     """A wait or sync pool of ``redis.asyncio`` connections to one master: at most
     ``max_connections`` open, each lent to one caller at a time; a caller that finds them all
     lent queues, first come first served, within its own budget (:data:`QUEUE_BUDGET`) and then
     gets redis-py's ``ConnectionError``. A connection comes back closed when its reply was lost
     (:meth:`Lock._alone`), and connects again when next lent. Lighter than ``redis.asyncio``'s
-    ``BlockingConnectionPool``, which the sync classes use: with 64 tasks its condition, its
-    timeout and its metrics were about a fifth of the package's time per acquire + release."""
+    ``BlockingConnectionPool``: with 64 tasks its condition, its timeout and its metrics were
+    about a fifth of the package's time per acquire + release (the sync classes have their own
+    too, :class:`leasehold.lock.BudgetedPool`)."""
 
     def __init__(self, max_connections: int, connection_class: Any, **connection_kwargs: Any) -> None:
         self.max_connections = max_connections
