@@ -8,6 +8,7 @@ milliseconds (``int(seconds * 1000)``, at least 1).
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 import weakref
@@ -154,14 +155,29 @@ class BudgetedPool:
 
 
 def ensure_connected(connection: Any) -> None:
-    """Connects ``connection`` again if the server closed it, or left data unread on it."""
+    """Connects ``connection`` again if the server closed it, or left data unread on it: on a
+    plain socket without a timeout, one peek that does not wait (redis-py's ``can_read`` sets the
+    socket's timeout twice around its read; Python waits for a socket with a timeout before it
+    reads); on another (TLS, a timeout), ``can_read``."""
     connection.connect()
+    sock = socket_of(connection)
     try:
-        if connection.can_read():
-            raise ConnectionError("Connection has data")
+        if type(sock) is socket.socket and PEEK and sock.gettimeout() is None:
+            try:
+                sock.recv(1, PEEK)  # data unread, or b"" for a connection the server closed
+            except (BlockingIOError, InterruptedError):
+                return
+        elif not connection.can_read():
+            return
     except (ConnectionError, TimeoutError, OSError):
-        connection.disconnect()
-        connection.connect()
+        pass
+    connection.disconnect()
+    connection.connect()
+
+
+#: The flags of a read that neither waits nor consumes (where the platform has them).
+PEEK = getattr(socket, "MSG_PEEK", 0) | getattr(socket, "MSG_DONTWAIT", 0) \
+    if hasattr(socket, "MSG_DONTWAIT") else 0
 
 
 def close_pools(redis: Any) -> None:
