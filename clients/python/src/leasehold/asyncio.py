@@ -370,12 +370,18 @@ async def batched(redis: Any, master: Master, write: Write, sync: Sync, deadline
         if queue.push(queued) and await lead(redis, pools.pool("sync", master, BudgetedPool),
                                              queue, queued, deadline):
             return write
-        # A timer rather than a timeout around the await (see BudgetedPool._queued).
+        # Timers rather than a timeout around the await (see BudgetedPool._queued): the write's
+        # deadline to be taken, and the time by which its reply must come (a watchdog's
+        # renewal: its lease's end, when it is reported lost rather than wait on).
         expiry = loop.call_at(on_loop_clock(deadline), withdrawn, queue, queued)
+        late = None if write.until is None else loop.call_at(on_loop_clock(write.until),
+                                                             too_late, queued)
         try:
             await queued.waiter
         finally:
             expiry.cancel()
+            if late is not None:
+                late.cancel()
     except BaseException:
         queue.withdraw(queued)
         raise
@@ -387,6 +393,13 @@ def withdrawn(queue: Batches, queued: Queued) -> None:
     (nothing was sent)."""
     if queue.withdraw(queued) and not queued.waiter.done():
         queued.waiter.set_exception(QueuedOut())
+
+
+def too_late(queued: Queued) -> None:
+    """A write's reply did not come by its ``until``: its caller stops waiting, as for a reply
+    lost (a batch that carries it goes on; a grant it makes is released, its caller gone)."""
+    if not queued.waiter.done():
+        queued.waiter.set_exception(TimeoutError("no reply in time"))
 
 
 async def lead(redis: Any, pool: BudgetedPool, queue: Batches, queued: Queued,

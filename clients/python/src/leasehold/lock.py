@@ -321,7 +321,11 @@ def batched(redis: Any, master: Master, write: Write, sync: Sync, deadline: floa
         if not waiter.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
             if queue.withdraw(queued):
                 raise QueuedOut()
-            waiter.acquire()
+            # Taken: its reply comes within the batch's time, and by its ``until`` (a
+            # watchdog's renewal: its lease's end, when it is reported lost rather than wait on).
+            left = -1 if write.until is None else max(write.until - time.monotonic(), 0.0)
+            if not waiter.acquire(timeout=left):
+                raise TimeoutError("no reply in time")
     except BaseException:
         queue.withdraw(queued)
         raise
