@@ -1,6 +1,7 @@
 """What syncing grants to the replicas costs the Python client, on a master with one replica,
-with grants synced (the default: ``LOCK.ACQUIRE ... SYNC`` on a pooled connection, the server
-replying once the replica acknowledged it) and not (``SYNC_OFF``: ``NOSYNC``):
+with grants synced (the default: on a pooled connection, the server replying once the replica
+acknowledged them — ``LOCK.ACQUIRE ... SYNC`` for a grant alone, ``NOSYNC`` each and one
+``LOCK.SYNC`` for grants sent at the same time) and not (``SYNC_OFF``: ``NOSYNC``):
 
 - ``acquire+release``: one thread loops ``leasehold.Lock`` ``acquire(blocking=False)`` →
   ``release()``, and redis-py alone sends ``LOCK.ACQUIRE ... SYNC`` (``NOSYNC``) →
