@@ -247,6 +247,7 @@ def test_a_full_sync_pool_makes_a_grant_queue_within_the_sync_timeout(replicated
     leasehold.close_pools(r)
 
 
+@pytest.mark.every_redis_py
 def test_concurrent_synced_grants_go_in_batches_over_the_sync_pool(replicated, name):
     master, replica = replicated
     admin = redis.Redis(port=master.port)
@@ -291,6 +292,7 @@ def test_concurrent_synced_grants_go_in_batches_over_the_sync_pool(replicated, n
     assert len(sync_pool) <= 8 + 1, "the sync pool's connections (and the session's)"
 
 
+@pytest.mark.every_redis_py
 def test_concurrent_synced_grants_from_threads_go_in_batches_too(replicated, name):
     master, replica = replicated
     admin = redis.Redis(port=master.port)

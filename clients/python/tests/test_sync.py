@@ -236,6 +236,7 @@ async def test_asyncio_grants_and_renewals_are_synced_too(replicated, name):
     await aclose(r)
 
 
+@pytest.mark.every_redis_py
 async def test_a_batch_the_replica_does_not_get_has_every_grant_released_and_reported(replicated, name):
     master, replica = replicated
     admin = redis.Redis(port=master.port)
@@ -276,6 +277,7 @@ async def test_a_batch_the_replica_does_not_get_has_every_grant_released_and_rep
     await aclose(r)
 
 
+@pytest.mark.every_redis_py
 def test_a_batch_of_threads_the_replica_does_not_get_is_released_and_reported(replicated, name):
     master, replica = replicated
     admin = redis.Redis(port=master.port)
