@@ -360,3 +360,52 @@ async def test_a_caller_that_leaves_a_batch_has_its_grant_released(replicated, n
     admin.config_set("lock.sync-timeout-ms", SYNC_TIMEOUT_MS)
     await leasehold.asyncio.close_pools(r)
     await aclose(r)
+
+
+async def test_a_batch_whose_connection_is_lost_fails_every_caller_and_releases_its_grants(
+        replicated, name):
+    master, replica = replicated
+    admin = redis.Redis(port=master.port)
+    admin.config_set("lock.sync-timeout-ms", 10_000)
+    r = redis.asyncio.Redis(port=master.port)
+    leasehold.asyncio.configure_pools(r, sync=1)
+    long = leasehold.Sync(timeout=15)
+
+    def lock(suffix: str):
+        return leasehold.asyncio.Lock(r, f"{name}:{suffix}", timeout=30, sync=long,
+                                      thread_local=False)
+
+    replica.signal(signal.SIGSTOP)
+    # The first goes alone (SYNC, held by the server on the one connection); two more queue
+    # behind it and go together, NOSYNC each, once it is answered.
+    alone = asyncio.ensure_future(lock("alone").acquire(blocking=False))
+    for _ in range(100):
+        if blocked_clients(admin) == 1:
+            break
+        await asyncio.sleep(0.02)
+    batched = [lock(f"batched:{n}") for n in range(2)]
+    tries = [asyncio.ensure_future(one.acquire(blocking=False)) for one in batched]
+    await asyncio.sleep(0.1)
+    for client in admin.client_list():
+        if client["cmd"] == "lock.acquire":
+            admin.client_unblock(client["id"], error=True)  # refused: undone by the server
+    await asyncio.gather(alone, return_exceptions=True)
+    syncing = []
+    for _ in range(100):  # the batch's LOCK.SYNC is held
+        syncing = [client for client in admin.client_list() if client["cmd"] == "lock.sync"]
+        if syncing:
+            break
+        await asyncio.sleep(0.02)
+    assert admin.exists(*(one.name for one in batched)) == 2, "granted, NOSYNC"
+    admin.client_kill_filter(_id=syncing[0]["id"])  # the batch's replies are lost
+    outcomes = await asyncio.gather(*tries, return_exceptions=True)
+    assert all(isinstance(outcome, redis.ConnectionError) for outcome in outcomes), outcomes
+    replica.signal(signal.SIGCONT)
+    for _ in range(100):  # released in the background: LOCK.SYNC undoes nothing
+        if admin.exists(*(one.name for one in batched)) == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert admin.exists(*(one.name for one in batched)) == 0, "their grants are released"
+    admin.config_set("lock.sync-timeout-ms", SYNC_TIMEOUT_MS)
+    await leasehold.asyncio.close_pools(r)
+    await aclose(r)
