@@ -304,25 +304,43 @@ class Grant(NamedTuple):
     term: Optional["Term"] = None
 
 
+#: Guards the lost signals made when first asked for (:attr:`Lease.lost`).
+_SIGNALS = threading.Lock()
+
+
 class Lease:
     """When a holding's lease ends as last synced, ``time.monotonic()`` seconds — and, for a
     holding tied to a session, no later than that session's deadline (:class:`Term`): what
     ``lease_end`` says and when the watchdog reports the holding lost. Shared by the holder,
     its watchdog (which renews in another thread or task) and its session."""
 
-    def __init__(self, end: float, lost: Any = None) -> None:
-        """``end`` the lease's own end; ``lost`` the holding's lost signal (a
-        ``threading.Event``, or an ``asyncio.Event`` for the asyncio classes)."""
+    def __init__(self, end: float, signal: Callable[[], Any] = threading.Event) -> None:
+        """``end`` the lease's own end; ``signal`` makes the holding's lost signal (a
+        ``threading.Event``, or an ``asyncio.Event`` for the asyncio classes) when first
+        asked for (:attr:`lost`)."""
         #: The lease's own end (``time.monotonic()`` seconds), as last synced.
         self.own = end
         #: The session the holding is tied to (``None``: none, the lease alone counts).
         self.term: Optional["Term"] = None
-        #: Set once the holding is known lost: by the watchdog, or by its session.
-        self.lost: Any = threading.Event() if lost is None else lost
+        self._signal = signal
+        self._lost: Any = None
         #: ``LOCK.RENEW`` (a set's ``LOCK.MRENEW``) of the holding to a lease of ``ms``, and
         #: whether a reply to it renewed every key: how its session ties it to a new one.
         self.renew_command: Optional[Callable[[int], List[Any]]] = None
         self.renewed: Callable[[Any], bool] = lambda reply: reply == 1
+
+    @property
+    def lost(self) -> Any:
+        """Set once the holding is known lost: by the watchdog, or by its session. Made when
+        first asked for (a ``threading.Event`` is a condition and a lock: most holdings are
+        released unwatched and never ask), once, whichever thread asks."""
+        lost = self._lost
+        if lost is None:
+            with _SIGNALS:
+                if self._lost is None:
+                    self._lost = self._signal()
+                lost = self._lost
+        return lost
 
     @property
     def end(self) -> float:
@@ -1537,7 +1555,7 @@ class LockBase:
         the lease, tied to the grant's session if it named one."""
         reply = grant.reply
         tokens = [int(token) for token in reply] if isinstance(reply, list) else [int(reply)]
-        lease = Lease(grant.started + counted_lease(self._lease_ms()), self.lost_signal())
+        lease = Lease(grant.started + counted_lease(self._lease_ms()), self.lost_signal)
         # Taking the holding over to a new session (after a failover) renews it to no longer
         # than it has left, not synced: one pipeline on the session's connection, which a
         # synced renewal would hold up for the server's sync timeout each.
