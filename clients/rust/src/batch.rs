@@ -94,7 +94,7 @@ pub(crate) struct Queued {
     id: u64,
     /// The key it is routed by.
     key: String,
-    /// The write, without `SYNC` or `NOSYNC` (the batch adds it); it names no session.
+    /// The write; its batch adds `SYNC` (alone) or `NOSYNC`. It names no session.
     pub(crate) command: Cmd,
     /// The session it is to be tied to (`None`: to none).
     pub(crate) session: Option<String>,

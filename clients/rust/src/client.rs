@@ -393,15 +393,24 @@ impl Client {
         let if_lost = undo.when_lost();
         let command = write.command.clone();
         let (id, mut outcome, start) = queue.push(write.key, command, session, undo, timeout);
-        let _queued = Withdrawn { queue, id };
+        let mut queued = Withdrawn {
+            queue,
+            id: Some(id),
+        };
         if start {
             self.lead(&pools, (id, if_lost), deadline).await;
         }
-        match tokio::time::timeout_at(deadline, &mut outcome).await {
-            Ok(outcome) => answered(outcome),
-            Err(_) if queue.withdraw(id) => Err(no_sync_connection(sync)),
-            Err(_) => answered(outcome.await),
-        }
+        let outcome = match tokio::time::timeout_at(deadline, &mut outcome).await {
+            Ok(outcome) => outcome,
+            Err(_) if queue.withdraw(id) => {
+                queued.id = None;
+                return Err(no_sync_connection(sync));
+            }
+            Err(_) => outcome.await,
+        };
+        // Answered: a batch took it, so there is nothing to take back.
+        queued.id = None;
+        answered(outcome)
     }
 
     /// The caller whose write `id` started a sender ([`batch::Queue::push`]): it borrows a sync
@@ -489,18 +498,10 @@ impl Client {
         } else {
             Sync::off()
         };
-        let commands: Vec<Cmd> = writes
-            .iter()
-            .map(|write| option.marked(&write.command))
-            .collect();
-        let list: Vec<Write<'_>> = writes
-            .iter()
-            .zip(&commands)
-            .map(|(write, command)| Write {
-                command,
-                ..write.write()
-            })
-            .collect();
+        for write in &mut writes {
+            write.command.arg(option.option());
+        }
+        let list: Vec<Write<'_>> = writes.iter().map(Queued::write).collect();
         let head = Head::new(&connection.bound(), &list);
         if head.binds() {
             connection.set_bound(Bound::Unknown);
@@ -779,12 +780,15 @@ impl Drop for Unfinished<'_> {
 /// leaves before a batch took it.
 struct Withdrawn<'a> {
     queue: &'a batch::Queue,
-    id: u64,
+    /// The write's id while it may still be queued.
+    id: Option<u64>,
 }
 
 impl Drop for Withdrawn<'_> {
     fn drop(&mut self) {
-        self.queue.withdraw(self.id);
+        if let Some(id) = self.id {
+            self.queue.withdraw(id);
+        }
     }
 }
 
