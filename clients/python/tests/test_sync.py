@@ -4,6 +4,7 @@ asyncio, on a real master and replicas: running, stopped (``SIGSTOP``), detached
 just before a grant. Replicas killed for good: test_replica_killed.py and test_watchdog.py."""
 
 import asyncio
+import contextlib
 import signal
 import threading
 import time
@@ -310,102 +311,101 @@ def test_a_batch_of_threads_the_replica_does_not_get_is_released_and_reported(re
     leasehold.close_pools(r)
 
 
-async def test_a_caller_that_leaves_a_batch_has_its_grant_released(replicated, name):
-    master, replica = replicated
+@contextlib.asynccontextmanager
+async def held_long(master: Server, name: str, sync: int):
+    """An asyncio client of ``master`` with a sync pool of ``sync`` connections, the master
+    holding a synced write up to 10 s: ``(admin, lock)``, ``lock(suffix)`` making a lock
+    ``name:suffix`` whose writes wait up to 15 s. The setting and the client are undone after."""
     admin = redis.Redis(port=master.port)
     admin.config_set("lock.sync-timeout-ms", 10_000)
     r = redis.asyncio.Redis(port=master.port)
-    leasehold.asyncio.configure_pools(r, sync=2)
+    leasehold.asyncio.configure_pools(r, sync=sync)
     long = leasehold.Sync(timeout=15)
 
     def lock(suffix: str):
         return leasehold.asyncio.Lock(r, f"{name}:{suffix}", timeout=30, sync=long,
                                       thread_local=False)
 
-    replica.signal(signal.SIGSTOP)
-    # Two go alone (SYNC, each held by the server on a connection of its own: the two
-    # senders); the next two queue behind them, and go together once a connection is free.
-    alone = []
-    for n in range(2):
-        alone.append(asyncio.ensure_future(lock(f"alone:{n}").acquire(blocking=False)))
-        for _ in range(100):
-            if blocked_clients(admin) == n + 1:
+    try:
+        yield admin, lock
+    finally:
+        admin.config_set("lock.sync-timeout-ms", SYNC_TIMEOUT_MS)
+        await leasehold.asyncio.close_pools(r)
+        await aclose(r)
+
+
+async def test_a_caller_that_leaves_a_batch_has_its_grant_released(replicated, name):
+    master, replica = replicated
+    async with held_long(master, name, sync=2) as (admin, lock):
+        replica.signal(signal.SIGSTOP)
+        # Two go alone (SYNC, each held by the server on a connection of its own: the two
+        # senders); the next two queue behind them, and go together once a connection is free.
+        alone = []
+        for n in range(2):
+            alone.append(asyncio.ensure_future(lock(f"alone:{n}").acquire(blocking=False)))
+            for _ in range(100):
+                if blocked_clients(admin) == n + 1:
+                    break
+                await asyncio.sleep(0.02)
+            assert blocked_clients(admin) == n + 1
+        staying, leaving = lock("staying"), lock("leaving")
+        stays = asyncio.ensure_future(staying.acquire(blocking=False))
+        leaves = asyncio.ensure_future(leaving.acquire(blocking=False))
+        await asyncio.sleep(0.1)
+        for client in admin.client_list():
+            if client["cmd"] == "lock.acquire":
+                admin.client_unblock(client["id"], error=True)  # refused: undone by the server
+        await asyncio.gather(*alone, return_exceptions=True)
+        for _ in range(100):  # the batch's LOCK.SYNC is held
+            if any(client["cmd"] == "lock.sync" for client in admin.client_list()):
                 break
             await asyncio.sleep(0.02)
-        assert blocked_clients(admin) == n + 1
-    staying, leaving = lock("staying"), lock("leaving")
-    stays = asyncio.ensure_future(staying.acquire(blocking=False))
-    leaves = asyncio.ensure_future(leaving.acquire(blocking=False))
-    await asyncio.sleep(0.1)
-    for client in admin.client_list():
-        if client["cmd"] == "lock.acquire":
-            admin.client_unblock(client["id"], error=True)  # refused: undone by the server
-    await asyncio.gather(*alone, return_exceptions=True)
-    for _ in range(100):  # the batch's LOCK.SYNC is held
-        if any(client["cmd"] == "lock.sync" for client in admin.client_list()):
-            break
-        await asyncio.sleep(0.02)
-    leaves.cancel()
-    replica.signal(signal.SIGCONT)
-    assert await stays
-    with pytest.raises(asyncio.CancelledError):
-        await leaves
-    assert fence(replica, staying.name) == staying.fencing_token, "the batch went on"
-    for _ in range(100):  # released in the background once the batch was answered
-        if admin.exists(leaving.name) == 0:
-            break
-        await asyncio.sleep(0.05)
-    assert admin.exists(leaving.name) == 0, "the grant of the caller that left is released"
-    assert admin.info("commandstats")["cmdstat_lock.sync"]["calls"] >= 1
-    admin.config_set("lock.sync-timeout-ms", SYNC_TIMEOUT_MS)
-    await leasehold.asyncio.close_pools(r)
-    await aclose(r)
+        leaves.cancel()
+        replica.signal(signal.SIGCONT)
+        assert await stays
+        with pytest.raises(asyncio.CancelledError):
+            await leaves
+        assert fence(replica, staying.name) == staying.fencing_token, "the batch went on"
+        for _ in range(100):  # released in the background once the batch was answered
+            if admin.exists(leaving.name) == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert admin.exists(leaving.name) == 0, "the grant of the caller that left is released"
+        assert admin.info("commandstats")["cmdstat_lock.sync"]["calls"] >= 1
 
 
 async def test_a_batch_whose_connection_is_lost_fails_every_caller_and_releases_its_grants(
         replicated, name):
     master, replica = replicated
-    admin = redis.Redis(port=master.port)
-    admin.config_set("lock.sync-timeout-ms", 10_000)
-    r = redis.asyncio.Redis(port=master.port)
-    leasehold.asyncio.configure_pools(r, sync=1)
-    long = leasehold.Sync(timeout=15)
-
-    def lock(suffix: str):
-        return leasehold.asyncio.Lock(r, f"{name}:{suffix}", timeout=30, sync=long,
-                                      thread_local=False)
-
-    replica.signal(signal.SIGSTOP)
-    # The first goes alone (SYNC, held by the server on the one connection); two more queue
-    # behind it and go together, NOSYNC each, once it is answered.
-    alone = asyncio.ensure_future(lock("alone").acquire(blocking=False))
-    for _ in range(100):
-        if blocked_clients(admin) == 1:
-            break
-        await asyncio.sleep(0.02)
-    batched = [lock(f"batched:{n}") for n in range(2)]
-    tries = [asyncio.ensure_future(one.acquire(blocking=False)) for one in batched]
-    await asyncio.sleep(0.1)
-    for client in admin.client_list():
-        if client["cmd"] == "lock.acquire":
-            admin.client_unblock(client["id"], error=True)  # refused: undone by the server
-    await asyncio.gather(alone, return_exceptions=True)
-    syncing = []
-    for _ in range(100):  # the batch's LOCK.SYNC is held
-        syncing = [client for client in admin.client_list() if client["cmd"] == "lock.sync"]
-        if syncing:
-            break
-        await asyncio.sleep(0.02)
-    assert admin.exists(*(one.name for one in batched)) == 2, "granted, NOSYNC"
-    admin.client_kill_filter(_id=syncing[0]["id"])  # the batch's replies are lost
-    outcomes = await asyncio.gather(*tries, return_exceptions=True)
-    assert all(isinstance(outcome, redis.ConnectionError) for outcome in outcomes), outcomes
-    replica.signal(signal.SIGCONT)
-    for _ in range(100):  # released in the background: LOCK.SYNC undoes nothing
-        if admin.exists(*(one.name for one in batched)) == 0:
-            break
-        await asyncio.sleep(0.05)
-    assert admin.exists(*(one.name for one in batched)) == 0, "their grants are released"
-    admin.config_set("lock.sync-timeout-ms", SYNC_TIMEOUT_MS)
-    await leasehold.asyncio.close_pools(r)
-    await aclose(r)
+    async with held_long(master, name, sync=1) as (admin, lock):
+        replica.signal(signal.SIGSTOP)
+        # The first goes alone (SYNC, held by the server on the one connection); two more queue
+        # behind it and go together, NOSYNC each, once it is answered.
+        alone = asyncio.ensure_future(lock("alone").acquire(blocking=False))
+        for _ in range(100):
+            if blocked_clients(admin) == 1:
+                break
+            await asyncio.sleep(0.02)
+        batched = [lock(f"batched:{n}") for n in range(2)]
+        tries = [asyncio.ensure_future(one.acquire(blocking=False)) for one in batched]
+        await asyncio.sleep(0.1)
+        for client in admin.client_list():
+            if client["cmd"] == "lock.acquire":
+                admin.client_unblock(client["id"], error=True)  # refused: undone by the server
+        await asyncio.gather(alone, return_exceptions=True)
+        syncing = []
+        for _ in range(100):  # the batch's LOCK.SYNC is held
+            syncing = [client for client in admin.client_list() if client["cmd"] == "lock.sync"]
+            if syncing:
+                break
+            await asyncio.sleep(0.02)
+        assert admin.exists(*(one.name for one in batched)) == 2, "granted, NOSYNC"
+        admin.client_kill_filter(_id=syncing[0]["id"])  # the batch's replies are lost
+        outcomes = await asyncio.gather(*tries, return_exceptions=True)
+        assert all(isinstance(outcome, redis.ConnectionError) for outcome in outcomes), outcomes
+        replica.signal(signal.SIGCONT)
+        for _ in range(100):  # released in the background: LOCK.SYNC undoes nothing
+            if admin.exists(*(one.name for one in batched)) == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert admin.exists(*(one.name for one in batched)) == 0, "their grants are released"

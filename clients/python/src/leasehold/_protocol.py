@@ -903,6 +903,16 @@ class Batch:
         return given
 
 
+def round_trip(writes: Sequence[Queued]) -> Tuple[Any, Optional[float]]:
+    """What a sender sends for ``writes`` and by when their replies must come: a write alone
+    as a :class:`Pipeline` (``SYNC``: the server undoes it when it does not count), several as
+    a :class:`Batch` (``NOSYNC`` each, then ``LOCK.SYNC``)."""
+    if len(writes) == 1:
+        return Pipeline(writes[0].write, sync=writes[0].sync), writes[0].write.until
+    batch = Batch(writes)
+    return batch, batch.until()
+
+
 def sync_timeout(sync: Sync, write: Write) -> float:
     """The ``WAIT`` timeout of a round trip carrying ``write``, in seconds: the sync's, ending
     no later than its ``until`` (at least 1 ms)."""

@@ -79,6 +79,7 @@ from ._protocol import (
     open_command,
     opened,
     record_binding,
+    round_trip,
     session_setup,
     time_left,
     to_ms,
@@ -485,11 +486,9 @@ async def sync_batch(redis: Any, connection: Any, writes: List[Queued]) -> bool:
     and hands each caller its outcome. ``False`` when the connection was closed: the replies
     were lost — each caller gets the error, and a grant it may have made is released in the
     background."""
-    round_trip: Any = Batch(writes) if len(writes) > 1 else Pipeline(writes[0].write,
-                                                                     sync=writes[0].sync)
-    until = round_trip.until() if len(writes) > 1 else writes[0].write.until
+    sent, until = round_trip(writes)
     try:
-        await exchange(connection, round_trip, until)
+        await exchange(connection, sent, until)
     except BaseException as error:
         await connection.disconnect()
         for one in writes:
@@ -502,11 +501,11 @@ async def sync_batch(redis: Any, connection: Any, writes: List[Queued]) -> bool:
         if not isinstance(error, Exception):
             raise
         return False
-    refused = round_trip.refused() if len(writes) > 1 else []
+    refused = sent.refused() if isinstance(sent, Batch) else []
     for one in writes:
         if one not in refused:
             answer(redis, one)
-    return not refused or await give_back(redis, connection, round_trip)
+    return not refused or await give_back(redis, connection, sent)
 
 
 async def give_back(redis: Any, connection: Any, batch: Batch) -> bool:

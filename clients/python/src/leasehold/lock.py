@@ -69,6 +69,7 @@ from ._protocol import (
     open_command,
     opened,
     record_binding,
+    round_trip,
     session_setup,
     time_left,
     to_ms,
@@ -410,11 +411,9 @@ def sync_batch(redis: Any, connection: Any, writes: List[Queued]) -> bool:
     a refused batch made, and hands each caller its outcome. ``False`` when the connection was
     closed: the replies were lost — each caller gets the error, and a grant it may have made is
     released in the background."""
-    round_trip: Any = Batch(writes) if len(writes) > 1 else Pipeline(writes[0].write,
-                                                                     sync=writes[0].sync)
-    until = round_trip.until() if len(writes) > 1 else writes[0].write.until
+    sent, until = round_trip(writes)
     try:
-        exchange(connection, round_trip, until)
+        exchange(connection, sent, until)
     except Exception as error:
         connection.disconnect()
         for one in writes:
@@ -422,11 +421,11 @@ def sync_batch(redis: Any, connection: Any, writes: List[Queued]) -> bool:
                 in_background(release_eventually, redis, one.release)
             answer(one, error)
         return False
-    refused = round_trip.refused() if len(writes) > 1 else []
+    refused = sent.refused() if isinstance(sent, Batch) else []
     for one in writes:
         if one not in refused:
             answer(one)
-    return not refused or give_back(redis, connection, round_trip)
+    return not refused or give_back(redis, connection, sent)
 
 
 def give_back(redis: Any, connection: Any, batch: Batch) -> bool:
