@@ -12,16 +12,12 @@ import { after, describe, it } from 'node:test';
 
 import { LostReply, NotReplicatedError, createLock, setPoolSizes } from '../dist/index.js';
 import { isDemoted, unsyncedBy } from '../dist/sync.js';
-import { NEWEST, attach, close, infoField, lockInfo, startServer, until } from './helpers.mjs';
+import { NEWEST, close, infoField, lockInfo, pair, unique, until } from './helpers.mjs';
 
 const SYNC_TIMEOUT = ['sync-timeout-ms', '200'];
-const master = await startServer(['--repl-diskless-sync-delay', '0'], SYNC_TIMEOUT);
-const replica = await startServer([], SYNC_TIMEOUT);
-await attach(master, replica);
-after(() => { replica.signal('SIGCONT'); master.stop(); replica.stop(); });
+const { master, replica, stop } = await pair(SYNC_TIMEOUT);
+after(stop);
 
-let counter = 0;
-const unique = (what) => `${what}:${process.pid}:${counter++}`;
 const QUICK = { timeout: 200 };
 const TASKS = 40;
 

@@ -14,7 +14,7 @@ import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, it } from 'node:test';
 
 import { Election, NotReplicatedError, createElection, setSessionOptions } from '../dist/index.js';
-import { CLIENTS, NEWEST, childProcess, close, freePort, lockInfo, stallingProxy, startServer, until, waiters } from './helpers.mjs';
+import { CLIENTS, NEWEST, childProcess, close, freePort, lockInfo, stallingProxy, startServer, unique, until, waiters } from './helpers.mjs';
 
 const GRACE = 500;
 /** How long after a blip the leader must keep its term: the server's default grace. */
@@ -24,8 +24,6 @@ const NOBODY = { leader: null, epoch: 0, value: '', ttl: -2 };
 const server = await startServer();
 after(() => server.stop());
 
-let counter = 0;
-const unique = (what) => `${what}:${process.pid}:${counter++}`;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** Whether `promise` is still pending. */

@@ -10,13 +10,11 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
 import { NotHeldError, NotReplicatedError, StaleTokenError, createLock, createMultiLock, fenced } from '../dist/index.js';
-import { CLIENTS, attach, close, startServer } from './helpers.mjs';
+import { CLIENTS, attach, close, startServer, unique } from './helpers.mjs';
 
 const server = await startServer();
 after(() => server.stop());
 
-let counter = 0;
-const unique = (what) => `${what}:${process.pid}:${counter++}`;
 const pause = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 for (const [label, connect] of Object.entries(CLIENTS)) {

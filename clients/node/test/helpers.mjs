@@ -154,6 +154,19 @@ export async function attach(master, ...replicas) {
   await until(async () => (await inSyncReplicas(master.admin)) === replicas.length, 30_000);
 }
 
+/** A master with one replica in its in-sync set, the module given `moduleArgs` on both;
+ * `stop()` resumes the replica if a test stopped it, then kills them. */
+export async function pair(moduleArgs = []) {
+  const master = await startServer(['--repl-diskless-sync-delay', '0'], moduleArgs);
+  const replica = await startServer([], moduleArgs);
+  await attach(master, replica);
+  return { master, replica, stop: () => { replica.signal('SIGCONT'); master.stop(); replica.stop(); } };
+}
+
+let named = 0;
+/** A key name no other test of this process uses: `what`, the pid and a counter. */
+export const unique = (what) => `${what}:${process.pid}:${named++}`;
+
 /** A master with two replicas in its in-sync set, the module given `moduleArgs` on all three;
  * `stop()` kills them. */
 export async function group(moduleArgs) {

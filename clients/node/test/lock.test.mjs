@@ -9,13 +9,11 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
 import { createLock, createReadWriteLock, createSemaphore } from '../dist/index.js';
-import { CLIENTS, close, infoField, stallingProxy, startServer, until, waiters } from './helpers.mjs';
+import { CLIENTS, close, infoField, stallingProxy, startServer, unique, until, waiters } from './helpers.mjs';
 
 const server = await startServer();
 after(() => server.stop());
 
-let counter = 0;
-const unique = (what) => `${what}:${process.pid}:${counter++}`;
 
 for (const [label, connect] of Object.entries(CLIENTS)) {
   describe(label, () => {

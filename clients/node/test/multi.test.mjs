@@ -8,12 +8,10 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
 import { createLock, createMultiLock } from '../dist/index.js';
-import { CLIENTS, attach, close, startServer, until } from './helpers.mjs';
+import { CLIENTS, close, pair, until } from './helpers.mjs';
 
-const master = await startServer(['--repl-diskless-sync-delay', '0']);
-const replica = await startServer();
-await attach(master, replica);
-after(() => { master.stop(); replica.stop(); });
+const { master, replica, stop } = await pair();
+after(stop);
 
 let counter = 0;
 const unique = (what) => {

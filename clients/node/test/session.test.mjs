@@ -15,7 +15,7 @@ import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, it } from 'node:test';
 
 import { createLock, createMultiLock, setSessionOptions } from '../dist/index.js';
-import { CLIENTS, NEWEST, childProcess, close, freePort, lockInfo, stallingProxy, startServer, until, waiters } from './helpers.mjs';
+import { CLIENTS, NEWEST, childProcess, close, freePort, lockInfo, stallingProxy, startServer, unique, until, waiters } from './helpers.mjs';
 
 const GRACE = 500;
 /** How long after a blip the holder must keep its lock: the server's default grace. */
@@ -24,8 +24,6 @@ const BLIP_WATCH = 3_000;
 const server = await startServer();
 after(() => server.stop());
 
-let counter = 0;
-const unique = (what) => `${what}:${process.pid}:${counter++}`;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** The ids of the connections named `leasehold-session` (the clients' session connections). */

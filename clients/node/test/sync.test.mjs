@@ -11,17 +11,13 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
 import { LostReply, NotReplicatedError, createLock, createReadWriteLock, setPoolSizes } from '../dist/index.js';
-import { CLIENTS, NEWEST, attach, close, group, inSyncReplicas, infoField, lockInfo, startServer, until, waiters } from './helpers.mjs';
+import { CLIENTS, NEWEST, attach, close, group, inSyncReplicas, infoField, lockInfo, pair, startServer, unique, until, waiters } from './helpers.mjs';
 
 /** The server refuses a write the in-sync set did not acknowledge after 200 ms (`QUICK`). */
 const SYNC_TIMEOUT = ['sync-timeout-ms', '200'];
-const master = await startServer(['--repl-diskless-sync-delay', '0'], SYNC_TIMEOUT);
-const replica = await startServer([], SYNC_TIMEOUT);
-await attach(master, replica);
-after(() => { replica.signal('SIGCONT'); master.stop(); replica.stop(); });
+const { master, replica, stop } = await pair(SYNC_TIMEOUT);
+after(stop);
 
-let counter = 0;
-const unique = (what) => `${what}:${process.pid}:${counter++}`;
 const QUICK = { timeout: 200 };
 const NOT_ACKNOWLEDGED = 'not every in-sync replica acknowledged within 200 ms';
 /** The rejection of a grant the stopped replica did not acknowledge: the server released it. */
