@@ -25,6 +25,9 @@
 //! - **The master's heartbeat** (`PING "LOCK.PROMOTABLE ..."`, [`crate::effects::replicate_heartbeat`]):
 //!   turned back into the `LOCK.PROMOTABLE ...` it carries, which refuses any client but the
 //!   master. A server without the module runs the `PING`.
+//! - **A replica's acknowledgement** (`REPLCONF ACK <offset>`): the in-sync set's status may
+//!   have changed ([`crate::insync::status_may_change`]), so held synced writes are looked at
+//!   again. Nothing is believed from it: a client sending one costs one more read of `INFO`.
 //! - **Someone setting `replica-priority`**: the operator's from now on
 //!   ([`crate::insync::operator_priority`]: the module owns that setting, and a value equal to
 //!   the one it set could not be told from its own afterwards).
@@ -69,6 +72,8 @@ enum Seen<'a> {
     Priority(i64),
     /// The master's heartbeat, with the arguments of the `LOCK.PROMOTABLE` it carries.
     Heartbeat(&'a [u8]),
+    /// A replica's acknowledgement (`REPLCONF ACK`).
+    Acknowledgement,
 }
 
 /// Registers the filter.
@@ -102,6 +107,7 @@ unsafe extern "C" fn filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
         }
         Some(Seen::Hello(payload)) => deployment::heard_hello(payload),
         Some(Seen::Priority(priority)) => insync::operator_priority(priority),
+        Some(Seen::Acknowledgement) => insync::status_may_change(),
         Some(Seen::Heartbeat(arguments)) => {
             let arguments: Vec<Vec<u8>> = arguments
                 .split(|byte| *byte == b' ')
@@ -199,6 +205,8 @@ fn classify<'a>(name: &[u8], arg: impl Fn(usize) -> Option<&'a [u8]>) -> Option<
         name.map(Seen::Sentinel)
     } else if named("config") {
         sets_replica_priority(arg).map(Seen::Priority)
+    } else if named("replconf") {
+        is(arg(0), "ack").then_some(Seen::Acknowledgement)
     } else if named("ping") {
         let heartbeat = arg(0).and_then(|message| message.strip_prefix(HEARTBEAT.as_bytes()));
         heartbeat.filter(|_| arg(1).is_none()).map(Seen::Heartbeat)
@@ -439,6 +447,13 @@ mod tests {
     }
 
     #[test]
+    fn a_replicas_acknowledgement_is_seen() {
+        for command in ["REPLCONF ACK 1234", "replconf ack 1234 FACK 1200"] {
+            assert_eq!(seen(command), Some(Seen::Acknowledgement), "{command}");
+        }
+    }
+
+    #[test]
     fn other_commands_are_not_seen() {
         for command in [
             "REPLICAOF 127.0.0.1 6379",
@@ -451,6 +466,8 @@ mod tests {
             "PSYNC ? -1",
             "FAILOVERS",
             "REPLICAOFF NO ONE",
+            "REPLCONF GETACK *",
+            "REPLCONF listening-port 6380",
         ] {
             assert_eq!(seen(command), None, "{command}");
         }

@@ -24,6 +24,7 @@
 //! - That this server belongs to a replication group, and the failover time learned, are kept
 //!   across restarts ([`crate::state_file`]).
 
+use std::cell::Cell;
 use std::net::{IpAddr, UdpSocket};
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -268,6 +269,7 @@ fn look_at_set(ctx: &Context, now: u64, timing: Timing) {
     let Some(info) = server_config::info(ctx, "replication") else {
         return;
     };
+    status_may_change();
     let looked = replica_check::look(ctx, now, insync::parse(&info));
     let replication = looked.replication;
     let mut state = in_sync();
@@ -648,6 +650,24 @@ pub fn command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     Ok(reply(&status_of(&info), &info))
 }
 
+thread_local! {
+    /// Whether something [`status`] reads may have changed since [`status_changed`] was last taken.
+    static CHANGED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Something [`status`] reads may have changed: a replica acknowledged an offset (`REPLCONF
+/// ACK`, seen by the command filter), one came or went, or the set was looked at.
+/// [`crate::synced`] reads the status again only then, or when writes were held since its
+/// last read, or some ms later.
+pub fn status_may_change() {
+    CHANGED.set(true);
+}
+
+/// True once after each [`status_may_change`].
+pub fn status_changed() -> bool {
+    CHANGED.replace(false)
+}
+
 /// Whether a master's writes count now ([`Master::status`]): what `LOCK.INSYNC` answers, and
 /// what [`crate::synced`] holds replies until.
 pub fn status(ctx: &Context) -> Status {
@@ -688,6 +708,7 @@ pub fn lone() -> bool {
 /// must answer ([`replica_check::replica_online`]), no write counts at once until the next look,
 /// and the heartbeat that carries the challenge goes out now rather than at the next tick.
 pub fn replica_online(ctx: &Context) {
+    status_may_change();
     replica_check::replica_online();
     in_sync().master.replica_online();
     ctx.create_timer(Duration::from_millis(1), heartbeat_now, ());

@@ -110,15 +110,16 @@ pub fn register(ctx: &Context) -> Result<(), RedisError> {
     )
 }
 
-/// `RedisModuleEvent_ReplicaChange`: a master whose replica went offline holds the reserve; a
-/// replica that came online must say again that it runs the module
-/// ([`insync::replica_online`]).
+/// `RedisModuleEvent_ReplicaChange`: the in-sync set's status may change; a master whose
+/// replica went offline holds the reserve; a replica that came online must say again that it
+/// runs the module ([`insync::replica_online`]).
 unsafe extern "C" fn on_replica_change(
     ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
     subevent: u64,
     _data: *mut c_void,
 ) {
+    insync::status_may_change();
     if subevent == raw::REDISMODULE_SUBEVENT_REPLICA_CHANGE_ONLINE {
         insync::replica_online(&Context::new(ctx));
     } else if subevent == raw::REDISMODULE_SUBEVENT_REPLICA_CHANGE_OFFLINE

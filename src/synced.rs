@@ -3,11 +3,12 @@
 //! ([`leasehold_core::insync::synced`]), with `SYNC` or by `lock.sync-writes`. The client is
 //! blocked meanwhile, as `WAIT` blocks it.
 //!
-//! - Before the event loop sleeps (`RedisModuleEvent_EventLoop`), while writes are held: the
-//!   set's status ([`insync::status`]) settles them, then, for writes held since the last
-//!   look, the replicas are asked for their acknowledgement at once (`REPLCONF GETACK *`, to
-//!   replicas only), as `WAIT` asks — after the offsets were read, since a replica's answer
-//!   does not count the request itself.
+//! - Before the event loop sleeps (`RedisModuleEvent_EventLoop`), while writes are held and a
+//!   look can settle one ([`Pending::due`]: new writes, an acknowledgement or a change in the
+//!   set heard, or some ms passed): the set's status ([`insync::status`]) settles them, then,
+//!   for writes held since the last look, the replicas are asked for their acknowledgement at
+//!   once (`REPLCONF GETACK *`, to replicas only), as `WAIT` asks — after the offsets were
+//!   read, since a replica's answer does not count the request itself.
 //! - A write that counted gets its reply. One that did not gets `NOREPLICAS` with what was
 //!   missing, and leaves nothing its client does not know of: a grant is released, by its
 //!   owner, as `LOCK.RELEASE` (`LOCK.MRELEASE` for a set) would, just before the error goes out
@@ -377,8 +378,8 @@ unsafe extern "C" fn on_event_loop(
     }
 }
 
-/// Settles the held writes by the set's status, then asks the replicas for their
-/// acknowledgement if writes were held since the last time. On a server that is no longer a
+/// Settles the held writes by the set's status when a look is due ([`Pending::due`]), then
+/// asks the replicas for their acknowledgement if writes were held since the last time. On a server that is no longer a
 /// master, every held write is refused (a replica cannot release anything).
 fn settle(ctx: &Context) {
     if !ctx.get_flags().contains(ContextFlags::MASTER) {
@@ -396,8 +397,17 @@ fn settle(ctx: &Context) {
         return;
     }
     stretch_held(ctx);
-    let status = insync::status(ctx);
     let now = clock::now_ms();
+    let due = SYNCED.with_borrow_mut(|synced| {
+        if insync::status_changed() {
+            synced.pending.heard();
+        }
+        synced.pending.due(now)
+    });
+    if !due {
+        return;
+    }
+    let status = insync::status(ctx);
     let (settled, ask) = SYNCED
         .with_borrow_mut(|synced| (synced.pending.settle(now, &status), synced.pending.ask()));
     for (held, outcome) in settled {

@@ -14,8 +14,16 @@
 //! - Each look that finds writes held since the last asks the replicas for their
 //!   acknowledgement at once ([`Pending::ask`]), as `WAIT` does with `REPLCONF GETACK`: one
 //!   request for every write held in the same turn of the event loop.
+//! - A look reads the set's status (`INFO replication`, a few µs), so one is made only when it
+//!   can settle something ([`Pending::due`]): writes were held since the last, a replica
+//!   acknowledged or the set may have changed ([`Pending::heard`]), or [`LOOK_EVERY_MS`] passed
+//!   (timeouts, and what changes with time alone). Under load that is about one look per
+//!   acknowledgement rather than one per turn of the event loop (issue 55: three per batch).
 
 use crate::insync::Status;
+
+/// The longest the held writes go without a look while nothing is heard, ms.
+pub const LOOK_EVERY_MS: u64 = 10;
 
 /// Why a held write did or did not count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +86,10 @@ pub struct Pending<T> {
     entries: Vec<Entry<T>>,
     /// Whether writes were held since the replicas were last asked.
     unasked: bool,
+    /// Whether something the status depends on may have changed since the last look.
+    heard: bool,
+    /// When the status was last read (unix ms).
+    looked_ms: u64,
 }
 
 impl<T> Default for Pending<T> {
@@ -85,6 +97,8 @@ impl<T> Default for Pending<T> {
         Self {
             entries: Vec::new(),
             unasked: false,
+            heard: false,
+            looked_ms: 0,
         }
     }
 }
@@ -107,9 +121,27 @@ impl<T> Pending<T> {
         std::mem::take(&mut self.unasked)
     }
 
-    /// Takes the writes settled at `now_ms` given the set's `status`, in the order they were
-    /// held.
+    /// Something the status depends on may have changed: a replica acknowledged an offset, one
+    /// came or went, the set or the settings changed. The next [`Self::due`] is true.
+    pub fn heard(&mut self) {
+        self.heard = true;
+    }
+
+    /// True when a look at `now_ms` can settle something: writes are held and either some were
+    /// held since the last look, something was [`Self::heard`], or [`LOOK_EVERY_MS`] passed.
+    #[must_use]
+    pub fn due(&self, now_ms: u64) -> bool {
+        !self.entries.is_empty()
+            && (self.unasked
+                || self.heard
+                || now_ms.saturating_sub(self.looked_ms) >= LOOK_EVERY_MS)
+    }
+
+    /// Takes the writes settled at `now_ms` given the set's `status` (read at `now_ms`), in the
+    /// order they were held.
     pub fn settle(&mut self, now_ms: u64, status: &Status) -> Vec<(T, Settled)> {
+        self.heard = false;
+        self.looked_ms = now_ms;
         let mut settled = Vec::new();
         let mut kept = Vec::with_capacity(self.entries.len());
         for mut entry in self.entries.drain(..) {

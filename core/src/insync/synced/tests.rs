@@ -82,3 +82,21 @@ fn a_master_the_sentinels_replaced_counts_nothing() {
     assert!(!replaced.counts(10));
     assert_eq!(pending.settle(1, &replaced), [("w", Settled::Replaced)]);
 }
+
+#[test]
+fn a_look_is_due_for_new_writes_for_what_was_heard_and_every_few_ms() {
+    let mut pending = Pending::default();
+    assert!(!pending.due(1_000), "nothing held, nothing to look for");
+    pending.hold("a", 1_000, 500);
+    assert!(pending.due(1_000), "a write held since the last look");
+    assert_eq!(pending.settle(1_000, &status(100, 90, 1, 1)), vec![]);
+    assert!(pending.ask());
+    assert!(!pending.due(1_001), "nothing new: the status read at 1 000 stands");
+    pending.heard();
+    assert!(pending.due(1_001), "a replica acknowledged");
+    assert_eq!(pending.settle(1_001, &status(100, 95, 1, 1)), vec![]);
+    assert!(!pending.due(1_001 + LOOK_EVERY_MS - 1));
+    assert!(pending.due(1_001 + LOOK_EVERY_MS), "time alone may change the status");
+    pending.hold("b", 1_002, 500);
+    assert!(pending.due(1_002));
+}
