@@ -7,7 +7,9 @@ milliseconds (``int(seconds * 1000)``, at least 1).
 
 from __future__ import annotations
 
+import math
 import os
+import select
 import socket
 import threading
 import time
@@ -156,19 +158,16 @@ class BudgetedPool:
 
 
 def ensure_connected(connection: Any) -> None:
-    """Connects ``connection`` again if the server closed it, or left data unread on it: on a
-    plain socket without a timeout, one peek that does not wait (redis-py's ``can_read`` sets the
-    socket's timeout twice around its read; Python waits for a socket with a timeout before it
-    reads); on another (TLS, a timeout), ``can_read``."""
+    """Connects ``connection`` again if the server closed it, or left data unread on it: where
+    :func:`polled` can tell, one ``poll`` that does not wait (a closed connection polls readable
+    too); otherwise redis-py's ``can_read``, which sets the socket's timeout twice around a read
+    (an ``ioctl`` each)."""
     connection.connect()
-    sock = socket_of(connection)
     try:
-        if type(sock) is socket.socket and PEEK and sock.gettimeout() is None:
-            try:
-                sock.recv(1, PEEK)  # data unread, or b"" for a connection the server closed
-            except (BlockingIOError, InterruptedError):
-                return
-        elif not connection.can_read():
+        unread = polled(connection, 0.0)
+        if unread is None:
+            unread = connection.can_read()
+        if not unread:
             return
     except (ConnectionError, TimeoutError, OSError):
         pass
@@ -176,9 +175,22 @@ def ensure_connected(connection: Any) -> None:
     connection.connect()
 
 
-#: The flags of a read that neither waits nor consumes (where the platform has them).
-PEEK = getattr(socket, "MSG_PEEK", 0) | getattr(socket, "MSG_DONTWAIT", 0) \
-    if hasattr(socket, "MSG_DONTWAIT") else 0
+def polled(connection: Any, timeout: float) -> Optional[bool]:
+    """Whether data (or the server's close) is there to read on ``connection`` within
+    ``timeout`` seconds, by one ``poll``: bytes redis-py's parser holds unread count. ``None``
+    where a ``poll`` cannot tell — a TLS socket (it holds decrypted bytes of its own), a parser
+    that buffers in C (hiredis), no ``poll`` on the platform — for the caller to ask
+    ``can_read``."""
+    sock = socket_of(connection)
+    parser = getattr(getattr(connection, "_conn", connection), "_parser", None)
+    unread_bytes = getattr(getattr(parser, "_buffer", None), "unread_bytes", None)
+    if type(sock) is not socket.socket or unread_bytes is None or not hasattr(select, "poll"):
+        return None
+    if unread_bytes():
+        return True
+    poll = select.poll()
+    poll.register(sock, select.POLLIN)
+    return bool(poll.poll(math.ceil(timeout * 1000)))
 
 
 def close_pools(redis: Any) -> None:
@@ -274,10 +286,13 @@ def send(
 
 
 def read(connection: Any, deadline: Optional[float]) -> Tuple[Any, float]:
-    """The next reply, which must begin by ``deadline``; the connection's socket timeout
-    applies to the rest of it."""
+    """The next reply, which must begin by ``deadline`` (waited for by :func:`polled`, or
+    ``can_read``); the connection's socket timeout applies to the rest of it."""
     timeout = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-    if not connection.can_read(timeout=timeout):
+    began = None if timeout is None else polled(connection, timeout)
+    if began is None:
+        began = connection.can_read(timeout=timeout)
+    if not began:
         raise TimeoutError("no reply in time; the connection is closed")
     try:
         reply = connection.read_response()
