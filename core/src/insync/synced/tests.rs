@@ -91,12 +91,18 @@ fn a_look_is_due_for_new_writes_for_what_was_heard_and_every_few_ms() {
     assert!(pending.due(1_000), "a write held since the last look");
     assert_eq!(pending.settle(1_000, &status(100, 90, 1, 1)), vec![]);
     assert!(pending.ask());
-    assert!(!pending.due(1_001), "nothing new: the status read at 1 000 stands");
+    assert!(
+        !pending.due(1_001),
+        "nothing new: the status read at 1 000 stands"
+    );
     pending.heard();
     assert!(pending.due(1_001), "a replica acknowledged");
     assert_eq!(pending.settle(1_001, &status(100, 95, 1, 1)), vec![]);
     assert!(!pending.due(1_001 + LOOK_EVERY_MS - 1));
-    assert!(pending.due(1_001 + LOOK_EVERY_MS), "time alone may change the status");
+    assert!(
+        pending.due(1_001 + LOOK_EVERY_MS),
+        "time alone may change the status"
+    );
     pending.hold("b", 1_002, 500);
     assert!(pending.due(1_002));
 }
