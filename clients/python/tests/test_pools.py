@@ -292,6 +292,52 @@ def test_concurrent_synced_grants_go_in_batches_over_the_sync_pool(replicated, n
     assert len(sync_pool) <= 8 + 1, "the sync pool's connections (and the session's)"
 
 
+def test_grants_with_syncing_off_go_together_too_with_no_sync_behind_them(replicated, name):
+    master, replica = replicated
+    admin = redis.Redis(port=master.port)
+    r = redis.asyncio.Redis(port=master.port)
+    threaded = redis.Redis(port=master.port, max_connections=64)
+    leasehold.asyncio.configure_pools(r, sync=8)
+    acquires, syncs = calls(admin, "lock.acquire", "lock.sync")
+    # The replica stopped: a grant that waited for it, or a LOCK.SYNC, would be refused
+    # (NOREPLICAS after lock.sync-timeout-ms).
+    replica.signal(signal.SIGSTOP)
+    try:
+        async def task(n: int) -> None:
+            lock = leasehold.asyncio.Lock(r, f"{name}:{n}", timeout=10, thread_local=False,
+                                          sync=leasehold.SYNC_OFF)
+            for _ in range(20):
+                assert await lock.acquire(blocking=False)
+                await lock.release()
+
+        async def run() -> None:
+            await asyncio.gather(*(task(n) for n in range(64)))
+            await leasehold.asyncio.close_pools(r)
+
+        def worker(n: int) -> None:
+            lock = leasehold.Lock(threaded, f"{name}:t{n}", timeout=10, thread_local=False,
+                                  sync=leasehold.SYNC_OFF)
+            for _ in range(20):
+                assert lock.acquire(blocking=False)
+                lock.release()
+
+        asyncio.run(run())
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        replica.signal(signal.SIGCONT)
+    assert calls(admin, "lock.acquire")[0] - acquires == 64 * 20 + 16 * 20
+    assert calls(admin, "lock.sync")[0] == syncs, "no LOCK.SYNC behind a batch"
+    # At most two senders per master at once, each on a connection of the sync pool: every
+    # grant of the 16 threads went on at most two connections (the releases on the client's own).
+    acquiring = [c for c in admin.client_list() if c.get("cmd") == "lock.acquire"]
+    assert 1 <= len(acquiring) <= 2, f"{len(acquiring)} connections carried the grants"
+    leasehold.close_pools(threaded)
+
+
 @pytest.mark.every_redis_py
 def test_concurrent_synced_grants_from_threads_go_in_batches_too(replicated, name):
     master, replica = replicated

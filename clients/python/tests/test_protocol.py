@@ -7,8 +7,8 @@ import pytest
 from redis.exceptions import ConnectionError, ResponseError, TimeoutError
 
 import leasehold
-from leasehold._protocol import (RETRY_PAUSE, Binding, Pipeline, Renewals, SessionSettings,
-                                 SessionState, Write, write_reply)
+from leasehold._protocol import (RETRY_PAUSE, Batch, Binding, Pipeline, Queued, Renewals,
+                                 SessionSettings, SessionState, Write, round_trip, write_reply)
 
 ACQUIRE = ["LOCK.ACQUIRE", "k", "owner", 10_000, "SYNC"]
 UNSYNCED = ["LOCK.ACQUIRE", "k", "owner", 10_000, "NOSYNC"]
@@ -93,6 +93,25 @@ def test_a_fixed_count_says_nosync_and_waits_itself_and_off_sends_the_write_alon
     assert enough.write.problem is None
     off = pipeline(leasehold.SYNC_OFF, command=UNSYNCED, waiting=True)
     assert off.commands() == [UNSYNCED]
+
+
+def test_writes_sent_together_share_one_sync_and_with_syncing_off_none():
+    def queued(sync, key):
+        return Queued(Write(["LOCK.ACQUIRE", key, "owner", 10_000, sync.option], granted), sync, None)
+
+    synced, _ = round_trip([queued(leasehold.Sync(), "a"), queued(leasehold.Sync(), "b")])
+    assert isinstance(synced, Batch)
+    synced.on(Binding(None))
+    assert [command[0] for command in synced.commands()] == ["LOCK.ACQUIRE"] * 2 + ["LOCK.SYNC"]
+    assert all(command[-1] == "NOSYNC" for command in synced.commands()[:2])
+    off, _ = round_trip([queued(leasehold.SYNC_OFF, "a"), queued(leasehold.SYNC_OFF, "b")])
+    off.on(Binding(None))
+    assert off.commands() == [["LOCK.ACQUIRE", key, "owner", 10_000, "NOSYNC"] for key in "ab"]
+    off.take([(1, 1.0), (None, 1.0)])
+    assert [one.write.outcome() for one in off.queued] == [1, None]
+    assert off.refused() == [], "nothing to give back: no sync was asked for"
+    alone, _ = round_trip([queued(leasehold.SYNC_OFF, "a")])
+    assert alone.commands() == [["LOCK.ACQUIRE", "a", "owner", 10_000, "NOSYNC"]]
 
 
 def test_the_wait_of_a_fixed_count_ends_by_the_writes_until():

@@ -142,11 +142,12 @@ class Pools:
                 self._pools[(kind, master.node)] = pool
             return pool
 
-    def batches(self, master: Master, untied: bool) -> Batches:
-        """The synced writes of ``master`` waiting to go in a batch (see
+    def batches(self, master: Master, untied: bool, off: bool) -> Batches:
+        """The writes of ``master`` waiting to go in a batch (see
         :class:`leasehold._protocol.Batches`): those tied to a session, or (``untied``) those tied
-        to none, which go only on a connection bound to none."""
-        key = (master.node, untied)
+        to none, which go only on a connection bound to none; synced ones, or (``off``) those
+        with syncing off, which go without ``LOCK.SYNC``."""
+        key = (master.node, untied, off)
         batches = self._batches.get(key)  # a dict read is atomic: made once, under the lock
         if batches is None:
             with self._lock:
@@ -189,16 +190,17 @@ def configure_pools(redis: Any, *, wait: int = WAIT_POOL_SIZE, sync: int = SYNC_
     """Sets the sizes of the dedicated connection pools the lock classes use with ``redis`` (a
     ``redis.Redis``, ``redis.asyncio.Redis`` or either ``RedisCluster``; clients made on one
     ``ConnectionPool`` share them): ``wait`` connections for blocking acquires that wait in
-    the server (default 32) and ``sync`` connections for grants and renewals synced to the
-    replicas (default 16), each per master. A synced write holds its connection until the
+    the server (default 32) and ``sync`` connections for grants and renewals (default 16),
+    each per master. A synced write holds its connection until the
     server replied — once the in-sync replicas acknowledged it, or after
     ``lock.sync-timeout-ms`` (1 s by default) with ``NOREPLICAS``. With the in-sync set and no
     AOF (the default ``Sync()``), the grants and renewals sent at the same time go together on
-    one connection (``NOSYNC`` each, then one ``LOCK.SYNC``), at most two such senders per
-    master at once, so they take two of its connections; a guarded or fenced command, and a
+    one connection (``NOSYNC`` each, then one ``LOCK.SYNC``; with ``SYNC_OFF`` the same
+    without it), at most two such senders per master at once, so they take two of its
+    connections; a guarded or fenced command, and a
     write with ``Sync(replicas=n)`` or ``aof``, takes one of its own. When a pool is full, a
     caller queues for a connection within its own budget: a blocking acquire within its
-    ``blocking_timeout`` (then it returns ``False``), a synced grant or renewal within the sync
+    ``blocking_timeout`` (then it returns ``False``), a grant or renewal within the sync
     timeout (``Sync.timeout``; then it raises :class:`leasehold.NotReplicatedError`, nothing
     sent).
 
@@ -221,9 +223,8 @@ def configure_sessions(redis: Any, *, enabled: bool = True, grace: Optional[Numb
     (``LOCK.SESSION USE id``, sent in the round trip of its first grant or renewal, which also
     names the session), and again after the session is replaced by a new one; its grants and
     renewals then carry no ``SESSION id`` — the server ties them, and refuses them with ``ERR
-    no such session`` once the session ended, as if they named it. With ``Sync`` off
-    (``SYNC_OFF``) grants and renewals go on the client's own connection, which is never bound
-    (your own commands go on it): they name the session (``SESSION id``). A grant or renewal
+    no such session`` once the session ended, as if they named it; with ``Sync`` off
+    (``SYNC_OFF``) grants and renewals go on the sync pool too. A grant or renewal
     tied to no session (none could be had) goes only on a pooled connection bound to none: one
     bound is reconnected first. A module without ``USE`` refuses it once per connection, whose
     writes then name the session. A

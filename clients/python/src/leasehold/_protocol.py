@@ -88,7 +88,9 @@ class Sync:
     acknowledge — a ten-minute ``make chaos`` run (888e1d5, two replicas) found 16 double
     grants among grants synced to one replica, all after ``SENTINEL FAILOVER`` (later runs:
     docs/guarantees.md). ``replicas=0`` (:data:`SYNC_OFF`) turns syncing off: grants and
-    renewals say ``NOSYNC`` and go on the client's own connection, and count at once.
+    renewals say ``NOSYNC`` and count at once; they go on the sync pool as synced ones do, those
+    sent at the same time together in one pipeline (with no ``LOCK.SYNC`` behind them), and
+    queue for a connection within ``timeout`` too.
 
     ``aof=True`` wants the master's AOF fsynced too: ``WAITAOF 1 n timeout`` instead of
     ``WAIT`` with ``replicas=n``, ``WAITAOF 1 0 timeout`` after the server-synced write with
@@ -126,9 +128,9 @@ class Sync:
 
     @property
     def batches(self) -> bool:
-        """Whether grants and renewals sent at the same time go together (the in-sync set, no
-        AOF: see :class:`Batch`)."""
-        return self.replicas is None and not self.aof
+        """Whether grants and renewals sent at the same time go together (the in-sync set with
+        no AOF, or syncing off: see :class:`Batch`)."""
+        return self.off or (self.replicas is None and not self.aof)
 
     @property
     def option(self) -> str:
@@ -793,12 +795,16 @@ def batch_refused(refusal: Any, meaning: str) -> NotReplicatedError:
 
 
 class Batch:
-    """Several synced writes — grants without waiting and renewals, each tied to the client's
-    session or each to none — to one master as one round trip on a connection of its sync pool,
-    with ``NOSYNC`` each and one ``LOCK.SYNC`` behind them, which the server answers once its
-    in-sync set has every write before it::
+    """Several writes — grants without waiting and renewals, each tied to the client's session
+    or each to none — to one master as one round trip on a connection of its sync pool, with
+    ``NOSYNC`` each and, when they are synced, one ``LOCK.SYNC`` behind them, which the server
+    answers once its in-sync set has every write before it::
 
-        [LOCK.SESSION USE id]; write NOSYNC; write NOSYNC; ...; LOCK.SYNC
+        [LOCK.SESSION USE id]; write NOSYNC; write NOSYNC; ...; [LOCK.SYNC]
+
+    (With syncing off, :data:`SYNC_OFF`, a batch is the writes alone: each counts at once, and
+    several share one round trip rather than one each — the Python cost around each round trip
+    is what limits many tasks, issue 55.)
 
     (A write alone goes as a :class:`Pipeline`, saying ``SYNC``: one command, which the server
     undoes when it does not count.) The same interface as :class:`Pipeline` for the round trip
@@ -809,6 +815,8 @@ class Batch:
 
     def __init__(self, queued: Sequence[Queued]) -> None:
         self.queued = list(queued)
+        #: Whether ``LOCK.SYNC`` goes behind the writes (the writes of a batch share one sync).
+        self.synced = not self.queued[0].sync.off
         self.bound: Optional[str] = None
         self.use: Optional[str] = None
         self.used: Any = None
@@ -838,7 +846,7 @@ class Batch:
         named = self.use is not None
         use = [["LOCK.SESSION", "USE", self.use]] if named else []
         writes = [queued.write.in_batch(named, self.bound) for queued in self.queued]
-        return [*use, *writes, ["LOCK.SYNC"]]
+        return [*use, *writes, *([["LOCK.SYNC"]] if self.synced else [])]
 
     def within(self) -> float:
         """How long the replies may take, in seconds: the longest sync any write's settings
@@ -854,13 +862,13 @@ class Batch:
 
     def take(self, replies: Sequence[Tuple[Any, float]]) -> None:
         """Takes the replies: each write's as :func:`write_reply` makes it, the ``USE``'s, and
-        ``LOCK.SYNC``'s."""
+        ``LOCK.SYNC``'s when it was sent."""
         replies = list(replies)
         if self.use is not None:
             self.used = replies.pop(0)[0]
         for queued, (reply, _) in zip(self.queued, replies):
             queued.write.reply = queued.write.mapped(reply)
-        synced = replies[-1][0]
+        synced = replies[-1][0] if self.synced else None
         self.refusal = synced if isinstance(synced, Exception) else None
 
     def binding_after(self, binding: Binding, socket: Any) -> Binding:
@@ -905,8 +913,9 @@ class Batch:
 
 def round_trip(writes: Sequence[Queued]) -> Tuple[Any, Optional[float]]:
     """What a sender sends for ``writes`` and by when their replies must come: a write alone
-    as a :class:`Pipeline` (``SYNC``: the server undoes it when it does not count), several as
-    a :class:`Batch` (``NOSYNC`` each, then ``LOCK.SYNC``)."""
+    as a :class:`Pipeline` (``SYNC``: the server undoes it when it does not count; ``NOSYNC``
+    with syncing off), several as a :class:`Batch` (``NOSYNC`` each, then ``LOCK.SYNC`` unless
+    syncing is off)."""
     if len(writes) == 1:
         return Pipeline(writes[0].write, sync=writes[0].sync), writes[0].write.until
     batch = Batch(writes)

@@ -84,7 +84,6 @@ from ._protocol import (
     time_left,
     to_ms,
     unknown_command,
-    write_reply,
     writing,
 )
 from .election import (
@@ -364,7 +363,7 @@ async def batched(redis: Any, master: Master, write: Write, sync: Sync, deadline
     sender sends its write itself when it goes alone; a cancelled caller takes its write back
     if no batch took it, and a grant a batch made for it is released."""
     pools = pools_of(redis)
-    queue = pools.batches(master, write.term is None)
+    queue = pools.batches(master, write.term is None, sync.off)
     loop = asyncio.get_running_loop()
     queued = Queued(write, sync, loop.create_future())
     try:
@@ -481,8 +480,8 @@ async def send_batches(redis: Any, pool: BudgetedPool, queue: Batches, connectio
 
 
 async def sync_batch(redis: Any, connection: Any, writes: List[Queued]) -> bool:
-    """One round trip of a sender: a write alone as a :class:`Pipeline` (``SYNC``), several as
-    a :class:`Batch` (``NOSYNC`` each, ``LOCK.SYNC``); gives back what a refused batch made,
+    """One round trip of a sender: as :func:`leasehold.lock.sync_batch`, a round trip of
+    :func:`leasehold._protocol.round_trip`; gives back what a refused batch made,
     and hands each caller its outcome. ``False`` when the connection was closed: the replies
     were lost — each caller gets the error, and a grant it may have made is released in the
     background."""
@@ -922,8 +921,6 @@ class Lock(LockBase):
 
     async def _try(self, owner: Any) -> Optional[Grant]:
         try:
-            if self.sync.off:
-                return await self._kept(owner, await self._plain(self._grant_write(owner)))
             return await self._kept(owner, await self._synced(self._grant_write(owner)))
         except TryAgainError:
             return None
@@ -969,19 +966,6 @@ class Lock(LockBase):
         return await self._routed(lambda master, asking, term: self._alone(
             "wait", master, deadline,
             lambda: self._wait_pipeline(owner, asking, deadline, term)))
-
-    async def _plain(self, write: Write) -> Write:
-        """As :meth:`leasehold.Lock._plain`."""
-
-        async def send(master: Master, asking: bool, term: Optional[Term]) -> Write:
-            write.tie(term)
-            try:
-                write.reply = await self.redis.execute_command(*write.command)
-            except ResponseError as error:
-                write.reply = write_reply(error)
-            return write
-
-        return await self._routed(send)
 
     async def _synced(self, write: Write) -> Write:
         """As :meth:`leasehold.Lock._synced`."""
@@ -1087,7 +1071,7 @@ class Lock(LockBase):
         """As :meth:`leasehold.Lock._renew`."""
         write = self._renew_write(owner, lease_ms, until)
         try:
-            write = await (self._plain(write) if self.sync.off else self._synced(write))
+            write = await self._synced(write)
         except Exception:
             self._unsure(lease, write.started, lease_ms)
             raise

@@ -76,7 +76,6 @@ from ._protocol import (
     time_left,
     to_ms,
     unknown_command,
-    write_reply,
     writing,
 )
 
@@ -318,13 +317,13 @@ def release_eventually(redis: Any, release: List[Any]) -> None:
 
 
 def batched(redis: Any, master: Master, write: Write, sync: Sync, deadline: float) -> Write:
-    """``write`` (a grant without waiting or a renewal, synced to the in-sync set) queued for a
-    batch of ``master``'s (:class:`leasehold._protocol.Batches`), its reply taken. A caller that
+    """``write`` (a grant without waiting or a renewal, synced to the in-sync set or not synced
+    at all) queued for a batch of ``master``'s (:class:`leasehold._protocol.Batches`), its reply taken. A caller that
     finds fewer than two senders running starts one (:func:`lead`); the others wait for their
     outcome, and take their write back when no batch took it by ``deadline`` (:class:`QueuedOut`:
     nothing was sent)."""
     pools = pools_of(redis)
-    queue = pools.batches(master, write.term is None)
+    queue = pools.batches(master, write.term is None, sync.off)
     # The caller waits to acquire a lock the sender releases once it answered (lighter than an
     # Event, which is a condition and a lock).
     waiter = threading.Lock()
@@ -422,7 +421,8 @@ def send_batches(redis: Any, pool: BudgetedPool, queue: Batches, connection: Any
 
 def sync_batch(redis: Any, connection: Any, writes: List[Queued]) -> bool:
     """One round trip of a sender: a write alone as a :class:`Pipeline` (``SYNC``), several as
-    a :class:`leasehold._protocol.Batch` (``NOSYNC`` each, then ``LOCK.SYNC``); gives back what
+    a :class:`leasehold._protocol.Batch` (``NOSYNC`` each, then ``LOCK.SYNC``; see
+    :func:`leasehold._protocol.round_trip` for syncing off); gives back what
     a refused batch made, and hands each caller its outcome. ``False`` when the connection was
     closed: the replies were lost — each caller gets the error, and a grant it may have made is
     released in the background."""
@@ -901,10 +901,9 @@ class Lock(LockBase):
                     for key in self._keys()])
 
     def _try(self, owner: Any) -> Optional[Grant]:
-        """One grant without waiting, synced; ``None`` when the lock is busy."""
+        """One grant without waiting, synced as :attr:`sync` says; ``None`` when the lock is
+        busy."""
         try:
-            if self.sync.off:
-                return self._kept(owner, self._plain(self._grant_write(owner)))
             return self._kept(owner, self._synced(self._grant_write(owner)))
         except TryAgainError:
             return None
@@ -959,26 +958,13 @@ class Lock(LockBase):
             "wait", master, deadline,
             lambda: self._wait_pipeline(owner, asking, deadline, term)))
 
-    def _plain(self, write: Write) -> Write:
-        """``write`` on the client's own connection, not synced (``SYNC_OFF``: it says
-        ``NOSYNC``), naming the session; its reply taken (an error reply as
-        :func:`leasehold._protocol.write_reply` makes it)."""
-
-        def send(master: Master, asking: bool, term: Optional[Term]) -> Write:
-            write.tie(term)
-            try:
-                write.reply = self.redis.execute_command(*write.command)
-            except ResponseError as error:
-                write.reply = write_reply(error)
-            return write
-
-        return self._routed(send)
-
     def _synced(self, write: Write) -> Write:
         """``write`` (a grant without waiting, or a renewal) on a connection of its master's
         sync pool, held by the server until synced (``SYNC``), or followed by the client's own
-        ``WAIT`` (see :class:`leasehold.Sync`). :class:`NotReplicatedError` when no sync
-        connection came free within the sync timeout (nothing was sent)."""
+        ``WAIT``, or with syncing off answered at once (``NOSYNC``; see :class:`leasehold.Sync`);
+        with those sent at the same time when they can go together (:func:`batched`).
+        :class:`NotReplicatedError` when no sync connection came free within the sync timeout
+        (nothing was sent)."""
         deadline = self._sync_deadline(write.until)
         try:
             return self._routed(lambda master, asking, term: self._synced_to(
@@ -1084,7 +1070,7 @@ class Lock(LockBase):
         must come by ``until`` (the watchdog's: the lease's end)."""
         write = self._renew_write(owner, lease_ms, until)
         try:
-            write = self._plain(write) if self.sync.off else self._synced(write)
+            write = self._synced(write)
         except Exception:
             self._unsure(lease, write.started, lease_ms)
             raise
