@@ -656,7 +656,8 @@ thread_local! {
 }
 
 /// Something [`status`] reads may have changed: a replica acknowledged an offset (`REPLCONF
-/// ACK`, seen by the command filter), one came or went, or the set was looked at.
+/// ACK`, seen by the command filter), one came or went (`RedisModuleEvent_ReplicaChange`), or
+/// the set was looked at.
 /// [`crate::synced`] reads the status again only then, or when writes were held since its
 /// last read, or some ms later.
 pub fn status_may_change() {
@@ -708,7 +709,6 @@ pub fn lone() -> bool {
 /// must answer ([`replica_check::replica_online`]), no write counts at once until the next look,
 /// and the heartbeat that carries the challenge goes out now rather than at the next tick.
 pub fn replica_online(ctx: &Context) {
-    status_may_change();
     replica_check::replica_online();
     in_sync().master.replica_online();
     ctx.create_timer(Duration::from_millis(1), heartbeat_now, ());

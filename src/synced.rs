@@ -379,8 +379,9 @@ unsafe extern "C" fn on_event_loop(
 }
 
 /// Settles the held writes by the set's status when a look is due ([`Pending::due`]), then
-/// asks the replicas for their acknowledgement if writes were held since the last time. On a server that is no longer a
-/// master, every held write is refused (a replica cannot release anything).
+/// asks the replicas for their acknowledgement if writes were held since the last time. On a
+/// server that is no longer a master, every held write is refused (a replica cannot release
+/// anything).
 fn settle(ctx: &Context) {
     if !ctx.get_flags().contains(ContextFlags::MASTER) {
         for held in SYNCED.with_borrow_mut(|synced| synced.pending.drain()) {
