@@ -7,8 +7,9 @@ import pytest
 from redis.exceptions import ConnectionError, ResponseError, TimeoutError
 
 import leasehold
-from leasehold._protocol import (RETRY_PAUSE, Batch, Binding, Pipeline, Queued, Renewals,
-                                 SessionSettings, SessionState, Write, round_trip, write_reply)
+from leasehold._protocol import (RETRY_PAUSE, SENDERS, Batch, Batches, Binding, Pipeline, Queued,
+                                 Renewals, SessionSettings, SessionState, Write, round_trip,
+                                 write_reply)
 
 ACQUIRE = ["LOCK.ACQUIRE", "k", "owner", 10_000, "SYNC"]
 UNSYNCED = ["LOCK.ACQUIRE", "k", "owner", 10_000, "NOSYNC"]
@@ -112,6 +113,15 @@ def test_writes_sent_together_share_one_sync_and_with_syncing_off_none():
     assert off.refused() == [], "nothing to give back: no sync was asked for"
     alone, _ = round_trip([queued(leasehold.SYNC_OFF, "a")])
     assert alone.commands() == [["LOCK.ACQUIRE", "a", "owner", 10_000, "NOSYNC"]]
+
+
+def test_a_sender_that_stops_takes_every_write_waiting_and_ends_its_role():
+    queue = Batches()
+    writes = [Queued(Write(UNSYNCED, granted), leasehold.SYNC_OFF, None) for _ in range(3)]
+    started = [queue.push(write) for write in writes]
+    assert started == [True] * SENDERS + [False] * (3 - SENDERS)
+    assert queue.stop() == writes
+    assert queue.take() == [] and queue.push(writes[0]), "a sender's place came free"
 
 
 def test_the_wait_of_a_fixed_count_ends_by_the_writes_until():

@@ -765,6 +765,15 @@ class Batches:
                 return taken
             return [writes.popleft() for _ in range(BATCH_MOST)]
 
+    def stop(self) -> List[Queued]:
+        """For a sender that stops before none waits (no connection to be had, cancelled): every
+        write waiting, for it to answer; the sender's role ends."""
+        with self._lock:
+            taken = list(self._writes)
+            self._writes.clear()
+            self._senders -= 1
+            return taken
+
     def withdraw(self, queued: Queued) -> bool:
         """Takes back a write no batch took; ``False`` when one did."""
         with self._lock:

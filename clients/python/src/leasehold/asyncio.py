@@ -456,9 +456,8 @@ async def send_batches(redis: Any, pool: BudgetedPool, queue: Batches, connectio
                     connection = await borrow(pool, None)
                 except Exception as error:
                     # No connection to be had: every write waiting gets the error, the role ends.
-                    for taken in [writes, *iter(queue.take, [])]:
-                        for one in taken:
-                            answer(redis, one, error)
+                    for one in [*writes, *queue.stop()]:
+                        answer(redis, one, error)
                     return
             if not writes:
                 writes = queue.take()
@@ -470,9 +469,8 @@ async def send_batches(redis: Any, pool: BudgetedPool, queue: Batches, connectio
                 connection = None
     except BaseException:
         # Cancelled (the event loop ends): the callers waiting go too, and the role ends.
-        for taken in [writes, *iter(queue.take, [])]:
-            for one in taken:
-                one.waiter.cancel()
+        for one in [*writes, *queue.stop()]:
+            one.waiter.cancel()
         raise
     finally:
         if connection is not None:

@@ -402,9 +402,8 @@ def send_batches(redis: Any, pool: BudgetedPool, queue: Batches, connection: Any
                     connection = borrow(pool, None)
                 except Exception as error:
                     # No connection to be had: every write waiting gets the error, the role ends.
-                    for taken in [writes, *iter(queue.take, [])]:
-                        for one in taken:
-                            answer(one, error)
+                    for one in [*writes, *queue.stop()]:
+                        answer(one, error)
                     return
             if not writes:
                 writes = queue.take()
