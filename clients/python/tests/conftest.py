@@ -281,6 +281,16 @@ def proxy(server):
     stalling.close()
 
 
+def in_threads(target, each: Sequence[tuple]) -> None:
+    """Runs ``target(*args)`` for each ``args`` of ``each``, every one in a thread of its own, all
+    at once, and waits for them all."""
+    threads = [threading.Thread(target=target, args=args) for args in each]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def wait_until(condition, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():

@@ -12,7 +12,7 @@ from redis.exceptions import LockError, LockNotOwnedError
 from redis.retry import Retry
 
 import leasehold
-from conftest import wait_until, waiters
+from conftest import in_threads, wait_until, waiters
 
 CLIENTS = {
     "from_url": lambda server: redis.Redis.from_url(server.url),
@@ -217,11 +217,7 @@ def test_threads_sharing_one_lock_take_turns(server, name):
         except Exception as error:  # noqa: BLE001 - reported below
             failures.append(error)
 
-    threads = [threading.Thread(target=loop) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    in_threads(loop, [()] * 8)
     assert failures == []
     assert len(grants) == 40
     assert grants == sorted(grants) and len(set(grants)) == 40, "in grant order"

@@ -14,7 +14,7 @@ from redis.exceptions import LockNotOwnedError
 
 import leasehold
 import leasehold.asyncio
-from conftest import aclose, wait_until
+from conftest import aclose, in_threads, wait_until
 
 
 def keys(name):
@@ -61,11 +61,7 @@ def test_threads_sharing_one_set_and_crossed_sets_take_turns(server, name):
         except Exception as error:  # noqa: BLE001 - reported below
             failures.append(error)
 
-    threads = [threading.Thread(target=loop, args=(lock,)) for lock in [forward, backward] * 3]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    in_threads(loop, [(lock,) for lock in [forward, backward] * 3])
     assert failures == []
     assert int(r.info("lock")["lock_multi_acquisitions"]) >= 60
 

@@ -16,7 +16,7 @@ import redis.asyncio
 
 import leasehold
 import leasehold.asyncio
-from conftest import aclose, fence, wait_until, waiters
+from conftest import aclose, fence, in_threads, wait_until, waiters
 
 #: About 25 s of tests: started first (conftest.py).
 pytestmark = pytest.mark.long
@@ -65,11 +65,7 @@ def test_synced_grants_and_waits_reuse_their_connections(replicated, name):
 
     shared = leasehold.Lock(r, name + ":contended", timeout=10)
     before, waited = connections_received(admin), handed_over(admin)
-    workers = [threading.Thread(target=contend, args=(shared, 25)) for _ in range(4)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
+    in_threads(contend, [(shared, 25)] * 4)
     opened = connections_received(admin) - before
     # At most one wait connection per worker, and the client's own pool one per thread.
     assert opened <= 8, f"{opened} connections for 100 waits"
@@ -322,11 +318,7 @@ def test_grants_with_syncing_off_go_together_too_with_no_sync_behind_them(replic
                 lock.release()
 
         asyncio.run(run())
-        threads = [threading.Thread(target=worker, args=(n,)) for n in range(16)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        in_threads(worker, [(n,) for n in range(16)])
     finally:
         replica.signal(signal.SIGCONT)
     assert calls(admin, "lock.acquire")[0] - acquires == 64 * 20 + 16 * 20
@@ -358,11 +350,7 @@ def test_concurrent_synced_grants_from_threads_go_in_batches_too(replicated, nam
         assert lock.acquire(blocking=False)
         held.append(lock)
 
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(16)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    in_threads(worker, [(n,) for n in range(16)])
     assert len(held) == 16
     grants = calls(admin, "lock.acquire")[0] - acquires
     assert grants == 16 * 21

@@ -15,8 +15,8 @@ import redis.asyncio
 
 import leasehold
 import leasehold.asyncio
-from conftest import (ACKED_LATE, QUICK, SYNC_TIMEOUT_MS, Server, aclose, fence, insync_replicas,
-                      stop_all, wait_until, waiters)
+from conftest import (ACKED_LATE, QUICK, SYNC_TIMEOUT_MS, Server, aclose, fence, in_threads,
+                      insync_replicas, stop_all, wait_until, waiters)
 
 #: About 25 s of tests: started first (conftest.py).
 pytestmark = pytest.mark.long
@@ -299,11 +299,7 @@ def test_a_batch_of_threads_the_replica_does_not_get_is_released_and_reported(re
         except leasehold.NotReplicatedError as error:
             errors.append(error)
 
-    threads = [threading.Thread(target=grant, args=(lock,)) for lock in locks]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    in_threads(grant, [(lock,) for lock in locks])
     assert len(errors) == 8
     assert all(str(error) == f"NOREPLICAS {ACKED_LATE}; the grant was released" for error in errors)
     assert admin.exists(*(lock.name for lock in locks)) == 0, "every grant released"
