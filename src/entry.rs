@@ -1,9 +1,10 @@
-//! `LOCK.ACQUIRE`'s entry point, created without `redis-module`'s command glue, which retains
-//! every argument, collects them into a new `Vec` and frees each one after the command: about
-//! 600 instructions a call, a twentieth of a free lock's acquire (issue 55). Here the handler
-//! borrows the arguments the server passes, which live for the whole command, from a buffer on
-//! the stack. The command's flags, keys and ACL categories come from its metadata, as the other
-//! commands' do in `lib.rs`.
+//! The entry points of the commands every lock and guarded write goes through — `LOCK.ACQUIRE`,
+//! `LOCK.GUARD` and `LOCK.FENCED` — created without `redis-module`'s command glue, which
+//! retains every argument, collects them into a new `Vec` and frees each one after the command:
+//! about 600 instructions a call, a twentieth of a free lock's acquire (issue 55). Here the
+//! handler borrows the arguments the server passes, which live for the whole command, from a
+//! buffer on the stack. The commands' flags, keys and ACL categories come from their metadata,
+//! as the other commands' do in `lib.rs`.
 
 use std::ffi::CString;
 use std::mem::ManuallyDrop;
@@ -11,34 +12,66 @@ use std::os::raw::c_int;
 use std::ptr;
 use std::slice;
 
-use redis_module::{Context, RedisError, RedisString, raw};
+use redis_module::{Context, RedisError, RedisResult, RedisString, raw};
 
 use crate::api::{api, ok_or_error};
 use crate::commands;
+use crate::guard;
 use crate::metadata::{acl_categories, flags, key_range};
 
 /// Arguments up to this many (the command's name included) are borrowed from a buffer on the
 /// stack, more from the heap: every valid `LOCK.ACQUIRE` fits.
 const INLINE_ARGS: usize = 16;
 
-/// Creates `LOCK.ACQUIRE`, with its flags, keys and ACL categories.
+/// Creates `LOCK.ACQUIRE`, `LOCK.GUARD` and `LOCK.FENCED`, with their flags, keys and ACL
+/// categories.
 ///
 /// # Errors
-/// The server refuses the command, or cannot find it once created; a server that refuses its
+/// The server refuses a command, or cannot find it once created; a server that refuses its
 /// ACL categories is logged, as `redis-module` does for the other commands.
 pub fn register(ctx: &Context) -> Result<(), RedisError> {
-    create(ctx, "lock.acquire", Some(acquire))
+    create(ctx, "lock.acquire", Some(acquire))?;
+    create(ctx, "lock.guard", Some(guard))?;
+    create(ctx, "lock.fenced", Some(fenced))
 }
 
-/// `LOCK.ACQUIRE`: [`commands::acquire`] on the arguments as the server passed them.
+/// `LOCK.ACQUIRE`: [`commands::acquire`].
 extern "C" fn acquire(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
 ) -> c_int {
+    run(ctx, argv, argc, commands::acquire)
+}
+
+/// `LOCK.GUARD`: [`guard::guard`].
+extern "C" fn guard(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    run(ctx, argv, argc, guard::guard)
+}
+
+/// `LOCK.FENCED`: [`guard::fenced`].
+extern "C" fn fenced(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    run(ctx, argv, argc, guard::fenced)
+}
+
+/// Replies with what `handler` makes of the arguments as the server passed them.
+fn run(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    handler: fn(&Context, &[RedisString]) -> RedisResult,
+) -> c_int {
     let context = Context::new(ctx);
     with_args(ctx, argv, argc, |args| {
-        context.reply(commands::acquire(&context, args)) as c_int
+        context.reply(handler(&context, args)) as c_int
     })
 }
 

@@ -31,6 +31,7 @@ use redis_module::{
 use crate::api;
 use crate::clock;
 use crate::fences;
+use crate::insync;
 use crate::key::LockKey;
 use crate::replies;
 use crate::synced::{self, Undo};
@@ -45,19 +46,19 @@ use crate::synced::{self, Undo};
 /// said); arity, owner, token, no command; a refused command ([`Inner::check`]); the command's
 /// own errors (`NOPERM` for what the user's ACL does not allow, `OOM`, its arity); `SYNC` where
 /// a client cannot block; `NOREPLICAS` for a write the in-sync set did not get (the write stays).
-pub fn guard(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    if keys_asked(ctx, &args, true) {
+pub fn guard(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    if keys_asked(ctx, args, true) {
         return Ok(RedisValue::NoReply);
     }
-    let parsed = args::guard(&args).map_err(replies::arg_error)?;
-    let sync = synced::wanted(ctx, parsed.sync)?;
+    let parsed = args::guard(args).map_err(replies::arg_error)?;
+    sync_allowed(ctx, parsed.sync)?;
     let inner = Inner::check(ctx, &parsed)?;
     {
         let key = LockKey::read(ctx, parsed.key)?;
         held(key.lock(), &parsed)?;
     }
     let reply = inner.run(ctx, parsed.command)?;
-    inner.reply(ctx, sync, reply)
+    inner.reply(ctx, parsed.sync, reply)
 }
 
 /// `LOCK.FENCED fence token [SYNC | NOSYNC] command [arg ...]`: runs `command` only when
@@ -70,12 +71,12 @@ pub fn guard(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// `WRONGTYPE` when `fence` is not a fence; a refused command ([`Inner::check`]); the command's
 /// own errors (the fence is not raised then); `SYNC` where a client cannot block; `NOREPLICAS`
 /// for a write the in-sync set did not get (the write and the raised fence stay).
-pub fn fenced(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    if keys_asked(ctx, &args, false) {
+pub fn fenced(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    if keys_asked(ctx, args, false) {
         return Ok(RedisValue::NoReply);
     }
-    let parsed = args::fenced(&args).map_err(replies::arg_error)?;
-    let sync = synced::wanted(ctx, parsed.sync)?;
+    let parsed = args::fenced(args).map_err(replies::arg_error)?;
+    sync_allowed(ctx, parsed.sync)?;
     let inner = Inner::check(ctx, &parsed)?;
     let token = parsed.token.unwrap_or(0);
     if let Some(fence) = fences::fence_at(&ctx.open_key_writable(parsed.key))? {
@@ -89,7 +90,19 @@ pub fn fenced(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let reply = inner.run(ctx, parsed.command)?;
     // Opened again: the command may have emptied the database (`FLUSHALL`) under an open key.
     fences::raise(ctx, &ctx.open_key_writable(parsed.key), parsed.key, token)?;
-    inner.reply(ctx, sync, reply)
+    inner.reply(ctx, parsed.sync, reply)
+}
+
+/// `SYNC`'s refusal where a client cannot block (`MULTI`, scripts, functions), before anything
+/// runs.
+///
+/// # Errors
+/// `ERR SYNC ...` ([`synced::wanted`]).
+fn sync_allowed(ctx: &Context, asked: Option<bool>) -> Result<(), RedisError> {
+    if asked == Some(true) {
+        synced::wanted(ctx, asked)?;
+    }
+    Ok(())
 }
 
 /// Whether `LOCK.GUARD`'s owner holds `lock` (with the token it named): the refusal otherwise.
@@ -130,17 +143,23 @@ impl Inner {
             .command
             .first()
             .ok_or(RedisError::Str("ERR no command to run"))?;
-        let shown = String::from_utf8_lossy(name.as_slice()).to_lowercase();
-        if shown.starts_with("lock.") {
+        if name
+            .as_slice()
+            .get(..5)
+            .is_some_and(|prefix| prefix.eq_ignore_ascii_case(b"lock."))
+        {
             return Err(RedisError::Str(
                 "ERR the lock module's own commands cannot be guarded",
             ));
         }
+        // Lower-cased for an error only: a command that runs pays nothing for it.
+        let shown = || String::from_utf8_lossy(name.as_slice()).to_lowercase();
         let flags = flags_of(ctx, name)
-            .ok_or_else(|| RedisError::String(format!("ERR unknown command '{shown}'")))?;
+            .ok_or_else(|| RedisError::String(format!("ERR unknown command '{}'", shown())))?;
         if let Some(why) = flags.refused {
             return Err(RedisError::String(format!(
-                "ERR '{shown}' cannot be guarded: {why}"
+                "ERR '{}' cannot be guarded: {why}",
+                shown()
             )));
         }
         // Redis's key lookup only when an argument names the key: most commands do not.
@@ -183,10 +202,12 @@ impl Inner {
         }
     }
 
-    /// Replies with `reply` as it came: at once, or once the in-sync set has the write when
-    /// the command writes and `sync`.
-    fn reply(&self, ctx: &Context, sync: bool, reply: api::Called) -> RedisResult {
-        if sync && self.writes {
+    /// Replies with `reply` as it came: at once, or, when the command writes and its client
+    /// `asked` for `SYNC` or left it to the default, once the in-sync set has the write. Whether
+    /// it waits is asked only on a server with a set to wait for; elsewhere the reply is
+    /// forwarded without being copied (issue 55).
+    fn reply(&self, ctx: &Context, asked: Option<bool>, reply: api::Called) -> RedisResult {
+        if self.writes && !insync::lone() && matches!(synced::wanted(ctx, asked), Ok(true)) {
             // Copied now: a reply must be freed inside the command that made it.
             synced::hold(ctx, reply.to_value(), Undo::Write)
         } else {

@@ -78,7 +78,8 @@ fn on_flush(ctx: &Context, event: FlushSubevent) {
     looks::on_flush(ctx, event);
 }
 
-/// After the commands and configuration exist: creates `LOCK.ACQUIRE` ([`entry`]), refuses
+/// After the commands and configuration exist: creates `LOCK.ACQUIRE`, `LOCK.GUARD` and
+/// `LOCK.FENCED` ([`entry`]), refuses
 /// bad configuration values, delays new
 /// holdings by `lock.restart-delay-ms`, starts
 /// watching for promotions that change no role (without which tokens could go back, so the
@@ -87,7 +88,7 @@ fn on_flush(ctx: &Context, event: FlushSubevent) {
 /// server allows it), and notes whether it runs in cluster mode.
 fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
     if let Err(error) = entry::register(ctx) {
-        ctx.log_warning(&format!("LOCK.ACQUIRE cannot be created: {error:?}"));
+        ctx.log_warning(&format!("a command cannot be created: {error:?}"));
         return Status::Err;
     }
     if let Err(error) = config::check_loaded() {
@@ -146,7 +147,8 @@ redis_module! {
     acl_categories: ["lock",],
     init: on_load,
     // Flags, key positions and ACL categories come from commands/*.json (crate::metadata).
-    // LOCK.ACQUIRE is created by on_load (crate::entry), without the crate's argument copies.
+    // LOCK.ACQUIRE, LOCK.GUARD and LOCK.FENCED are created by on_load (crate::entry), without
+    // the crate's argument copies.
     commands: [
         ["lock.release", commands::release, flags("lock.release"), keys("lock.release").0, keys("lock.release").1, keys("lock.release").2, "", acl("lock.release")],
         ["lock.renew", commands::renew, flags("lock.renew"), keys("lock.renew").0, keys("lock.renew").1, keys("lock.renew").2, "", acl("lock.renew")],
@@ -167,8 +169,6 @@ redis_module! {
         ["lock.leader", election::leader, flags("lock.leader"), keys("lock.leader").0, keys("lock.leader").1, keys("lock.leader").2, "", acl("lock.leader")],
         ["lock.proclaim", election::proclaim, flags("lock.proclaim"), keys("lock.proclaim").0, keys("lock.proclaim").1, keys("lock.proclaim").2, "", acl("lock.proclaim")],
         ["lock.resign", election::resign, flags("lock.resign"), keys("lock.resign").0, keys("lock.resign").1, keys("lock.resign").2, "", acl("lock.resign")],
-        ["lock.guard", guard::guard, flags("lock.guard"), keys("lock.guard").0, keys("lock.guard").1, keys("lock.guard").2, "", acl("lock.guard")],
-        ["lock.fenced", guard::fenced, flags("lock.fenced"), keys("lock.fenced").0, keys("lock.fenced").1, keys("lock.fenced").2, "", acl("lock.fenced")],
         ["lock.observe", election::observe, flags("lock.observe"), keys("lock.observe").0, keys("lock.observe").1, keys("lock.observe").2, "", acl("lock.observe")],
     ],
     event_handlers: [
