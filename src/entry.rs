@@ -35,32 +35,32 @@ pub fn register(ctx: &Context) -> Result<(), RedisError> {
     create(ctx, "lock.fenced", Some(fenced))
 }
 
-/// `LOCK.ACQUIRE`: [`commands::acquire`].
-extern "C" fn acquire(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    run(ctx, argv, argc, commands::acquire)
+/// An entry point the server calls, `extern "C"`, that runs `$handler` ([`run`]).
+macro_rules! entry_point {
+    ($(#[$doc:meta])* $name:ident => $handler:path) => {
+        $(#[$doc])*
+        extern "C" fn $name(
+            ctx: *mut raw::RedisModuleCtx,
+            argv: *mut *mut raw::RedisModuleString,
+            argc: c_int,
+        ) -> c_int {
+            run(ctx, argv, argc, $handler)
+        }
+    };
 }
 
-/// `LOCK.GUARD`: [`guard::guard`].
-extern "C" fn guard(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    run(ctx, argv, argc, guard::guard)
-}
-
-/// `LOCK.FENCED`: [`guard::fenced`].
-extern "C" fn fenced(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    run(ctx, argv, argc, guard::fenced)
-}
+entry_point!(
+    /// `LOCK.ACQUIRE`: [`commands::acquire`].
+    acquire => commands::acquire
+);
+entry_point!(
+    /// `LOCK.GUARD`: [`guard::guard`].
+    guard => guard::guard
+);
+entry_point!(
+    /// `LOCK.FENCED`: [`guard::fenced`].
+    fenced => guard::fenced
+);
 
 /// Replies with what `handler` makes of the arguments as the server passed them.
 fn run(
