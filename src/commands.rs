@@ -19,7 +19,6 @@ use leasehold_core::session::Tie;
 use crate::blocking;
 use crate::clock;
 use crate::config;
-use crate::insync;
 use crate::key::{LockKey, selected_db};
 use crate::looks::{self, Leaving};
 use crate::replies::{self, map};
@@ -97,7 +96,7 @@ pub fn acquire_as(ctx: &Context, parsed: &Acquire<'_, RedisString>, command: &st
             let sync = if early {
                 sync
             } else {
-                granted && !insync::lone() && synced::wanted(ctx, parsed.sync)?
+                granted && synced::waits(ctx, parsed.sync)
             };
             if sync && granted {
                 synced::hold_grant(ctx, reply, std::slice::from_ref(name), owner, stretch)

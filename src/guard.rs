@@ -31,7 +31,6 @@ use redis_module::{
 use crate::api;
 use crate::clock;
 use crate::fences;
-use crate::insync;
 use crate::key::LockKey;
 use crate::replies;
 use crate::synced::{self, Undo};
@@ -202,12 +201,11 @@ impl Inner {
         }
     }
 
-    /// Replies with `reply` as it came: at once, or, when the command writes and its client
-    /// `asked` for `SYNC` or left it to the default, once the in-sync set has the write. Whether
-    /// it waits is asked only on a server with a set to wait for; elsewhere the reply is
-    /// forwarded without being copied (issue 55).
+    /// Replies with `reply` as it came: at once (forwarded, not copied), or, when the command
+    /// writes and its client `asked` for `SYNC` or left it to the default, once the in-sync set
+    /// has the write ([`synced::waits`]).
     fn reply(&self, ctx: &Context, asked: Option<bool>, reply: api::Called) -> RedisResult {
-        if self.writes && !insync::lone() && matches!(synced::wanted(ctx, asked), Ok(true)) {
+        if self.writes && synced::waits(ctx, asked) {
             // Copied now: a reply must be freed inside the command that made it.
             synced::hold(ctx, reply.to_value(), Undo::Write)
         } else {

@@ -79,13 +79,11 @@ fn on_flush(ctx: &Context, event: FlushSubevent) {
 }
 
 /// After the commands and configuration exist: creates `LOCK.ACQUIRE`, `LOCK.GUARD` and
-/// `LOCK.FENCED` ([`entry`]), refuses
-/// bad configuration values, delays new
-/// holdings by `lock.restart-delay-ms`, starts
-/// watching for promotions that change no role (without which tokens could go back, so the
-/// module refuses to load), then sets the commands' docs and key specs and the module options
-/// (read errors handled by the data type; the replication command lookup skipped where the
-/// server allows it), and notes whether it runs in cluster mode.
+/// `LOCK.FENCED` ([`entry`]), refuses bad configuration values, delays new holdings by
+/// `lock.restart-delay-ms`, starts watching for promotions that change no role (without which
+/// tokens could go back, so the module refuses to load), then sets the commands' docs and key
+/// specs and the module options (read errors handled by the data type; the replication command
+/// lookup skipped where the server allows it), and notes whether it runs in cluster mode.
 fn on_load(ctx: &Context, _args: &[RedisString]) -> Status {
     if let Err(error) = entry::register(ctx) {
         ctx.log_warning(&format!("a command cannot be created: {error:?}"));

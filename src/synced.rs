@@ -164,6 +164,14 @@ pub fn wanted(ctx: &Context, asked: Option<bool>) -> Result<bool, RedisError> {
     Ok(blockable && config::sync_wanted(asked))
 }
 
+/// Whether the reply to a write just made waits for the in-sync set, for a command that said
+/// `asked` and whose `SYNC` was already refused where a client cannot block: never on a server
+/// with no set to wait for (decided without reading the context's flags: a lone server's write
+/// pays nothing for syncing, issue 55), otherwise as [`wanted`] says.
+pub fn waits(ctx: &Context, asked: Option<bool>) -> bool {
+    !insync::lone() && matches!(wanted(ctx, asked), Ok(true))
+}
+
 /// Replies to a write that counts and was to be held (the command's keys closed): at once with
 /// `reply` on a server with no set to wait for; with the refusal at once, after undoing it,
 /// when the set is below its size; otherwise blocks the client until the set has the write.
